@@ -1,0 +1,129 @@
+/**
+ * The domain model shared by every layer: collections, points, filters, hits. These mirror the REST
+ * bodies of CONTRACT.md section 1 (snake_case on the wire and here, so no layer renames fields).
+ */
+
+export type Metric = 'cosine' | 'dot' | 'l2';
+export const METRICS: readonly Metric[] = ['cosine', 'dot', 'l2'];
+
+/** Every index family of the spec. Those not built yet are refused with invalid_argument at create. */
+export type IndexKind = 'hnsw' | 'flat' | 'ivf' | 'vamana' | 'disk_vamana' | 'colbert';
+export const INDEX_KINDS: readonly IndexKind[] = ['hnsw', 'flat', 'ivf', 'vamana', 'disk_vamana', 'colbert'];
+
+export type FieldType = 'keyword' | 'numeric';
+export interface FilterableField {
+  path: string;
+  field_type: FieldType;
+}
+
+export type VectorEncryption = 'dcpe' | 'client_side';
+export type Quantization = 'none' | 'scalar' | 'product' | 'binary';
+
+export interface HnswParams {
+  m: number;
+  ef_construction: number;
+  ef_search: number;
+}
+
+export interface CollectionParams {
+  name: string;
+  dim: number;
+  metric: Metric;
+  index?: IndexKind;
+  index_params?: Partial<HnswParams>;
+  quantization?: Quantization;
+  pq_subspaces?: number;
+  filterable?: FilterableField[];
+  multivector?: boolean;
+  vector_encryption?: VectorEncryption | null;
+}
+
+export type IndexState = 'current' | 'stale';
+
+export interface CollectionInfo {
+  name: string;
+  dim: number;
+  metric: Metric;
+  index: IndexKind;
+  index_params: HnswParams;
+  quantization: Quantization;
+  pq_subspaces: number | null;
+  filterable: FilterableField[];
+  multivector: boolean;
+  vector_encryption: VectorEncryption | null;
+  count: number;
+  index_state: IndexState;
+}
+
+export type Payload = Record<string, unknown>;
+
+export interface PointInput {
+  id: string;
+  vector: number[] | Float32Array;
+  payload?: Payload;
+}
+
+export interface PointOutput {
+  id: string;
+  vector?: number[];
+  payload: Payload;
+}
+
+export interface Hit {
+  id: string;
+  rank: number;
+  score: number;
+  payload?: Payload;
+  vector?: number[];
+}
+
+/** Filter expressions (CONTRACT.md section 1). A condition names a declared filterable field. */
+export type Scalar = string | number | boolean;
+export type Filter =
+  | { and: Filter[] }
+  | { or: Filter[] }
+  | { not: Filter }
+  | { eq: { field: string; value: Scalar } }
+  | { ne: { field: string; value: Scalar } }
+  | { in: { field: string; value: Scalar[] } }
+  | { gt: { field: string; value: number } }
+  | { gte: { field: string; value: number } }
+  | { lt: { field: string; value: number } }
+  | { lte: { field: string; value: number } };
+
+export type Consistency = 'eventual' | 'strong';
+
+export interface SearchQuery {
+  vector: number[] | Float32Array;
+  k?: number;
+  filter?: Filter;
+  ef_search?: number;
+  with_payload?: boolean;
+  with_vector?: boolean;
+  consistency?: Consistency;
+}
+
+export interface FetchQuery {
+  filter?: Filter;
+  limit?: number;
+  cursor?: string | null;
+  with_vector?: boolean;
+}
+
+export interface HybridQuery {
+  vector?: number[] | Float32Array;
+  sparse_indices?: number[];
+  sparse_values?: number[];
+  query_text?: string;
+  k?: number;
+  filter?: Filter;
+  ef_search?: number;
+  rrf_k0?: number;
+  with_payload?: boolean;
+  with_vector?: boolean;
+  consistency?: Consistency;
+}
+
+/** Reserved payload keys (spec, Point). */
+export const TEXT_KEY = '__svc_text__';
+export const SPARSE_KEY = '__svc_sparse__';

@@ -1,0 +1,19 @@
+import { invalidArgument } from './errors.js';
+
+/** CONTRACT.md section 1: collection and snapshot names. */
+const NAME_RE = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
+
+export function checkName(name: unknown, what = 'collection name'): string {
+  if (typeof name !== 'string' || !NAME_RE.test(name) || name.includes('..')) {
+    throw invalidArgument(`${what} must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$ without '..'`);
+  }
+  return name;
+}
+
+/** CONTRACT.md section 1: a point id is a string of 1 to 256 characters. */
+export function checkPointId(id: unknown): string {
+  if (typeof id !== 'string' || id.length < 1 || id.length > 256) {
+    throw invalidArgument('point id must be a string of 1 to 256 characters');
+  }
+  return id;
+}

@@ -1,0 +1,94 @@
+import type {
+  CollectionInfo, CollectionParams, FetchQuery, Hit, HybridQuery, PointInput, PointOutput, SearchQuery, Filter,
+} from '../base/model.js';
+
+/**
+ * The one service surface. REST, gRPC, MCP and the embedded API are thin adapters over this:
+ * each call takes the caller's context first; auth, scope, limits, audit and metrics happen behind it.
+ * Request and response bodies are CONTRACT.md section 1's, with `collection` for the path's {name}.
+ */
+
+export type Role = 'read' | 'write' | 'admin';
+
+/** Who is calling. `keyName` is a name for audit (never the secret); `null` principal means insecure mode. */
+export interface Principal {
+  keyName: string;
+  role: Role;
+  /** Exact names or trailing-`*` prefixes; `['*']` is every collection. */
+  collections: readonly string[];
+}
+
+export interface CallContext {
+  principal: Principal;
+  requestId: string;
+  transport: 'rest' | 'grpc' | 'mcp' | 'embedded';
+  remote?: string;
+}
+
+export interface DatabaseStats {
+  collections: number;
+  total_points: number;
+  per_collection: { name: string; count: number; index: string; index_state: string }[];
+  snapshot_status: { manifest_version: number; disk_bytes: number };
+}
+
+export interface SnapshotResult {
+  name: string;
+  path: string;
+  manifest_version: number;
+  disk_bytes: number;
+}
+
+export interface TextPointInput {
+  id: string;
+  text: string;
+  payload?: Record<string, unknown>;
+}
+
+export interface TextQuery {
+  text: string;
+  k?: number;
+  filter?: Filter;
+  rerank?: boolean;
+  rerank_pool?: number;
+  with_payload?: boolean;
+  with_vector?: boolean;
+  consistency?: 'eventual' | 'strong';
+}
+
+export interface DocumentInput {
+  id: string;
+  vectors: number[][];
+  payload?: Record<string, unknown>;
+}
+
+export interface MultiVectorQuery {
+  vectors: number[][];
+  k?: number;
+  filter?: Filter;
+  with_payload?: boolean;
+}
+
+/** Every operation, by the name used in the role table, audit lines and spans. */
+export interface SvcApi {
+  listCollections(ctx: CallContext): Promise<{ collections: CollectionInfo[] }>;
+  collectionInfo(ctx: CallContext, name: string): Promise<CollectionInfo>;
+  createCollection(ctx: CallContext, params: CollectionParams): Promise<CollectionInfo>;
+  deleteCollection(ctx: CallContext, name: string): Promise<{ existed: boolean }>;
+  upsert(ctx: CallContext, collection: string, body: { points: PointInput[] }): Promise<{ upserted: number }>;
+  bulkUpsert(ctx: CallContext, collection: string, body: { points: (PointInput | (Omit<PointInput, 'vector'> & { vector_b64: string }))[] }): Promise<{ upserted: number }>;
+  get(ctx: CallContext, collection: string, id: string, opts?: { with_vector?: boolean }): Promise<PointOutput>;
+  delete(ctx: CallContext, collection: string, id: string): Promise<{ deleted: boolean }>;
+  fetch(ctx: CallContext, collection: string, query: FetchQuery): Promise<{ points: PointOutput[]; next_cursor: string | null }>;
+  search(ctx: CallContext, collection: string, query: SearchQuery): Promise<{ hits: Hit[] }>;
+  hybridSearch(ctx: CallContext, collection: string, query: HybridQuery): Promise<{ hits: Hit[] }>;
+  upsertText(ctx: CallContext, collection: string, body: { points: TextPointInput[] }): Promise<{ upserted: number }>;
+  searchText(ctx: CallContext, collection: string, query: TextQuery): Promise<{ hits: Hit[] }>;
+  upsertDocuments(ctx: CallContext, collection: string, body: { documents: DocumentInput[] }): Promise<{ upserted: number }>;
+  searchMultiVector(ctx: CallContext, collection: string, query: MultiVectorQuery): Promise<{ hits: Hit[] }>;
+  deleteDocument(ctx: CallContext, collection: string, id: string): Promise<{ deleted: boolean }>;
+  stats(ctx: CallContext): Promise<DatabaseStats>;
+  snapshot(ctx: CallContext, body: { name: string }): Promise<SnapshotResult>;
+}
+
+export type OperationName = keyof SvcApi;
