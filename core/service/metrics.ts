@@ -1,0 +1,20 @@
+/**
+ * What the service and the transports count. The implementation (prom-client) lives in roles/; the
+ * labels are the method and the route template, never a concrete path (which would carry ids).
+ */
+export interface RequestLabels {
+  method: string;
+  route: string;
+}
+
+export interface Metrics {
+  requestFinished(labels: RequestLabels, status: number, durationSeconds: number): void;
+  authFailure(): void;
+  rateLimited(): void;
+}
+
+export const noopMetrics: Metrics = {
+  requestFinished: () => undefined,
+  authFailure: () => undefined,
+  rateLimited: () => undefined,
+};

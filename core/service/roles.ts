@@ -1,0 +1,62 @@
+import type { OperationName, Role } from './api.js';
+
+/**
+ * The one role table (CONTRACT.md section 3). `Record<OperationName, ...>` makes the compiler refuse a
+ * new operation without an entry; `policyFor` refuses (default deny) any name that is not in the table.
+ *
+ * `collection`: where the operation's collection name comes from, for the scope check; `all` means the
+ * operation reaches every collection (a snapshot), so only a key scoped to `*` may run it.
+ * `audited`: mutating or administrative operations, appended to the audit log on every outcome.
+ */
+export interface OperationPolicy {
+  readonly role: Role;
+  readonly collection: 'none' | 'arg' | 'params.name' | 'all';
+  readonly audited: boolean;
+}
+
+export const OPERATION_POLICIES: Readonly<Record<OperationName, OperationPolicy>> = Object.freeze({
+  listCollections: { role: 'read', collection: 'none', audited: false },
+  collectionInfo: { role: 'read', collection: 'arg', audited: false },
+  get: { role: 'read', collection: 'arg', audited: false },
+  fetch: { role: 'read', collection: 'arg', audited: false },
+  search: { role: 'read', collection: 'arg', audited: false },
+  hybridSearch: { role: 'read', collection: 'arg', audited: false },
+  searchText: { role: 'read', collection: 'arg', audited: false },
+  searchMultiVector: { role: 'read', collection: 'arg', audited: false },
+  stats: { role: 'read', collection: 'none', audited: false },
+  upsert: { role: 'write', collection: 'arg', audited: true },
+  bulkUpsert: { role: 'write', collection: 'arg', audited: true },
+  delete: { role: 'write', collection: 'arg', audited: true },
+  upsertText: { role: 'write', collection: 'arg', audited: true },
+  upsertDocuments: { role: 'write', collection: 'arg', audited: true },
+  deleteDocument: { role: 'write', collection: 'arg', audited: true },
+  createCollection: { role: 'admin', collection: 'params.name', audited: true },
+  deleteCollection: { role: 'admin', collection: 'arg', audited: true },
+  snapshot: { role: 'admin', collection: 'all', audited: true },
+});
+
+/** The policy for an operation name, or undefined: a caller must refuse when it is undefined. */
+export function policyFor(op: string): OperationPolicy | undefined {
+  return Object.prototype.hasOwnProperty.call(OPERATION_POLICIES, op)
+    ? OPERATION_POLICIES[op as OperationName]
+    : undefined;
+}
+
+const RANK: Readonly<Record<Role, number>> = { read: 1, write: 2, admin: 3 };
+
+/** read is contained in write, write in admin. */
+export function roleAllows(have: Role, need: Role): boolean {
+  return RANK[have] >= RANK[need];
+}
+
+/** Scopes are exact names or trailing-`*` prefixes; `*` alone is every collection. */
+export function scopeAllows(scopes: readonly string[], collection: string): boolean {
+  for (const s of scopes) {
+    if (s.endsWith('*')) {
+      if (collection.startsWith(s.slice(0, -1))) return true;
+    } else if (s === collection) {
+      return true;
+    }
+  }
+  return false;
+}

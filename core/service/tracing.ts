@@ -1,0 +1,33 @@
+import type { Clock } from '../base/clock.js';
+import type { ServiceLogger } from './log.js';
+
+/**
+ * OpenTelemetry-shaped spans around engine calls. Attributes are secret-free by construction: the service
+ * only ever sets collection names, k, counts and outcomes, never vectors, payloads or keys.
+ */
+export type SpanAttributes = Record<string, string | number | boolean>;
+
+export interface Span {
+  setAttributes(attrs: SpanAttributes): void;
+  end(errorCode?: string): void;
+}
+
+export interface Tracer {
+  startSpan(name: string, attrs: SpanAttributes): Span;
+}
+
+/** The fallback exporter: each finished span is one debug log event with its duration. */
+export function logTracer(log: ServiceLogger, clock: Clock): Tracer {
+  return {
+    startSpan(name, attrs) {
+      const start = clock.monotonicMs();
+      const all: SpanAttributes = { ...attrs };
+      return {
+        setAttributes(more) { Object.assign(all, more); },
+        end(errorCode) {
+          log.debug({ span: name, ...all, duration_ms: clock.monotonicMs() - start, outcome: errorCode ?? 'ok' }, 'span');
+        },
+      };
+    },
+  };
+}
