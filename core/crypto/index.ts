@@ -1,0 +1,3 @@
+export * from './xchacha.js';
+export * from './sealer.js';
+export * from './keys.js';
