@@ -1,0 +1,72 @@
+/**
+ * The filtered-search planner: exact scan of the matching slots, or HNSW traversal with the filter
+ * applied inside it (non-matching nodes are walked through but never returned), with a widened beam.
+ * A pure function of counts; the cost model is documented in docs/filters.md.
+ *
+ *   exact cost = matches                                        (one distance per matching slot)
+ *   hnsw cost  = hopCost * ef' * log2(n) / s * penalty(s)       (s = matches / n, the selectivity)
+ *   ef'        = max(k, min(efMax, ceil(max(ef, k) / sqrt(s))))
+ *   penalty(s) = (degradeBelow / s)^2 when s < degradeBelow, else 1
+ *
+ * Below `hnswSelectivityMin` (or with at most k matches) the exact scan is always chosen: the graph
+ * restricted to so few nodes falls apart and recall drops, while the scan is cheap there anyway.
+ * Every term of the HNSW cost grows as s falls and the exact cost shrinks, so the choice is monotone:
+ * a more selective filter never moves a query from exact to HNSW.
+ */
+import { assert } from '../base/assert.js';
+
+export interface PlanInput {
+  /** Estimated (or exact) number of live slots matching the filter. */
+  matches: number;
+  /** Live slots in the collection. */
+  live: number;
+  k: number;
+  /** The beam width the query asked for (ef_search or the collection's default). */
+  ef: number;
+}
+
+export interface PlannerOptions {
+  /** Cap on the widened beam (SVC_MAX_EF_SEARCH). */
+  efMax: number;
+  /** Distances computed per beam entry and graph level, relative to one exact-scan distance. */
+  hopCost: number;
+  /** Below this selectivity filtered HNSW loses recall: its cost is penalised quadratically. */
+  degradeBelow: number;
+  /** Below this selectivity the exact scan is chosen whatever the costs say. */
+  hnswSelectivityMin: number;
+}
+
+export const DEFAULT_PLANNER_OPTIONS: PlannerOptions = Object.freeze({
+  efMax: 4096,
+  hopCost: 1,
+  degradeBelow: 0.05,
+  hnswSelectivityMin: 0.01,
+});
+
+export type Plan =
+  | { kind: 'exact'; selectivity: number; exactCost: number; hnswCost: number }
+  | { kind: 'hnsw'; ef: number; selectivity: number; exactCost: number; hnswCost: number };
+
+/** The beam for filtered HNSW: at least k, wider as the filter gets more selective, at most efMax (unless k is larger). */
+export function widenedEf(selectivity: number, k: number, ef: number, efMax: number): number {
+  const base = Math.max(ef, k);
+  const s = Math.min(1, Math.max(selectivity, 1e-12));
+  return Math.max(k, Math.min(efMax, Math.ceil(base / Math.sqrt(s))));
+}
+
+export function planFilteredSearch(input: PlanInput, options: Partial<PlannerOptions> = {}): Plan {
+  const o = { ...DEFAULT_PLANNER_OPTIONS, ...options };
+  const { live, k, ef } = input;
+  assert(Number.isFinite(live) && live >= 0 && k >= 1 && ef >= 1, 'planner needs live >= 0, k >= 1, ef >= 1');
+  const matches = Math.min(live, Math.max(0, input.matches));
+  const exactCost = matches;
+  if (matches === 0 || live === 0) return { kind: 'exact', selectivity: 0, exactCost, hnswCost: Infinity };
+  const s = matches / live;
+  const efWide = widenedEf(s, k, ef, o.efMax);
+  const penalty = s < o.degradeBelow ? (o.degradeBelow / s) ** 2 : 1;
+  const hnswCost = (o.hopCost * efWide * Math.log2(Math.max(2, live)) * penalty) / s;
+  if (matches <= k || s < o.hnswSelectivityMin || exactCost <= hnswCost) {
+    return { kind: 'exact', selectivity: s, exactCost, hnswCost };
+  }
+  return { kind: 'hnsw', ef: efWide, selectivity: s, exactCost, hnswCost };
+}
