@@ -1,0 +1,163 @@
+/**
+ * Binary heaps of (distance, slot) pairs in typed arrays: no object per entry, no allocation unless a
+ * heap outgrows its capacity (it doubles). Ties on distance are broken by slot, so results are
+ * deterministic.
+ */
+export class MaxHeap {
+  d: Float32Array;
+  id: Int32Array;
+  size = 0;
+
+  constructor(capacity = 64) {
+    this.d = new Float32Array(capacity);
+    this.id = new Int32Array(capacity);
+  }
+
+  clear(): void {
+    this.size = 0;
+  }
+
+  topD(): number {
+    return this.d[0];
+  }
+
+  topId(): number {
+    return this.id[0];
+  }
+
+  push(dist: number, slot: number): void {
+    if (this.size === this.d.length) this.grow();
+    const d = this.d;
+    const id = this.id;
+    let i = this.size++;
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      if (d[p] > dist || (d[p] === dist && id[p] > slot)) break;
+      d[i] = d[p];
+      id[i] = id[p];
+      i = p;
+    }
+    d[i] = dist;
+    id[i] = slot;
+  }
+
+  pop(): void {
+    const n = --this.size;
+    if (n > 0) this.siftDown(this.d[n], this.id[n], n);
+  }
+
+  /** Replaces the top (the worst) with a better pair. */
+  replaceTop(dist: number, slot: number): void {
+    this.siftDown(dist, slot, this.size);
+  }
+
+  private siftDown(dist: number, slot: number, n: number): void {
+    const d = this.d;
+    const id = this.id;
+    let i = 0;
+    while (true) {
+      let c = 2 * i + 1;
+      if (c >= n) break;
+      const r = c + 1;
+      if (r < n && (d[r] > d[c] || (d[r] === d[c] && id[r] > id[c]))) c = r;
+      if (d[c] < dist || (d[c] === dist && id[c] < slot)) break;
+      d[i] = d[c];
+      id[i] = id[c];
+      i = c;
+    }
+    d[i] = dist;
+    id[i] = slot;
+  }
+
+  private grow(): void {
+    const d = new Float32Array(this.d.length * 2);
+    const id = new Int32Array(this.id.length * 2);
+    d.set(this.d);
+    id.set(this.id);
+    this.d = d;
+    this.id = id;
+  }
+}
+
+export class MinHeap {
+  d: Float32Array;
+  id: Int32Array;
+  size = 0;
+
+  constructor(capacity = 64) {
+    this.d = new Float32Array(capacity);
+    this.id = new Int32Array(capacity);
+  }
+
+  clear(): void {
+    this.size = 0;
+  }
+
+  topD(): number {
+    return this.d[0];
+  }
+
+  topId(): number {
+    return this.id[0];
+  }
+
+  push(dist: number, slot: number): void {
+    if (this.size === this.d.length) this.grow();
+    const d = this.d;
+    const id = this.id;
+    let i = this.size++;
+    while (i > 0) {
+      const p = (i - 1) >> 1;
+      if (d[p] < dist || (d[p] === dist && id[p] < slot)) break;
+      d[i] = d[p];
+      id[i] = id[p];
+      i = p;
+    }
+    d[i] = dist;
+    id[i] = slot;
+  }
+
+  pop(): void {
+    const n = --this.size;
+    if (n <= 0) return;
+    const dist = this.d[n];
+    const slot = this.id[n];
+    const d = this.d;
+    const id = this.id;
+    let i = 0;
+    while (true) {
+      let c = 2 * i + 1;
+      if (c >= n) break;
+      const r = c + 1;
+      if (r < n && (d[r] < d[c] || (d[r] === d[c] && id[r] < id[c]))) c = r;
+      if (d[c] > dist || (d[c] === dist && id[c] > slot)) break;
+      d[i] = d[c];
+      id[i] = id[c];
+      i = c;
+    }
+    d[i] = dist;
+    id[i] = slot;
+  }
+
+  private grow(): void {
+    const d = new Float32Array(this.d.length * 2);
+    const id = new Int32Array(this.id.length * 2);
+    d.set(this.d);
+    id.set(this.id);
+    this.d = d;
+    this.id = id;
+  }
+}
+
+/** Drains a max-heap into ascending (distance, slot) arrays. */
+export function drainAscending(heap: MaxHeap): { slots: Int32Array; dists: Float32Array } {
+  const n = heap.size;
+  const slots = new Int32Array(n);
+  const dists = new Float32Array(n);
+  for (let i = n - 1; i >= 0; i--) {
+    slots[i] = heap.topId();
+    dists[i] = heap.topD();
+    heap.pop();
+  }
+  return { slots, dists };
+}

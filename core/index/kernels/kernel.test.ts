@@ -1,0 +1,71 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { execFileSync } from 'node:child_process';
+import { VectorStore } from '../vector-store.js';
+import { fallbackKernel, wasmKernel, wasmSupported } from './kernel.js';
+
+// Float sums in a different order differ by rounding relative to the size of the terms, not of the
+// result (an inner product can cancel to near zero), so the tolerance scales with |q|^2 + |v|^2.
+const close = (a: number, b: number, scale: number): boolean => Math.abs(a - b) <= 1e-5 * (1 + scale);
+const sq = (v: ArrayLike<number>): number => Array.from(v).reduce((s, x) => s + x * x, 0);
+
+describe('distance kernels', () => {
+  it('the WASM SIMD kernel is available and is what a store uses by default', () => {
+    expect(wasmSupported()).toBe(true);
+    const store = VectorStore.create({ dim: 3 });
+    expect(store.kernel.isWasm).toBe(true);
+    expect(VectorStore.create({ dim: 3, kernel: 'js' }).kernel.isWasm).toBe(false);
+  });
+
+  it('WASM and TypeScript kernels agree on single, batched and range distances', () => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 70 }),
+        fc.integer({ min: 1, max: 40 }),
+        fc.array(fc.float({ min: -100, max: 100, noNaN: true }), { minLength: 70 * 41, maxLength: 70 * 41 }),
+        (dim, n, pool) => {
+          const store = VectorStore.create({ dim, initialSlots: 4 });
+          for (let s = 0; s < n; s++) store.add(pool.slice(s * dim, (s + 1) * dim));
+          const qv = pool.slice(n * dim, n * dim + dim);
+          const q = store.loadQuery(qv);
+          const scale = (s: number): number => sq(qv) + sq(store.view(s));
+          const w = wasmKernel(store.memory);
+          const j = fallbackKernel(store.memory);
+          const { ids, out, idsI32, outF32 } = store.lane;
+          for (let s = 0; s < n; s++) idsI32[s] = n - 1 - s;
+          for (const kind of ['l2', 'ip'] as const) {
+            for (let s = 0; s < n; s++) {
+              const a = w.fns(kind).dist(q, store.offsetOf(s), store.paddedDim);
+              const b = j.fns(kind).dist(q, store.offsetOf(s), store.paddedDim);
+              if (!close(a, b, scale(s))) return false;
+            }
+            w.fns(kind).batch(q, store.vectorsBase, store.strideBytes, ids, n, out, store.paddedDim);
+            const wb = Array.from(outF32.subarray(0, n));
+            j.fns(kind).batch(q, store.vectorsBase, store.strideBytes, ids, n, out, store.paddedDim);
+            const jb = Array.from(outF32.subarray(0, n));
+            if (!wb.every((x, i) => close(x, jb[i], scale(n - 1 - i)))) return false;
+            w.fns(kind).range(q, store.vectorsBase, store.strideBytes, 0, n, out, store.paddedDim);
+            const wr = Array.from(outF32.subarray(0, n));
+            if (!wr.every((x, i) => close(x, jb[n - 1 - i], scale(i)))) return false;
+          }
+          return true;
+        },
+      ),
+      { seed: 42, numRuns: 60 },
+    );
+  });
+
+  it('computes squared L2 and negative inner product exactly on small integers', () => {
+    const store = VectorStore.create({ dim: 5 });
+    const a = store.add([1, 2, 3, 4, 5]);
+    const b = store.add([0, 2, 0, 4, 7]);
+    for (const k of [wasmKernel(store.memory), fallbackKernel(store.memory)]) {
+      expect(k.fns('l2').dist(store.offsetOf(a), store.offsetOf(b), store.paddedDim)).toBe(1 + 9 + 4);
+      expect(k.fns('ip').dist(store.offsetOf(a), store.offsetOf(b), store.paddedDim)).toBe(-(4 + 16 + 35));
+    }
+  });
+
+  it('the generated module matches its .wat source', () => {
+    expect(() => execFileSync('node', ['scripts/build-wasm.mjs', '--check'], { stdio: 'pipe' })).not.toThrow();
+  });
+});

@@ -1,0 +1,122 @@
+import { WASM_BASE64 } from './distance.generated.js';
+
+/** Lower is better for both: `l2` is squared Euclidean, `ip` is the negative inner product. */
+export type DistanceKind = 'l2' | 'ip';
+
+/** dist(a, b) for vectors at byte offsets a and b of `n` floats (n a multiple of 4). */
+export type DistFn = (a: number, b: number, n: number) => number;
+/** out[i] = dist(q, base + ids[i] * stride) for i < cnt; every argument is a byte offset or a count. */
+export type BatchFn = (q: number, base: number, stride: number, ids: number, cnt: number, out: number, n: number) => void;
+/** out[i] = dist(q, base + (start + i) * stride) for i < cnt. */
+export type RangeFn = (q: number, base: number, stride: number, start: number, cnt: number, out: number, n: number) => void;
+/** Loads every cache line of the listed vectors so their misses overlap (a stand-in for prefetch). */
+export type TouchFn = (base: number, stride: number, ids: number, cnt: number, bytes: number) => number;
+
+export interface KindFns {
+  readonly dist: DistFn;
+  readonly batch: BatchFn;
+  readonly range: RangeFn;
+}
+
+/**
+ * Distance kernels over one memory. The WASM SIMD kernel reads vectors in place; the TypeScript
+ * fallback has the same API (and is the reference the WASM kernel is tested against).
+ */
+export interface Kernel {
+  readonly isWasm: boolean;
+  readonly memory: WebAssembly.Memory;
+  fns(kind: DistanceKind): KindFns;
+  readonly touch: TouchFn;
+}
+
+let compiled: WebAssembly.Module | undefined;
+
+/** The compiled module, once per thread (it is small, so a synchronous compile is fine). */
+function wasmModule(): WebAssembly.Module {
+  compiled ??= new WebAssembly.Module(Buffer.from(WASM_BASE64, 'base64'));
+  return compiled;
+}
+
+interface WasmExports {
+  l2: DistFn;
+  nip: DistFn;
+  l2_batch: BatchFn;
+  nip_batch: BatchFn;
+  l2_range: RangeFn;
+  nip_range: RangeFn;
+  touch: TouchFn;
+}
+
+export function wasmKernel(memory: WebAssembly.Memory): Kernel {
+  const instance = new WebAssembly.Instance(wasmModule(), { env: { memory } });
+  const e = instance.exports as unknown as WasmExports;
+  const l2: KindFns = { dist: e.l2, batch: e.l2_batch, range: e.l2_range };
+  const ip: KindFns = { dist: e.nip, batch: e.nip_batch, range: e.nip_range };
+  return { isWasm: true, memory, fns: (kind) => (kind === 'l2' ? l2 : ip), touch: e.touch };
+}
+
+/** The plain TypeScript kernel with the same contract. Views are re-created when the memory grows. */
+export function fallbackKernel(memory: WebAssembly.Memory): Kernel {
+  let buf = memory.buffer;
+  let f32 = new Float32Array(buf);
+  let i32 = new Int32Array(buf);
+  const refresh = (): void => {
+    if (memory.buffer.byteLength !== buf.byteLength) {
+      buf = memory.buffer;
+      f32 = new Float32Array(buf);
+      i32 = new Int32Array(buf);
+    }
+  };
+  const l2d: DistFn = (a, b, n) => {
+    refresh();
+    const pa = a >>> 2;
+    const pb = b >>> 2;
+    let s = 0;
+    for (let i = 0; i < n; i++) {
+      const d = f32[pa + i] - f32[pb + i];
+      s += d * d;
+    }
+    return Math.fround(s);
+  };
+  const nipd: DistFn = (a, b, n) => {
+    refresh();
+    const pa = a >>> 2;
+    const pb = b >>> 2;
+    let s = 0;
+    for (let i = 0; i < n; i++) s += f32[pa + i] * f32[pb + i];
+    return Math.fround(-s);
+  };
+  const batchOf = (d: DistFn): BatchFn => (q, base, stride, ids, cnt, out, n) => {
+    refresh();
+    for (let i = 0; i < cnt; i++) {
+      const id = i32[(ids >>> 2) + i];
+      f32[(out >>> 2) + i] = d(q, base + id * stride, n);
+    }
+  };
+  const rangeOf = (d: DistFn): RangeFn => (q, base, stride, start, cnt, out, n) => {
+    refresh();
+    for (let i = 0; i < cnt; i++) f32[(out >>> 2) + i] = d(q, base + (start + i) * stride, n);
+  };
+  const l2: KindFns = { dist: l2d, batch: batchOf(l2d), range: rangeOf(l2d) };
+  const ip: KindFns = { dist: nipd, batch: batchOf(nipd), range: rangeOf(nipd) };
+  return { isWasm: false, memory, fns: (kind) => (kind === 'l2' ? l2 : ip), touch: () => 0 };
+}
+
+/** WASM SIMD when the engine supports it, else the fallback. */
+export function createKernel(memory: WebAssembly.Memory, prefer: 'wasm' | 'js' = 'wasm'): Kernel {
+  if (prefer === 'wasm' && wasmSupported()) return wasmKernel(memory);
+  return fallbackKernel(memory);
+}
+
+let supported: boolean | undefined;
+export function wasmSupported(): boolean {
+  if (supported === undefined) {
+    try {
+      wasmModule();
+      supported = true;
+    } catch {
+      supported = false;
+    }
+  }
+  return supported;
+}
