@@ -1,0 +1,97 @@
+import { chmodSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { ConfigError, loadConfig } from './config.js';
+
+const KEY = 'ab'.repeat(32);
+const base = { SVC_API_KEYS: 's1', SVC_ENCRYPTION_KEY: KEY };
+
+function dir(toml?: string): string {
+  const d = mkdtempSync(join(tmpdir(), 'svc-config-'));
+  if (toml !== undefined) writeFileSync(join(d, 'svc.toml'), toml);
+  return d;
+}
+
+function refusal(env: Record<string, string>, cwd = dir()): string {
+  try {
+    loadConfig(env, { cwd });
+  } catch (e) {
+    if (e instanceof ConfigError) return e.variable;
+    throw e;
+  }
+  return 'accepted';
+}
+
+describe('config', () => {
+  it('defaults < svc.toml < environment, frozen', () => {
+    const cwd = dir('rest_addr = "127.0.0.1:7000"\nmax_k = 50\nlog = "debug"\n[otlp]\nservice_name = "x"\n');
+    const c = loadConfig(base, { cwd });
+    expect(c.restAddr).toEqual({ host: '127.0.0.1', port: 7000 });
+    expect(c.grpcAddr.port).toBe(6334);
+    expect(c.limits.maxK).toBe(50);
+    expect(c.logFilter).toBe('debug');
+    expect(c.otlp.serviceName).toBe('x');
+    const e = loadConfig({ ...base, SVC_REST_ADDR: '127.0.0.1:7001', SVC_MAX_K: '60' }, { cwd });
+    expect([e.restAddr.port, e.limits.maxK]).toEqual([7001, 60]);
+    expect(Object.isFrozen(e) && Object.isFrozen(e.limits) && Object.isFrozen(e.apiKeys[0])).toBe(true);
+  });
+
+  it('reads [[api_keys]], provider tables and names env keys env:<i>', () => {
+    const cwd = dir(`
+[[api_keys]]
+name = "team-a-reader"
+role = "read"
+collections = ["team_a.*"]
+key = "rk"
+[[api_keys]]
+name = "hashed"
+role = "write"
+collections = ["x"]
+key_sha256 = "${'C'.repeat(64)}"
+[embedding.docs]
+provider = "fake"
+dim = 8
+`);
+    const c = loadConfig({ ...base, SVC_API_KEYS: 'a, b' }, { cwd });
+    expect(c.apiKeys.map((k) => [k.name, k.role, k.collections.join()])).toEqual([
+      ['env:0', 'admin', '*'], ['env:1', 'admin', '*'], ['team-a-reader', 'read', 'team_a.*'], ['hashed', 'write', 'x'],
+    ]);
+    expect(c.apiKeys[3].sha256).toBe('c'.repeat(64));
+    expect(c.embedding.docs).toEqual({ provider: 'fake', dim: 8 });
+  });
+
+  it('refuses each insecure configuration, naming the variable', () => {
+    const d = dir();
+    writeFileSync(join(d, 'cert.pem'), 'x');
+    expect(refusal({ SVC_ENCRYPTION_KEY: KEY })).toBe('SVC_API_KEYS');
+    expect(refusal({ SVC_API_KEYS: 's' })).toBe('SVC_ENCRYPTION_KEY');
+    expect(refusal({ ...base, SVC_MASTER_KEY_FILE: '/nonexistent' })).toBe('SVC_ENCRYPTION_KEY');
+    expect(refusal({ ...base, SVC_ENCRYPTION_KEY: 'abc' })).toBe('SVC_ENCRYPTION_KEY');
+    expect(refusal({ ...base, SVC_REST_ADDR: '0.0.0.0:6333' })).toBe('SVC_REST_ADDR');
+    expect(refusal({ ...base, SVC_TLS_CLIENT_CA: 'ca.pem' })).toBe('SVC_TLS_CLIENT_CA');
+    expect(refusal({ ...base, SVC_TLS_CERT: 'cert.pem' }, d)).toBe('SVC_TLS_KEY');
+    expect(refusal({ ...base, SVC_MAX_K: '0' })).toBe('SVC_MAX_K');
+    expect(refusal({ ...base, SVC_CONFIG: 'missing.toml' })).toBe('SVC_CONFIG');
+    expect(refusal(base, dir('nonsense_key = 1'))).toBe('nonsense_key');
+  });
+
+  it('SVC_INSECURE=true waives the refusals with a loud warning', () => {
+    const c = loadConfig({ SVC_INSECURE: 'true', SVC_REST_ADDR: '0.0.0.0:1', SVC_TLS_CLIENT_CA: 'ca.pem' }, { cwd: dir() });
+    expect(c.apiKeys).toEqual([]);
+    expect(c.encryptionKey).toBeNull();
+    expect(c.warnings.join('\n')).toMatch(/SVC_INSECURE=true/);
+  });
+
+  it('reads the master key file and warns when others may read it', () => {
+    const d = dir();
+    const f = join(d, 'master.key');
+    writeFileSync(f, `${KEY}\n`);
+    chmodSync(f, 0o644);
+    const c = loadConfig({ SVC_API_KEYS: 's', SVC_MASTER_KEY_FILE: f }, { cwd: d });
+    expect(c.encryptionKey).toBe(KEY);
+    expect(c.warnings.some((w) => w.includes('chmod 600'))).toBe(true);
+    chmodSync(f, 0o600);
+    expect(loadConfig({ SVC_API_KEYS: 's', SVC_MASTER_KEY_FILE: f }, { cwd: d }).warnings).toEqual([]);
+  });
+});

@@ -1,0 +1,352 @@
+import { readFileSync, statSync } from 'node:fs';
+import { isIP } from 'node:net';
+import { resolve } from 'node:path';
+import { parse as parseToml } from 'smol-toml';
+import { DEFAULT_LIMITS, LIMIT_VARIABLES, type Limits } from '../core/base/limits.js';
+import type { Role } from '../core/service/api.js';
+import type { ApiKey } from '../core/service/service.js';
+
+/**
+ * Configuration: built-in defaults < svc.toml (./svc.toml or SVC_CONFIG) < SVC_* environment.
+ * Validated once into a frozen object; every refusal names the variable and the fix.
+ *
+ * In svc.toml a variable is written without its SVC_ prefix, in lower case (`rest_addr`, `max_k`,
+ * `rate_limit_burst`, `tls_cert`; RUST_LOG is `log`), plus the tables `[[api_keys]]`, `[otlp]`,
+ * `[embedding.<collection>]` and `[rerank.<collection>]`.
+ */
+export class ConfigError extends Error {
+  constructor(readonly variable: string, message: string) {
+    super(`${variable}: ${message}`);
+    this.name = 'ConfigError';
+  }
+}
+
+export interface HostPort { host: string; port: number }
+
+export interface TlsFiles { cert: string; key: string; clientCa: string | null }
+
+export interface ProviderTable { [key: string]: unknown }
+
+export interface SvcConfig {
+  readonly configFile: string | null;
+  readonly restAddr: HostPort;
+  readonly grpcAddr: HostPort;
+  readonly dataDir: string;
+  readonly snapshotDir: string | null;
+  readonly apiKeys: readonly ApiKey[];
+  /** The 64-hex master key, from SVC_ENCRYPTION_KEY or SVC_MASTER_KEY_FILE; null only when insecure. */
+  readonly encryptionKey: string | null;
+  /** PEM paths; null means plain HTTP (loopback or insecure only). */
+  readonly tls: TlsFiles | null;
+  readonly insecure: boolean;
+  readonly logFilter: string;
+  readonly auditLog: string | null;
+  readonly otlp: { endpoint: string | null; serviceName: string; timeoutSecs: number };
+  readonly limits: Limits;
+  readonly rateLimit: { requestsPerSecond: number; burst: number };
+  readonly embedding: Readonly<Record<string, ProviderTable>>;
+  readonly rerank: Readonly<Record<string, ProviderTable>>;
+  /** Every other variable of the spec's table, as given (cluster, replication, raft, tui, demo). */
+  readonly other: Readonly<Record<string, string>>;
+  /** To be logged at startup; the SVC_INSECURE warning is one of them. */
+  readonly warnings: readonly string[];
+}
+
+/** Spec variables kept as strings for the roles that use them. */
+const OTHER_VARS = [
+  'SVC_LEADER_URL', 'SVC_LEADER_API_KEY', 'SVC_MVCC_READS', 'SVC_CLUSTER_SHARDS', 'SVC_CLUSTER_SHARD_KEY',
+  'SVC_CLUSTER_REPLICAS', 'SVC_COORDINATOR', 'SVC_COORDINATOR_STATE', 'SVC_COORDINATOR_URL', 'SVC_AUTOSCALE_ENABLED',
+  'SVC_AUTOSCALE_HIGH_WATER_POINTS', 'SVC_AUTOSCALE_STANDBY_URLS', 'SVC_AUTOSCALE_INTERVAL_SECS',
+  'SVC_AUTOSCALE_COOLDOWN_SECS', 'SVC_AUTOSCALE_MAX_SHARDS', 'SVC_RAFT_NODE_ID', 'SVC_RAFT_MEMBERS',
+  'SVC_TUI_URL', 'SVC_API_KEY', 'SVC_DEMO_DIR',
+] as const;
+
+const SCALAR_VARS = [
+  'SVC_REST_ADDR', 'SVC_GRPC_ADDR', 'SVC_DATA_DIR', 'SVC_SNAPSHOT_DIR', 'SVC_API_KEYS', 'SVC_ENCRYPTION_KEY',
+  'SVC_MASTER_KEY_FILE', 'SVC_TLS_CERT', 'SVC_TLS_KEY', 'SVC_TLS_CLIENT_CA', 'SVC_INSECURE', 'RUST_LOG',
+  'SVC_AUDIT_LOG', 'SVC_OTLP_ENDPOINT', 'SVC_OTLP_SERVICE_NAME', 'SVC_OTLP_TIMEOUT_SECS',
+  'SVC_RATE_LIMIT_REQUESTS_PER_SECOND', 'SVC_RATE_LIMIT_BURST', ...Object.values(LIMIT_VARIABLES), ...OTHER_VARS,
+];
+
+const tomlKey = (v: string): string => (v === 'RUST_LOG' ? 'log' : v.replace(/^SVC_/, '').toLowerCase());
+
+export interface LoadOptions {
+  cwd?: string;
+  /** Where the file comes from when SVC_CONFIG is unset; `null` disables the ./svc.toml lookup. */
+  defaultFile?: string | null;
+}
+
+export function loadConfig(env: Readonly<Record<string, string | undefined>>, opts: LoadOptions = {}): SvcConfig {
+  const cwd = opts.cwd ?? process.cwd();
+  const warnings: string[] = [];
+  const { file, toml } = readToml(env, cwd, opts.defaultFile === undefined ? 'svc.toml' : opts.defaultFile);
+  const raw = mergedValues(env, toml);
+  const get = (v: string): string | undefined => {
+    const s = raw[v];
+    return s === undefined || s === '' ? undefined : s;
+  };
+
+  const insecure = parseBool('SVC_INSECURE', get('SVC_INSECURE') ?? 'false');
+  if (insecure) warnings.push('SVC_INSECURE=true: keys, encryption at rest and TLS checks are waived. Development only: never expose this server.');
+
+  const restAddr = parseAddr('SVC_REST_ADDR', get('SVC_REST_ADDR') ?? '127.0.0.1:6333');
+  const grpcAddr = parseAddr('SVC_GRPC_ADDR', get('SVC_GRPC_ADDR') ?? '127.0.0.1:6334');
+  const apiKeys = [...envKeys(get('SVC_API_KEYS')), ...tomlKeys(toml.api_keys)];
+  checkUniqueNames(apiKeys);
+  if (apiKeys.length === 0 && !insecure) {
+    throw new ConfigError('SVC_API_KEYS', 'no API key is configured. Fix: set SVC_API_KEYS=<secret>[,<secret>...] (for example `openssl rand -hex 24`) or add [[api_keys]] tables to svc.toml; SVC_INSECURE=true waives this for development');
+  }
+
+  const encryptionKey = masterKey(get('SVC_ENCRYPTION_KEY'), get('SVC_MASTER_KEY_FILE'), cwd, insecure, warnings);
+  const tls = tlsFiles(get('SVC_TLS_CERT'), get('SVC_TLS_KEY'), get('SVC_TLS_CLIENT_CA'), cwd, insecure, warnings);
+  for (const [variable, addr] of [['SVC_REST_ADDR', restAddr], ['SVC_GRPC_ADDR', grpcAddr]] as const) {
+    if (!isLoopback(addr.host) && tls === null) {
+      if (!insecure) {
+        throw new ConfigError(variable, `binding ${addr.host} (not loopback) without TLS is refused. Fix: set SVC_TLS_CERT and SVC_TLS_KEY, or bind 127.0.0.1; SVC_INSECURE=true waives this`);
+      }
+      warnings.push(`${variable}=${addr.host}:${addr.port} is not loopback and serves plain text (SVC_INSECURE=true)`);
+    }
+  }
+
+  const limits = { ...DEFAULT_LIMITS };
+  for (const [field, variable] of Object.entries(LIMIT_VARIABLES) as [keyof Limits, string][]) {
+    const s = get(variable);
+    if (s !== undefined) (limits as Record<keyof Limits, number>)[field] = parseInteger(variable, s, 1);
+  }
+  const rps = get('SVC_RATE_LIMIT_REQUESTS_PER_SECOND');
+  const rateLimit = {
+    requestsPerSecond: rps === undefined ? 0 : parseNumber('SVC_RATE_LIMIT_REQUESTS_PER_SECOND', rps),
+    burst: parseInteger('SVC_RATE_LIMIT_BURST', get('SVC_RATE_LIMIT_BURST') ?? '0', 0),
+  };
+
+  const auditLog = get('SVC_AUDIT_LOG');
+  const otlpEndpoint = get('SVC_OTLP_ENDPOINT');
+  const other: Record<string, string> = {};
+  for (const v of OTHER_VARS) {
+    const s = get(v);
+    if (s !== undefined) other[v] = s;
+  }
+  const providers = (table: string) => providerTables(table, toml[table], env);
+  const snapshotDir = get('SVC_SNAPSHOT_DIR');
+
+  return deepFreeze({
+    configFile: file,
+    restAddr, grpcAddr,
+    dataDir: resolve(cwd, get('SVC_DATA_DIR') ?? './svc-data'),
+    snapshotDir: snapshotDir === undefined ? null : resolve(cwd, snapshotDir),
+    apiKeys, encryptionKey, tls, insecure,
+    logFilter: get('RUST_LOG') ?? 'info',
+    auditLog: auditLog === undefined ? null : resolve(cwd, auditLog),
+    otlp: {
+      endpoint: otlpEndpoint ?? null,
+      serviceName: get('SVC_OTLP_SERVICE_NAME') ?? 'svc',
+      timeoutSecs: parseNumber('SVC_OTLP_TIMEOUT_SECS', get('SVC_OTLP_TIMEOUT_SECS') ?? '3'),
+    },
+    limits, rateLimit,
+    embedding: providers('embedding'),
+    rerank: providers('rerank'),
+    other, warnings,
+  });
+}
+
+function readToml(env: Readonly<Record<string, string | undefined>>, cwd: string, defaultFile: string | null): { file: string | null; toml: Record<string, unknown> } {
+  const named = env.SVC_CONFIG;
+  const path = named ? resolve(cwd, named) : defaultFile === null ? null : resolve(cwd, defaultFile);
+  if (path === null) return { file: null, toml: {} };
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (e) {
+    if (!named && (e as NodeJS.ErrnoException).code === 'ENOENT') return { file: null, toml: {} };
+    throw new ConfigError('SVC_CONFIG', `cannot read ${path}: ${(e as Error).message}. Fix: point SVC_CONFIG at a readable svc.toml`);
+  }
+  try {
+    return { file: path, toml: parseToml(text) as Record<string, unknown> };
+  } catch (e) {
+    throw new ConfigError('SVC_CONFIG', `${path} is not valid TOML: ${(e as Error).message.split('\n')[0]}`);
+  }
+}
+
+/** The file's scalar keys (and the [otlp] table) as variables, then the environment over them. */
+function mergedValues(env: Readonly<Record<string, string | undefined>>, toml: Record<string, unknown>): Record<string, string | undefined> {
+  const byKey = new Map(SCALAR_VARS.filter((v) => v !== 'SVC_API_KEYS').map((v) => [tomlKey(v), v]));
+  const out: Record<string, string | undefined> = {};
+  for (const [k, value] of Object.entries(toml)) {
+    if (k === 'api_keys' || k === 'embedding' || k === 'rerank') continue;
+    if (k === 'otlp') {
+      const t = asTable('otlp', value);
+      for (const [ok, ov] of Object.entries(t)) {
+        if (!['endpoint', 'service_name', 'timeout_secs'].includes(ok)) throw new ConfigError(`[otlp].${ok}`, 'unknown key. Fix: use endpoint, service_name or timeout_secs');
+        out[`SVC_OTLP_${ok.toUpperCase()}`] = scalarText(`[otlp].${ok}`, ov);
+      }
+      continue;
+    }
+    const variable = byKey.get(k);
+    if (variable === undefined) throw new ConfigError(k, `unknown key in svc.toml. Fix: remove it or use a variable of the spec without SVC_, in lower case (for example rest_addr)`);
+    out[variable] = scalarText(k, value);
+  }
+  for (const v of SCALAR_VARS) {
+    if (env[v] !== undefined) out[v] = env[v];
+  }
+  return out;
+}
+
+function scalarText(where: string, v: unknown): string {
+  if (typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean') return String(v);
+  if (Array.isArray(v) && v.every((x) => typeof x === 'string')) return v.join(',');
+  throw new ConfigError(where, 'must be a string, number, boolean or list of strings');
+}
+
+function asTable(where: string, v: unknown): Record<string, unknown> {
+  if (typeof v !== 'object' || v === null || Array.isArray(v) || v instanceof Date) throw new ConfigError(where, 'must be a TOML table');
+  return v as Record<string, unknown>;
+}
+
+function parseBool(variable: string, s: string): boolean {
+  const t = s.trim().toLowerCase();
+  if (t === 'true' || t === '1' || t === 'yes') return true;
+  if (t === 'false' || t === '0' || t === 'no') return false;
+  throw new ConfigError(variable, `"${s}" is not a boolean. Fix: use true or false`);
+}
+
+function parseNumber(variable: string, s: string): number {
+  const n = Number(s);
+  if (!Number.isFinite(n) || n < 0 || s.trim() === '') throw new ConfigError(variable, `"${s}" is not a non-negative number`);
+  return n;
+}
+
+function parseInteger(variable: string, s: string, min: number): number {
+  const n = Number(s);
+  if (!Number.isSafeInteger(n) || n < min || s.trim() === '') throw new ConfigError(variable, `"${s}" is not an integer of at least ${min}`);
+  return n;
+}
+
+export function parseAddr(variable: string, s: string): HostPort {
+  const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d{1,5})$/.exec(s.trim());
+  const port = m ? Number(m[3]) : NaN;
+  if (!m || port > 65535) throw new ConfigError(variable, `"${s}" is not host:port. Fix: for example 127.0.0.1:6333 or [::1]:6333`);
+  return { host: m[1] ?? m[2], port };
+}
+
+export function isLoopback(host: string): boolean {
+  if (host === 'localhost' || host === '::1') return true;
+  return isIP(host) === 4 && host.startsWith('127.');
+}
+
+function envKeys(s: string | undefined): ApiKey[] {
+  if (s === undefined) return [];
+  const parts = s.split(',').map((p) => p.trim());
+  if (parts.some((p) => p === '')) throw new ConfigError('SVC_API_KEYS', 'contains an empty key. Fix: a comma-separated list of non-empty secrets');
+  return parts.map((secret, i) => ({ name: `env:${i}`, role: 'admin' as Role, collections: ['*'], secret }));
+}
+
+const HEX64 = /^[0-9a-fA-F]{64}$/;
+
+function tomlKeys(v: unknown): ApiKey[] {
+  if (v === undefined) return [];
+  if (!Array.isArray(v)) throw new ConfigError('[[api_keys]]', 'must be an array of tables');
+  return v.map((entry, i) => {
+    const where = `[[api_keys]] #${i + 1}`;
+    const t = asTable(where, entry);
+    for (const k of Object.keys(t)) {
+      if (!['name', 'role', 'collections', 'key', 'key_sha256'].includes(k)) throw new ConfigError(`${where}.${k}`, 'unknown key. Fix: use name, role, collections, key or key_sha256');
+    }
+    if (typeof t.name !== 'string' || t.name === '' || t.name.startsWith('env:')) throw new ConfigError(`${where}.name`, 'needs a non-empty name (not starting with env:)');
+    if (t.role !== 'read' && t.role !== 'write' && t.role !== 'admin') throw new ConfigError(`${where}.role`, 'must be read, write or admin');
+    if (!Array.isArray(t.collections) || t.collections.length === 0 || !t.collections.every((c) => typeof c === 'string' && c !== '')) {
+      throw new ConfigError(`${where}.collections`, 'must be a non-empty list of names or trailing-* prefixes, for example ["team_a.*"]');
+    }
+    const hasKey = typeof t.key === 'string' && t.key !== '';
+    const hasHash = typeof t.key_sha256 === 'string';
+    if (hasKey === hasHash) throw new ConfigError(`${where}.key`, 'set exactly one of key or key_sha256');
+    if (hasHash && !HEX64.test(t.key_sha256 as string)) throw new ConfigError(`${where}.key_sha256`, 'must be 64 hex characters (sha256sum of the secret)');
+    const key: ApiKey = { name: t.name, role: t.role, collections: t.collections as string[] };
+    if (hasKey) key.secret = t.key as string; else key.sha256 = (t.key_sha256 as string).toLowerCase();
+    return key;
+  });
+}
+
+function checkUniqueNames(keys: ApiKey[]): void {
+  const seen = new Set<string>();
+  for (const k of keys) {
+    if (seen.has(k.name)) throw new ConfigError('[[api_keys]]', `the name ${k.name} is used twice. Fix: give every key its own name (audit lines use it)`);
+    seen.add(k.name);
+  }
+}
+
+function masterKey(direct: string | undefined, file: string | undefined, cwd: string, insecure: boolean, warnings: string[]): string | null {
+  if (direct !== undefined && file !== undefined) {
+    throw new ConfigError('SVC_ENCRYPTION_KEY', 'both SVC_ENCRYPTION_KEY and SVC_MASTER_KEY_FILE are set. Fix: set exactly one of them');
+  }
+  if (direct === undefined && file === undefined) {
+    if (insecure) {
+      warnings.push('no master key: data is written WITHOUT encryption at rest (SVC_INSECURE=true)');
+      return null;
+    }
+    throw new ConfigError('SVC_ENCRYPTION_KEY', 'no master key. Fix: set SVC_ENCRYPTION_KEY to 64 hex characters (`openssl rand -hex 32`) or SVC_MASTER_KEY_FILE to a file holding them (mode 0600); SVC_INSECURE=true waives this');
+  }
+  let text = direct;
+  const variable = direct !== undefined ? 'SVC_ENCRYPTION_KEY' : 'SVC_MASTER_KEY_FILE';
+  if (file !== undefined) {
+    const path = resolve(cwd, file);
+    try {
+      text = readFileSync(path, 'utf8');
+      if ((statSync(path).mode & 0o077) !== 0) warnings.push(`SVC_MASTER_KEY_FILE ${path} is readable by group or others: chmod 600 it`);
+    } catch (e) {
+      throw new ConfigError('SVC_MASTER_KEY_FILE', `cannot read ${path}: ${(e as Error).message}. Fix: point it at a readable file with 64 hex characters`);
+    }
+  }
+  const key = (text ?? '').trim();
+  // A key given wrongly is refused even when insecure: silently dropping it would turn off the encryption asked for.
+  if (!HEX64.test(key)) throw new ConfigError(variable, 'the master key must be exactly 64 hex characters (256 bits). Fix: `openssl rand -hex 32`');
+  return key.toLowerCase();
+}
+
+function tlsFiles(cert: string | undefined, key: string | undefined, ca: string | undefined, cwd: string, insecure: boolean, warnings: string[]): TlsFiles | null {
+  if ((cert === undefined) !== (key === undefined)) {
+    const missing = cert === undefined ? 'SVC_TLS_CERT' : 'SVC_TLS_KEY';
+    if (!insecure) throw new ConfigError(missing, 'SVC_TLS_CERT and SVC_TLS_KEY must be set together. Fix: set both (PEM chain and private key) or neither');
+    warnings.push(`${missing} is missing: TLS is off (SVC_INSECURE=true)`);
+    cert = key = undefined;
+  }
+  if (cert === undefined || key === undefined) {
+    if (ca !== undefined) {
+      if (!insecure) throw new ConfigError('SVC_TLS_CLIENT_CA', 'client certificates need TLS. Fix: also set SVC_TLS_CERT and SVC_TLS_KEY, or unset SVC_TLS_CLIENT_CA');
+      warnings.push('SVC_TLS_CLIENT_CA is ignored without TLS (SVC_INSECURE=true)');
+    }
+    return null;
+  }
+  const files: TlsFiles = { cert: resolve(cwd, cert), key: resolve(cwd, key), clientCa: ca === undefined ? null : resolve(cwd, ca) };
+  for (const [variable, path] of [['SVC_TLS_CERT', files.cert], ['SVC_TLS_KEY', files.key], ['SVC_TLS_CLIENT_CA', files.clientCa]] as const) {
+    if (path === null) continue;
+    try {
+      readFileSync(path);
+    } catch (e) {
+      throw new ConfigError(variable, `cannot read ${path}: ${(e as Error).message}`);
+    }
+  }
+  return files;
+}
+
+function providerTables(kind: string, v: unknown, env: Readonly<Record<string, string | undefined>>): Record<string, ProviderTable> {
+  if (v === undefined) return {};
+  const out: Record<string, ProviderTable> = {};
+  for (const [collection, table] of Object.entries(asTable(`[${kind}]`, v))) {
+    const t = asTable(`[${kind}.${collection}]`, table);
+    if (typeof t.provider !== 'string') throw new ConfigError(`[${kind}.${collection}].provider`, 'is required');
+    const envName = t.api_key_env;
+    if (envName !== undefined && (typeof envName !== 'string' || !env[envName])) {
+      throw new ConfigError(`[${kind}.${collection}].api_key_env`, `names ${String(envName)}, which is not set. Fix: export ${String(envName)} with the provider's key`);
+    }
+    out[collection] = { ...t };
+  }
+  return out;
+}
+
+function deepFreeze<T>(o: T): T {
+  if (typeof o === 'object' && o !== null && !Object.isFrozen(o)) {
+    Object.freeze(o);
+    for (const v of Object.values(o)) deepFreeze(v);
+  }
+  return o;
+}
