@@ -1,0 +1,188 @@
+import { assert } from '../base/assert.js';
+
+/**
+ * Binary encoding of what the WAL and segments carry. One tag byte first, so new kinds can be added
+ * without touching the old ones; a decoder meeting an unknown tag refuses rather than guessing.
+ * Vectors are raw little-endian f32, payloads UTF-8 JSON, ids UTF-8 with a u16 length.
+ */
+export interface PointRecord {
+  id: string;
+  vector: Float32Array;
+  payload: Record<string, unknown> | null;
+}
+
+export type Op =
+  | { t: 'upsert'; points: PointRecord[] }
+  | { t: 'delete'; ids: string[] };
+
+/** Database-level records, sealed with the master-derived 'db' key. */
+export type DbOp =
+  | { t: 'create_collection'; uid: string; name: string; params: object }
+  | { t: 'drop_collection'; uid: string };
+
+export type AnyOp = Op | DbOp;
+
+const TAG = { upsert: 1, delete: 2, create_collection: 64, drop_collection: 65 } as const;
+const NULL_PAYLOAD = 0xffffffff;
+
+assert(new Uint8Array(new Uint16Array([1]).buffer)[0] === 1, 'svc storage needs a little-endian host');
+
+export class CodecError extends Error {
+  constructor(message: string) {
+    super(`cannot decode record: ${message}`);
+    this.name = 'CodecError';
+  }
+}
+
+class Writer {
+  private buf: Uint8Array;
+  private view: DataView;
+  len = 0;
+
+  constructor(capacity = 256) {
+    this.buf = new Uint8Array(capacity);
+    this.view = new DataView(this.buf.buffer);
+  }
+
+  private need(n: number): void {
+    if (this.len + n <= this.buf.length) return;
+    const next = new Uint8Array(Math.max(this.len + n, this.buf.length * 2));
+    next.set(this.buf.subarray(0, this.len));
+    this.buf = next;
+    this.view = new DataView(next.buffer);
+  }
+
+  u8(v: number): void { this.need(1); this.view.setUint8(this.len, v); this.len += 1; }
+  u16(v: number): void { this.need(2); this.view.setUint16(this.len, v, true); this.len += 2; }
+  u32(v: number): void { this.need(4); this.view.setUint32(this.len, v, true); this.len += 4; }
+  bytes(b: Uint8Array): void { this.need(b.length); this.buf.set(b, this.len); this.len += b.length; }
+
+  str16(s: string): void {
+    const b = Buffer.from(s, 'utf8');
+    assert(b.length <= 0xffff, 'string fits a u16 length');
+    this.u16(b.length);
+    this.bytes(b);
+  }
+
+  blob32(b: Uint8Array): void {
+    this.u32(b.length);
+    this.bytes(b);
+  }
+
+  done(): Uint8Array {
+    return this.buf.slice(0, this.len);
+  }
+}
+
+class Reader {
+  private readonly view: DataView;
+  pos = 0;
+
+  constructor(private readonly buf: Uint8Array) {
+    this.view = new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
+  }
+
+  private need(n: number): void {
+    if (this.pos + n > this.buf.length) throw new CodecError(`truncated at byte ${this.pos}`);
+  }
+
+  u8(): number { this.need(1); return this.view.getUint8(this.pos++); }
+  u16(): number { this.need(2); const v = this.view.getUint16(this.pos, true); this.pos += 2; return v; }
+  u32(): number { this.need(4); const v = this.view.getUint32(this.pos, true); this.pos += 4; return v; }
+  bytes(n: number): Uint8Array { this.need(n); const b = this.buf.subarray(this.pos, this.pos + n); this.pos += n; return b; }
+  str16(): string { return Buffer.from(this.bytes(this.u16())).toString('utf8'); }
+  blob32(): Uint8Array { return this.bytes(this.u32()); }
+
+  end(): void {
+    if (this.pos !== this.buf.length) throw new CodecError(`${this.buf.length - this.pos} trailing bytes`);
+  }
+}
+
+function json(value: unknown): Uint8Array {
+  return Buffer.from(JSON.stringify(value), 'utf8');
+}
+
+function parseJson(bytes: Uint8Array): unknown {
+  try {
+    return JSON.parse(Buffer.from(bytes).toString('utf8'));
+  } catch {
+    throw new CodecError('bad JSON');
+  }
+}
+
+export function encodeOp(op: AnyOp): Uint8Array {
+  const w = new Writer();
+  switch (op.t) {
+    case 'upsert':
+      w.u8(TAG.upsert);
+      w.u32(op.points.length);
+      for (const p of op.points) {
+        w.str16(p.id);
+        w.u32(p.vector.length);
+        w.bytes(new Uint8Array(p.vector.buffer, p.vector.byteOffset, p.vector.byteLength));
+        if (p.payload === null) w.u32(NULL_PAYLOAD);
+        else w.blob32(json(p.payload));
+      }
+      break;
+    case 'delete':
+      w.u8(TAG.delete);
+      w.u32(op.ids.length);
+      for (const id of op.ids) w.str16(id);
+      break;
+    case 'create_collection':
+      w.u8(TAG.create_collection);
+      w.str16(op.uid);
+      w.str16(op.name);
+      w.blob32(json(op.params));
+      break;
+    case 'drop_collection':
+      w.u8(TAG.drop_collection);
+      w.str16(op.uid);
+      break;
+  }
+  return w.done();
+}
+
+export function decodeOp(bytes: Uint8Array): AnyOp {
+  const r = new Reader(bytes);
+  const tag = r.u8();
+  let op: AnyOp;
+  switch (tag) {
+    case TAG.upsert: {
+      const n = r.u32();
+      const points: PointRecord[] = [];
+      for (let i = 0; i < n; i++) {
+        const id = r.str16();
+        const dim = r.u32();
+        const vector = new Float32Array(dim);
+        new Uint8Array(vector.buffer).set(r.bytes(dim * 4));
+        const len = r.u32();
+        const payload = len === NULL_PAYLOAD ? null : (parseJson(r.bytes(len)) as Record<string, unknown>);
+        points.push({ id, vector, payload });
+      }
+      op = { t: 'upsert', points };
+      break;
+    }
+    case TAG.delete: {
+      const n = r.u32();
+      const ids: string[] = [];
+      for (let i = 0; i < n; i++) ids.push(r.str16());
+      op = { t: 'delete', ids };
+      break;
+    }
+    case TAG.create_collection:
+      op = { t: 'create_collection', uid: r.str16(), name: r.str16(), params: parseJson(r.blob32()) as object };
+      break;
+    case TAG.drop_collection:
+      op = { t: 'drop_collection', uid: r.str16() };
+      break;
+    default:
+      throw new CodecError(`unknown tag ${tag}`);
+  }
+  r.end();
+  return op;
+}
+
+export function isDbOp(op: AnyOp): op is DbOp {
+  return op.t === 'create_collection' || op.t === 'drop_collection';
+}
