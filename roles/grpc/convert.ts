@@ -1,0 +1,172 @@
+/**
+ * Messages of proto/svc.proto to and from the service's REST-shaped bodies. Field names are the same
+ * (snake_case on both sides); what changes is only what protobuf cannot say: absent lists, `null`,
+ * bytes. Nothing is validated here: the engine validates every argument, so gRPC and REST refuse the
+ * same bodies with the same messages.
+ */
+import type { CollectionInfo, CollectionParams, FetchQuery, Hit, HybridQuery, PointInput, PointOutput, SearchQuery } from '../../core/base/model.js';
+import type { DatabaseStats, DocumentInput, MultiVectorQuery, SnapshotResult, TextPointInput, TextQuery } from '../../core/service/api.js';
+import type * as pb from '../../proto/gen/svc.js';
+
+/**
+ * A copy without the keys whose value is undefined: an absent optional field stays absent, so the
+ * engine's "unknown or misplaced field" checks and defaults see what a JSON body without it would give.
+ */
+export function defined<T extends object>(o: T): T {
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(o)) if (v !== undefined) out[k] = v;
+  return out as T;
+}
+
+/**
+ * Enumerated REST strings (metric, consistency, ...) stay strings on the wire and reach the engine as
+ * they came, like a JSON body: the engine refuses values outside its unions with invalid_argument.
+ */
+function asBody<T>(o: object): T {
+  return defined(o) as T;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Requests
+
+export function createCollectionParams(r: pb.CreateCollectionRequest): CollectionParams {
+  return asBody<CollectionParams>({
+    name: r.name,
+    dim: r.dim,
+    metric: r.metric,
+    index: r.index,
+    index_params: r.index_params === undefined ? undefined : defined({ ...r.index_params }),
+    quantization: r.quantization,
+    pq_subspaces: r.pq_subspaces,
+    filterable: r.filterable.length > 0 ? r.filterable.map((f) => ({ path: f.path, field_type: f.field_type })) : undefined,
+    multivector: r.multivector,
+    vector_encryption: r.vector_encryption,
+  });
+}
+
+export function pointInput(p: pb.PointInput): PointInput {
+  return defined({ id: p.id, vector: p.vector, payload: p.payload });
+}
+
+/** REST's `vector_b64` is a base64 string: the raw bytes of the message are encoded back to it, so the
+ *  engine checks their length and dimension exactly as it does for REST. */
+export function bulkPointInput(p: pb.BulkPointInput): PointInput | (Omit<PointInput, 'vector'> & { vector_b64: string }) {
+  if (p.vector_b64.length > 0) {
+    return defined({ id: p.id, vector_b64: Buffer.from(p.vector_b64).toString('base64'), payload: p.payload });
+  }
+  return pointInput(p);
+}
+
+export function fetchQuery(r: pb.FetchRequest): FetchQuery {
+  return defined({ filter: r.filter as FetchQuery['filter'], limit: r.limit, cursor: r.cursor, with_vector: r.with_vector });
+}
+
+export function searchQuery(r: pb.SearchRequest): SearchQuery {
+  return asBody<SearchQuery>({
+    vector: r.vector,
+    k: r.k,
+    filter: r.filter as SearchQuery['filter'],
+    ef_search: r.ef_search,
+    with_payload: r.with_payload,
+    with_vector: r.with_vector,
+    consistency: r.consistency,
+  });
+}
+
+/** An empty dense vector means "no dense query"; an absent SparseVector means "no sparse query". */
+export function hybridQuery(r: pb.HybridSearchRequest): HybridQuery {
+  return asBody<HybridQuery>({
+    vector: r.vector.length > 0 ? r.vector : undefined,
+    sparse_indices: r.sparse?.indices,
+    sparse_values: r.sparse?.values,
+    query_text: r.query_text,
+    k: r.k,
+    filter: r.filter as HybridQuery['filter'],
+    ef_search: r.ef_search,
+    rrf_k0: r.rrf_k0,
+    with_payload: r.with_payload,
+    with_vector: r.with_vector,
+    consistency: r.consistency,
+  });
+}
+
+export function textPointInput(p: pb.TextPointInput): TextPointInput {
+  return defined({ id: p.id, text: p.text, payload: p.payload });
+}
+
+export function textQuery(r: pb.SearchTextRequest): TextQuery {
+  return asBody<TextQuery>({
+    text: r.text,
+    k: r.k,
+    filter: r.filter as TextQuery['filter'],
+    rerank: r.rerank,
+    rerank_pool: r.rerank_pool,
+    with_payload: r.with_payload,
+    with_vector: r.with_vector,
+    consistency: r.consistency,
+  });
+}
+
+export function documentInput(d: pb.DocumentInput): DocumentInput {
+  return defined({ id: d.id, vectors: d.vectors.map((v) => v.values), payload: d.payload });
+}
+
+/** `consistency` is carried for every query body (CONTRACT.md section 1), multi-vector included. */
+export function multiVectorQuery(r: pb.SearchMultiVectorRequest): MultiVectorQuery {
+  return asBody<MultiVectorQuery>({
+    vectors: r.vectors.map((v) => v.values),
+    k: r.k,
+    filter: r.filter as MultiVectorQuery['filter'],
+    with_payload: r.with_payload,
+    consistency: r.consistency,
+  });
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Responses
+
+export function collectionInfo(c: CollectionInfo): pb.CollectionInfo {
+  return {
+    name: c.name,
+    dim: c.dim,
+    metric: c.metric,
+    index: c.index,
+    index_params: { ...c.index_params },
+    quantization: c.quantization,
+    pq_subspaces: c.pq_subspaces ?? undefined,
+    filterable: c.filterable.map((f) => ({ path: f.path, field_type: f.field_type })),
+    multivector: c.multivector,
+    vector_encryption: c.vector_encryption ?? undefined,
+    count: c.count,
+    index_state: c.index_state,
+  };
+}
+
+export function point(p: PointOutput): pb.Point {
+  return { id: p.id, vector: p.vector ?? [], payload: p.payload };
+}
+
+export function hit(h: Hit): pb.Hit {
+  return { id: h.id, rank: h.rank, score: h.score, payload: h.payload, vector: h.vector ?? [] };
+}
+
+export function hits(r: { hits: Hit[] }): pb.SearchResponse {
+  return { hits: r.hits.map(hit) };
+}
+
+export function fetchResponse(r: { points: PointOutput[]; next_cursor: string | null }): pb.FetchResponse {
+  return { points: r.points.map(point), next_cursor: r.next_cursor ?? undefined };
+}
+
+export function databaseStats(s: DatabaseStats): pb.DatabaseStats {
+  return {
+    collections: s.collections,
+    total_points: s.total_points,
+    per_collection: s.per_collection.map((p) => ({ name: p.name, count: p.count, index: p.index, index_state: p.index_state })),
+    snapshot_status: { ...s.snapshot_status },
+  };
+}
+
+export function snapshotResponse(s: SnapshotResult): pb.SnapshotResponse {
+  return { name: s.name, path: s.path, manifest_version: s.manifest_version, disk_bytes: s.disk_bytes };
+}
