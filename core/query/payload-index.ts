@@ -18,8 +18,6 @@ interface FieldIndex {
   parts: string[];
   keyword: Map<string, PostingList>;
   numeric: NumericIndex;
-  /** Slots holding more than one indexed value here: while non-zero, `in` and range counts may overcount. */
-  multiValued: number;
 }
 
 export interface PayloadIndexOptions {
@@ -37,7 +35,6 @@ export class PayloadIndex {
         parts: splitPath(f.path),
         keyword: new Map(),
         numeric: new NumericIndex(options.numericBufferMin),
-        multiValued: 0,
       });
     }
   }
@@ -52,11 +49,9 @@ export class PayloadIndex {
           if (list === undefined) f.keyword.set(k, (list = new PostingList()));
           list.add(slot);
         }
-        if (keys.size > 1) f.multiValued++;
       } else {
         const nums = numbersAt(payload, f.parts);
         for (const v of nums) f.numeric.add(v, slot);
-        if (nums.size > 1) f.multiValued++;
       }
     }
   }
@@ -72,11 +67,9 @@ export class PayloadIndex {
           list.remove(slot);
           if (list.size === 0) f.keyword.delete(k);
         }
-        if (keys.size > 1) f.multiValued--;
       } else {
         const nums = numbersAt(payload, f.parts);
         for (const v of nums) f.numeric.remove(v, slot);
-        if (nums.size > 1) f.multiValued--;
       }
     }
   }
@@ -106,7 +99,8 @@ export class PayloadIndex {
 
   /**
    * Estimated number of live slots matching. Exact for one eq/ne/in/range condition on a field whose
-   * values are scalars (and for eq/ne always); combinations assume independent conditions.
+   * values are scalars (and for eq/ne always); where a field holds arrays, in and range count a slot once
+   * per matching element (an upper bound). Combinations assume independent conditions.
    */
   estimate(compiled: CompiledFilter, liveCount: number): number {
     if (liveCount <= 0) return 0;
