@@ -1,0 +1,57 @@
+import type { CallContext, OperationName } from '../../core/service/api.js';
+import type { Service } from '../../core/service/service.js';
+import * as s from './schemas.js';
+
+/**
+ * Every REST route of CONTRACT.md section 1, in one table: the template (also the metrics label), the
+ * service operation (whose role is in core/service/roles.ts), the body schema and the call.
+ */
+export interface RouteRequest {
+  params: Record<string, string>;
+  body: any;
+  query: Record<string, string | undefined>;
+}
+
+export interface RestRoute {
+  method: 'GET' | 'POST' | 'PUT' | 'DELETE';
+  template: string;
+  op: OperationName;
+  status?: number;
+  body?: Record<string, unknown>;
+  query?: Record<string, unknown>;
+  /** The collection the scope check applies to, read before the body is validated. */
+  collection(req: RouteRequest): unknown;
+  call(svc: Service, ctx: CallContext, req: RouteRequest): Promise<unknown>;
+}
+
+const C = '/v1/collections/{name}';
+const byPath = (req: RouteRequest): unknown => req.params.name;
+const none = (): undefined => undefined;
+
+export const REST_ROUTES: readonly RestRoute[] = [
+  { method: 'POST', template: '/v1/collections', op: 'createCollection', status: 201, body: s.createCollectionBody,
+    collection: (r) => (r.body as { name?: unknown } | undefined)?.name, call: (v, c, r) => v.createCollection(c, r.body) },
+  { method: 'GET', template: '/v1/collections', op: 'listCollections', collection: none, call: (v, c) => v.listCollections(c) },
+  { method: 'GET', template: C, op: 'collectionInfo', collection: byPath, call: (v, c, r) => v.collectionInfo(c, r.params.name) },
+  { method: 'DELETE', template: C, op: 'deleteCollection', collection: byPath, call: (v, c, r) => v.deleteCollection(c, r.params.name) },
+  { method: 'PUT', template: `${C}/points`, op: 'upsert', body: s.upsertBody, collection: byPath, call: (v, c, r) => v.upsert(c, r.params.name, r.body) },
+  { method: 'POST', template: `${C}/points:bulk`, op: 'bulkUpsert', body: s.bulkBody, collection: byPath, call: (v, c, r) => v.bulkUpsert(c, r.params.name, r.body) },
+  { method: 'GET', template: `${C}/points/{id}`, op: 'get', query: s.getPointQuery, collection: byPath,
+    call: (v, c, r) => v.get(c, r.params.name, r.params.id, { with_vector: r.query.with_vector === 'true' }) },
+  { method: 'DELETE', template: `${C}/points/{id}`, op: 'delete', collection: byPath, call: (v, c, r) => v.delete(c, r.params.name, r.params.id) },
+  { method: 'POST', template: `${C}/points:fetch`, op: 'fetch', body: s.fetchBody, collection: byPath, call: (v, c, r) => v.fetch(c, r.params.name, r.body ?? {}) },
+  { method: 'POST', template: `${C}/query`, op: 'search', body: s.queryBody, collection: byPath, call: (v, c, r) => v.search(c, r.params.name, r.body) },
+  { method: 'POST', template: `${C}/query/hybrid`, op: 'hybridSearch', body: s.hybridBody, collection: byPath, call: (v, c, r) => v.hybridSearch(c, r.params.name, r.body) },
+  { method: 'POST', template: `${C}/points:text`, op: 'upsertText', body: s.textPointsBody, collection: byPath, call: (v, c, r) => v.upsertText(c, r.params.name, r.body) },
+  { method: 'POST', template: `${C}/query/text`, op: 'searchText', body: s.textQueryBody, collection: byPath, call: (v, c, r) => v.searchText(c, r.params.name, r.body) },
+  { method: 'PUT', template: `${C}/documents`, op: 'upsertDocuments', body: s.documentsBody, collection: byPath, call: (v, c, r) => v.upsertDocuments(c, r.params.name, r.body) },
+  { method: 'POST', template: `${C}/query/multi`, op: 'searchMultiVector', body: s.multiQueryBody, collection: byPath, call: (v, c, r) => v.searchMultiVector(c, r.params.name, r.body) },
+  { method: 'DELETE', template: `${C}/documents/{id}`, op: 'deleteDocument', collection: byPath, call: (v, c, r) => v.deleteDocument(c, r.params.name, r.params.id) },
+  { method: 'GET', template: '/v1/stats', op: 'stats', collection: none, call: (v, c) => v.stats(c) },
+  { method: 'POST', template: '/v1/snapshots', op: 'snapshot', body: s.snapshotBody, collection: none, call: (v, c, r) => v.snapshot(c, r.body) },
+];
+
+/** `/v1/collections/{name}/points:bulk` -> `/v1/collections/:name/points::bulk` (fastify's syntax). */
+export function fastifyPath(template: string): string {
+  return template.replace(/:/g, '::').replace(/\{(\w+)\}/g, ':$1');
+}

@@ -1,0 +1,131 @@
+import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import type { Limits } from '../../core/base/limits.js';
+import { SvcError } from '../../core/base/errors.js';
+import type { CallContext } from '../../core/service/api.js';
+import type { ServiceLogger } from '../../core/service/log.js';
+import type { Service } from '../../core/service/service.js';
+import type { TlsFiles } from '../config.js';
+import { errorReply, toErrorReply, type ErrorReply } from './errors.js';
+import type { PromMetrics } from './metrics.js';
+import { fastifyPath, REST_ROUTES, type RestRoute, type RouteRequest } from './routes.js';
+
+/**
+ * The REST transport: a thin adapter from HTTP to core/service. Authentication runs on request (before the
+ * body is read), role and scope before validation, the operation in the handler; every failure leaves
+ * in the contract's error shape.
+ */
+export interface RestOptions {
+  limits: Limits;
+  metrics: PromMetrics;
+  log: ServiceLogger;
+  /** With TLS: HTTP/2 and HTTP/1.1 by ALPN on one port; with clientCa, a client certificate is required. */
+  tls?: TlsFiles | null;
+}
+
+/** The service arrives when the database is open; until then /v1 answers 503 not_ready. */
+export interface RestState {
+  service: Service | null;
+}
+
+declare module 'fastify' {
+  interface FastifyRequest { svcCtx: CallContext | null }
+  interface FastifyContextConfig { template?: string; route?: RestRoute }
+}
+
+function send(reply: FastifyReply, r: ErrorReply): FastifyReply {
+  return reply.code(r.status).headers(r.headers).send(r.body);
+}
+
+export function buildRestApp(state: RestState, opts: RestOptions): FastifyInstance {
+  const common = {
+    bodyLimit: opts.limits.maxRequestBodyBytes,
+    maxParamLength: 4096,
+    logger: false,
+    genReqId: () => randomUUID(),
+    ajv: { customOptions: { removeAdditional: false, coerceTypes: false, useDefaults: false, allErrors: false } },
+    return503OnClosing: true,
+  } as const;
+  const app = (opts.tls
+    ? Fastify({
+      ...common,
+      http2: true,
+      https: {
+        allowHTTP1: true,
+        cert: readFileSync(opts.tls.cert),
+        key: readFileSync(opts.tls.key),
+        ...(opts.tls.clientCa ? { ca: readFileSync(opts.tls.clientCa), requestCert: true, rejectUnauthorized: true } : {}),
+      },
+    })
+    : Fastify(common)) as unknown as FastifyInstance;
+
+  app.decorateRequest('svcCtx', null);
+
+  // JSON only; an empty body is an empty object (DELETE and GET from clients that always send the header).
+  const json = app.getDefaultJsonParser('error', 'error');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (req, body, done) => {
+    if (body === '') done(null, {});
+    else json(req, body as string, done);
+  });
+
+  app.addHook('onRequest', async (req, reply) => {
+    reply.header('x-request-id', req.id);
+  });
+
+  app.addHook('onResponse', async (req, reply) => {
+    const route = req.routeOptions.config?.template ?? (req.routeOptions.url ? req.routeOptions.url : 'unmatched');
+    opts.metrics.requestFinished({ method: req.method, route }, reply.statusCode, reply.elapsedTime / 1000);
+  });
+
+  app.setErrorHandler((err, req, reply) => {
+    const { reply: r, internal } = toErrorReply(err, opts.limits, req.id);
+    if (internal) {
+      const e = err as Error & { detail?: Record<string, unknown> };
+      opts.log.error({ request_id: req.id, route: req.routeOptions.url, err: e?.message, cause: e?.detail?.cause, stack: e?.stack }, 'internal error');
+    }
+    return send(reply, r);
+  });
+
+  app.setNotFoundHandler((req, reply) => send(reply, errorReply('not_found', `no route ${req.method} ${req.url.split('?')[0]}`)));
+
+  app.get('/healthz', async () => ({ status: 'ok' }));
+  app.get('/readyz', async (_req, reply) => (state.service
+    ? { status: 'ok' }
+    : send(reply, errorReply('not_ready', 'storage is not open yet'))));
+  app.get('/metrics', async (_req, reply) => {
+    reply.header('content-type', opts.metrics.registry.contentType);
+    return opts.metrics.registry.metrics();
+  });
+
+  for (const route of REST_ROUTES) registerRoute(app, state, route);
+  return app;
+}
+
+function registerRoute(app: FastifyInstance, state: RestState, route: RestRoute): void {
+  const serviceOf = (): Service => {
+    if (state.service === null) throw new SvcError('not_ready', 'storage is not open yet');
+    return state.service;
+  };
+  const asRoute = (req: FastifyRequest): RouteRequest => req as unknown as RouteRequest;
+  app.route({
+    method: route.method,
+    url: fastifyPath(route.template),
+    config: { template: route.template, route },
+    schema: { ...(route.body ? { body: route.body } : {}), ...(route.query ? { querystring: route.query } : {}) },
+    onRequest: async (req) => {
+      const svc = serviceOf();
+      const principal = svc.authenticate(req.headers.authorization, { requestId: req.id, remote: req.ip });
+      req.svcCtx = { principal, requestId: req.id, transport: 'rest', remote: req.ip };
+    },
+    preValidation: async (req) => {
+      if (route.body && req.body === undefined) req.body = {};
+      serviceOf().authorize(req.svcCtx!, route.op, route.collection(asRoute(req)));
+    },
+    handler: async (req, reply) => {
+      const result = await route.call(serviceOf(), req.svcCtx!, asRoute(req));
+      reply.code(route.status ?? 200);
+      return result;
+    },
+  });
+}
