@@ -1,6 +1,7 @@
 import { assert } from '../base/assert.js';
 import { SvcError, invalidArgument } from '../base/errors.js';
 import { createKernel, type Kernel } from './kernels/kernel.js';
+import { Wasm, type WasmMemory } from './kernels/wasm-api.js';
 
 const PAGE_BYTES = 65_536;
 const MAGIC = 0x53564353; // "SVCS"
@@ -35,7 +36,7 @@ export interface VectorStoreOptions {
 
 /** What a worker thread needs to re-open the same store: the shared memory (postMessage-able). */
 export interface VectorStoreHandle {
-  memory: WebAssembly.Memory;
+  memory: WasmMemory;
 }
 
 /** Byte offsets of this view's scratch lane: a query, slot ids and distances for batched kernel calls. */
@@ -53,12 +54,12 @@ export interface Lane {
 const roundUp = (n: number, m: number): number => Math.ceil(n / m) * m;
 
 /**
- * Dense, append-only vector slots in a shared WebAssembly.Memory, each padded to a multiple of 4 floats
+ * Dense, append-only vector slots in a shared WasmMemory, each padded to a multiple of 4 floats
  * so the SIMD kernel reads them in place. Layout: a 64-byte header, LANES scratch lanes, then vectors at
  * `vectorsBase + slot * strideBytes`. Normalisation for cosine is the caller's job (see `normalize`).
  */
 export class VectorStore {
-  readonly memory: WebAssembly.Memory;
+  readonly memory: WasmMemory;
   readonly dim: number;
   readonly paddedDim: number;
   readonly strideBytes: number;
@@ -69,7 +70,7 @@ export class VectorStore {
   private readonly header: Int32Array;
   private closed = false;
 
-  private constructor(memory: WebAssembly.Memory, readOnly: boolean, kernel: 'wasm' | 'js') {
+  private constructor(memory: WasmMemory, readOnly: boolean, kernel: 'wasm' | 'js') {
     this.memory = memory;
     this.readOnly = readOnly;
     this.header = new Int32Array(memory.buffer, 0, HEADER_BYTES / 4);
@@ -94,7 +95,7 @@ export class VectorStore {
     if (initialPages > maxPages) {
       throw invalidArgument(`initial store size ${initialBytes} B is above maxBytes ${opts.maxBytes}`);
     }
-    const memory = new WebAssembly.Memory({ initial: initialPages, maximum: maxPages, shared: true });
+    const memory = new Wasm.Memory({ initial: initialPages, maximum: maxPages, shared: true });
     const h = new Int32Array(memory.buffer, 0, HEADER_BYTES / 4);
     h[H_DIM] = dim;
     h[H_PADDED] = paddedDim;

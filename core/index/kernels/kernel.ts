@@ -1,4 +1,5 @@
 import { WASM_BASE64 } from './distance.generated.js';
+import { Wasm, type WasmMemory, type WasmModule } from './wasm-api.js';
 
 /** Lower is better for both: `l2` is squared Euclidean, `ip` is the negative inner product. */
 export type DistanceKind = 'l2' | 'ip';
@@ -24,16 +25,16 @@ export interface KindFns {
  */
 export interface Kernel {
   readonly isWasm: boolean;
-  readonly memory: WebAssembly.Memory;
+  readonly memory: WasmMemory;
   fns(kind: DistanceKind): KindFns;
   readonly touch: TouchFn;
 }
 
-let compiled: WebAssembly.Module | undefined;
+let compiled: WasmModule | undefined;
 
 /** The compiled module, once per thread (it is small, so a synchronous compile is fine). */
-function wasmModule(): WebAssembly.Module {
-  compiled ??= new WebAssembly.Module(Buffer.from(WASM_BASE64, 'base64'));
+function wasmModule(): WasmModule {
+  compiled ??= new Wasm.Module(Buffer.from(WASM_BASE64, 'base64'));
   return compiled;
 }
 
@@ -47,8 +48,8 @@ interface WasmExports {
   touch: TouchFn;
 }
 
-export function wasmKernel(memory: WebAssembly.Memory): Kernel {
-  const instance = new WebAssembly.Instance(wasmModule(), { env: { memory } });
+export function wasmKernel(memory: WasmMemory): Kernel {
+  const instance = new Wasm.Instance(wasmModule(), { env: { memory } });
   const e = instance.exports as unknown as WasmExports;
   const l2: KindFns = { dist: e.l2, batch: e.l2_batch, range: e.l2_range };
   const ip: KindFns = { dist: e.nip, batch: e.nip_batch, range: e.nip_range };
@@ -56,7 +57,7 @@ export function wasmKernel(memory: WebAssembly.Memory): Kernel {
 }
 
 /** The plain TypeScript kernel with the same contract. Views are re-created when the memory grows. */
-export function fallbackKernel(memory: WebAssembly.Memory): Kernel {
+export function fallbackKernel(memory: WasmMemory): Kernel {
   let buf = memory.buffer;
   let f32 = new Float32Array(buf);
   let i32 = new Int32Array(buf);
@@ -103,7 +104,7 @@ export function fallbackKernel(memory: WebAssembly.Memory): Kernel {
 }
 
 /** WASM SIMD when the engine supports it, else the fallback. */
-export function createKernel(memory: WebAssembly.Memory, prefer: 'wasm' | 'js' = 'wasm'): Kernel {
+export function createKernel(memory: WasmMemory, prefer: 'wasm' | 'js' = 'wasm'): Kernel {
   if (prefer === 'wasm' && wasmSupported()) return wasmKernel(memory);
   return fallbackKernel(memory);
 }

@@ -1,0 +1,451 @@
+import { assert } from '../../base/assert.js';
+import { invalidArgument } from '../../base/errors.js';
+import { Prng } from '../../base/prng.js';
+import type { SearchResult } from '../flat.js';
+import { drainAscending, MaxHeap, MinHeap } from '../heap.js';
+import type { BatchFn, DistanceKind, DistFn, TouchFn } from '../kernels/kernel.js';
+import { BATCH_MAX, type VectorStore } from '../vector-store.js';
+
+export interface HnswOptions {
+  /** Links per node on upper levels; level 0 keeps 2m (hnswlib's M). */
+  m: number;
+  efConstruction: number;
+  kind: DistanceKind;
+  seed: number;
+  /** Slots to size the graph for up front (it grows by doubling). */
+  capacity?: number;
+  /** Load each candidate's cache lines before scoring a batch (default true; measured in bench/). */
+  touch?: boolean;
+}
+
+/** The graph as typed arrays over SharedArrayBuffers: posting it to another thread copies nothing. */
+export interface HnswData {
+  m: number;
+  efConstruction: number;
+  kind: DistanceKind;
+  seed: number;
+  entry: number;
+  maxLevel: number;
+  size: number;
+  upperUsed: number;
+  /** capacity * (2m + 1): [count, links...] per slot. */
+  level0: Int32Array;
+  /** Level of each slot, -1 when the slot is not in the graph. */
+  levels: Int8Array;
+  /** Start of each slot's upper-level links in `upper` (levels 1..L, m + 1 ints each). */
+  upperOffset: Int32Array;
+  upper: Int32Array;
+}
+
+const MAX_LEVEL = 30;
+
+function sharedI32(n: number): Int32Array {
+  return new Int32Array(new SharedArrayBuffer(Math.max(1, n) * 4));
+}
+
+/**
+ * HNSW in flat memory, after hnswlib's hnswalg.h: nodes are store slots, level-0 links live in one
+ * Int32Array, upper levels in a compact side array, visited marks are epoch-stamped, heaps are typed
+ * arrays, and each expansion scores all unvisited neighbours in one batched kernel call.
+ */
+export class Hnsw {
+  readonly store: VectorStore;
+  readonly m: number;
+  readonly efConstruction: number;
+  readonly kind: DistanceKind;
+  readonly seed: number;
+  private readonly maxM0: number;
+  private readonly l0Stride: number;
+  private readonly levelMult: number;
+  private readonly prng: Prng;
+  private readonly touchOn: boolean;
+  private entry = -1;
+  private maxLevel = -1;
+  private sizeNodes = 0;
+  private capacityNodes = 0;
+  private level0: Int32Array;
+  private levels: Int8Array;
+  private upperOffset: Int32Array;
+  private upper: Int32Array;
+  private upperUsed = 0;
+  private visited: Uint16Array;
+  private epoch = 0;
+  private readonly top = new MaxHeap(256);
+  private readonly cand = new MinHeap(256);
+  private readonly shrink = new MaxHeap(64);
+  private readonly selected: Int32Array;
+  private orderId = new Int32Array(256);
+  private orderD = new Float32Array(256);
+  private readonly dist: DistFn;
+  private readonly batch: BatchFn;
+  private readonly touchFn: TouchFn;
+
+  constructor(store: VectorStore, opts: HnswOptions) {
+    const { m, efConstruction } = opts;
+    if (!Number.isInteger(m) || m < 2 || 2 * m > BATCH_MAX) throw invalidArgument(`m must be in 2..${BATCH_MAX / 2}, got ${m}`);
+    if (!Number.isInteger(efConstruction) || efConstruction < 1) {
+      throw invalidArgument(`efConstruction must be a positive integer, got ${efConstruction}`);
+    }
+    this.store = store;
+    this.m = m;
+    this.efConstruction = efConstruction;
+    this.kind = opts.kind;
+    this.seed = opts.seed;
+    this.maxM0 = 2 * m;
+    this.l0Stride = 2 * m + 1;
+    this.levelMult = 1 / Math.log(m);
+    this.prng = new Prng(opts.seed);
+    this.touchOn = opts.touch ?? true;
+    const cap = Math.max(16, opts.capacity ?? store.count);
+    this.level0 = sharedI32(cap * this.l0Stride);
+    this.levels = new Int8Array(new SharedArrayBuffer(cap)).fill(-1);
+    this.upperOffset = sharedI32(cap);
+    this.upper = sharedI32(Math.max(64, cap >> 2));
+    this.visited = new Uint16Array(cap);
+    this.capacityNodes = cap;
+    this.selected = new Int32Array(this.maxM0 + 1);
+    const fns = store.kernel.fns(opts.kind);
+    this.dist = fns.dist;
+    this.batch = fns.batch;
+    this.touchFn = store.kernel.touch;
+  }
+
+  /** Nodes in the graph. */
+  get size(): number {
+    return this.sizeNodes;
+  }
+
+  has(slot: number): boolean {
+    return slot >= 0 && slot < this.capacityNodes && this.levels[slot] >= 0;
+  }
+
+  /** Inserts builds the graph one slot at a time (hnswlib's addPoint). */
+  static build(store: VectorStore, slots: Int32Array, opts: HnswOptions): Hnsw {
+    let max = -1;
+    for (let i = 0; i < slots.length; i++) if (slots[i] > max) max = slots[i];
+    const h = new Hnsw(store, { ...opts, capacity: Math.max(opts.capacity ?? 0, max + 1) });
+    for (let i = 0; i < slots.length; i++) h.insert(slots[i]);
+    return h;
+  }
+
+  insert(slot: number): void {
+    assert(slot >= 0 && slot < this.store.count, `slot ${slot} is not in the store`);
+    this.ensureCapacity(slot + 1);
+    assert(this.levels[slot] < 0, `slot ${slot} is already in the graph`);
+    let u = this.prng.next();
+    if (u === 0) u = 1e-12;
+    const level = Math.min(MAX_LEVEL, Math.floor(-Math.log(u) * this.levelMult));
+    this.levels[slot] = level;
+    if (level > 0) {
+      const need = level * (this.m + 1);
+      if (this.upperUsed + need > this.upper.length) {
+        const bigger = sharedI32(Math.max(this.upper.length * 2, this.upperUsed + need));
+        bigger.set(this.upper);
+        this.upper = bigger;
+      }
+      this.upperOffset[slot] = this.upperUsed;
+      this.upper.fill(0, this.upperUsed, this.upperUsed + need);
+      this.upperUsed += need;
+    }
+    this.level0[slot * this.l0Stride] = 0;
+    this.sizeNodes++;
+    if (this.entry < 0) {
+      this.entry = slot;
+      this.maxLevel = level;
+      return;
+    }
+    const q = this.store.offsetOf(slot);
+    let cur = this.entry;
+    let curDist = this.dist(q, this.store.offsetOf(cur), this.store.paddedDim);
+    if (level < this.maxLevel) [cur, curDist] = this.greedy(q, cur, curDist, this.maxLevel, level + 1);
+    for (let l = Math.min(level, this.maxLevel); l >= 0; l--) {
+      this.searchLayer(q, cur, curDist, this.efConstruction, l, undefined);
+      const nSel = this.selectHeuristic(this.top, this.m);
+      this.connect(slot, l, nSel);
+      // hnswlib continues from the closest selected neighbour.
+      cur = this.selected[0];
+      curDist = this.dist(q, this.store.offsetOf(cur), this.store.paddedDim);
+    }
+    if (level > this.maxLevel) {
+      this.entry = slot;
+      this.maxLevel = level;
+    }
+  }
+
+  /**
+   * k nearest accepted slots, nearest first. With `accept` the filter runs inside the traversal:
+   * rejected nodes are still expanded (they keep the graph connected) but never enter the results,
+   * and the search continues until it holds ef accepted nodes or runs out of frontier.
+   */
+  search(query: Float32Array, k: number, ef: number, accept?: (slot: number) => boolean): SearchResult {
+    if (!Number.isInteger(k) || k < 0) throw invalidArgument(`k must be a non-negative integer, got ${k}`);
+    const top = this.top;
+    top.clear();
+    if (this.entry < 0 || k === 0) return drainAscending(top);
+    const q = this.store.loadQuery(query);
+    let cur = this.entry;
+    let curDist = this.dist(q, this.store.offsetOf(cur), this.store.paddedDim);
+    if (this.maxLevel > 0) [cur, curDist] = this.greedy(q, cur, curDist, this.maxLevel, 1);
+    this.searchLayer(q, cur, curDist, Math.max(ef, k), 0, accept);
+    while (top.size > k) top.pop();
+    return drainAscending(top);
+  }
+
+  /** Neighbours of a slot at a level (for tests and diagnostics). */
+  neighbors(slot: number, level = 0): Int32Array {
+    if (!this.has(slot) || this.levels[slot] < level) return new Int32Array(0);
+    const [arr, off] = this.linksAt(slot, level);
+    return arr.slice(off + 1, off + 1 + arr[off]);
+  }
+
+  serialize(): HnswData {
+    return {
+      m: this.m,
+      efConstruction: this.efConstruction,
+      kind: this.kind,
+      seed: this.seed,
+      entry: this.entry,
+      maxLevel: this.maxLevel,
+      size: this.sizeNodes,
+      upperUsed: this.upperUsed,
+      level0: this.level0,
+      levels: this.levels,
+      upperOffset: this.upperOffset,
+      upper: this.upper,
+    };
+  }
+
+  /** Wraps serialized arrays without copying; later inserts continue with a fresh seeded level stream. */
+  static deserialize(store: VectorStore, data: HnswData): Hnsw {
+    const cap = data.levels.length;
+    assert(data.level0.length === cap * (2 * data.m + 1), 'hnsw data: level0 length does not match capacity');
+    assert(data.upperOffset.length === cap, 'hnsw data: upperOffset length does not match capacity');
+    const h = new Hnsw(store, {
+      m: data.m,
+      efConstruction: data.efConstruction,
+      kind: data.kind,
+      seed: (data.seed + data.size) | 0,
+      capacity: 1,
+    });
+    h.level0 = data.level0;
+    h.levels = data.levels;
+    h.upperOffset = data.upperOffset;
+    h.upper = data.upper;
+    h.upperUsed = data.upperUsed;
+    h.entry = data.entry;
+    h.maxLevel = data.maxLevel;
+    h.sizeNodes = data.size;
+    h.capacityNodes = cap;
+    h.visited = new Uint16Array(cap);
+    return h;
+  }
+
+  // --- internals -------------------------------------------------------------------------------
+
+  /** [array, offset of the count word] of a slot's links at a level. */
+  private linksAt(slot: number, level: number): [Int32Array, number] {
+    if (level === 0) return [this.level0, slot * this.l0Stride];
+    return [this.upper, this.upperOffset[slot] + (level - 1) * (this.m + 1)];
+  }
+
+  /** Greedy descent with ef = 1 from level `from` down to level `to`. */
+  private greedy(q: number, cur: number, curDist: number, from: number, to: number): [number, number] {
+    const store = this.store;
+    const { ids, out, idsI32, outF32 } = store.lane;
+    const base = store.vectorsBase;
+    const stride = store.strideBytes;
+    const n = store.paddedDim;
+    const upper = this.upper;
+    const mp1 = this.m + 1;
+    for (let level = from; level >= to; level--) {
+      let changed = true;
+      while (changed) {
+        changed = false;
+        const off = this.upperOffset[cur] + (level - 1) * mp1;
+        const cnt = upper[off];
+        for (let j = 0; j < cnt; j++) idsI32[j] = upper[off + 1 + j];
+        this.batch(q, base, stride, ids, cnt, out, n);
+        for (let j = 0; j < cnt; j++) {
+          if (outF32[j] < curDist) {
+            curDist = outF32[j];
+            cur = idsI32[j];
+            changed = true;
+          }
+        }
+      }
+    }
+    return [cur, curDist];
+  }
+
+  private nextEpoch(): number {
+    if (++this.epoch === 0x10000) {
+      this.visited.fill(0);
+      this.epoch = 1;
+    }
+    return this.epoch;
+  }
+
+  /** Best-first search of one level; leaves up to ef results in `this.top`. */
+  private searchLayer(
+    q: number,
+    ep: number,
+    epDist: number,
+    ef: number,
+    level: number,
+    accept: ((slot: number) => boolean) | undefined,
+  ): void {
+    const store = this.store;
+    const { ids, out, idsI32, outF32 } = store.lane;
+    const base = store.vectorsBase;
+    const stride = store.strideBytes;
+    const n = store.paddedDim;
+    const batch = this.batch;
+    const touch = this.touchOn ? this.touchFn : undefined;
+    const visited = this.visited;
+    const epoch = this.nextEpoch();
+    const top = this.top;
+    const cand = this.cand;
+    top.clear();
+    cand.clear();
+    visited[ep] = epoch;
+    if (!accept || accept(ep)) top.push(epDist, ep);
+    cand.push(epDist, ep);
+    let lowerBound = top.size > 0 ? top.topD() : Infinity;
+    const links = level === 0 ? this.level0 : this.upper;
+    const l0Stride = this.l0Stride;
+    const mp1 = this.m + 1;
+    const upperOffset = this.upperOffset;
+    while (cand.size > 0) {
+      const cd = cand.topD();
+      if (cd > lowerBound && (top.size >= ef || !accept)) break;
+      const c = cand.topId();
+      cand.pop();
+      const off = level === 0 ? c * l0Stride : upperOffset[c] + (level - 1) * mp1;
+      const deg = links[off];
+      let cnt = 0;
+      for (let j = 1; j <= deg; j++) {
+        const nb = links[off + j];
+        if (visited[nb] !== epoch) {
+          visited[nb] = epoch;
+          idsI32[cnt++] = nb;
+        }
+      }
+      if (cnt === 0) continue;
+      if (touch !== undefined && cnt > 1) touch(base, stride, ids, cnt, stride);
+      batch(q, base, stride, ids, cnt, out, n);
+      for (let j = 0; j < cnt; j++) {
+        const d = outF32[j];
+        if (top.size < ef || d < lowerBound) {
+          const nb = idsI32[j];
+          cand.push(d, nb);
+          if (!accept || accept(nb)) {
+            if (top.size < ef) top.push(d, nb);
+            else top.replaceTop(d, nb);
+            lowerBound = top.topD();
+          }
+        }
+      }
+    }
+  }
+
+  /**
+   * hnswlib's getNeighborsByHeuristic2: walk candidates nearest first and keep one only if it is closer
+   * to the base than to every neighbour kept so far. Consumes `heap`; leaves the kept slots, nearest
+   * first, in `this.selected` and returns how many.
+   */
+  private selectHeuristic(heap: MaxHeap, mMax: number): number {
+    const sel = this.selected;
+    const store = this.store;
+    const cnt = heap.size;
+    if (this.orderId.length < cnt) {
+      this.orderId = new Int32Array(cnt * 2);
+      this.orderD = new Float32Array(cnt * 2);
+    }
+    const oId = this.orderId;
+    const oD = this.orderD;
+    for (let i = cnt - 1; i >= 0; i--) {
+      oId[i] = heap.topId();
+      oD[i] = heap.topD();
+      heap.pop();
+    }
+    if (cnt <= mMax) {
+      for (let i = 0; i < cnt; i++) sel[i] = oId[i];
+      return cnt;
+    }
+    const { ids, out, idsI32, outF32 } = store.lane;
+    const base = store.vectorsBase;
+    const stride = store.strideBytes;
+    const n = store.paddedDim;
+    let nSel = 0;
+    for (let i = 0; i < cnt && nSel < mMax; i++) {
+      const e = oId[i];
+      const de = oD[i];
+      let good = true;
+      if (nSel > 0) {
+        this.batch(store.offsetOf(e), base, stride, ids, nSel, out, n);
+        for (let j = 0; j < nSel; j++) {
+          if (outF32[j] < de) {
+            good = false;
+            break;
+          }
+        }
+      }
+      if (good) idsI32[nSel++] = e;
+    }
+    for (let i = 0; i < nSel; i++) sel[i] = idsI32[i];
+    return nSel;
+  }
+
+  /** Links `slot` to the selected neighbours at `level` and back, shrinking full lists heuristically. */
+  private connect(slot: number, level: number, nSel: number): void {
+    const store = this.store;
+    const [arr, off] = this.linksAt(slot, level);
+    // Copy: selectHeuristic below reuses this.selected while shrinking.
+    const chosen = this.selected.slice(0, nSel);
+    arr[off] = nSel;
+    for (let i = 0; i < nSel; i++) arr[off + 1 + i] = chosen[i];
+    const maxM = level === 0 ? this.maxM0 : this.m;
+    const { ids, out, idsI32, outF32 } = store.lane;
+    const base = store.vectorsBase;
+    const stride = store.strideBytes;
+    const n = store.paddedDim;
+    for (let i = 0; i < nSel; i++) {
+      const nb = chosen[i];
+      const [na, no] = this.linksAt(nb, level);
+      const deg = na[no];
+      if (deg < maxM) {
+        na[no + 1 + deg] = slot;
+        na[no] = deg + 1;
+        continue;
+      }
+      for (let j = 0; j < deg; j++) idsI32[j] = na[no + 1 + j];
+      idsI32[deg] = slot;
+      this.batch(store.offsetOf(nb), base, stride, ids, deg + 1, out, n);
+      const heap = this.shrink;
+      heap.clear();
+      for (let j = 0; j <= deg; j++) heap.push(outF32[j], idsI32[j]);
+      const kept = this.selectHeuristic(heap, maxM);
+      na[no] = kept;
+      for (let j = 0; j < kept; j++) na[no + 1 + j] = this.selected[j];
+    }
+    this.selected.set(chosen);
+  }
+
+  private ensureCapacity(slots: number): void {
+    if (slots <= this.capacityNodes) return;
+    const cap = Math.max(slots, this.capacityNodes * 2);
+    const l0 = sharedI32(cap * this.l0Stride);
+    l0.set(this.level0);
+    this.level0 = l0;
+    const lv = new Int8Array(new SharedArrayBuffer(cap)).fill(-1);
+    lv.set(this.levels);
+    this.levels = lv;
+    const uo = sharedI32(cap);
+    uo.set(this.upperOffset);
+    this.upperOffset = uo;
+    const vis = new Uint16Array(cap);
+    vis.set(this.visited);
+    this.visited = vis;
+    this.capacityNodes = cap;
+  }
+}
