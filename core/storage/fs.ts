@@ -53,6 +53,18 @@ export const joinPath = (...parts: string[]): string => nodePath.join(...parts);
 export const dirName = (p: string): string => nodePath.dirname(p);
 export const baseName = (p: string): string => nodePath.basename(p);
 
+/** Creates a directory (and missing parents) durably: each new entry's parent directory is fsynced. */
+export async function mkdirDurable(fs: FileSystem, path: string): Promise<void> {
+  const missing: string[] = [];
+  for (let d = path; (await fs.stat(d)) === null; d = dirName(d)) {
+    missing.unshift(d);
+    if (dirName(d) === d) break;
+  }
+  if (missing.length === 0) return;
+  await fs.mkdir(path);
+  for (const d of missing) await fs.fsyncDir(dirName(d));
+}
+
 /** Writes a whole file durably and atomically: temp file, fsync, rename, fsync of the directory. */
 export async function writeFileAtomic(fs: FileSystem, path: string, data: Uint8Array): Promise<void> {
   const tmp = `${path}.tmp`;

@@ -36,9 +36,9 @@ function fsError(code: string, op: string, path: string): Error {
 type PendingWrite = { k: 'write'; pos: number; bytes: Uint8Array } | { k: 'truncate'; len: number };
 
 class Inode {
-  data = new Uint8Array(0);
+  data: Uint8Array = new Uint8Array(0);
   len = 0;
-  durable = new Uint8Array(0);
+  durable: Uint8Array = new Uint8Array(0);
   pending: PendingWrite[] = [];
 
   ensure(n: number): void {

@@ -1,0 +1,53 @@
+import { crc32 } from 'node:zlib';
+
+/** On-disk format version, bound into every AAD: bump it when any layout changes. */
+export const FORMAT_VERSION = 1;
+
+export function crc(...parts: Uint8Array[]): number {
+  let c = 0;
+  for (const p of parts) c = crc32(p, c);
+  return c >>> 0;
+}
+
+/** Builds an AAD from tagged fields so no two different positions can produce the same bytes. */
+export function aad(kind: string, fields: (string | number)[]): Uint8Array {
+  const parts: Buffer[] = [Buffer.from(`svc/${kind}/v${FORMAT_VERSION}`)];
+  for (const f of fields) {
+    if (typeof f === 'number') {
+      const b = Buffer.alloc(9);
+      b[0] = 0x6e; // 'n'
+      b.writeBigUInt64LE(BigInt(f), 1);
+      parts.push(b);
+    } else {
+      const s = Buffer.from(f, 'utf8');
+      const b = Buffer.alloc(5);
+      b[0] = 0x73; // 's'
+      b.writeUInt32LE(s.length, 1);
+      parts.push(b, s);
+    }
+  }
+  return Buffer.concat(parts);
+}
+
+/** A sequential reader over a file that serves small ranges from one large buffered read. */
+export class ChunkReader {
+  private window: Uint8Array = new Uint8Array(0);
+  private windowStart = 0;
+
+  constructor(
+    private readonly read: (position: number, length: number) => Promise<Uint8Array>,
+    readonly fileBytes: number,
+    private readonly chunkBytes = 1 << 20,
+  ) {}
+
+  /** Bytes [offset, offset + length), shorter only at end of file. */
+  async get(offset: number, length: number): Promise<Uint8Array> {
+    const end = Math.min(offset + length, this.fileBytes);
+    if (offset >= this.windowStart && end <= this.windowStart + this.window.length) {
+      return this.window.subarray(offset - this.windowStart, end - this.windowStart);
+    }
+    this.window = await this.read(offset, Math.max(length, this.chunkBytes));
+    this.windowStart = offset;
+    return this.window.subarray(0, Math.min(length, this.window.length));
+  }
+}
