@@ -1,0 +1,21 @@
+import type { ParseArgsConfig } from 'node:util';
+
+/**
+ * The command registry of `svc`. Extension point: a command is one entry here (`mcp`, `tui` and
+ * `admin import` are added by their owners as `COMMANDS.mcp`, `COMMANDS.tui`, `COMMANDS['admin import']`).
+ * A command's options are node:util parseArgs options; unknown flags are errors with a hint.
+ */
+export interface Command {
+  summary: string;
+  usage: string;
+  options: NonNullable<ParseArgsConfig['options']>;
+  /** Whether the command takes positional arguments (e.g. the FILE of verify-audit). */
+  positionals?: boolean;
+  run(args: { values: Record<string, string | boolean | (string | boolean)[] | undefined>; positionals: string[] }): Promise<number>;
+}
+
+export const COMMANDS: Record<string, Command> = {};
+
+export function registerCommand(name: string, command: Command): void {
+  COMMANDS[name] = command;
+}

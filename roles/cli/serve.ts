@@ -1,0 +1,163 @@
+import { readFileSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import { systemClock } from '../../core/base/clock.js';
+import type { EngineApi } from '../../core/service/api.js';
+import type { AuditSink } from '../../core/service/audit.js';
+import { createService, type Service } from '../../core/service/service.js';
+import { ConfigError, loadConfig, type SvcConfig } from '../config.js';
+import { FileAuditSink } from '../log-audit.js';
+import { createLogs, type Logs } from '../log.js';
+import { createPromMetrics } from '../rest/metrics.js';
+import { buildRestApp, type RestState } from '../rest/server.js';
+import { registerCommand } from './commands.js';
+
+export interface OpenDatabaseOptions {
+  dataDir: string;
+  encryptionKey?: string;
+  insecure?: boolean;
+  limits?: SvcConfig['limits'];
+}
+
+type OpenDatabase = (o: OpenDatabaseOptions) => Promise<EngineApi>;
+
+/** The engine's entry point (core/index.ts), loaded at run time. */
+async function engineOpener(): Promise<OpenDatabase> {
+  const mod = (await import('../../core/index.js' as string)) as { openDatabase: OpenDatabase };
+  return mod.openDatabase;
+}
+
+export interface RunningServer {
+  restPort: number;
+  grpcPort: number | null;
+  service: Service;
+  engine: EngineApi;
+  /** Stop accepting, let requests in flight finish, close the database and the audit log. */
+  close(): Promise<void>;
+}
+
+/**
+ * config -> REST listening (readyz 503) -> openDatabase -> service -> ready, plus gRPC.
+ * `fallbackToFreePort` (demo) binds a free port when the configured one is taken.
+ */
+export async function startServer(config: SvcConfig, logs: Logs, opts: { fallbackToFreePort?: boolean } = {}): Promise<RunningServer> {
+  const log = logs.target('svc');
+  for (const w of config.warnings) (w.includes('SVC_INSECURE') ? log.error.bind(log) : log.warn.bind(log))({ warning: true }, w);
+
+  const metrics = createPromMetrics();
+  const state: RestState = { service: null };
+  const app = buildRestApp(state, { limits: config.limits, metrics, log: logs.target('svc::rest'), tls: config.tls });
+  const listen = async (port: number): Promise<void> => { await app.listen({ host: config.restAddr.host, port }); };
+  try {
+    await listen(config.restAddr.port);
+  } catch (e) {
+    if (!opts.fallbackToFreePort || (e as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw e;
+    await listen(0);
+  }
+  const restPort = (app.server.address() as AddressInfo).port;
+
+  const openDatabase = await engineOpener();
+  const engine = await openDatabase({
+    dataDir: config.dataDir,
+    ...(config.encryptionKey !== null ? { encryptionKey: config.encryptionKey } : { insecure: true }),
+    limits: config.limits,
+  });
+  const fileSink = config.auditLog !== null ? new FileAuditSink(config.auditLog) : null;
+  const audit: AuditSink = fileSink ?? { append: () => undefined };
+  const service = createService(engine, {
+    keys: config.apiKeys, insecure: config.insecure, limits: config.limits, rateLimit: config.rateLimit,
+    audit, clock: systemClock, metrics, log: logs.target('svc::span'),
+  });
+  metrics.setStatsSource(() => engine.stats());
+  state.service = service;
+
+  const grpc = await startGrpc(config, service, logs, metrics, opts.fallbackToFreePort ?? false);
+  log.info({ rest_port: restPort, grpc_port: grpc?.port ?? null, tls: config.tls !== null, data_dir: config.dataDir }, 'svc ready');
+
+  let closing: Promise<void> | null = null;
+  return {
+    restPort, grpcPort: grpc?.port ?? null, service, engine,
+    close() {
+      closing ??= (async () => {
+        await Promise.all([app.close(), grpc?.close()]);
+        await engine.close();
+        fileSink?.close();
+      })();
+      return closing;
+    },
+  };
+}
+
+/** gRPC from roles/grpc, when that module is present (it is built by a colleague alongside). */
+async function startGrpc(config: SvcConfig, service: Service, logs: Logs, metrics: ReturnType<typeof createPromMetrics>, fallback: boolean): Promise<{ port: number; close(): Promise<void> } | null> {
+  let mod: { startGrpcServer?: (o: Record<string, unknown>) => Promise<{ port: number; close(): Promise<void> }> };
+  try {
+    mod = await import('../grpc/server.js' as string);
+  } catch {
+    logs.target('svc').warn({}, 'gRPC transport not available in this build');
+    return null;
+  }
+  if (typeof mod.startGrpcServer !== 'function') return null;
+  const tls = config.tls === null ? undefined : {
+    cert: readFileSync(config.tls.cert), key: readFileSync(config.tls.key),
+    ...(config.tls.clientCa ? { clientCa: readFileSync(config.tls.clientCa) } : {}),
+  };
+  const start = (port: number) => mod.startGrpcServer!({
+    service, address: `${config.grpcAddr.host.includes(':') ? `[${config.grpcAddr.host}]` : config.grpcAddr.host}:${port}`,
+    tls, limits: config.limits, log: logs.target('svc::grpc'), metrics,
+  });
+  try {
+    return await start(config.grpcAddr.port);
+  } catch (e) {
+    if (!fallback) throw e;
+    return start(0);
+  }
+}
+
+/** Exit 0 on SIGTERM/SIGINT after a graceful close; a second signal exits at once. */
+export function closeOnSignals(server: RunningServer, logs: Logs): void {
+  let stopping = false;
+  const onSignal = (signal: string) => {
+    if (stopping) process.exit(1);
+    stopping = true;
+    logs.target('svc').info({ signal }, 'shutting down: finishing requests in flight');
+    server.close().then(() => process.exit(0), (e: unknown) => {
+      logs.target('svc').error({ err: (e as Error).message }, 'shutdown failed');
+      process.exit(1);
+    });
+  };
+  process.on('SIGTERM', () => onSignal('SIGTERM'));
+  process.on('SIGINT', () => onSignal('SIGINT'));
+}
+
+/** Loads the config or prints the refusal; returns null after printing. */
+export function configOrRefusal(env: NodeJS.ProcessEnv, defaultFile: string | null = 'svc.toml'): SvcConfig | null {
+  try {
+    return loadConfig(env, { defaultFile });
+  } catch (e) {
+    if (e instanceof ConfigError) {
+      process.stderr.write(`svc: refusing to start: ${e.message}\n`);
+      return null;
+    }
+    throw e;
+  }
+}
+
+registerCommand('serve', {
+  summary: 'run the server (REST on SVC_REST_ADDR, gRPC on SVC_GRPC_ADDR) from the environment and svc.toml',
+  usage: 'svc serve [--config FILE]',
+  options: { config: { type: 'string', short: 'c' } },
+  async run({ values }) {
+    const env = typeof values.config === 'string' ? { ...process.env, SVC_CONFIG: values.config } : process.env;
+    const config = configOrRefusal(env);
+    if (config === null) return 2;
+    const logs = createLogs(config.logFilter);
+    try {
+      const server = await startServer(config, logs);
+      closeOnSignals(server, logs);
+      return -1; // keep running
+    } catch (e) {
+      logs.target('svc').error({ err: (e as Error).message, code: (e as { code?: string }).code }, 'svc failed to start');
+      return 1;
+    }
+  },
+});
