@@ -327,9 +327,9 @@ export class Wal {
 
   /**
    * Every retained record from `seq` up to the last durable one at the time of the call, in order.
-   * Bodies are opened with the keyring; a body whose key is gone comes back null.
+   * Bodies are opened with the keyring; a body whose key is gone comes back null. `keyIds` skips others.
    */
-  async *readFrom(seq: number): AsyncIterable<WalRecord> {
+  async *readFrom(seq: number, opts: { keyIds?: ReadonlySet<string> } = {}): AsyncIterable<WalRecord> {
     const first = this.firstRetainedSeq;
     if (seq < first) {
       throw new SvcError('not_found', `seq ${seq} is no longer retained (first retained seq is ${first})`, { firstRetainedSeq: first });
@@ -347,6 +347,7 @@ export class Wal {
         for await (const r of scanFrames(h, path, f.firstSeq, false, f.bytes)) {
           if (r.seq < seq) continue;
           if (r.seq > limit) break;
+          if (opts.keyIds !== undefined && !opts.keyIds.has(r.keyId)) continue;
           yield { seq: r.seq, keyId: r.keyId, body: this.openBody(r, path) };
         }
       } finally {

@@ -1,0 +1,72 @@
+import type { Sealer } from '../crypto/sealer.js';
+import { StorageCorruption } from './errors.js';
+import { FORMAT_VERSION, aad, crc } from './format.js';
+import { writeFileAtomic, type FileSystem } from './fs.js';
+
+/**
+ * The manifest: which collections exist, their wrapped data keys, segment lists and checkpoint seqs.
+ * Sealed with a master-derived key, replaced atomically (temp, fsync, rename, fsync dir).
+ */
+export interface SegmentRef {
+  id: number;
+  bytes: number;
+  records: number;
+}
+
+export interface CollectionEntry {
+  uid: string;
+  name: string;
+  /** Opaque JSON from the collection layer. */
+  params: object;
+  /** base64 of the data key sealed under the master key; null in insecure mode. */
+  wrapped_key: string | null;
+  segments: SegmentRef[];
+  next_segment_id: number;
+  /** WAL records of this collection at or below this seq are in its segments. */
+  checkpoint_seq: number;
+}
+
+export interface Manifest {
+  manifest_version: number;
+  format_version: number;
+  collections: CollectionEntry[];
+}
+
+const MAGIC = Buffer.from('SVCMAN\0\x01', 'latin1');
+const HEADER_BYTES = 16;
+const manifestAad = () => aad('manifest', []);
+
+function header(): Buffer {
+  const b = Buffer.alloc(HEADER_BYTES);
+  MAGIC.copy(b, 0);
+  b.writeUInt32LE(FORMAT_VERSION, 8);
+  b.writeUInt32LE(crc(b.subarray(0, 12)), 12);
+  return b;
+}
+
+export function encodeManifest(m: Manifest, sealer: Sealer): Uint8Array {
+  return Buffer.concat([header(), sealer.seal(Buffer.from(JSON.stringify(m)), manifestAad())]);
+}
+
+export async function loadManifest(fs: FileSystem, path: string, sealer: Sealer): Promise<Manifest> {
+  const bytes = Buffer.from(await fs.readFile(path));
+  if (bytes.length < HEADER_BYTES || !bytes.subarray(0, HEADER_BYTES).equals(header())) {
+    throw new StorageCorruption(path, 0, 'bad manifest header');
+  }
+  let plain: Uint8Array;
+  try {
+    plain = sealer.open(bytes.subarray(HEADER_BYTES), manifestAad());
+  } catch {
+    throw new StorageCorruption(path, HEADER_BYTES, 'manifest failed authentication');
+  }
+  const m = JSON.parse(Buffer.from(plain).toString('utf8')) as Manifest;
+  if (m.format_version !== FORMAT_VERSION) throw new StorageCorruption(path, HEADER_BYTES, `unsupported format version ${m.format_version}`);
+  return m;
+}
+
+/** Returns the file's size in bytes. */
+export async function saveManifest(fs: FileSystem, path: string, sealer: Sealer, m: Manifest): Promise<number> {
+  const bytes = encodeManifest(m, sealer);
+  await writeFileAtomic(fs, path, bytes);
+  return bytes.length;
+}
