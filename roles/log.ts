@@ -43,7 +43,7 @@ export function createLogs(spec: string, destination: NodeJS.WritableStream | nu
   const order: LevelWithSilent[] = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'];
   const lowest = order.find((l) => levels.includes(l)) ?? 'info';
   const dest = typeof destination === 'number' ? pino.destination({ fd: destination, sync: true }) : destination;
-  const root = pino({ level: lowest, base: { target: 'svc' }, timestamp: pino.stdTimeFunctions.isoTime }, dest);
+  const root = pino({ level: lowest, base: {}, timestamp: pino.stdTimeFunctions.isoTime }, dest);
   const cache = new Map<string, Logger>();
   const levelOf = (name: string): LevelWithSilent => {
     // The longest configured target that is a prefix of the name wins (svc matches svc::audit).

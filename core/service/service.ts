@@ -29,6 +29,8 @@ export interface ServiceOptions {
   clock: Clock;
   metrics: Metrics;
   log: ServiceLogger;
+  /** Where audit records go as log events (target `svc::audit`); defaults to `log` with that target field. */
+  auditLog?: ServiceLogger;
   /** Defaults to spans written to `log` at debug level. */
   tracer?: Tracer;
 }
@@ -83,7 +85,8 @@ export function createService(engine: EngineApi, opts: ServiceOptions): Service 
     } catch (e) {
       opts.log.error({ target: 'svc::audit', err: e instanceof Error ? e.message : String(e) }, 'audit sink failed');
     }
-    opts.log.info({ target: 'svc::audit', ...record }, 'audit');
+    if (opts.auditLog) opts.auditLog.info(record, 'audit');
+    else opts.log.info({ target: 'svc::audit', ...record }, 'audit');
   }
 
   function deny(ctx: CallContext, op: string, resource: string, err: SvcError): never {

@@ -16,6 +16,7 @@ export interface OpenDatabaseOptions {
   encryptionKey?: string;
   insecure?: boolean;
   limits?: SvcConfig['limits'];
+  snapshotDir?: string;
 }
 
 type OpenDatabase = (o: OpenDatabaseOptions) => Promise<EngineApi>;
@@ -55,22 +56,14 @@ export async function startServer(config: SvcConfig, logs: Logs, opts: { fallbac
   }
   const restPort = (app.server.address() as AddressInfo).port;
 
-  const openDatabase = await engineOpener();
-  const engine = await openDatabase({
-    dataDir: config.dataDir,
-    ...(config.encryptionKey !== null ? { encryptionKey: config.encryptionKey } : { insecure: true }),
-    limits: config.limits,
-  });
-  const fileSink = config.auditLog !== null ? new FileAuditSink(config.auditLog) : null;
-  const audit: AuditSink = fileSink ?? { append: () => undefined };
-  const service = createService(engine, {
-    keys: config.apiKeys, insecure: config.insecure, limits: config.limits, rateLimit: config.rateLimit,
-    audit, clock: systemClock, metrics, log: logs.target('svc::span'),
-  });
-  metrics.setStatsSource(() => engine.stats());
-  state.service = service;
-
-  const grpc = await startGrpc(config, service, logs, metrics, opts.fallbackToFreePort ?? false);
+  let ready: { engine: EngineApi; service: Service; fileSink: FileAuditSink | null; grpc: { port: number; close(): Promise<void> } | null };
+  try {
+    ready = await openAndServe(config, logs, metrics, state, opts.fallbackToFreePort ?? false);
+  } catch (e) {
+    await app.close();
+    throw e;
+  }
+  const { engine, service, fileSink, grpc } = ready;
   log.info({ rest_port: restPort, grpc_port: grpc?.port ?? null, tls: config.tls !== null, data_dir: config.dataDir }, 'svc ready');
 
   let closing: Promise<void> | null = null;
@@ -85,6 +78,33 @@ export async function startServer(config: SvcConfig, logs: Logs, opts: { fallbac
       return closing;
     },
   };
+}
+
+async function openAndServe(config: SvcConfig, logs: Logs, metrics: ReturnType<typeof createPromMetrics>, state: RestState, fallback: boolean) {
+  const openDatabase = await engineOpener();
+  const engine = await openDatabase({
+    dataDir: config.dataDir,
+    ...(config.encryptionKey !== null ? { encryptionKey: config.encryptionKey } : { insecure: true }),
+    limits: config.limits,
+    ...(config.snapshotDir !== null ? { snapshotDir: config.snapshotDir } : {}),
+  });
+  const fileSink = config.auditLog !== null ? new FileAuditSink(config.auditLog) : null;
+  const audit: AuditSink = fileSink ?? { append: () => undefined };
+  const service = createService(engine, {
+    keys: config.apiKeys, insecure: config.insecure, limits: config.limits, rateLimit: config.rateLimit,
+    audit, auditLog: logs.target('svc::audit'), clock: systemClock, metrics, log: logs.target('svc::span'),
+  });
+  metrics.setStatsSource(() => engine.stats());
+  state.service = service;
+  try {
+    const grpc = await startGrpc(config, service, logs, metrics, fallback);
+    return { engine, service, fileSink, grpc };
+  } catch (e) {
+    state.service = null;
+    await engine.close();
+    fileSink?.close();
+    throw e;
+  }
 }
 
 /** gRPC from roles/grpc, when that module is present (it is built by a colleague alongside). */
