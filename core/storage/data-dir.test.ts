@@ -1,0 +1,217 @@
+import { describe, expect, it } from 'vitest';
+import { Prng } from '../base/prng.js';
+import { SvcError } from '../base/errors.js';
+import { FaultyFileSystem, SimulatedCrash } from '../testing/faulty-fs.js';
+import { XChaChaSealer } from '../crypto/sealer.js';
+import { deriveKey, parseMasterKeyHex, unwrapDataKey } from '../crypto/keys.js';
+import { loadManifest } from './manifest.js';
+import { DataDir, type ReplayRecord } from './data-dir.js';
+import { StorageCorruption } from './errors.js';
+import type { Op } from './codec.js';
+
+const KEY = parseMasterKeyHex('11'.repeat(32));
+const quiet = () => {};
+const up = (id: string, x = 1): Op => ({ t: 'upsert', points: [{ id, vector: new Float32Array([x, 2, 3]), payload: { id } }] });
+
+async function all<T>(it: AsyncIterable<T>): Promise<T[]> {
+  const out: T[] = [];
+  for await (const x of it) out.push(x);
+  return out;
+}
+
+/** What a collection layer would rebuild: segment ops then WAL ops after the checkpoint. */
+async function idsOf(d: DataDir, uid: string, replay: ReplayRecord[]): Promise<Set<string>> {
+  const ids = new Set<string>();
+  const apply = (op: Op) => {
+    if (op.t === 'upsert') op.points.forEach((p) => ids.add(p.id));
+    else op.ids.forEach((i) => ids.delete(i));
+  };
+  for await (const op of d.readCollection(uid)) apply(op);
+  for (const r of replay) if (r.uid === uid && (r.op.t === 'upsert' || r.op.t === 'delete')) apply(r.op);
+  return ids;
+}
+
+describe.each([['encrypted', KEY], ['insecure', null]] as const)('DataDir (%s)', (_mode, masterKey) => {
+  it('creates, appends, checkpoints, compacts, replays and reopens', async () => {
+    const fs = new FaultyFileSystem(1);
+    let d = await DataDir.open(fs, '/data', { masterKey, log: quiet, segmentBytesMax: 300 });
+    const v0 = d.stats().manifest_version;
+    const { uid } = await d.createCollection('docs', { dim: 3 });
+    expect(d.stats().manifest_version).toBe(v0 + 1);
+    await expect(d.createCollection('docs', {})).rejects.toMatchObject({ code: 'already_exists' });
+    const seqs = await Promise.all(['a', 'b', 'c'].map((id) => d.append(uid, up(id))));
+    expect(seqs).toEqual([seqs[0], seqs[0] + 1, seqs[0] + 2]);
+    await d.checkpoint(uid, [up('a'), up('b'), up('c')], seqs[2], { replaceAll: false });
+    await d.append(uid, { t: 'delete', ids: ['b'] });
+    await d.append(uid, up('d'));
+    await d.close();
+
+    d = await DataDir.open(fs, '/data', { masterKey, log: quiet, segmentBytesMax: 300 });
+    expect(d.collections()).toEqual([{ uid, name: 'docs', params: { dim: 3 }, checkpointSeq: seqs[2] }]);
+    const replay = await all(d.replay());
+    expect(replay.map((r) => r.op.t)).toEqual(['delete', 'upsert']);
+    expect([...(await idsOf(d, uid, replay))].sort()).toEqual(['a', 'c', 'd']);
+    // Compaction: the whole state replaces the segments; old segment files and old WAL files go.
+    for (let i = 0; i < 20; i++) await d.append(uid, up(`e${i}`));
+    const last = d.lastSeq;
+    const state = [...(await idsOf(d, uid, await all(d.replay())))].sort().map((id) => up(id));
+    await d.checkpoint(uid, state, last, { replaceAll: true });
+    expect(fs.listFiles().filter((f) => f.includes('/collections/'))).toHaveLength(1);
+    expect(d.log.firstRetainedSeq).toBeGreaterThan(seqs[2]);
+    expect(await all(d.replay())).toEqual([]);
+    expect((await idsOf(d, uid, [])).size).toBe(23);
+    expect(d.stats().disk_bytes).toBe(fs.listFiles().reduce((s, f) => s + fs.peek(f).length, 0));
+    await d.close();
+  });
+
+  it('takes a snapshot that opens as a data directory with the same state', async () => {
+    const fs = new FaultyFileSystem(2);
+    const d = await DataDir.open(fs, '/data', { masterKey, log: quiet });
+    const { uid } = await d.createCollection('c', {});
+    await d.append(uid, up('x'));
+    await d.checkpoint(uid, [up('x')], d.lastSeq, { replaceAll: true });
+    await d.append(uid, up('y'));
+    const snap = await d.snapshot('/snaps/s1');
+    expect(snap.manifest_version).toBe(d.stats().manifest_version);
+    await d.append(uid, up('z'));
+    await expect(d.snapshot('/snaps/s1')).rejects.toMatchObject({ code: 'already_exists' });
+    await d.close();
+    const s = await DataDir.open(fs, '/snaps/s1', { masterKey, log: quiet });
+    expect(s.collections().map((c) => c.name)).toEqual(['c']);
+    expect([...(await idsOf(s, uid, await all(s.replay())))].sort()).toEqual(['x', 'y']);
+    expect(s.stats().disk_bytes).toBe(snap.disk_bytes);
+    await s.close();
+  });
+});
+
+describe('DataDir keys', () => {
+  it('makes a wrong, missing or unexpected master key a clear error', async () => {
+    const fs = new FaultyFileSystem(3);
+    await (await DataDir.open(fs, '/enc', { masterKey: KEY, log: quiet })).close();
+    await (await DataDir.open(fs, '/plain', { masterKey: null, log: quiet })).close();
+    await expect(DataDir.open(fs, '/enc', { masterKey: parseMasterKeyHex('22'.repeat(32)), log: quiet }))
+      .rejects.toThrow('the master key does not open this data directory');
+    await expect(DataDir.open(fs, '/enc', { masterKey: null, log: quiet })).rejects.toThrow(/encrypted: open it with its master key/);
+    await expect(DataDir.open(fs, '/plain', { masterKey: KEY, log: quiet })).rejects.toThrow(/insecure mode/);
+    const err = await DataDir.open(fs, '/enc', { masterKey: parseMasterKeyHex('22'.repeat(32)), log: quiet }).catch((e) => e);
+    expect(err).toBeInstanceOf(SvcError);
+    expect(err).not.toBeInstanceOf(StorageCorruption);
+    await fs.mkdir('/other');
+    const h = await fs.open('/other/notes.txt', 'create');
+    await h.close();
+    await expect(DataDir.open(fs, '/other', { masterKey: KEY, log: quiet })).rejects.toThrow(/not an svc data directory/);
+  });
+
+  it('crypto-shreds a dropped collection: its key is in no file and its WAL records no longer open', async () => {
+    const fs = new FaultyFileSystem(4);
+    let d = await DataDir.open(fs, '/data', { masterKey: KEY, log: quiet });
+    const keep = await d.createCollection('keep', {});
+    const gone = await d.createCollection('gone', {});
+    await d.append(gone.uid, up('secret-point'));
+    await d.append(keep.uid, up('k'));
+    const m = await loadManifest(fs, '/data/manifest', new XChaChaSealer(deriveKey(KEY, 'manifest')));
+    const wrapped = Buffer.from(m.collections.find((c) => c.uid === gone.uid)!.wrapped_key!, 'base64');
+    const dataKey = Buffer.from(unwrapDataKey(KEY, wrapped, gone.uid));
+    const before = (await all(d.log.readFrom(1))).find((r) => r.keyId === gone.uid)!;
+    expect(before.body).not.toBeNull();
+    await d.dropCollection(gone.uid);
+    await d.close();
+
+    for (const f of fs.listFiles()) {
+      const bytes = Buffer.from(fs.peek(f));
+      expect(bytes.includes(wrapped), f).toBe(false);
+      expect(bytes.includes(dataKey), f).toBe(false);
+      expect(bytes.includes(Buffer.from('secret-point')), f).toBe(false);
+    }
+    const after = await loadManifest(fs, '/data/manifest', new XChaChaSealer(deriveKey(KEY, 'manifest')));
+    expect(after.collections.map((c) => c.uid)).toEqual([keep.uid]);
+    d = await DataDir.open(fs, '/data', { masterKey: KEY, log: quiet });
+    const rec = (await all(d.log.readFrom(d.log.firstRetainedSeq))).filter((r) => r.keyId === gone.uid);
+    expect(rec.every((r) => r.body === null)).toBe(true);
+    expect((await all(d.replay())).filter((r) => r.uid === gone.uid && r.op.t === 'upsert')).toEqual([]);
+    await d.close();
+  });
+
+  it('detects every single-bit flip of the manifest and of svc.meta', async () => {
+    const fs = new FaultyFileSystem(5);
+    fs.yieldEachOp = false;
+    const d = await DataDir.open(fs, '/data', { masterKey: KEY, log: quiet });
+    await d.createCollection('c', { dim: 2 });
+    await d.close();
+    for (const file of ['/data/manifest', '/data/svc.meta']) {
+      const bits = fs.peek(file).length * 8;
+      let refused = 0;
+      for (let bit = 0; bit < bits; bit += 1) {
+        fs.flipBit(file, bit);
+        const r = await DataDir.open(fs, '/data', { masterKey: KEY, log: quiet }).then((x) => x.close().then(() => 'opened'), (e) => e);
+        if (r instanceof StorageCorruption) refused++;
+        fs.flipBit(file, bit);
+      }
+      expect(refused, file).toBe(bits);
+    }
+  });
+});
+
+describe('DataDir under simulated power loss', () => {
+  it('keeps every acknowledged write and always reopens, at 220 crash points', async () => {
+    let crashedAfterAcks = 0;
+    for (let point = 0; point < 220; point++) {
+      const seed = 5000 + point;
+      const fs = new FaultyFileSystem(seed);
+      const prng = new Prng(seed);
+      const opts = { masterKey: point % 4 === 3 ? null : KEY, log: quiet, segmentBytesMax: 500 };
+      const ackedIds = new Map<string, Set<string>>(); // uid -> ids
+      const names = new Map<string, string>();
+      const dropped = new Set<string>();
+      fs.crashAfter(5 + (point % 110), {});
+      try {
+        const d = await DataDir.open(fs, '/data', opts);
+        let uids: string[] = [];
+        for (let round = 0; round < 12; round++) {
+          const action = prng.int(10);
+          if (uids.length === 0 || action === 0) {
+            const name = `c${round}`;
+            const { uid } = await d.createCollection(name, { round });
+            names.set(uid, name);
+            ackedIds.set(uid, new Set());
+            uids.push(uid);
+          } else if (action === 1 && uids.length > 1) {
+            const uid = uids[prng.int(uids.length)];
+            await d.dropCollection(uid);
+            dropped.add(uid);
+            uids = uids.filter((u) => u !== uid);
+          } else if (action === 2) {
+            const uid = uids[prng.int(uids.length)];
+            const ids = [...ackedIds.get(uid)!].sort();
+            await d.checkpoint(uid, ids.map((id) => up(id)), d.lastSeq, { replaceAll: prng.int(2) === 0 });
+          } else {
+            await Promise.all(Array.from({ length: 1 + prng.int(5) }, (_, i) => {
+              const uid = uids[prng.int(uids.length)];
+              const id = `r${round}i${i}`;
+              return d.append(uid, up(id)).then(() => ackedIds.get(uid)!.add(id));
+            }));
+          }
+        }
+      } catch (e) {
+        if (!(e instanceof SimulatedCrash)) throw new Error(`seed ${seed}: ${String(e)}`);
+      }
+      if (fs.crashed && [...ackedIds.values()].some((s) => s.size > 0)) crashedAfterAcks++;
+      if (!fs.crashed) fs.crash();
+      fs.restart();
+      const d = await DataDir.open(fs, '/data', opts).catch((e) => { throw new Error(`seed ${seed}: reopen failed: ${String(e)}`); });
+      const live = new Map(d.collections().map((c) => [c.uid, c.name]));
+      const replay = await all(d.replay());
+      for (const [uid, ids] of ackedIds) {
+        if (dropped.has(uid)) {
+          expect(live.has(uid), `seed ${seed}: dropped ${uid} is back`).toBe(false);
+          continue;
+        }
+        expect(live.get(uid), `seed ${seed}: acknowledged collection ${uid}`).toBe(names.get(uid));
+        const got = await idsOf(d, uid, replay);
+        for (const id of ids) expect(got.has(id), `seed ${seed}: ${uid}/${id}`).toBe(true);
+      }
+      await d.close();
+    }
+    expect(crashedAfterAcks).toBeGreaterThan(100);
+  });
+});
