@@ -215,7 +215,11 @@ export interface FetchRequest {
     | undefined;
   /** The `next_cursor` of the previous page. */
   cursor?: string | undefined;
-  with_vector?: boolean | undefined;
+  with_vector?:
+    | boolean
+    | undefined;
+  /** `eventual` (default) or `strong`. */
+  consistency?: string | undefined;
 }
 
 export interface FetchResponse {
@@ -2175,7 +2179,14 @@ export const DeletePointResponse: MessageFns<DeletePointResponse> = {
 };
 
 function createBaseFetchRequest(): FetchRequest {
-  return { collection: "", filter: undefined, limit: undefined, cursor: undefined, with_vector: undefined };
+  return {
+    collection: "",
+    filter: undefined,
+    limit: undefined,
+    cursor: undefined,
+    with_vector: undefined,
+    consistency: undefined,
+  };
 }
 
 export const FetchRequest: MessageFns<FetchRequest> = {
@@ -2194,6 +2205,9 @@ export const FetchRequest: MessageFns<FetchRequest> = {
     }
     if (message.with_vector !== undefined) {
       writer.uint32(40).bool(message.with_vector);
+    }
+    if (message.consistency !== undefined) {
+      writer.uint32(50).string(message.consistency);
     }
     return writer;
   },
@@ -2251,6 +2265,14 @@ export const FetchRequest: MessageFns<FetchRequest> = {
             message.with_vector = reader.bool();
             continue;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.consistency = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -2273,6 +2295,7 @@ export const FetchRequest: MessageFns<FetchRequest> = {
     message.limit = object.limit ?? undefined;
     message.cursor = object.cursor ?? undefined;
     message.with_vector = object.with_vector ?? undefined;
+    message.consistency = object.consistency ?? undefined;
     return message;
   },
 };

@@ -9,7 +9,10 @@ function wire<T>(fns: { encode(m: T): { finish(): Uint8Array }; decode(b: Uint8A
   return fns.decode(fns.encode(m).finish());
 }
 
-const jsonObject = fc.dictionary(fc.string(), fc.jsonValue({ maxDepth: 3 }), { maxKeys: 6 }) as fc.Arbitrary<Record<string, unknown>>;
+// The Struct decoder drops `__proto__` keys (see validate.test.ts): the round trip is about every other key.
+const key = fc.string().filter((k) => k !== '__proto__');
+const jsonObject = fc.dictionary(key, fc.jsonValue({ maxDepth: 3 }), { maxKeys: 6 })
+  .filter((o) => !JSON.stringify(o).includes('"__proto__"')) as fc.Arbitrary<Record<string, unknown>>;
 const f32 = (xs: number[]): number[] => Array.from(Float32Array.from(xs));
 
 describe('requests from the wire', () => {
@@ -85,7 +88,7 @@ describe('responses to the wire', () => {
       got.hits.forEach((h, i) => {
         expect(h.id).toBe(hits[i].id);
         expect(h.rank).toBe(hits[i].rank);
-        expect(h.score).toBe(hits[i].score);
+        expect(h.score).toBe(hits[i].score + 0); // proto3 does not send a zero, so -0 arrives as 0 (as in JSON)
         expect(h.payload).toEqual(hits[i].payload);
         expect(h.vector).toEqual(f32(hits[i].vector ?? []));
       });

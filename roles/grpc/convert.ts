@@ -7,6 +7,8 @@
 import type { CollectionInfo, CollectionParams, FetchQuery, Hit, HybridQuery, PointInput, PointOutput, SearchQuery } from '../../core/base/model.js';
 import type { DatabaseStats, DocumentInput, MultiVectorQuery, SnapshotResult, TextPointInput, TextQuery } from '../../core/service/api.js';
 import type * as pb from '../../proto/gen/svc.js';
+import * as schemas from '../rest/schemas.js';
+import { checkBody } from './validate.js';
 
 /**
  * A copy without the keys whose value is undefined: an absent optional field stays absent, so the
@@ -19,18 +21,19 @@ export function defined<T extends object>(o: T): T {
 }
 
 /**
- * Enumerated REST strings (metric, consistency, ...) stay strings on the wire and reach the engine as
- * they came, like a JSON body: the engine refuses values outside its unions with invalid_argument.
+ * The REST body a request converts to, checked against the REST route's JSON schema: enumerated strings
+ * (metric, consistency, ...) and everything else the schema says are refused with the same
+ * invalid_argument message as REST. Deep checks (dimension, limits, filter shape) are the engine's.
  */
-function asBody<T>(o: object): T {
-  return defined(o) as T;
+function asBody<T>(schema: Record<string, unknown>, o: object): T {
+  return checkBody<T>(schema, defined(o));
 }
 
 // ---------------------------------------------------------------------------------------------------
 // Requests
 
 export function createCollectionParams(r: pb.CreateCollectionRequest): CollectionParams {
-  return asBody<CollectionParams>({
+  return asBody<CollectionParams>(schemas.createCollectionBody, {
     name: r.name,
     dim: r.dim,
     metric: r.metric,
@@ -58,14 +61,16 @@ export function bulkPointInput(p: pb.BulkPointInput): PointInput | (Omit<PointIn
 }
 
 export function fetchQuery(r: pb.FetchRequest): FetchQuery {
-  return defined({ filter: r.filter as FetchQuery['filter'], limit: r.limit, cursor: r.cursor, with_vector: r.with_vector });
+  return asBody<FetchQuery>(schemas.fetchBody, {
+    filter: r.filter, limit: r.limit, cursor: r.cursor, with_vector: r.with_vector, consistency: r.consistency,
+  });
 }
 
 export function searchQuery(r: pb.SearchRequest): SearchQuery {
-  return asBody<SearchQuery>({
+  return asBody<SearchQuery>(schemas.queryBody, {
     vector: r.vector,
     k: r.k,
-    filter: r.filter as SearchQuery['filter'],
+    filter: r.filter,
     ef_search: r.ef_search,
     with_payload: r.with_payload,
     with_vector: r.with_vector,
@@ -75,13 +80,13 @@ export function searchQuery(r: pb.SearchRequest): SearchQuery {
 
 /** An empty dense vector means "no dense query"; an absent SparseVector means "no sparse query". */
 export function hybridQuery(r: pb.HybridSearchRequest): HybridQuery {
-  return asBody<HybridQuery>({
+  return asBody<HybridQuery>(schemas.hybridBody, {
     vector: r.vector.length > 0 ? r.vector : undefined,
     sparse_indices: r.sparse?.indices,
     sparse_values: r.sparse?.values,
     query_text: r.query_text,
     k: r.k,
-    filter: r.filter as HybridQuery['filter'],
+    filter: r.filter,
     ef_search: r.ef_search,
     rrf_k0: r.rrf_k0,
     with_payload: r.with_payload,
@@ -90,15 +95,35 @@ export function hybridQuery(r: pb.HybridSearchRequest): HybridQuery {
   });
 }
 
+export function upsertBody(r: pb.UpsertRequest): { points: PointInput[] } {
+  return checkBody(schemas.upsertBody, { points: r.points.map(pointInput) });
+}
+
+export function bulkBody(r: pb.BulkUpsertRequest): { points: ReturnType<typeof bulkPointInput>[] } {
+  return checkBody(schemas.bulkBody, { points: r.points.map(bulkPointInput) });
+}
+
+export function textPointsBody(r: pb.UpsertTextRequest): { points: TextPointInput[] } {
+  return checkBody(schemas.textPointsBody, { points: r.points.map(textPointInput) });
+}
+
+export function documentsBody(r: pb.UpsertDocumentsRequest): { documents: DocumentInput[] } {
+  return checkBody(schemas.documentsBody, { documents: r.documents.map(documentInput) });
+}
+
+export function snapshotBody(r: pb.SnapshotRequest): { name: string } {
+  return checkBody(schemas.snapshotBody, { name: r.name });
+}
+
 export function textPointInput(p: pb.TextPointInput): TextPointInput {
   return defined({ id: p.id, text: p.text, payload: p.payload });
 }
 
 export function textQuery(r: pb.SearchTextRequest): TextQuery {
-  return asBody<TextQuery>({
+  return asBody<TextQuery>(schemas.textQueryBody, {
     text: r.text,
     k: r.k,
-    filter: r.filter as TextQuery['filter'],
+    filter: r.filter,
     rerank: r.rerank,
     rerank_pool: r.rerank_pool,
     with_payload: r.with_payload,
@@ -113,10 +138,10 @@ export function documentInput(d: pb.DocumentInput): DocumentInput {
 
 /** `consistency` is carried for every query body (CONTRACT.md section 1), multi-vector included. */
 export function multiVectorQuery(r: pb.SearchMultiVectorRequest): MultiVectorQuery {
-  return asBody<MultiVectorQuery>({
+  return asBody<MultiVectorQuery>(schemas.multiQueryBody, {
     vectors: r.vectors.map((v) => v.values),
     k: r.k,
-    filter: r.filter as MultiVectorQuery['filter'],
+    filter: r.filter,
     with_payload: r.with_payload,
     consistency: r.consistency,
   });

@@ -16,80 +16,100 @@ export type ResponseOf<M extends Method> = Parameters<Def[M]['responseSerialize'
 export interface Binding<M extends UnaryMethod> {
   /** The service operation: its name is the one the role table and the audit log use. */
   op: OperationName;
+  /** The collection the scope check applies to, before the body is converted and validated. */
+  collection(req: RequestOf<M>): unknown;
   invoke(s: SvcApi, ctx: CallContext, req: RequestOf<M>): Promise<ResponseOf<M>>;
 }
 
 export const UNARY_BINDINGS: { readonly [M in UnaryMethod]: Binding<M> } = {
   createCollection: {
     op: 'createCollection',
+    collection: (r) => r.name,
     invoke: async (s, ctx, r) => c.collectionInfo(await s.createCollection(ctx, c.createCollectionParams(r))),
   },
   listCollections: {
     op: 'listCollections',
+    collection: () => undefined,
     invoke: async (s, ctx) => ({ collections: (await s.listCollections(ctx)).collections.map(c.collectionInfo) }),
   },
   getCollection: {
     op: 'collectionInfo',
+    collection: (r) => r.collection,
     invoke: async (s, ctx, r) => c.collectionInfo(await s.collectionInfo(ctx, r.collection)),
   },
   deleteCollection: {
     op: 'deleteCollection',
+    collection: (r) => r.collection,
     invoke: (s, ctx, r) => s.deleteCollection(ctx, r.collection),
   },
   upsert: {
     op: 'upsert',
-    invoke: (s, ctx, r) => s.upsert(ctx, r.collection, { points: r.points.map(c.pointInput) }),
+    collection: (r) => r.collection,
+    invoke: (s, ctx, r) => s.upsert(ctx, r.collection, c.upsertBody(r)),
   },
   bulkUpsert: {
     op: 'bulkUpsert',
-    invoke: (s, ctx, r) => s.bulkUpsert(ctx, r.collection, { points: r.points.map(c.bulkPointInput) }),
+    collection: (r) => r.collection,
+    invoke: (s, ctx, r) => s.bulkUpsert(ctx, r.collection, c.bulkBody(r)),
   },
   getPoint: {
     op: 'get',
+    collection: (r) => r.collection,
     invoke: async (s, ctx, r) => c.point(await s.get(ctx, r.collection, r.id, c.defined({ with_vector: r.with_vector }))),
   },
   deletePoint: {
     op: 'delete',
+    collection: (r) => r.collection,
     invoke: (s, ctx, r) => s.delete(ctx, r.collection, r.id),
   },
   fetch: {
     op: 'fetch',
+    collection: (r) => r.collection,
     invoke: async (s, ctx, r) => c.fetchResponse(await s.fetch(ctx, r.collection, c.fetchQuery(r))),
   },
   search: {
     op: 'search',
+    collection: (r) => r.collection,
     invoke: async (s, ctx, r) => c.hits(await s.search(ctx, r.collection, c.searchQuery(r))),
   },
   hybridSearch: {
     op: 'hybridSearch',
+    collection: (r) => r.collection,
     invoke: async (s, ctx, r) => c.hits(await s.hybridSearch(ctx, r.collection, c.hybridQuery(r))),
   },
   upsertText: {
     op: 'upsertText',
-    invoke: (s, ctx, r) => s.upsertText(ctx, r.collection, { points: r.points.map(c.textPointInput) }),
+    collection: (r) => r.collection,
+    invoke: (s, ctx, r) => s.upsertText(ctx, r.collection, c.textPointsBody(r)),
   },
   searchText: {
     op: 'searchText',
+    collection: (r) => r.collection,
     invoke: async (s, ctx, r) => c.hits(await s.searchText(ctx, r.collection, c.textQuery(r))),
   },
   upsertDocuments: {
     op: 'upsertDocuments',
-    invoke: (s, ctx, r) => s.upsertDocuments(ctx, r.collection, { documents: r.documents.map(c.documentInput) }),
+    collection: (r) => r.collection,
+    invoke: (s, ctx, r) => s.upsertDocuments(ctx, r.collection, c.documentsBody(r)),
   },
   searchMultiVector: {
     op: 'searchMultiVector',
+    collection: (r) => r.collection,
     invoke: async (s, ctx, r) => c.hits(await s.searchMultiVector(ctx, r.collection, c.multiVectorQuery(r))),
   },
   deleteDocument: {
     op: 'deleteDocument',
+    collection: (r) => r.collection,
     invoke: (s, ctx, r) => s.deleteDocument(ctx, r.collection, r.id),
   },
   stats: {
     op: 'stats',
+    collection: () => undefined,
     invoke: async (s, ctx) => c.databaseStats(await s.stats(ctx)),
   },
   snapshot: {
     op: 'snapshot',
-    invoke: async (s, ctx, r) => c.snapshotResponse(await s.snapshot(ctx, { name: r.name })),
+    collection: () => undefined,
+    invoke: async (s, ctx, r) => c.snapshotResponse(await s.snapshot(ctx, c.snapshotBody(r))),
   },
 };

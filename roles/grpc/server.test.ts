@@ -177,6 +177,19 @@ describe('gRPC server over the service', () => {
     expect(err?.code).toBe(status.PERMISSION_DENIED);
   });
 
+  it('refuses what the REST schema refuses, with the same message, and only after role and scope', async () => {
+    h.calls.length = 0;
+    const bad = await call(c, 'createCollection', { name: 'docs', dim: 2, metric: 'hamming', filterable: [] }, auth('admin-secret'));
+    expect([bad.err?.code, codeOf(bad.err), bad.err?.details]).toEqual([status.INVALID_ARGUMENT, 'invalid_argument', 'body/metric must be equal to one of the allowed values']);
+    const consistency = await call(c, 'search', { collection: 'docs', vector: [1, 2], consistency: 'sometimes' }, auth('admin-secret'));
+    expect([consistency.err?.code, consistency.err?.details]).toEqual([status.INVALID_ARGUMENT, 'body/consistency must be equal to one of the allowed values']);
+    expect(h.calls).toEqual([]);
+    const denied = await call(c, 'createCollection', { name: 'docs', dim: 2, metric: 'hamming', filterable: [] }, auth('read-secret'));
+    expect(denied.err?.code).toBe(status.PERMISSION_DENIED);
+    const outOfScope = await call(c, 'search', { collection: 'other', vector: [1, 2], consistency: 'sometimes' }, auth('read-secret'));
+    expect(outOfScope.err?.code).toBe(status.PERMISSION_DENIED);
+  });
+
   it('lists only what the key may see', async () => {
     const { res } = await call<object, { collections: { name: string }[] }>(c, 'listCollections', {}, auth('read-secret'));
     expect(res?.collections.map((x) => x.name)).toEqual(['docs']);

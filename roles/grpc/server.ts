@@ -127,11 +127,9 @@ export function startGrpcServer(opts: GrpcServerOptions): Promise<GrpcServerHand
       const run = async (): Promise<Buffer> => {
         const ctx = contextOf(call.metadata, requestId, call.getPeer());
         const decoded = call.request;
-        if (!decoded.ok) {
-          // A caller without the right learns nothing from validation errors.
-          service.authorize(ctx, binding.op);
-          throw decoded.error;
-        }
+        // Role and scope first: a caller without the right learns nothing from validation errors.
+        service.authorize(ctx, binding.op, decoded.ok ? binding.collection(decoded.value) : undefined);
+        if (!decoded.ok) throw decoded.error;
         const bytes = encode(await binding.invoke(service, ctx, decoded.value));
         if (bytes.length > limits.maxRequestBodyBytes) {
           throw limitExceeded('SVC_MAX_REQUEST_BODY_BYTES', limits.maxRequestBodyBytes, bytes.length,
