@@ -127,3 +127,60 @@ export interface HybridQuery {
 /** Reserved payload keys (spec, Point). */
 export const TEXT_KEY = '__svc_text__';
 export const SPARSE_KEY = '__svc_sparse__';
+
+/** Bodies and results of the database-level, text and multi-vector operations (CONTRACT.md section 1). */
+export interface DatabaseStats {
+  collections: number;
+  total_points: number;
+  per_collection: { name: string; count: number; index: string; index_state: string }[];
+  snapshot_status: { manifest_version: number; disk_bytes: number };
+}
+
+export interface SnapshotResult {
+  name: string;
+  path: string;
+  manifest_version: number;
+  disk_bytes: number;
+}
+
+export interface TextPointInput {
+  id: string;
+  text: string;
+  payload?: Payload;
+}
+
+export interface TextQuery {
+  text: string;
+  k?: number;
+  filter?: Filter;
+  rerank?: boolean;
+  rerank_pool?: number;
+  with_payload?: boolean;
+  with_vector?: boolean;
+  consistency?: 'eventual' | 'strong';
+}
+
+export interface DocumentInput {
+  id: string;
+  vectors: number[][];
+  payload?: Payload;
+}
+
+export interface MultiVectorQuery {
+  vectors: number[][];
+  k?: number;
+  filter?: Filter;
+  with_payload?: boolean;
+}
+
+
+/** A text embedding provider (core/providers implements the kinds of the spec). */
+export interface Embedder {
+  readonly dim: number;
+  embed(texts: string[], kind: 'document' | 'query'): Promise<Float32Array[]>;
+}
+
+/** A rerank provider: indexes into `documents`, best first, with the provider's relevance score. */
+export interface Reranker {
+  rerank(query: string, documents: string[], topN: number): Promise<{ index: number; score: number }[]>;
+}

@@ -1,6 +1,13 @@
 import type {
   CollectionInfo, CollectionParams, FetchQuery, Hit, HybridQuery, PointInput, PointOutput, SearchQuery, Filter,
 } from '../base/model.js';
+import type {
+  DatabaseStats, DocumentInput, MultiVectorQuery, SnapshotResult, TextPointInput, TextQuery,
+} from '../base/model.js';
+
+export type {
+  DatabaseStats, DocumentInput, MultiVectorQuery, SnapshotResult, TextPointInput, TextQuery,
+} from '../base/model.js';
 
 /**
  * The one service surface. REST, gRPC, MCP and the embedded API are thin adapters over this:
@@ -23,50 +30,6 @@ export interface CallContext {
   requestId: string;
   transport: 'rest' | 'grpc' | 'mcp' | 'embedded';
   remote?: string;
-}
-
-export interface DatabaseStats {
-  collections: number;
-  total_points: number;
-  per_collection: { name: string; count: number; index: string; index_state: string }[];
-  snapshot_status: { manifest_version: number; disk_bytes: number };
-}
-
-export interface SnapshotResult {
-  name: string;
-  path: string;
-  manifest_version: number;
-  disk_bytes: number;
-}
-
-export interface TextPointInput {
-  id: string;
-  text: string;
-  payload?: Record<string, unknown>;
-}
-
-export interface TextQuery {
-  text: string;
-  k?: number;
-  filter?: Filter;
-  rerank?: boolean;
-  rerank_pool?: number;
-  with_payload?: boolean;
-  with_vector?: boolean;
-  consistency?: 'eventual' | 'strong';
-}
-
-export interface DocumentInput {
-  id: string;
-  vectors: number[][];
-  payload?: Record<string, unknown>;
-}
-
-export interface MultiVectorQuery {
-  vectors: number[][];
-  k?: number;
-  filter?: Filter;
-  with_payload?: boolean;
 }
 
 /** Every operation, by the name used in the role table, audit lines and spans. */

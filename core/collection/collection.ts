@@ -1,0 +1,408 @@
+import type { Clock } from '../base/clock.js';
+import type { Limits } from '../base/limits.js';
+import type { Payload } from '../base/model.js';
+import { flatSearch, type SearchResult } from '../index/flat.js';
+import { Hnsw, type HnswOptions } from '../index/hnsw/hnsw.js';
+import type { DistanceKind } from '../index/kernels/kernel.js';
+import { VectorStore } from '../index/vector-store.js';
+import type { CompiledFilter } from '../query/filter.js';
+import { PayloadIndex } from '../query/payload-index.js';
+import { planFilteredSearch } from '../query/planner.js';
+import type { Op, PointRecord } from '../storage/codec.js';
+import { docFromPayload, SparseIndex, type ScoredSlots } from '../text/sparse-index.js';
+import { LiveSet } from './live-set.js';
+import type { CollectionSpec } from './params.js';
+
+/** Builds an HNSW graph over `slots` of `store`, normally in a worker thread (see core/index/hnsw). */
+export type IndexBuilder = (store: VectorStore, slots: Int32Array, opts: HnswOptions) => Promise<Hnsw>;
+
+export interface CollectionOptions {
+  uid: string;
+  spec: CollectionSpec;
+  limits: Limits;
+  clock: Clock;
+  seed: number;
+  buildIndex: IndexBuilder;
+  /** Most milliseconds one slice of main-thread incremental inserts may take before yielding. */
+  absorbSliceMs?: number;
+  /** A tail of unindexed slots longer than this is rebuilt in a worker rather than inserted on the main thread. */
+  absorbMax?: number;
+  onIndexError?: (e: unknown) => void;
+}
+
+const EMPTY: SearchResult = { slots: new Int32Array(0), dists: new Float32Array(0) };
+
+/**
+ * One collection in memory: slots of vectors in a shared VectorStore, their ids and payloads, the
+ * payload and sparse indexes, and the HNSW graph with the spec's freshness state machine.
+ *
+ * Slots are append-only: an update takes a new slot and tombstones the old one. The graph covers the
+ * slots below `indexedUpTo`; the tail above it is searched exactly, and tombstones are never accepted,
+ * so every read sees every applied write even while the graph is stale (read-your-writes).
+ */
+export class Collection {
+  readonly uid: string;
+  readonly spec: CollectionSpec;
+  readonly store: VectorStore;
+  readonly payloadIndex: PayloadIndex;
+  readonly sparse = new SparseIndex();
+  readonly kind: DistanceKind;
+  /** The WAL sequence number of the last op applied. */
+  appliedSeq = 0;
+  /** Rebuilds completed (a metric). */
+  rebuilds = 0;
+
+  private readonly opts: CollectionOptions;
+  private readonly ids: string[] = [];
+  private readonly payloads: (Payload | null)[] = [];
+  private readonly idToSlot = new Map<string, number>();
+  private readonly live = new LiveSet();
+  private graph: Hnsw | null = null;
+  private indexedUpTo = 0;
+  private stale = false;
+  /** Counts writes the graph cannot absorb in place; a rebuild that saw it move leaves the collection stale. */
+  private writeCounter = 0;
+  private rebuilding: Promise<void> | null = null;
+  private absorbing = false;
+  private dropped = false;
+  private sortedIds: string[] | null = null;
+  /** Ids changed since the last checkpoint capture: true = upserted, false = deleted. */
+  private dirty = new Map<string, boolean>();
+  private readonly waiters: (() => void)[] = [];
+
+  constructor(opts: CollectionOptions) {
+    this.opts = opts;
+    this.uid = opts.uid;
+    this.spec = opts.spec;
+    this.kind = opts.spec.metric === 'l2' ? 'l2' : 'ip';
+    this.store = VectorStore.create({ dim: opts.spec.dim });
+    this.payloadIndex = new PayloadIndex(opts.spec.filterable);
+  }
+
+  get count(): number {
+    return this.live.count;
+  }
+
+  get indexState(): 'current' | 'stale' {
+    return this.isCurrent() ? 'current' : 'stale';
+  }
+
+  /** Current: the graph holds every live slot and no tombstone the rebuild has not accounted for. */
+  private isCurrent(): boolean {
+    if (this.spec.index === 'flat') return true;
+    return !this.stale && this.indexedUpTo >= this.store.count;
+  }
+
+  // ---------------------------------------------------------------- writes
+
+  /** Applies a durable op to memory. `bulk` ops are absorbed by a rebuild rather than inserts. */
+  apply(op: Op, seq: number, bulk = false): void {
+    if (op.t === 'upsert') {
+      for (const p of op.points) this.put(p);
+    } else {
+      for (const id of op.ids) {
+        const slot = this.idToSlot.get(id);
+        if (slot === undefined) continue;
+        this.tombstone(slot);
+        this.idToSlot.delete(id);
+        this.sortedIds = null;
+        this.dirty.set(id, false);
+        this.markUnabsorbable();
+      }
+    }
+    if (bulk) this.markUnabsorbable();
+    if (seq > this.appliedSeq) this.appliedSeq = seq;
+    this.scheduleAbsorb();
+  }
+
+  private put(p: PointRecord): void {
+    const old = this.idToSlot.get(p.id);
+    if (old !== undefined) {
+      this.tombstone(old);
+      this.markUnabsorbable();
+    } else {
+      this.sortedIds = null;
+    }
+    const slot = this.store.add(p.vector);
+    this.ids[slot] = p.id;
+    this.payloads[slot] = p.payload;
+    this.live.add(slot);
+    this.idToSlot.set(p.id, slot);
+    this.payloadIndex.add(slot, p.payload ?? undefined);
+    const doc = docFromPayload(p.payload, Number.MAX_SAFE_INTEGER);
+    if (doc !== null) this.sparse.set(slot, doc.terms, doc.weights);
+    this.dirty.set(p.id, true);
+  }
+
+  private tombstone(slot: number): void {
+    this.live.remove(slot);
+    this.payloadIndex.remove(slot, this.payloads[slot] ?? undefined);
+    if (this.sparse.has(slot)) this.sparse.remove(slot);
+    this.payloads[slot] = null;
+  }
+
+  private markUnabsorbable(): void {
+    if (this.spec.index === 'flat') return;
+    this.writeCounter++;
+    if (this.graph !== null) this.stale = true;
+  }
+
+  // ---------------------------------------------------------------- index freshness
+
+  /**
+   * Called on a read: a stale collection starts one rebuild (never two at once) and the read is served
+   * at once from the prior graph plus an exact scan of the tail.
+   */
+  onRead(): void {
+    if (this.spec.index === 'flat' || this.dropped) return;
+    const tail = this.store.count - this.indexedUpTo;
+    if (this.stale || (tail > this.absorbMax() && this.live.count > 0)) void this.rebuild();
+    else this.scheduleAbsorb();
+  }
+
+  /** Resolves when the graph holds every write applied before the call (consistency: strong). */
+  async settle(): Promise<void> {
+    const target = this.store.count;
+    while (!this.dropped && this.spec.index !== 'flat' && (this.stale || this.indexedUpTo < target)) {
+      if (this.stale || target - this.indexedUpTo > this.absorbMax()) await this.rebuild();
+      else {
+        this.scheduleAbsorb();
+        await new Promise<void>((resolve) => this.waiters.push(resolve));
+      }
+    }
+  }
+
+  /** Starts (or joins) the one rebuild of this collection. */
+  rebuild(): Promise<void> {
+    if (this.rebuilding !== null) return this.rebuilding;
+    const counterAtStart = this.writeCounter;
+    const captured = this.store.count;
+    const slots = this.live.slotsIn(0, captured);
+    const o = this.spec.index_params;
+    const opts: HnswOptions = { m: o.m, efConstruction: o.ef_construction, kind: this.kind, seed: this.opts.seed };
+    this.rebuilding = (async () => {
+      try {
+        const graph = await this.opts.buildIndex(this.store, slots, opts);
+        if (this.dropped) return;
+        // The swap: a few assignments, no await between them.
+        this.graph = graph;
+        this.indexedUpTo = captured;
+        this.stale = this.writeCounter !== counterAtStart;
+        this.rebuilds++;
+      } catch (e) {
+        this.opts.onIndexError?.(e);
+        throw e;
+      } finally {
+        this.rebuilding = null;
+      }
+      if (this.stale) void this.rebuild().catch(() => undefined);
+      else this.scheduleAbsorb();
+    })();
+    return this.rebuilding;
+  }
+
+  private absorbMax(): number {
+    return this.opts.absorbMax ?? 5000;
+  }
+
+  /** Inserts the small unindexed tail into the graph on the main thread, in bounded slices. */
+  private scheduleAbsorb(): void {
+    if (this.spec.index === 'flat' || this.absorbing || this.rebuilding !== null || this.dropped) return;
+    const tail = this.store.count - this.indexedUpTo;
+    if (tail === 0) {
+      this.wake();
+      return;
+    }
+    if (tail > this.absorbMax() || (this.graph === null && this.indexedUpTo > 0)) return; // a rebuild's job
+    this.absorbing = true;
+    const sliceMs = this.opts.absorbSliceMs ?? 4;
+    const step = (): void => {
+      if (this.dropped || this.rebuilding !== null) {
+        this.absorbing = false;
+        return;
+      }
+      if (this.graph === null) {
+        const o = this.spec.index_params;
+        this.graph = new Hnsw(this.store, { m: o.m, efConstruction: o.ef_construction, kind: this.kind, seed: this.opts.seed });
+      }
+      const until = this.opts.clock.monotonicMs() + sliceMs;
+      while (this.indexedUpTo < this.store.count) {
+        const slot = this.indexedUpTo;
+        if (this.live.has(slot)) this.graph.insert(slot);
+        this.indexedUpTo++;
+        if ((slot & 15) === 0 && this.opts.clock.monotonicMs() >= until) break;
+      }
+      if (this.indexedUpTo < this.store.count) setImmediate(step);
+      else {
+        this.absorbing = false;
+        this.wake();
+      }
+    };
+    setImmediate(step);
+  }
+
+  private wake(): void {
+    for (const w of this.waiters.splice(0)) w();
+  }
+
+  // ---------------------------------------------------------------- reads
+
+  has(id: string): boolean {
+    return this.idToSlot.has(id);
+  }
+
+  point(id: string): { slot: number; payload: Payload } | undefined {
+    const slot = this.idToSlot.get(id);
+    if (slot === undefined) return undefined;
+    return { slot, payload: this.payloads[slot] ?? {} };
+  }
+
+  idOf(slot: number): string {
+    return this.ids[slot];
+  }
+
+  payloadOf(slot: number): Payload {
+    return this.payloads[slot] ?? {};
+  }
+
+  vectorOf(slot: number): number[] {
+    return Array.from(this.store.view(slot));
+  }
+
+  /** Live slots matching a filter, or null for "every live slot". */
+  matching(filter: CompiledFilter | undefined): { bits: ReturnType<LiveSet['bitset']>; count: number } {
+    const liveBits = this.live.bitset();
+    if (filter === undefined) return { bits: liveBits, count: this.live.count };
+    const bits = this.payloadIndex.match(filter, liveBits);
+    return { bits, count: bits.count() };
+  }
+
+  /**
+   * k nearest live slots (lower distance first). With a filter the planner picks an exact scan of the
+   * matching slots or a filtered graph traversal; either way the result holds min(k, matches) hits.
+   */
+  searchDense(query: Float32Array, k: number, ef: number, filter?: CompiledFilter): SearchResult {
+    const { bits, count } = this.matching(filter);
+    if (count === 0 || k === 0) return EMPTY;
+    const want = Math.min(k, count);
+    const accept = (s: number): boolean => bits.has(s);
+    const exact = (): SearchResult => flatSearch(this.store, this.store.kernel, query, k, this.kind, bits, accept);
+    if (this.graph === null || this.spec.index === 'flat') return exact();
+    let graphEf = Math.max(ef, k);
+    if (filter !== undefined) {
+      const plan = planFilteredSearch({ matches: count, live: this.live.count, k, ef: graphEf }, { efMax: this.opts.limits.maxEfSearch });
+      if (plan.kind === 'exact') return exact();
+      graphEf = Math.max(plan.ef, k);
+    } else if (this.live.count <= graphEf) {
+      return exact();
+    }
+    const fromGraph = this.graph.search(query, k, graphEf, accept);
+    const tailSlots = this.live.slotsIn(this.indexedUpTo, this.store.count).filter(accept);
+    const fromTail = tailSlots.length === 0 ? EMPTY : flatSearch(this.store, this.store.kernel, query, k, this.kind, tailSlots);
+    const merged = mergeResults(fromGraph, fromTail, k);
+    // Safety net: a traversal that comes back short (a filter that cut the graph apart) falls back to exact.
+    return merged.slots.length < want ? exact() : merged;
+  }
+
+  searchBm25(terms: Uint32Array, k: number, filter?: CompiledFilter): ScoredSlots {
+    const { bits } = this.matching(filter);
+    return this.sparse.bm25(terms, k, (s) => bits.has(s));
+  }
+
+  searchSparseDot(indices: Uint32Array, values: Float32Array, k: number, filter?: CompiledFilter): ScoredSlots {
+    const { bits } = this.matching(filter);
+    return this.sparse.dot(indices, values, k, (s) => bits.has(s));
+  }
+
+  /** Contract score from an internal distance: cosine similarity, inner product, or Euclidean distance. */
+  score(dist: number): number {
+    return this.kind === 'l2' ? Math.sqrt(Math.max(0, dist)) : -dist;
+  }
+
+  /** Ids in ascending order (the fetch cursor's order), cached between id insertions and deletions. */
+  idsSorted(): string[] {
+    if (this.sortedIds === null) this.sortedIds = [...this.idToSlot.keys()].sort(compareIds);
+    return this.sortedIds;
+  }
+
+  slotOf(id: string): number | undefined {
+    return this.idToSlot.get(id);
+  }
+
+  // ---------------------------------------------------------------- checkpoints
+
+  /** Takes the ops that bring the last checkpoint up to `appliedSeq`; `restore` puts them back if the write fails. */
+  captureDelta(): { ops: Op[]; uptoSeq: number; restore: () => void } {
+    const taken = this.dirty;
+    this.dirty = new Map();
+    const upserts: PointRecord[] = [];
+    const deletes: string[] = [];
+    for (const [id, upserted] of taken) {
+      const slot = this.idToSlot.get(id);
+      if (upserted && slot !== undefined) upserts.push(this.record(slot));
+      else deletes.push(id);
+    }
+    const ops: Op[] = [];
+    if (deletes.length > 0) ops.push({ t: 'delete', ids: deletes });
+    for (let i = 0; i < upserts.length; i += 1000) ops.push({ t: 'upsert', points: upserts.slice(i, i + 1000) });
+    return {
+      ops,
+      uptoSeq: this.appliedSeq,
+      restore: () => {
+        for (const [id, v] of taken) if (!this.dirty.has(id)) this.dirty.set(id, v);
+      },
+    };
+  }
+
+  /** Every live point, for a compacting checkpoint. */
+  *captureAll(): Generator<Op> {
+    let batch: PointRecord[] = [];
+    for (const slot of this.idToSlot.values()) {
+      batch.push(this.record(slot));
+      if (batch.length === 1000) {
+        yield { t: 'upsert', points: batch };
+        batch = [];
+      }
+    }
+    if (batch.length > 0) yield { t: 'upsert', points: batch };
+  }
+
+  get dirtyCount(): number {
+    return this.dirty.size;
+  }
+
+  private record(slot: number): PointRecord {
+    return { id: this.ids[slot], vector: this.store.view(slot), payload: this.payloads[slot] };
+  }
+
+  drop(): void {
+    this.dropped = true;
+    this.wake();
+    this.store.close();
+  }
+}
+
+function compareIds(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+function mergeResults(a: SearchResult, b: SearchResult, k: number): SearchResult {
+  if (b.slots.length === 0) return a;
+  if (a.slots.length === 0) return b;
+  const n = Math.min(k, a.slots.length + b.slots.length);
+  const slots = new Int32Array(n);
+  const dists = new Float32Array(n);
+  let i = 0;
+  let j = 0;
+  for (let o = 0; o < n; o++) {
+    const takeA = j >= b.slots.length || (i < a.slots.length && (a.dists[i] < b.dists[j] || (a.dists[i] === b.dists[j] && a.slots[i] < b.slots[j])));
+    if (takeA) {
+      slots[o] = a.slots[i];
+      dists[o] = a.dists[i++];
+    } else {
+      slots[o] = b.slots[j];
+      dists[o] = b.dists[j++];
+    }
+  }
+  return { slots, dists };
+}

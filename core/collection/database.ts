@@ -1,0 +1,554 @@
+import { randomInt } from 'node:crypto';
+import { systemClock, type Clock } from '../base/clock.js';
+import { invalidArgument, limitExceeded, notFound, SvcError } from '../base/errors.js';
+import { checkLimit, resolveLimits, type Limits } from '../base/limits.js';
+import type {
+  CollectionInfo, DatabaseStats, DocumentInput, Embedder, FetchQuery, Hit, HybridQuery, MultiVectorQuery, PointOutput,
+  Reranker, SearchQuery, SnapshotResult, TextPointInput, TextQuery,
+} from '../base/model.js';
+import { checkName, checkPointId } from '../base/names.js';
+import type { SearchResult } from '../index/flat.js';
+import { compileFilter, type CompiledFilter } from '../query/filter.js';
+import { rrf } from '../query/rrf.js';
+import type { Op } from '../storage/codec.js';
+import { DataDir } from '../storage/data-dir.js';
+import { NodeFileSystem, joinPath, type FileSystem } from '../storage/fs.js';
+import { queryTermIds, distinctCount } from '../text/tokenizer.js';
+import { validateSparse } from '../text/sparse-index.js';
+import { Collection, type IndexBuilder } from './collection.js';
+import { infoOf, parseCollectionParams, type CollectionSpec } from './params.js';
+import { parsePayload, parsePoints, parseVector } from './points.js';
+import {
+  checkObject, decodeCursor, encodeCursor, parseBool, parseConsistency, parseEf, parseFetchLimit, parseK, parseRrfK0,
+} from './queries.js';
+import { buildIndexInWorker } from './rebuild.js';
+
+export type LogFn = (level: 'debug' | 'info' | 'warn' | 'error', message: string, detail?: Record<string, unknown>) => void;
+
+export interface DatabaseOptions {
+  dataDir: string;
+  /** 32-byte master key; null only in explicit insecure mode. */
+  masterKey: Uint8Array | null;
+  limits?: Partial<Limits>;
+  /** Where snapshots go (CONTRACT.md section 6); default `<dataDir>-snapshots`. */
+  snapshotDir?: string;
+  fs?: FileSystem;
+  clock?: Clock;
+  log?: LogFn;
+  /** Seed of the HNSW level generators (default: fixed, so a rebuild of the same data is the same graph). */
+  seed?: number;
+  /** How graphs are rebuilt: in a worker thread (default) or inline (tests of the state machine). */
+  buildIndex?: IndexBuilder;
+  /** Dirty points that trigger a checkpoint of a collection into a segment. */
+  checkpointPoints?: number;
+  /** Delta segments a collection may have before a checkpoint compacts them into one. */
+  segmentsMax?: number;
+  embedders?: ReadonlyMap<string, Embedder>;
+  rerankers?: ReadonlyMap<string, Reranker>;
+}
+
+const SEARCH_KEYS = ['vector', 'k', 'filter', 'ef_search', 'with_payload', 'with_vector', 'consistency'] as const;
+const HYBRID_KEYS = [
+  'vector', 'sparse_indices', 'sparse_values', 'query_text', 'k', 'filter', 'ef_search', 'rrf_k0', 'with_payload',
+  'with_vector', 'consistency',
+] as const;
+const TEXT_QUERY_KEYS = ['text', 'k', 'filter', 'rerank', 'rerank_pool', 'with_payload', 'with_vector', 'consistency'] as const;
+const FETCH_KEYS = ['filter', 'limit', 'cursor', 'with_vector'] as const;
+
+/**
+ * The database: a DataDir (WAL, segments, manifest) and the collections in memory. It implements the
+ * engine surface every transport shares, validates every argument and enforces every per-request limit.
+ */
+export class Database {
+  readonly limits: Limits;
+  private readonly dir: DataDir;
+  private readonly opts: DatabaseOptions;
+  private readonly clock: Clock;
+  private readonly log: LogFn;
+  private readonly byName = new Map<string, Collection>();
+  private readonly byUid = new Map<string, Collection>();
+  private readonly checkpoints = new Map<string, Promise<void>>();
+  private readonly segmentCounts = new Map<string, number>();
+  private closed = false;
+  private readonly ready: Promise<void>;
+
+  private constructor(dir: DataDir, opts: DatabaseOptions) {
+    this.dir = dir;
+    this.opts = opts;
+    this.limits = resolveLimits(opts.limits);
+    this.clock = opts.clock ?? systemClock;
+    this.log = opts.log ?? (() => undefined);
+    this.ready = Promise.resolve();
+  }
+
+  static async open(opts: DatabaseOptions): Promise<Database> {
+    const fs = opts.fs ?? new NodeFileSystem();
+    const log = opts.log ?? (() => undefined);
+    const dir = await DataDir.open(fs, opts.dataDir, {
+      masterKey: opts.masterKey,
+      log: (message, detail) => log('warn', message, detail),
+    });
+    const db = new Database(dir, opts);
+    try {
+      await db.recover();
+    } catch (e) {
+      await dir.close().catch(() => undefined);
+      throw e;
+    }
+    return db;
+  }
+
+  /** Rebuilds memory from segments and the WAL tail, then starts the graph builds in workers. */
+  private async recover(): Promise<void> {
+    for (const c of this.dir.collections()) {
+      const col = this.newCollection(c.uid, c.params as CollectionSpec);
+      for await (const op of this.dir.readCollection(c.uid)) col.apply(op, 0, true);
+      col.appliedSeq = c.checkpointSeq;
+      this.segmentCounts.set(c.uid, 0);
+    }
+    for await (const rec of this.dir.replay()) {
+      const op = rec.op;
+      if (op.t === 'create_collection') {
+        if (!this.byUid.has(op.uid)) this.newCollection(op.uid, op.params as CollectionSpec);
+      } else if (op.t === 'drop_collection') {
+        this.forget(op.uid);
+      } else {
+        const col = this.byUid.get(rec.uid);
+        if (col !== undefined && rec.seq > col.appliedSeq) col.apply(op, rec.seq, true);
+      }
+    }
+    for (const col of this.byName.values()) if (col.count > 0) void col.rebuild().catch(() => undefined);
+  }
+
+  private newCollection(uid: string, spec: CollectionSpec): Collection {
+    const col = new Collection({
+      uid,
+      spec,
+      limits: this.limits,
+      clock: this.clock,
+      seed: this.opts.seed ?? 0x5eed,
+      buildIndex: this.opts.buildIndex ?? buildIndexInWorker,
+      onIndexError: (e) => this.log('error', 'index build failed; the prior index stays in use', {
+        collection: spec.name, error: e instanceof Error ? e.message : String(e),
+      }),
+    });
+    this.byName.set(spec.name, col);
+    this.byUid.set(uid, col);
+    return col;
+  }
+
+  private forget(uid: string): void {
+    const col = this.byUid.get(uid);
+    if (col === undefined) return;
+    col.drop();
+    this.byUid.delete(uid);
+    this.byName.delete(col.spec.name);
+  }
+
+  private collection(name: unknown): Collection {
+    this.checkOpen();
+    const n = checkName(name);
+    const col = this.byName.get(n);
+    if (col === undefined) throw notFound(`collection '${n}' does not exist`);
+    return col;
+  }
+
+  private checkOpen(): void {
+    if (this.closed) throw new SvcError('not_ready', 'the database is closed');
+  }
+
+  /** Resolves when every collection's graph has been built from the store (readiness). */
+  async whenIndexed(): Promise<void> {
+    await this.ready;
+    await Promise.all([...this.byName.values()].map((c) => c.settle().catch(() => undefined)));
+  }
+
+  // ---------------------------------------------------------------- collections
+
+  async listCollections(): Promise<{ collections: CollectionInfo[] }> {
+    this.checkOpen();
+    const names = [...this.byName.keys()].sort();
+    return { collections: names.map((n) => this.infoOf(this.byName.get(n)!)) };
+  }
+
+  async collectionInfo(name: string): Promise<CollectionInfo> {
+    return this.infoOf(this.collection(name));
+  }
+
+  private infoOf(col: Collection): CollectionInfo {
+    return infoOf(col.spec, col.count, col.indexState === 'stale');
+  }
+
+  async createCollection(params: unknown): Promise<CollectionInfo> {
+    this.checkOpen();
+    const spec = parseCollectionParams(params, this.limits);
+    if (this.byName.has(spec.name)) throw new SvcError('already_exists', `collection '${spec.name}' already exists`);
+    const embedder = this.opts.embedders?.get(spec.name);
+    if (embedder !== undefined && embedder.dim !== spec.dim) {
+      throw invalidArgument(`collection '${spec.name}' has dim ${spec.dim} but its embedding provider gives ${embedder.dim}`);
+    }
+    const { uid } = await this.dir.createCollection(spec.name, spec as unknown as object);
+    // A concurrent create of the same name lost the race if this one got here first.
+    if (this.byName.has(spec.name)) throw new SvcError('already_exists', `collection '${spec.name}' already exists`);
+    const col = this.newCollection(uid, spec);
+    this.segmentCounts.set(uid, 0);
+    return this.infoOf(col);
+  }
+
+  async deleteCollection(name: string): Promise<{ existed: boolean }> {
+    this.checkOpen();
+    const n = checkName(name);
+    const col = this.byName.get(n);
+    if (col === undefined) return { existed: false };
+    this.forget(col.uid);
+    await this.checkpoints.get(col.uid)?.catch(() => undefined);
+    await this.dir.dropCollection(col.uid);
+    return { existed: true };
+  }
+
+  // ---------------------------------------------------------------- writes
+
+  async upsert(name: string, body: { points: unknown }): Promise<{ upserted: number }> {
+    const col = this.collection(name);
+    const b = checkObject(body, 'upsert body', ['points']);
+    const points = parsePoints(b.points, col.spec, this.limits, 'maxBatchSize');
+    if (points.length === 0) return { upserted: 0 };
+    await this.write(col, { t: 'upsert', points }, false);
+    return { upserted: points.length };
+  }
+
+  async bulkUpsert(name: string, body: { points: unknown }): Promise<{ upserted: number }> {
+    const col = this.collection(name);
+    const b = checkObject(body, 'bulk body', ['points']);
+    const points = parsePoints(b.points, col.spec, this.limits, 'maxBulkBatchSize');
+    if (points.length === 0) return { upserted: 0 };
+    // One WAL record per SVC_MAX_BATCH_SIZE points keeps records bounded; the group commit shares the fsync.
+    const chunk = this.limits.maxBatchSize;
+    const writes: Promise<void>[] = [];
+    for (let i = 0; i < points.length; i += chunk) {
+      writes.push(this.write(col, { t: 'upsert', points: points.slice(i, i + chunk) }, true));
+    }
+    await Promise.all(writes);
+    return { upserted: points.length };
+  }
+
+  async delete(name: string, id: string): Promise<{ deleted: boolean }> {
+    const col = this.collection(name);
+    const pid = checkPointId(id);
+    if (!col.has(pid)) return { deleted: false };
+    await this.write(col, { t: 'delete', ids: [pid] }, false);
+    return { deleted: true };
+  }
+
+  /** Durable first (the WAL fsync), then applied to memory: an acknowledged write survives any crash. */
+  private async write(col: Collection, op: Op, bulk: boolean): Promise<void> {
+    const seq = await this.dir.append(col.uid, op);
+    if (this.byUid.get(col.uid) !== col) return; // dropped while the record was being made durable
+    col.apply(op, seq, bulk);
+    this.maybeCheckpoint(col);
+  }
+
+  private maybeCheckpoint(col: Collection): void {
+    if (col.dirtyCount < (this.opts.checkpointPoints ?? 20_000) || this.checkpoints.has(col.uid)) return;
+    const run = this.checkpoint(col).finally(() => this.checkpoints.delete(col.uid));
+    this.checkpoints.set(col.uid, run.catch((e) => {
+      this.log('error', 'checkpoint failed; the WAL keeps the data', { collection: col.spec.name, error: String(e) });
+    }));
+  }
+
+  /** Writes the collection's changes since its last checkpoint into a segment (compacting when there are many). */
+  private async checkpoint(col: Collection): Promise<void> {
+    const segments = this.segmentCounts.get(col.uid) ?? 0;
+    const compact = segments >= (this.opts.segmentsMax ?? 8);
+    const delta = col.captureDelta();
+    try {
+      if (compact) {
+        await this.dir.checkpoint(col.uid, [...col.captureAll()], delta.uptoSeq, { replaceAll: true });
+        this.segmentCounts.set(col.uid, 1);
+      } else {
+        await this.dir.checkpoint(col.uid, delta.ops, delta.uptoSeq, { replaceAll: false });
+        this.segmentCounts.set(col.uid, segments + 1);
+      }
+    } catch (e) {
+      delta.restore();
+      throw e;
+    }
+  }
+
+  // ---------------------------------------------------------------- point reads
+
+  async get(name: string, id: string, opts: { with_vector?: boolean } = {}): Promise<PointOutput> {
+    const col = this.collection(name);
+    const pid = checkPointId(id);
+    const withVector = parseBool(opts.with_vector, 'with_vector', false);
+    const p = col.point(pid);
+    if (p === undefined) throw notFound(`point '${pid}' does not exist in collection '${col.spec.name}'`);
+    const out: PointOutput = { id: pid, payload: p.payload };
+    if (withVector) out.vector = col.vectorOf(p.slot);
+    return out;
+  }
+
+  async fetch(name: string, query: FetchQuery = {}): Promise<{ points: PointOutput[]; next_cursor: string | null }> {
+    const col = this.collection(name);
+    const q = checkObject(query, 'fetch body', FETCH_KEYS);
+    const limit = parseFetchLimit(q.limit, this.limits);
+    const after = decodeCursor(q.cursor);
+    const withVector = parseBool(q.with_vector, 'with_vector', false);
+    const filter = this.compile(col, q.filter);
+    const { bits } = col.matching(filter);
+    const ids = col.idsSorted();
+    let i = after === null ? 0 : upperBound(ids, after);
+    const points: PointOutput[] = [];
+    let more = false;
+    for (; i < ids.length; i++) {
+      const slot = col.slotOf(ids[i])!;
+      if (!bits.has(slot)) continue;
+      if (points.length === limit) {
+        more = true;
+        break;
+      }
+      const out: PointOutput = { id: ids[i], payload: col.payloadOf(slot) };
+      if (withVector) out.vector = col.vectorOf(slot);
+      points.push(out);
+    }
+    return { points, next_cursor: more ? encodeCursor(points[points.length - 1].id) : null };
+  }
+
+  private compile(col: Collection, filter: unknown): CompiledFilter | undefined {
+    if (filter === undefined || filter === null) return undefined;
+    return compileFilter(filter, col.spec.filterable);
+  }
+
+  // ---------------------------------------------------------------- search
+
+  async search(name: string, query: SearchQuery): Promise<{ hits: Hit[] }> {
+    const col = this.collection(name);
+    const q = checkObject(query, 'search body', SEARCH_KEYS);
+    const k = parseK(q.k, this.limits);
+    const ef = parseEf(q.ef_search, this.limits, col.spec.index_params.ef_search);
+    const vector = parseVector(q.vector, col.spec.dim, col.spec.metric, this.limits, 'query vector');
+    const filter = this.compile(col, q.filter);
+    const withPayload = parseBool(q.with_payload, 'with_payload', true);
+    const withVector = parseBool(q.with_vector, 'with_vector', false);
+    await this.beforeRead(col, parseConsistency(q.consistency));
+    const r = col.searchDense(vector, k, ef, filter);
+    return { hits: this.denseHits(col, r, withPayload, withVector) };
+  }
+
+  private async beforeRead(col: Collection, consistency: 'eventual' | 'strong'): Promise<void> {
+    if (consistency === 'strong') await col.settle();
+    else col.onRead();
+  }
+
+  private denseHits(col: Collection, r: SearchResult, withPayload: boolean, withVector: boolean): Hit[] {
+    const hits: Hit[] = [];
+    for (let i = 0; i < r.slots.length; i++) {
+      hits.push(this.hit(col, r.slots[i], i, col.score(r.dists[i]), withPayload, withVector));
+    }
+    return hits;
+  }
+
+  private hit(col: Collection, slot: number, rank: number, score: number, withPayload: boolean, withVector: boolean): Hit {
+    const h: Hit = { id: col.idOf(slot), rank, score };
+    if (withPayload) h.payload = col.payloadOf(slot);
+    if (withVector) h.vector = col.vectorOf(slot);
+    return h;
+  }
+
+  async hybridSearch(name: string, query: HybridQuery): Promise<{ hits: Hit[] }> {
+    const col = this.collection(name);
+    const q = checkObject(query, 'hybrid body', HYBRID_KEYS);
+    const k = parseK(q.k, this.limits);
+    const ef = parseEf(q.ef_search, this.limits, col.spec.index_params.ef_search);
+    const k0 = parseRrfK0(q.rrf_k0);
+    const filter = this.compile(col, q.filter);
+    const withPayload = parseBool(q.with_payload, 'with_payload', true);
+    const withVector = parseBool(q.with_vector, 'with_vector', false);
+    const dense = q.vector === undefined || q.vector === null
+      ? null
+      : parseVector(q.vector, col.spec.dim, col.spec.metric, this.limits, 'query vector');
+    const hasSparse = q.sparse_indices !== undefined || q.sparse_values !== undefined;
+    const sparse = hasSparse
+      ? validateSparse({ indices: q.sparse_indices ?? [], values: q.sparse_values ?? [] }, this.limits.maxSparseTerms, 'sparse query')
+      : null;
+    const terms = q.query_text === undefined || q.query_text === null ? null : this.queryTerms(q.query_text);
+    if (dense === null && sparse === null && terms === null) {
+      throw invalidArgument('a hybrid query needs a vector, sparse_indices/sparse_values or query_text');
+    }
+    await this.beforeRead(col, parseConsistency(q.consistency));
+    const depth = this.fusionDepth(k);
+    const lists: { ids: ArrayLike<number> }[] = [];
+    if (dense !== null) lists.push({ ids: col.searchDense(dense, depth, Math.max(ef, depth), filter).slots });
+    if (sparse !== null) lists.push({ ids: col.searchSparseDot(sparse.terms, sparse.weights, depth, filter).slots });
+    if (terms !== null) lists.push({ ids: col.searchBm25(terms, depth, filter).slots });
+    return { hits: this.fusedHits(col, lists, k, k0, withPayload, withVector) };
+  }
+
+  /** How deep each ranking goes before fusion: deeper than k so that RRF can lift a document both lists like. */
+  private fusionDepth(k: number): number {
+    return Math.min(this.limits.maxK, Math.max(k, 100));
+  }
+
+  private fusedHits(
+    col: Collection, lists: { ids: ArrayLike<number> }[], k: number, k0: number, withPayload: boolean, withVector: boolean,
+  ): Hit[] {
+    const fused = rrf(lists, k0).slice(0, k);
+    return fused.map((f, rank) => this.hit(col, Number(f.id), rank, f.score, withPayload, withVector));
+  }
+
+  private queryTerms(text: unknown): Uint32Array {
+    if (typeof text !== 'string') throw invalidArgument('query text must be a string');
+    const terms = queryTermIds(text);
+    const n = distinctCount(terms);
+    if (n > this.limits.maxSparseTerms) throw limitExceeded('SVC_MAX_SPARSE_TERMS', this.limits.maxSparseTerms, n, 'query term count');
+    return terms;
+  }
+
+  // ---------------------------------------------------------------- text (server-side embedding)
+
+  private embedderFor(col: Collection): Embedder {
+    const e = this.opts.embedders?.get(col.spec.name);
+    if (e === undefined) {
+      throw invalidArgument(`collection '${col.spec.name}' has no embedding provider: configure [embedding.${col.spec.name}] in svc.toml`);
+    }
+    return e;
+  }
+
+  async upsertText(name: string, body: { points: TextPointInput[] }): Promise<{ upserted: number }> {
+    const col = this.collection(name);
+    const b = checkObject(body, 'text upsert body', ['points']);
+    if (!Array.isArray(b.points)) throw invalidArgument('points must be a list');
+    checkLimit(this.limits, 'maxBatchSize', b.points.length, 'batch size');
+    const embedder = this.embedderFor(col);
+    const items = b.points.map((p: unknown, i: number) => {
+      const o = checkObject(p, `points[${i}]`, ['id', 'text', 'payload']);
+      const id = checkPointId(o.id);
+      if (typeof o.text !== 'string' || o.text.length === 0) throw invalidArgument(`points[${i}].text must be a non-empty string`);
+      const payload = { ...(parsePayload(o.payload, this.limits, `points[${i}].payload`) ?? {}), __svc_text__: o.text };
+      parsePayload(payload, this.limits, `points[${i}].payload`);
+      return { id, text: o.text, payload };
+    });
+    if (items.length === 0) return { upserted: 0 };
+    // Embed everything first: a provider failure stores nothing of the batch.
+    const vectors = await embedder.embed(items.map((x) => x.text), 'document');
+    const points = parsePoints(items.map((x, i) => ({ id: x.id, vector: Array.from(vectors[i]), payload: x.payload })),
+      col.spec, this.limits, 'maxBatchSize');
+    await this.write(col, { t: 'upsert', points }, false);
+    return { upserted: points.length };
+  }
+
+  async searchText(name: string, query: TextQuery): Promise<{ hits: Hit[] }> {
+    const col = this.collection(name);
+    const q = checkObject(query, 'text query body', TEXT_QUERY_KEYS);
+    if (typeof q.text !== 'string' || q.text.length === 0) throw invalidArgument('text must be a non-empty string');
+    const k = parseK(q.k, this.limits);
+    const filter = this.compile(col, q.filter);
+    const rerank = parseBool(q.rerank, 'rerank', false);
+    const pool = q.rerank_pool === undefined ? Math.min(this.limits.maxK, Math.max(4 * k, 50)) : parseK(q.rerank_pool, this.limits);
+    const withPayload = parseBool(q.with_payload, 'with_payload', true);
+    const withVector = parseBool(q.with_vector, 'with_vector', false);
+    const terms = this.queryTerms(q.text);
+    const embedder = this.embedderFor(col);
+    const reranker = rerank ? this.opts.rerankers?.get(col.spec.name) : undefined;
+    if (rerank && reranker === undefined) {
+      throw invalidArgument(`collection '${col.spec.name}' has no rerank provider: configure [rerank.${col.spec.name}] in svc.toml`);
+    }
+    const [qv] = await embedder.embed([q.text], 'query');
+    const vector = parseVector(Array.from(qv), col.spec.dim, col.spec.metric, this.limits, 'embedded query');
+    await this.beforeRead(col, parseConsistency(q.consistency));
+    const want = reranker === undefined ? k : pool;
+    const depth = this.fusionDepth(want);
+    const lists: { ids: ArrayLike<number> }[] = [{ ids: col.searchDense(vector, depth, Math.max(depth, col.spec.index_params.ef_search), filter).slots }];
+    if (col.sparse.stats().n > 0) lists.push({ ids: col.searchBm25(terms, depth, filter).slots });
+    const fused = rrf(lists, 60).slice(0, want);
+    if (reranker === undefined) {
+      return { hits: fused.map((f, rank) => this.hit(col, Number(f.id), rank, f.score, withPayload, withVector)) };
+    }
+    const slots = fused.map((f) => Number(f.id));
+    const docs = slots.map((s) => {
+      const t = col.payloadOf(s).__svc_text__;
+      return typeof t === 'string' ? t : '';
+    });
+    const order = await reranker.rerank(q.text, docs, Math.min(k, docs.length));
+    return {
+      hits: order.slice(0, k).map((r, rank) => this.hit(col, slots[r.index], rank, r.score, withPayload, withVector)),
+    };
+  }
+
+  // ---------------------------------------------------------------- multi-vector
+
+  async upsertDocuments(name: string, _body: { documents: DocumentInput[] }): Promise<{ upserted: number }> {
+    throw this.notMultivector(name);
+  }
+
+  async searchMultiVector(name: string, _query: MultiVectorQuery): Promise<{ hits: Hit[] }> {
+    throw this.notMultivector(name);
+  }
+
+  async deleteDocument(name: string, _id: string): Promise<{ deleted: boolean }> {
+    throw this.notMultivector(name);
+  }
+
+  private notMultivector(name: string): SvcError {
+    const col = this.collection(name);
+    return invalidArgument(`collection '${col.spec.name}' is not a multivector collection`);
+  }
+
+  // ---------------------------------------------------------------- database
+
+  async stats(): Promise<DatabaseStats> {
+    this.checkOpen();
+    const cols = [...this.byName.values()].sort((a, b) => (a.spec.name < b.spec.name ? -1 : 1));
+    const s = await this.dir.stats();
+    return {
+      collections: cols.length,
+      total_points: cols.reduce((n, c) => n + c.count, 0),
+      per_collection: cols.map((c) => ({ name: c.spec.name, count: c.count, index: c.spec.index, index_state: c.indexState })),
+      snapshot_status: { manifest_version: s.manifest_version, disk_bytes: s.disk_bytes },
+    };
+  }
+
+  async snapshot(body: { name: string }): Promise<SnapshotResult> {
+    this.checkOpen();
+    const b = checkObject(body, 'snapshot body', ['name']);
+    const name = checkName(b.name, 'snapshot name');
+    const root = this.opts.snapshotDir ?? `${this.opts.dataDir.replace(/\/+$/, '')}-snapshots`;
+    const path = joinPath(root, name);
+    await this.dir.snapshot(path);
+    const s = await this.dir.stats();
+    return { name, path, manifest_version: s.manifest_version, disk_bytes: s.disk_bytes };
+  }
+
+  /** Index state per collection, for metrics. */
+  indexStates(): { name: string; count: number; stale: boolean; rebuilds: number }[] {
+    return [...this.byName.values()].map((c) => ({ name: c.spec.name, count: c.count, stale: c.indexState === 'stale', rebuilds: c.rebuilds }));
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    await Promise.all([...this.checkpoints.values()]);
+    for (const col of this.byName.values()) {
+      if (col.dirtyCount > 0) await this.checkpoint(col).catch((e) => this.log('warn', 'checkpoint at close failed', { error: String(e) }));
+      col.drop();
+    }
+    await this.dir.close();
+  }
+}
+
+/** First index whose id sorts after `id`. */
+function upperBound(ids: string[], id: string): number {
+  let lo = 0;
+  let hi = ids.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (ids[mid] <= id) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/** A random seed for callers that want graphs to differ between runs. */
+export function randomSeed(): number {
+  return randomInt(0, 2 ** 31);
+}

@@ -1,0 +1,125 @@
+import { invalidArgument } from '../base/errors.js';
+import type { Limits } from '../base/limits.js';
+import { checkLimit } from '../base/limits.js';
+import {
+  INDEX_KINDS, METRICS, type CollectionInfo, type FilterableField, type HnswParams, type IndexKind, type Metric,
+  type Quantization, type VectorEncryption,
+} from '../base/model.js';
+import { checkName } from '../base/names.js';
+import { checkFilterableFields } from '../query/filter.js';
+
+/** A collection's fixed shape: validated once at create, stored in the manifest, never changed. */
+export interface CollectionSpec {
+  name: string;
+  dim: number;
+  metric: Metric;
+  index: IndexKind;
+  index_params: HnswParams;
+  quantization: Quantization;
+  pq_subspaces: number | null;
+  filterable: FilterableField[];
+  multivector: boolean;
+  vector_encryption: VectorEncryption | null;
+}
+
+export const DEFAULT_HNSW: HnswParams = Object.freeze({ m: 16, ef_construction: 200, ef_search: 64 });
+
+/** Index families built so far. The others are refused by name, never silently replaced. */
+const BUILT_INDEXES: ReadonlySet<IndexKind> = new Set(['hnsw', 'flat']);
+const HNSW_M_MAX = 128;
+const HNSW_EF_CONSTRUCTION_MAX = 4096;
+
+const KNOWN_KEYS = new Set([
+  'name', 'dim', 'metric', 'index', 'index_params', 'quantization', 'pq_subspaces', 'filterable', 'multivector',
+  'vector_encryption',
+]);
+
+function intIn(v: unknown, what: string, min: number, max: number): number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
+    throw invalidArgument(`${what} must be an integer from ${min} to ${max}`);
+  }
+  return v;
+}
+
+/** Validates a create-collection body into a spec; every refusal is an invalid_argument naming the field. */
+export function parseCollectionParams(body: unknown, limits: Limits): CollectionSpec {
+  if (typeof body !== 'object' || body === null || Array.isArray(body)) {
+    throw invalidArgument('collection parameters must be a JSON object');
+  }
+  const p = body as Record<string, unknown>;
+  for (const key of Object.keys(p)) {
+    if (!KNOWN_KEYS.has(key)) throw invalidArgument(`unknown collection parameter '${key}'`);
+  }
+  const name = checkName(p.name);
+  if (typeof p.dim !== 'number' || !Number.isInteger(p.dim) || p.dim < 1) {
+    throw invalidArgument('dim must be a positive integer');
+  }
+  checkLimit(limits, 'maxVectorDim', p.dim, 'dim');
+  const metric = p.metric ?? 'cosine';
+  if (typeof metric !== 'string' || !METRICS.includes(metric as Metric)) {
+    throw invalidArgument(`metric must be one of ${METRICS.join(', ')}`);
+  }
+  const multivector = p.multivector ?? false;
+  if (typeof multivector !== 'boolean') throw invalidArgument('multivector must be a boolean');
+  const index = p.index ?? 'hnsw';
+  if (typeof index !== 'string' || !INDEX_KINDS.includes(index as IndexKind)) {
+    throw invalidArgument(`index must be one of ${INDEX_KINDS.join(', ')}`);
+  }
+  if (!BUILT_INDEXES.has(index as IndexKind)) {
+    throw invalidArgument(`index '${index}' is not available in this version of svc (available: hnsw, flat)`);
+  }
+  const ip = p.index_params ?? {};
+  if (typeof ip !== 'object' || ip === null || Array.isArray(ip)) throw invalidArgument('index_params must be an object');
+  const ipr = ip as Record<string, unknown>;
+  for (const key of Object.keys(ipr)) {
+    if (key !== 'm' && key !== 'ef_construction' && key !== 'ef_search') {
+      throw invalidArgument(`unknown index parameter '${key}' (known: m, ef_construction, ef_search)`);
+    }
+  }
+  const index_params: HnswParams = {
+    m: ipr.m === undefined ? DEFAULT_HNSW.m : intIn(ipr.m, 'index_params.m', 2, HNSW_M_MAX),
+    ef_construction: ipr.ef_construction === undefined
+      ? DEFAULT_HNSW.ef_construction
+      : intIn(ipr.ef_construction, 'index_params.ef_construction', 4, HNSW_EF_CONSTRUCTION_MAX),
+    ef_search: ipr.ef_search === undefined
+      ? DEFAULT_HNSW.ef_search
+      : intIn(ipr.ef_search, 'index_params.ef_search', 1, limits.maxEfSearch),
+  };
+  const quantization = p.quantization ?? 'none';
+  if (quantization !== 'none') {
+    throw invalidArgument(`quantization '${String(quantization)}' is not available in this version of svc (available: none)`);
+  }
+  let pq_subspaces: number | null = null;
+  if (p.pq_subspaces !== undefined && p.pq_subspaces !== null) {
+    pq_subspaces = intIn(p.pq_subspaces, 'pq_subspaces', 1, p.dim);
+  }
+  const ve = p.vector_encryption ?? null;
+  if (ve !== null) {
+    throw invalidArgument(`vector_encryption '${String(ve)}' is not available in this version of svc`);
+  }
+  if (multivector) {
+    throw invalidArgument('multivector collections are not available in this version of svc');
+  }
+  const filterable = checkFilterableFields(p.filterable ?? []);
+  return {
+    name, dim: p.dim, metric: metric as Metric, index: index as IndexKind, index_params, quantization: 'none',
+    pq_subspaces, filterable, multivector, vector_encryption: null,
+  };
+}
+
+export function infoOf(spec: CollectionSpec, count: number, stale: boolean): CollectionInfo {
+  return {
+    name: spec.name,
+    dim: spec.dim,
+    metric: spec.metric,
+    index: spec.index,
+    index_params: { ...spec.index_params },
+    quantization: spec.quantization,
+    pq_subspaces: spec.pq_subspaces,
+    filterable: spec.filterable.map((f) => ({ ...f })),
+    multivector: spec.multivector,
+    vector_encryption: spec.vector_encryption,
+    count,
+    index_state: stale ? 'stale' : 'current',
+  };
+}

@@ -1,0 +1,103 @@
+import { invalidArgument } from '../base/errors.js';
+import { checkLimit, type Limits } from '../base/limits.js';
+import type { Metric, Payload } from '../base/model.js';
+import { checkPointId } from '../base/names.js';
+import { normalize } from '../index/vector-store.js';
+import type { PointRecord } from '../storage/codec.js';
+import { docFromPayload } from '../text/sparse-index.js';
+
+const F32_MAX = 3.4028234663852886e38;
+
+/**
+ * Turns a caller's vector into the stored float32 form: right length, finite, inside float32 range,
+ * unit length for cosine (a zero vector has no direction, so cosine refuses it).
+ */
+export function parseVector(v: unknown, dim: number, metric: Metric, limits: Limits, what = 'vector'): Float32Array {
+  if (!(Array.isArray(v) || v instanceof Float32Array)) throw invalidArgument(`${what} must be a list of numbers`);
+  checkLimit(limits, 'maxVectorDim', v.length, `${what} length`);
+  if (v.length !== dim) throw invalidArgument(`${what} has ${v.length} dimensions, the collection has ${dim}`);
+  const out = new Float32Array(dim);
+  for (let i = 0; i < dim; i++) {
+    const x = v[i];
+    if (typeof x !== 'number' || !Number.isFinite(x) || Math.abs(x) > F32_MAX) {
+      throw invalidArgument(`${what}[${i}] must be a finite number within float32 range`);
+    }
+    out[i] = x;
+  }
+  if (metric === 'cosine') {
+    let s = 0;
+    for (let i = 0; i < dim; i++) s += out[i] * out[i];
+    if (!(s > 0) || !Number.isFinite(s)) throw invalidArgument(`${what} must not be all zeros for the cosine metric`);
+    normalize(out);
+  }
+  return out;
+}
+
+/** Decodes `vector_b64`: base64 of little-endian float32 (CONTRACT.md, points:bulk). */
+export function decodeVectorB64(b64: unknown, what: string): Float32Array {
+  if (typeof b64 !== 'string' || !/^[A-Za-z0-9+/]*={0,2}$/.test(b64)) throw invalidArgument(`${what} must be base64`);
+  const bytes = Buffer.from(b64, 'base64');
+  if (bytes.length % 4 !== 0) throw invalidArgument(`${what} must hold a whole number of float32 values`);
+  const out = new Float32Array(bytes.length / 4);
+  new Uint8Array(out.buffer).set(bytes);
+  return out;
+}
+
+export function parsePayload(p: unknown, limits: Limits, what = 'payload'): Payload | null {
+  if (p === undefined || p === null) return null;
+  if (typeof p !== 'object' || Array.isArray(p)) throw invalidArgument(`${what} must be a JSON object`);
+  let json: string;
+  try {
+    json = JSON.stringify(p);
+  } catch {
+    throw invalidArgument(`${what} must be serializable JSON`);
+  }
+  checkLimit(limits, 'maxPayloadBytes', Buffer.byteLength(json, 'utf8'), `${what} size in bytes`);
+  // A round trip makes the stored object plain JSON (no prototypes, no undefined), exactly what reloads.
+  const clean = JSON.parse(json) as Payload;
+  docFromPayload(clean, limits.maxSparseTerms); // reserved keys are validated at ingest, before the WAL
+  return clean;
+}
+
+export interface PointShape {
+  dim: number;
+  metric: Metric;
+}
+
+/** Validates a whole batch before anything reaches the WAL: a batch is stored entirely or not at all. */
+export function parsePoints(
+  points: unknown,
+  shape: PointShape,
+  limits: Limits,
+  batchLimit: 'maxBatchSize' | 'maxBulkBatchSize',
+): PointRecord[] {
+  if (!Array.isArray(points)) throw invalidArgument('points must be a list');
+  checkLimit(limits, batchLimit, points.length, 'batch size');
+  const out: PointRecord[] = [];
+  const seen = new Map<string, number>();
+  for (let i = 0; i < points.length; i++) {
+    const p = points[i] as Record<string, unknown> | null;
+    if (typeof p !== 'object' || p === null || Array.isArray(p)) throw invalidArgument(`points[${i}] must be an object`);
+    for (const key of Object.keys(p)) {
+      if (key !== 'id' && key !== 'vector' && key !== 'payload' && !(key === 'vector_b64' && batchLimit === 'maxBulkBatchSize')) {
+        throw invalidArgument(`points[${i}] has an unknown field '${key}'`);
+      }
+    }
+    const id = checkPointId(p.id);
+    let raw: unknown = p.vector;
+    if (p.vector_b64 !== undefined) {
+      if (p.vector !== undefined) throw invalidArgument(`points[${i}] gives both vector and vector_b64`);
+      raw = decodeVectorB64(p.vector_b64, `points[${i}].vector_b64`);
+    }
+    const vector = parseVector(raw, shape.dim, shape.metric, limits, `points[${i}].vector`);
+    const payload = parsePayload(p.payload, limits, `points[${i}].payload`);
+    // The last occurrence of an id in a batch wins, as if the points were upserted one by one.
+    const prev = seen.get(id);
+    if (prev !== undefined) out[prev] = { id, vector, payload };
+    else {
+      seen.set(id, out.length);
+      out.push({ id, vector, payload });
+    }
+  }
+  return out;
+}
