@@ -1,15 +1,24 @@
-// Worker thread entry: re-open the shared vector store, build an HNSW over the given slots and post
-// the graph back. The graph's arrays are SharedArrayBuffer-backed, so posting them copies nothing.
+// Worker thread entry. Re-opens the shared vector store (its own scratch lane) and either builds a
+// whole graph and posts it back, or takes its share of a parallel build into a graph shared with the
+// other threads. Graph arrays are SharedArrayBuffer-backed, so posting them copies nothing.
 import { parentPort, workerData } from 'node:worker_threads';
 import { VectorStore } from '../vector-store.js';
 import { Hnsw } from './hnsw.js';
-import type { BuildRequest } from './build-worker.js';
+import type { WorkerRequest } from './build-worker.js';
 
-const req = workerData as BuildRequest;
+const req = workerData as WorkerRequest;
 const store = VectorStore.open(req.store);
 try {
-  const h = Hnsw.build(store, req.slots, req.opts);
-  parentPort!.postMessage({ ok: true, data: h.serialize(), kernelWasm: store.kernel.isWasm });
+  if (req.type === 'build') {
+    const h = Hnsw.build(store, req.slots, req.opts);
+    parentPort!.postMessage({ ok: true, data: h.serialize() });
+  } else {
+    const h = Hnsw.deserialize(store, req.data);
+    for (let i = req.from + req.worker; i < req.slots.length; i += req.workers) {
+      h.insertConcurrent(req.slots[i], req.levels[i], req.sync);
+    }
+    parentPort!.postMessage({ ok: true });
+  }
 } catch (e) {
   parentPort!.postMessage({ ok: false, error: e instanceof Error ? e.message : String(e) });
 } finally {

@@ -2,7 +2,7 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { flatSearch } from '../flat.js';
 import { clusteredVectors, recallAtK } from '../testing-data.js';
 import { VectorStore } from '../vector-store.js';
-import { buildInWorker } from './build-worker.js';
+import { buildInWorker, buildParallel } from './build-worker.js';
 import { Hnsw, type HnswOptions } from './hnsw.js';
 
 const N = 5000;
@@ -143,5 +143,25 @@ describe('Hnsw construction', () => {
     expect(rw).toBeGreaterThanOrEqual(rl - 0.02);
     // Same seed, same order, same kernel: the worker's graph is the very graph built here.
     expect(Buffer.from(w.serialize().level0.buffer).equals(Buffer.from(f.graph.serialize().level0.buffer))).toBe(true);
+  });
+
+  it('builds with two workers inserting concurrently into one shared graph, at the same quality', async () => {
+    const f = fixture('l2', 4000);
+    const p = await buildParallel(f.store, range(0, 4000), f.opts, 2);
+    expect(p.size).toBe(4000);
+    for (let s = 0; s < 4000; s++) {
+      const nb = p.neighbors(s);
+      expect(nb.length).toBeGreaterThan(0);
+      expect(nb.length).toBeLessThanOrEqual(2 * f.opts.m);
+      expect(nb.includes(s)).toBe(false);
+    }
+    const rp = recallAtK(f.store, f.queries, K, 'l2', (q) => p.search(q, K, 64).slots);
+    const rl = recallAtK(f.store, f.queries, K, 'l2', (q) => f.graph.search(q, K, 64).slots);
+    expect(rp).toBeGreaterThanOrEqual(0.95);
+    expect(rp).toBeGreaterThanOrEqual(rl - 0.02);
+    // The graph stays usable for incremental inserts on the calling thread.
+    const extra = f.store.add(f.queries[0]);
+    p.insert(extra);
+    expect(p.search(f.queries[0], 1, 16).slots[0]).toBe(extra);
   });
 });

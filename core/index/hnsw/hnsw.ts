@@ -38,6 +38,29 @@ export interface HnswData {
 }
 
 const MAX_LEVEL = 30;
+const META_LOCK = 0;
+const META_ENTRY = 1;
+const META_MAX_LEVEL = 2;
+const META_SIZE = 3;
+const META_WORDS = 4;
+
+/** What the threads of a parallel build share besides the graph: a global lock word and per-node locks. */
+export interface SharedSync {
+  /** [global lock, entry, max level, size]. */
+  meta: Int32Array;
+  locks: Int32Array;
+}
+
+function spinLock(a: Int32Array, i: number): void {
+  while (Atomics.compareExchange(a, i, 0, 1) !== 0) {
+    // Contention is short (one list rewrite); yield the core briefly rather than burn it.
+    Atomics.wait(a, i, 1, 0.01);
+  }
+}
+
+function spinUnlock(a: Int32Array, i: number): void {
+  Atomics.store(a, i, 0);
+}
 
 function sharedI32(n: number): Int32Array {
   return new Int32Array(new SharedArrayBuffer(Math.max(1, n) * 4));
@@ -74,6 +97,8 @@ export class Hnsw {
   private readonly cand = new MinHeap(256);
   private readonly shrink = new MaxHeap(64);
   private readonly selected: Int32Array;
+  /** Per-node spin locks, only during a parallel build. */
+  private locks: Int32Array | undefined;
   private orderId = new Int32Array(256);
   private orderD = new Float32Array(256);
   private readonly dist: DistFn;
@@ -132,10 +157,7 @@ export class Hnsw {
     assert(slot >= 0 && slot < this.store.count, `slot ${slot} is not in the store`);
     this.ensureCapacity(slot + 1);
     assert(this.levels[slot] < 0, `slot ${slot} is already in the graph`);
-    let u = this.prng.next();
-    if (u === 0) u = 1e-12;
-    const level = Math.min(MAX_LEVEL, Math.floor(-Math.log(u) * this.levelMult));
-    this.levels[slot] = level;
+    const level = this.drawLevel();
     if (level > 0) {
       const need = level * (this.m + 1);
       if (this.upperUsed + need > this.upper.length) {
@@ -147,6 +169,7 @@ export class Hnsw {
       this.upper.fill(0, this.upperUsed, this.upperUsed + need);
       this.upperUsed += need;
     }
+    this.levels[slot] = level;
     this.level0[slot * this.l0Stride] = 0;
     this.sizeNodes++;
     if (this.entry < 0) {
@@ -154,21 +177,104 @@ export class Hnsw {
       this.maxLevel = level;
       return;
     }
+    this.link(slot, level, this.entry, this.maxLevel);
+    if (level > this.maxLevel) {
+      this.entry = slot;
+      this.maxLevel = level;
+    }
+  }
+
+  /**
+   * Parallel build (see build-worker.ts): inserts `slot` with a pre-drawn level into a graph whose
+   * arrays several threads share. Upper-level space was laid out up front; neighbour lists are changed
+   * under a per-node spin lock (Atomics), and the entry point under a global one, held for the whole
+   * insert when the node raises the top level (as hnswlib does). Readers do not lock: a list being
+   * rewritten holds valid slots throughout, and its count is published last with Atomics.store.
+   */
+  insertConcurrent(slot: number, level: number, sync: SharedSync): void {
+    const meta = sync.meta;
+    this.locks = sync.locks;
+    this.level0[slot * this.l0Stride] = 0;
+    Atomics.store(this.levels, slot, level);
+    spinLock(meta, META_LOCK);
+    const entry = meta[META_ENTRY];
+    const maxLevel = meta[META_MAX_LEVEL];
+    const raises = level > maxLevel;
+    if (!raises) spinUnlock(meta, META_LOCK);
+    try {
+      if (entry >= 0) this.link(slot, level, entry, maxLevel);
+      if (raises) {
+        meta[META_ENTRY] = slot;
+        meta[META_MAX_LEVEL] = level;
+      }
+      Atomics.add(meta, META_SIZE, 1);
+    } finally {
+      if (raises) spinUnlock(meta, META_LOCK);
+    }
+  }
+
+  /** Draws levels for `n` inserts from this graph's seeded stream (what `insert` would draw). */
+  drawLevels(n: number): Int8Array {
+    const out = new Int8Array(new SharedArrayBuffer(Math.max(1, n)));
+    for (let i = 0; i < n; i++) out[i] = this.drawLevel();
+    return out;
+  }
+
+  /**
+   * Prepares an empty graph for a parallel build of `slots` with pre-drawn `levels`: sizes every array
+   * so nothing grows while threads share them, and lays out the upper-level links.
+   */
+  prepareShared(slots: Int32Array, levels: Int8Array): SharedSync {
+    assert(this.sizeNodes === 0, 'a parallel build starts from an empty graph');
+    let max = 0;
+    let need = 0;
+    for (let i = 0; i < slots.length; i++) {
+      max = Math.max(max, slots[i]);
+      need += levels[i] * (this.m + 1);
+    }
+    this.ensureCapacity(max + 1);
+    this.upper = sharedI32(need);
+    let at = 0;
+    for (let i = 0; i < slots.length; i++) {
+      if (levels[i] > 0) {
+        this.upperOffset[slots[i]] = at;
+        at += levels[i] * (this.m + 1);
+      }
+    }
+    this.upperUsed = need;
+    const meta = sharedI32(META_WORDS);
+    meta[META_ENTRY] = -1;
+    meta[META_MAX_LEVEL] = -1;
+    return { meta, locks: sharedI32(this.capacityNodes) };
+  }
+
+  /** Adopts the entry point and size a parallel build left in `sync`. */
+  finishShared(sync: SharedSync): void {
+    this.entry = Atomics.load(sync.meta, META_ENTRY);
+    this.maxLevel = Atomics.load(sync.meta, META_MAX_LEVEL);
+    this.sizeNodes = Atomics.load(sync.meta, META_SIZE);
+    this.locks = undefined;
+  }
+
+  private drawLevel(): number {
+    let u = this.prng.next();
+    if (u === 0) u = 1e-12;
+    return Math.min(MAX_LEVEL, Math.floor(-Math.log(u) * this.levelMult));
+  }
+
+  /** Links a node whose level is set into the graph below `entry` (hnswlib's addPoint, after the level draw). */
+  private link(slot: number, level: number, entry: number, maxLevel: number): void {
     const q = this.store.offsetOf(slot);
-    let cur = this.entry;
+    let cur = entry;
     let curDist = this.dist(q, this.store.offsetOf(cur), this.store.paddedDim);
-    if (level < this.maxLevel) [cur, curDist] = this.greedy(q, cur, curDist, this.maxLevel, level + 1);
-    for (let l = Math.min(level, this.maxLevel); l >= 0; l--) {
+    if (level < maxLevel) [cur, curDist] = this.greedy(q, cur, curDist, maxLevel, level + 1);
+    for (let l = Math.min(level, maxLevel); l >= 0; l--) {
       this.searchLayer(q, cur, curDist, this.efConstruction, l, undefined);
       const nSel = this.selectHeuristic(this.top, this.m);
       this.connect(slot, l, nSel);
       // hnswlib continues from the closest selected neighbour.
       cur = this.selected[0];
       curDist = this.dist(q, this.store.offsetOf(cur), this.store.paddedDim);
-    }
-    if (level > this.maxLevel) {
-      this.entry = slot;
-      this.maxLevel = level;
     }
   }
 
@@ -399,11 +505,16 @@ export class Hnsw {
   /** Links `slot` to the selected neighbours at `level` and back, shrinking full lists heuristically. */
   private connect(slot: number, level: number, nSel: number): void {
     const store = this.store;
+    const locks = this.locks;
     const [arr, off] = this.linksAt(slot, level);
     // Copy: selectHeuristic below reuses this.selected while shrinking.
-    const chosen = this.selected.slice(0, nSel);
-    arr[off] = nSel;
+    // A concurrent insert can make a node reachable from itself: never link a node to itself.
+    const chosen = this.selected.slice(0, nSel).filter((x) => x !== slot);
+    nSel = chosen.length;
+    if (locks) spinLock(locks, slot);
     for (let i = 0; i < nSel; i++) arr[off + 1 + i] = chosen[i];
+    Atomics.store(arr, off, nSel);
+    if (locks) spinUnlock(locks, slot);
     const maxM = level === 0 ? this.maxM0 : this.m;
     const { ids, out, idsI32, outF32 } = store.lane;
     const base = store.vectorsBase;
@@ -412,21 +523,23 @@ export class Hnsw {
     for (let i = 0; i < nSel; i++) {
       const nb = chosen[i];
       const [na, no] = this.linksAt(nb, level);
+      if (locks) spinLock(locks, nb);
       const deg = na[no];
       if (deg < maxM) {
         na[no + 1 + deg] = slot;
-        na[no] = deg + 1;
-        continue;
+        Atomics.store(na, no, deg + 1);
+      } else {
+        for (let j = 0; j < deg; j++) idsI32[j] = na[no + 1 + j];
+        idsI32[deg] = slot;
+        this.batch(store.offsetOf(nb), base, stride, ids, deg + 1, out, n);
+        const heap = this.shrink;
+        heap.clear();
+        for (let j = 0; j <= deg; j++) heap.push(outF32[j], idsI32[j]);
+        const kept = this.selectHeuristic(heap, maxM);
+        for (let j = 0; j < kept; j++) na[no + 1 + j] = this.selected[j];
+        Atomics.store(na, no, kept);
       }
-      for (let j = 0; j < deg; j++) idsI32[j] = na[no + 1 + j];
-      idsI32[deg] = slot;
-      this.batch(store.offsetOf(nb), base, stride, ids, deg + 1, out, n);
-      const heap = this.shrink;
-      heap.clear();
-      for (let j = 0; j <= deg; j++) heap.push(outF32[j], idsI32[j]);
-      const kept = this.selectHeuristic(heap, maxM);
-      na[no] = kept;
-      for (let j = 0; j < kept; j++) na[no + 1 + j] = this.selected[j];
+      if (locks) spinUnlock(locks, nb);
     }
     this.selected.set(chosen);
   }
