@@ -12,7 +12,7 @@ export function parseMasterKeyHex(hex: string): Uint8Array {
   if (trimmed.length !== 64) {
     throw invalidArgument(`the master key must be exactly 64 hex characters (256 bits); got ${trimmed.length} characters`);
   }
-  if (!/^[0-9a-fA-F]{64}$/.test(trimmed)) throw invalidArgument('the master key must contain only hex characters 0-9 and a-f');
+  if (!/^[0-9a-fA-F]{64}$/.test(trimmed)) throw invalidArgument('the master key must be 64 hex characters: only 0-9 and a-f are allowed');
   return new Uint8Array(Buffer.from(trimmed, 'hex'));
 }
 

@@ -215,3 +215,30 @@ describe('DataDir under simulated power loss', () => {
     expect(crashedAfterAcks).toBeGreaterThan(100);
   });
 });
+
+describe('DataDir on the real file system', () => {
+  it('round-trips through NodeFileSystem (fsync of files and directories)', async () => {
+    const { mkdtemp, rm } = await import('node:fs/promises');
+    const { tmpdir } = await import('node:os');
+    const { join } = await import('node:path');
+    const { NodeFileSystem } = await import('./fs.js');
+    const root = await mkdtemp(join(tmpdir(), 'svc-datadir-'));
+    try {
+      const fs = new NodeFileSystem();
+      let d = await DataDir.open(fs, join(root, 'data'), { masterKey: KEY, log: quiet });
+      const { uid } = await d.createCollection('real', {});
+      await Promise.all(['a', 'b'].map((id) => d.append(uid, up(id))));
+      await d.checkpoint(uid, [up('a'), up('b')], d.lastSeq, { replaceAll: true });
+      await d.append(uid, up('c'));
+      await d.snapshot(join(root, 'snap'));
+      await d.close();
+      for (const dir of ['data', 'snap']) {
+        d = await DataDir.open(fs, join(root, dir), { masterKey: KEY, log: quiet });
+        expect([...(await idsOf(d, uid, await all(d.replay())))].sort()).toEqual(['a', 'b', 'c']);
+        await d.close();
+      }
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
+  });
+});
