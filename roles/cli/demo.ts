@@ -63,13 +63,14 @@ registerCommand('demo', {
     const logs = createLogs(config.logFilter);
     let server: RunningServer;
     try {
-      server = await startServer(config, logs, { fallbackToFreePort: true });
+      const starting = startServer(config, logs, { fallbackToFreePort: true });
+      closeOnSignals(starting, logs);
+      server = await starting;
       await loadDemoCollection(server);
     } catch (e) {
       logs.target('svc').error({ err: (e as Error).message }, 'svc demo failed to start');
       return 1;
     }
-    closeOnSignals(server, logs);
     const scheme = config.tls ? 'https' : 'http';
     const base = `${scheme}://${config.restAddr.host.includes(':') ? `[${config.restAddr.host}]` : config.restAddr.host}:${server.restPort}`;
     const q = JSON.stringify({ vector: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8], k: 3, filter: { eq: { field: 'category', value: 'science' } } });

@@ -95,12 +95,11 @@ async function openAndServe(config: SvcConfig, logs: Logs, metrics: ReturnType<t
     audit, auditLog: logs.target('svc::audit'), clock: systemClock, metrics, log: logs.target('svc::span'),
   });
   metrics.setStatsSource(() => engine.stats());
-  state.service = service;
   try {
     const grpc = await startGrpc(config, service, logs, metrics, fallback);
+    state.service = service; // ready: /readyz answers 200 from here on
     return { engine, service, fileSink, grpc };
   } catch (e) {
-    state.service = null;
     await engine.close();
     fileSink?.close();
     throw e;
@@ -133,14 +132,17 @@ async function startGrpc(config: SvcConfig, service: Service, logs: Logs, metric
   }
 }
 
-/** Exit 0 on SIGTERM/SIGINT after a graceful close; a second signal exits at once. */
-export function closeOnSignals(server: RunningServer, logs: Logs): void {
+/**
+ * Exit 0 on SIGTERM/SIGINT after a graceful close; a second signal exits at once. Installed before the
+ * server starts; a signal during startup closes it as soon as it is up.
+ */
+export function closeOnSignals(server: Promise<RunningServer>, logs: Logs): void {
   let stopping = false;
   const onSignal = (signal: string) => {
     if (stopping) process.exit(1);
     stopping = true;
     logs.target('svc').info({ signal }, 'shutting down: finishing requests in flight');
-    server.close().then(() => process.exit(0), (e: unknown) => {
+    server.then((s) => s.close()).then(() => process.exit(0), (e: unknown) => {
       logs.target('svc').error({ err: (e as Error).message }, 'shutdown failed');
       process.exit(1);
     });
@@ -172,8 +174,9 @@ registerCommand('serve', {
     if (config === null) return 2;
     const logs = createLogs(config.logFilter);
     try {
-      const server = await startServer(config, logs);
+      const server = startServer(config, logs);
       closeOnSignals(server, logs);
+      await server;
       return -1; // keep running
     } catch (e) {
       logs.target('svc').error({ err: (e as Error).message, code: (e as { code?: string }).code }, 'svc failed to start');

@@ -1,0 +1,88 @@
+/**
+ * A gRPC client built the way an outside user builds one: from proto/svc.proto at run time with
+ * @grpc/proto-loader (no generated code, no project import). Struct fields are converted by hand, as
+ * every dynamic protobuf client must.
+ */
+import { join } from 'node:path';
+import { credentials, loadPackageDefinition, Metadata, type ChannelCredentials, type Client, type ServiceError } from '@grpc/grpc-js';
+import { loadSync } from '@grpc/proto-loader';
+import { ROOT } from './harness.js';
+
+const definition = loadSync(join(ROOT, 'proto', 'svc.proto'), { keepCase: true, longs: Number, enums: String, defaults: false, oneofs: true });
+const pkg = loadPackageDefinition(definition) as unknown as { svc: { v1: { Svc: new (addr: string, creds: ChannelCredentials, opts?: object) => Client } } };
+
+type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
+
+export function toValue(v: Json): object {
+  if (v === null) return { null_value: 'NULL_VALUE' };
+  if (typeof v === 'boolean') return { bool_value: v };
+  if (typeof v === 'number') return { number_value: v };
+  if (typeof v === 'string') return { string_value: v };
+  if (Array.isArray(v)) return { list_value: { values: v.map(toValue) } };
+  return { struct_value: toStruct(v) };
+}
+
+export function toStruct(o: { [k: string]: Json }): object {
+  return { fields: Object.fromEntries(Object.entries(o).map(([k, v]) => [k, toValue(v)])) };
+}
+
+export function fromValue(v: any): Json {
+  switch (v.kind) {
+    case 'null_value': return null;
+    case 'bool_value': return v.bool_value;
+    case 'number_value': return v.number_value;
+    case 'string_value': return v.string_value;
+    case 'list_value': return (v.list_value.values ?? []).map(fromValue);
+    case 'struct_value': return fromStruct(v.struct_value);
+    default: return null;
+  }
+}
+
+export function fromStruct(s: any): { [k: string]: Json } {
+  return Object.fromEntries(Object.entries(s?.fields ?? {}).map(([k, v]) => [k, fromValue(v)]));
+}
+
+export interface Reply {
+  res?: any;
+  err?: ServiceError;
+  /** The contract's error code (trailing metadata `svc-error-code`). */
+  code?: string;
+}
+
+export class SvcGrpc {
+  readonly client: Client;
+
+  constructor(address: string, creds: ChannelCredentials = credentials.createInsecure(), options: object = {}) {
+    this.client = new pkg.svc.v1.Svc(address, creds, { 'grpc.max_send_message_length': -1, 'grpc.max_receive_message_length': -1, ...options });
+  }
+
+  /** Calls a unary RPC by its proto name (`Search`, `CreateCollection`, ...). */
+  call(rpc: string, req: object, key?: string): Promise<Reply> {
+    const md = new Metadata();
+    if (key !== undefined) md.set('authorization', `Bearer ${key}`);
+    const fn = (this.client as any)[rpc] as (r: object, m: Metadata, cb: (e: ServiceError | null, r?: any) => void) => void;
+    return new Promise((resolve) => {
+      fn.call(this.client, req, md, (err, res) => {
+        if (err) resolve({ err, code: err.metadata?.get('svc-error-code')[0] as string | undefined });
+        else resolve({ res });
+      });
+    });
+  }
+
+  /** Reads a Replicate stream to its end: the events, or the error that ended it. */
+  replicate(key?: string): Promise<{ events: any[]; err?: ServiceError }> {
+    const md = new Metadata();
+    if (key !== undefined) md.set('authorization', `Bearer ${key}`);
+    const stream = (this.client as any).Replicate({}, md);
+    const events: any[] = [];
+    return new Promise((resolve) => {
+      stream.on('data', (e: any) => events.push(e));
+      stream.on('error', (err: ServiceError) => resolve({ events, err }));
+      stream.on('end', () => resolve({ events }));
+    });
+  }
+
+  close(): void {
+    this.client.close();
+  }
+}

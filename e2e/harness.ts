@@ -1,0 +1,96 @@
+/**
+ * Black-box harness: starts `node dist/roles/cli/main.js` as a real process (npm test builds first) and
+ * talks to it over loopback. Imports no project code.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+
+export const ROOT = resolve(import.meta.dirname, '..');
+export const MAIN = join(ROOT, 'dist', 'roles', 'cli', 'main.js');
+export const MASTER = 'a1'.repeat(32);
+
+export function tempDir(prefix = 'svc-e2e-'): string {
+  return mkdtempSync(join(tmpdir(), prefix));
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((res, rej) => {
+    const s = createServer();
+    s.listen(0, '127.0.0.1', () => {
+      const port = (s.address() as { port: number }).port;
+      s.close(() => res(port));
+    });
+    s.on('error', rej);
+  });
+}
+
+/** Only what the server needs: no inherited SVC_* from the developer's shell. */
+export function cleanEnv(extra: Record<string, string>): Record<string, string> {
+  return { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', RUST_LOG: 'warn', ...extra };
+}
+
+export interface Proc {
+  child: ChildProcess;
+  stdout(): string;
+  stderr(): string;
+  exited: Promise<number | null>;
+}
+
+export function run(args: string[], env: Record<string, string>, cwd = ROOT): Proc {
+  const child = spawn(process.execPath, [MAIN, ...args], { env, cwd, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  child.stdout!.on('data', (d: Buffer) => { out += d.toString(); });
+  child.stderr!.on('data', (d: Buffer) => { err += d.toString(); });
+  const exited = new Promise<number | null>((res) => child.on('exit', (code) => res(code)));
+  return { child, stdout: () => out, stderr: () => err, exited };
+}
+
+export interface Server extends Proc {
+  port: number;
+  grpcPort: number;
+  base: string;
+  env: Record<string, string>;
+  stop(signal?: NodeJS.Signals): Promise<number | null>;
+}
+
+/** Starts `svc serve` on free loopback ports and waits until /readyz answers 200. */
+export async function serve(env: Record<string, string>, opts: { cwd?: string; scheme?: string; ready?: (base: string) => Promise<boolean> } = {}): Promise<Server> {
+  const port = await freePort();
+  const grpcPort = await freePort();
+  const fullEnv = cleanEnv({ SVC_REST_ADDR: `127.0.0.1:${port}`, SVC_GRPC_ADDR: `127.0.0.1:${grpcPort}`, ...env });
+  const p = run(['serve'], fullEnv, opts.cwd);
+  const base = `${opts.scheme ?? 'http'}://127.0.0.1:${port}`;
+  let done = false;
+  void p.exited.then(() => { done = true; });
+  const probe = opts.ready ?? (async (b: string) => (await fetch(`${b}/readyz`)).status === 200);
+  for (let i = 0; i < 300; i++) {
+    if (done) throw new Error(`server exited early: ${p.stderr()}`);
+    if (await probe(base).catch(() => false)) break;
+    if (i === 299) throw new Error(`server not ready: ${p.stderr()}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  return {
+    ...p, port, grpcPort, base, env: fullEnv,
+    async stop(signal: NodeJS.Signals = 'SIGTERM') {
+      if (!done) p.child.kill(signal);
+      return p.exited;
+    },
+  };
+}
+
+export function api(base: string, key?: string) {
+  return async (method: string, path: string, body?: unknown): Promise<{ status: number; json: any; headers: Headers }> => {
+    const headers: Record<string, string> = {};
+    if (key !== undefined) headers.authorization = `Bearer ${key}`;
+    if (body !== undefined) headers['content-type'] = 'application/json';
+    const r = await fetch(`${base}${path}`, { method, headers, body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body) });
+    const text = await r.text();
+    let json: any = null;
+    try { json = JSON.parse(text); } catch { json = text; }
+    return { status: r.status, json, headers: r.headers };
+  };
+}

@@ -1,0 +1,92 @@
+import { execFileSync } from 'node:child_process';
+import { readFileSync, writeFileSync } from 'node:fs';
+import http2 from 'node:http2';
+import https from 'node:https';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MASTER, serve, tempDir, type Server } from './harness.js';
+
+/** A CA, a server certificate for 127.0.0.1, a client certificate from the CA and one from a stranger. */
+function makeCerts(dir: string): void {
+  const ssl = (...args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
+  for (const ca of ['ca', 'other-ca']) {
+    ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', `${ca}.key`, '-out', `${ca}.pem`, '-days', '2', '-subj', `/CN=${ca}`);
+  }
+  writeFileSync(join(dir, 'san.ext'), 'subjectAltName=IP:127.0.0.1\n');
+  const leaf = (name: string, ca: string, ext: boolean) => {
+    ssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', `${name}.key`, '-out', `${name}.csr`, '-subj', `/CN=${name}`);
+    ssl('x509', '-req', '-in', `${name}.csr`, '-CA', `${ca}.pem`, '-CAkey', `${ca}.key`, '-CAcreateserial', '-out', `${name}.pem`, '-days', '2', ...(ext ? ['-extfile', 'san.ext'] : []));
+  };
+  leaf('server', 'ca', true);
+  leaf('client', 'ca', false);
+  leaf('stranger', 'other-ca', false);
+}
+
+const dir = tempDir('svc-tls-');
+const f = (n: string) => readFileSync(join(dir, n));
+let tls: Server;
+let mtls: Server;
+
+function h1(port: number, extra: https.RequestOptions = {}): Promise<{ status: number; alpn: string | false; body: string }> {
+  return new Promise((res, rej) => {
+    const req = https.request({ host: '127.0.0.1', port, path: '/healthz', ca: f('ca.pem'), ALPNProtocols: ['http/1.1'], ...extra }, (r) => {
+      let body = '';
+      r.on('data', (d) => { body += d; });
+      r.on('end', () => res({ status: r.statusCode ?? 0, alpn: (r.socket as import('node:tls').TLSSocket).alpnProtocol ?? false, body }));
+    });
+    req.on('error', rej);
+    req.end();
+  });
+}
+
+function h2(port: number, path: string, headers: Record<string, string> = {}, extra: http2.SecureClientSessionOptions = {}): Promise<{ status: number; alpn: string | undefined; body: string }> {
+  return new Promise((res, rej) => {
+    const session = http2.connect(`https://127.0.0.1:${port}`, { ca: f('ca.pem'), ...extra });
+    session.on('error', rej);
+    const req = session.request({ ':path': path, ...headers });
+    let status = 0;
+    let body = '';
+    req.on('response', (h) => { status = Number(h[':status']); });
+    req.on('data', (d) => { body += d; });
+    req.on('end', () => { const alpn = session.alpnProtocol; session.close(); res({ status, alpn, body }); });
+    req.on('error', rej);
+    req.end();
+  });
+}
+
+beforeAll(async () => {
+  makeCerts(dir);
+  const base = { SVC_API_KEYS: 'k', SVC_ENCRYPTION_KEY: MASTER, SVC_TLS_CERT: join(dir, 'server.pem'), SVC_TLS_KEY: join(dir, 'server.key') };
+  const probe = (extra: https.RequestOptions) => async (b: string) => (await h1(Number(new URL(b).port), extra)).status === 200;
+  tls = await serve({ ...base, SVC_DATA_DIR: join(dir, 'd1') }, { scheme: 'https', ready: probe({}) });
+  mtls = await serve({ ...base, SVC_DATA_DIR: join(dir, 'd2'), SVC_TLS_CLIENT_CA: join(dir, 'ca.pem') },
+    { scheme: 'https', ready: probe({ cert: f('client.pem'), key: f('client.key') }) });
+});
+afterAll(async () => { await Promise.all([tls?.stop(), mtls?.stop()]); });
+
+describe('TLS', () => {
+  it('serves HTTP/2 and HTTP/1.1 on one port, chosen by ALPN', async () => {
+    const a = await h2(tls.port, '/v1/collections', { authorization: 'Bearer k' });
+    expect([a.status, a.alpn, JSON.parse(a.body)]).toEqual([200, 'h2', { collections: [] }]);
+    const b = await h1(tls.port);
+    expect([b.status, b.alpn]).toEqual([200, 'http/1.1']);
+    const c = await h2(tls.port, '/v1/collections');
+    expect(c.status).toBe(401);
+  });
+
+  it('refuses plain HTTP on the TLS port', async () => {
+    await expect(fetch(`http://127.0.0.1:${tls.port}/healthz`).then((r) => r.status)).rejects.toThrow();
+  });
+});
+
+describe('mTLS', () => {
+  it('requires a client certificate from SVC_TLS_CLIENT_CA, in addition to the key', async () => {
+    const ok = await h2(mtls.port, '/v1/collections', { authorization: 'Bearer k' }, { cert: f('client.pem'), key: f('client.key') });
+    expect(ok.status).toBe(200);
+    const noKey = await h2(mtls.port, '/v1/collections', {}, { cert: f('client.pem'), key: f('client.key') });
+    expect(noKey.status).toBe(401);
+    await expect(h2(mtls.port, '/v1/collections', { authorization: 'Bearer k' })).rejects.toThrow();
+    await expect(h2(mtls.port, '/v1/collections', { authorization: 'Bearer k' }, { cert: f('stranger.pem'), key: f('stranger.key') })).rejects.toThrow();
+    await expect(h1(mtls.port)).rejects.toThrow();
+  });
+});
