@@ -39,7 +39,7 @@ describe('FaultyFileSystem', () => {
 
   it('dies at an armed crash point until restart', async () => {
     const fs = new FaultyFileSystem(3);
-    fs.crashAfter(2);
+    fs.crashAfter(2, { namespace: 'drop' });
     await fs.mkdir('/a');
     await expect(fs.mkdir('/b')).rejects.toThrow(SimulatedCrash);
     await expect(fs.stat('/')).rejects.toThrow(SimulatedCrash);
