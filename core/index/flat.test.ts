@@ -2,6 +2,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { flatSearch } from './flat.js';
 import { VectorStore } from './vector-store.js';
+import { FlatIndex } from './vector-index.js';
 
 function naive(vs: number[][], q: number[], k: number, kind: 'l2' | 'ip', keep: (s: number) => boolean) {
   const f = Math.fround;
@@ -58,5 +59,19 @@ describe('flatSearch', () => {
     for (let i = 0; i < 3000; i++) store.add([i, 0, 0, 0]);
     const res = flatSearch(store, store.kernel, new Float32Array([2500.2, 0, 0, 0]), 3, 'l2');
     expect(Array.from(res.slots)).toEqual([2500, 2501, 2499]);
+  });
+});
+
+describe('FlatIndex', () => {
+  it('searches only the slots inserted into it, dense or not', () => {
+    const store = VectorStore.create({ dim: 2 });
+    for (let i = 0; i < 10; i++) store.add([i, 0]);
+    const dense = new FlatIndex(store, 'l2');
+    for (let s = 0; s < 5; s++) dense.insert(s);
+    expect(Array.from(dense.search(new Float32Array([9, 0]), 2, 0).slots)).toEqual([4, 3]);
+    const sparse = new FlatIndex(store, 'l2');
+    for (const s of [1, 7, 8]) sparse.insert(s);
+    expect(Array.from(sparse.search(new Float32Array([9, 0]), 2, 0, (s) => s !== 8).slots)).toEqual([7, 1]);
+    expect(sparse.size).toBe(3);
   });
 });

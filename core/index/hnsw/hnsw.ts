@@ -4,6 +4,7 @@ import { Prng } from '../../base/prng.js';
 import type { SearchResult } from '../flat.js';
 import { drainAscending, MaxHeap, MinHeap } from '../heap.js';
 import type { BatchFn, DistanceKind, DistFn, TouchFn } from '../kernels/kernel.js';
+import type { VectorIndex } from '../vector-index.js';
 import { BATCH_MAX, type VectorStore } from '../vector-store.js';
 
 export interface HnswOptions {
@@ -71,7 +72,7 @@ function sharedI32(n: number): Int32Array {
  * Int32Array, upper levels in a compact side array, visited marks are epoch-stamped, heaps are typed
  * arrays, and each expansion scores all unvisited neighbours in one batched kernel call.
  */
-export class Hnsw {
+export class Hnsw implements VectorIndex {
   readonly store: VectorStore;
   readonly m: number;
   readonly efConstruction: number;
@@ -322,7 +323,7 @@ export class Hnsw {
   }
 
   /** Wraps serialized arrays without copying; later inserts continue with a fresh seeded level stream. */
-  static deserialize(store: VectorStore, data: HnswData): Hnsw {
+  static deserialize(store: VectorStore, data: HnswData, opts: { touch?: boolean } = {}): Hnsw {
     const cap = data.levels.length;
     assert(data.level0.length === cap * (2 * data.m + 1), 'hnsw data: level0 length does not match capacity');
     assert(data.upperOffset.length === cap, 'hnsw data: upperOffset length does not match capacity');
@@ -332,6 +333,7 @@ export class Hnsw {
       kind: data.kind,
       seed: (data.seed + data.size) | 0,
       capacity: 1,
+      touch: opts.touch,
     });
     h.level0 = data.level0;
     h.levels = data.levels;
