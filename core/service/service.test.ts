@@ -173,6 +173,7 @@ describe('authorization', () => {
 
   it('scopes match exactly or by trailing * prefix', () => {
     fc.assert(fc.property(fc.string(), fc.string(), (a, b) => {
+      fc.pre(!a.endsWith('*'));
       expect(scopeAllows([a], a + b)).toBe(b === '');
       expect(scopeAllows([`${a}*`], a + b)).toBe(true);
       expect(scopeAllows(['*'], b)).toBe(true);
