@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
-import { ENGLISH_STOP_WORDS, queryTermIds, stemWord, termFrequencies, termId, textVector, tokenize } from './tokenizer.js';
+import { ENGLISH_STOP_WORDS, queryTermIds, stemWord, termFrequencies, termId, textVector, tokenize, words } from './tokenizer.js';
 
 const here = new URL('./testdata/', import.meta.url);
 const lines = (name: string): string[] => readFileSync(new URL(name, here), 'utf8').split('\n').filter((l) => l !== '');
@@ -59,6 +59,31 @@ describe('Porter2 stemming', () => {
       ['generously', 'generous'], ['communism', 'communism'], ['arsenal', 'arsenal'],
     ];
     for (const [w, s] of pairs) expect([w, stemWord(w)]).toEqual([w, s]);
+  });
+});
+
+describe('word segmentation', () => {
+  const segmenter = new Intl.Segmenter('en', { granularity: 'word' });
+  const reference = (s: string): string[] => [...segmenter.segment(s)].filter((x) => x.isWordLike).map((x) => x.segment);
+
+  it('finds exactly the word-like segments of Intl.Segmenter on ASCII text', () => {
+    const chars = "aZq09_.':,;-/!\"()@#$%&*+=<>[]{}|~`^\\ \t\n".split('');
+    fc.assert(
+      fc.property(fc.array(fc.constantFrom(...chars), { maxLength: 30 }), (cs) => {
+        const s = cs.join('');
+        expect(words(s)).toEqual(reference(s));
+      }),
+      { numRuns: 3000 },
+    );
+  });
+
+  it('agrees with Intl.Segmenter on mixed-script text', () => {
+    fc.assert(
+      fc.property(fc.array(fc.constantFrom('word', "it's", '3.14', 'café', '東京', '😀', ' ', '\n', ', ', 'naïve-ish', 'x_y', '__'), { maxLength: 12 }), (parts) => {
+        const s = parts.join('');
+        expect(words(s)).toEqual(reference(s));
+      }),
+    );
   });
 });
 

@@ -44,15 +44,94 @@ export function stemWord(word: string): string {
 export function tokenize(text: string): string[] {
   const out: string[] = [];
   const normalised = text.normalize('NFC').replace(CURLY_APOSTROPHES, "'");
-  for (const seg of segmenter.segment(normalised)) {
-    if (!seg.isWordLike) continue;
-    const lower = seg.segment.toLowerCase();
+  for (const word of words(normalised)) {
+    const lower = word.toLowerCase();
     if (ENGLISH_STOP_WORDS.has(lower)) continue;
     const term = stemWord(lower);
     if (term.length === 0) continue;
     out.push(term);
   }
   return out;
+}
+
+/**
+ * The word-like segments of `text`, as Intl.Segmenter finds them. Two shortcuts keep this linear and
+ * fast (V8's segment iterator costs tens of microseconds a call and grows worse than linearly with the
+ * string): whitespace is always a word boundary, so the text is cut there first; a piece of printable
+ * ASCII is scanned by `asciiWords`, which applies the same UAX #29 rules restricted to ASCII (a test
+ * checks it against Intl.Segmenter); any other piece goes to the segmenter.
+ */
+export function words(text: string): string[] {
+  const out: string[] = [];
+  for (const piece of text.split(/\s+/)) {
+    if (piece.length === 0) continue;
+    if (PRINTABLE_ASCII.test(piece)) {
+      asciiWords(piece, out);
+      continue;
+    }
+    for (const seg of segmenter.segment(piece)) if (seg.isWordLike) out.push(seg.segment);
+  }
+  return out;
+}
+
+const PRINTABLE_ASCII = /^[\x21-\x7e]+$/;
+
+const enum Cls {
+  Other,
+  Letter,
+  Digit,
+  Under, // ExtendNumLet
+  MidLetter, // ':' (MidLetter) -- joins letters only
+  MidNumLet, // '.' and "'" -- join letters or digits
+  MidNum, // ',' and ';' -- join digits only
+}
+
+function cls(c: number): Cls {
+  if ((c >= 0x61 && c <= 0x7a) || (c >= 0x41 && c <= 0x5a)) return Cls.Letter;
+  if (c >= 0x30 && c <= 0x39) return Cls.Digit;
+  if (c === 0x5f) return Cls.Under;
+  if (c === 0x2e || c === 0x27) return Cls.MidNumLet;
+  if (c === 0x2c || c === 0x3b) return Cls.MidNum;
+  if (c === 0x3a) return Cls.MidLetter;
+  return Cls.Other;
+}
+
+/** UAX #29 word segmentation of a printable-ASCII string, keeping the word-like segments. */
+export function asciiWords(s: string, out: string[]): void {
+  let i = 0;
+  const n = s.length;
+  while (i < n) {
+    const c0 = cls(s.charCodeAt(i));
+    if (c0 !== Cls.Letter && c0 !== Cls.Digit && c0 !== Cls.Under) {
+      i++;
+      continue;
+    }
+    const start = i;
+    let prev = c0;
+    i++;
+    while (i < n) {
+      const c = cls(s.charCodeAt(i));
+      if (c === Cls.Letter || c === Cls.Digit || c === Cls.Under) {
+        prev = c;
+        i++;
+        continue;
+      }
+      // WB6/7 (letter mid letter) and WB11/12 (digit mid digit): a single middle char between two of a kind.
+      if (i + 1 < n && (c === Cls.MidLetter || c === Cls.MidNumLet || c === Cls.MidNum)) {
+        const next = cls(s.charCodeAt(i + 1));
+        const joinsLetters = prev === Cls.Letter && next === Cls.Letter && c !== Cls.MidNum;
+        const joinsDigits = prev === Cls.Digit && next === Cls.Digit && c !== Cls.MidLetter;
+        if (joinsLetters || joinsDigits) {
+          i += 2;
+          prev = next;
+          continue;
+        }
+      }
+      break;
+    }
+    // ICU reports a lone underscore as not word-like, but a longer run of them as word-like.
+    if (c0 !== Cls.Under || i - start > 1 || prev !== Cls.Under) out.push(s.slice(start, i));
+  }
 }
 
 /** FNV-1a 32-bit hash of the UTF-8 bytes of `term`, as an unsigned integer. */
