@@ -5,7 +5,6 @@ import { COMMANDS } from './commands.js';
 import './serve.js';
 import './demo.js';
 import './verify-audit.js';
-import '../mcp/command.js';
 import '../import/command.js';
 import '../mcp/command.js';
 // Extension point: `svc mcp`, `svc tui` and `svc admin import` register themselves the same way
