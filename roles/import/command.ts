@@ -11,7 +11,7 @@ import { ImportFatal, SOURCE_KINDS, type SourceKind } from './convert.js';
 import { runImport, type ImportSummary } from './importer.js';
 import { storeALive, storeBLive } from './live.js';
 import { postgresSource } from './postgres.js';
-import { Progress } from './progress.js';
+import { Progress, type ProgressStream } from './progress.js';
 import { storeAFile, storeBFile, storeCFile, type Source } from './sources.js';
 
 type Values = Record<string, string | boolean | (string | boolean)[] | undefined>;
@@ -175,7 +175,7 @@ export function formatSummary(s: ImportSummary, collection: string, elapsedMs: n
   return `${lines.join('\n')}\n`;
 }
 
-export async function importCommand(v: Values, env: NodeJS.ProcessEnv, io: { stdout: NodeJS.WriteStream; stderr: NodeJS.WriteStream }): Promise<number> {
+export async function importCommand(v: Values, env: NodeJS.ProcessEnv, io: { stdout: ProgressStream; stderr: ProgressStream }): Promise<number> {
   let plan: ImportPlan;
   let limits: Partial<Limits>;
   try {
