@@ -1,7 +1,8 @@
 /**
  * A gRPC client built the way an outside user builds one: from proto/svc.proto at run time with
  * @grpc/proto-loader (no generated code, no project import). Struct fields are converted by hand, as
- * every dynamic protobuf client must.
+ * every dynamic protobuf client must (protobufjs bundles the well-known types with camelCase field
+ * names, so Value's fields are `stringValue`, `structValue`, ... even with keepCase).
  */
 import { join } from 'node:path';
 import { credentials, loadPackageDefinition, Metadata, type ChannelCredentials, type Client, type ServiceError } from '@grpc/grpc-js';
@@ -14,12 +15,12 @@ const pkg = loadPackageDefinition(definition) as unknown as { svc: { v1: { Svc: 
 type Json = null | boolean | number | string | Json[] | { [k: string]: Json };
 
 export function toValue(v: Json): object {
-  if (v === null) return { null_value: 'NULL_VALUE' };
-  if (typeof v === 'boolean') return { bool_value: v };
-  if (typeof v === 'number') return { number_value: v };
-  if (typeof v === 'string') return { string_value: v };
-  if (Array.isArray(v)) return { list_value: { values: v.map(toValue) } };
-  return { struct_value: toStruct(v) };
+  if (v === null) return { nullValue: 'NULL_VALUE' };
+  if (typeof v === 'boolean') return { boolValue: v };
+  if (typeof v === 'number') return { numberValue: v };
+  if (typeof v === 'string') return { stringValue: v };
+  if (Array.isArray(v)) return { listValue: { values: v.map(toValue) } };
+  return { structValue: toStruct(v) };
 }
 
 export function toStruct(o: { [k: string]: Json }): object {
@@ -28,12 +29,12 @@ export function toStruct(o: { [k: string]: Json }): object {
 
 export function fromValue(v: any): Json {
   switch (v.kind) {
-    case 'null_value': return null;
-    case 'bool_value': return v.bool_value;
-    case 'number_value': return v.number_value;
-    case 'string_value': return v.string_value;
-    case 'list_value': return (v.list_value.values ?? []).map(fromValue);
-    case 'struct_value': return fromStruct(v.struct_value);
+    case 'nullValue': return null;
+    case 'boolValue': return v.boolValue;
+    case 'numberValue': return v.numberValue;
+    case 'stringValue': return v.stringValue;
+    case 'listValue': return (v.listValue.values ?? []).map(fromValue);
+    case 'structValue': return fromStruct(v.structValue);
     default: return null;
   }
 }
