@@ -514,8 +514,8 @@ export class Database {
     const name = checkName(b.name, 'snapshot name');
     const root = this.opts.snapshotDir ?? `${this.opts.dataDir.replace(/\/+$/, '')}-snapshots`;
     const path = joinPath(root, name);
-    await this.dir.snapshot(path);
-    const s = await this.dir.stats();
+    // The copy's own manifest version and size, not the live directory's (which moves on with writes).
+    const s = await this.dir.snapshot(path);
     return { name, path, manifest_version: s.manifest_version, disk_bytes: s.disk_bytes };
   }
 
