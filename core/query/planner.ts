@@ -5,7 +5,7 @@
  *
  *   exact cost = matches                                        (one distance per matching slot)
  *   hnsw cost  = hopCost * ef' * log2(n) / s * penalty(s)       (s = matches / n, the selectivity)
- *   ef'        = max(k, min(efMax, ceil(max(ef, k) / sqrt(s))))
+ *   ef'        = max(k, min(efMax, ceil(max(ef, k) / s^0.5)))      (exponent: efWidenExponent)
  *   penalty(s) = (degradeBelow / s)^2 when s < degradeBelow, else 1
  *
  * Below `hnswSelectivityMin` (or with at most k matches) the exact scan is always chosen: the graph
@@ -34,6 +34,8 @@ export interface PlannerOptions {
   degradeBelow: number;
   /** Below this selectivity the exact scan is chosen whatever the costs say. */
   hnswSelectivityMin: number;
+  /** ef' = max(ef, k) / s^efWidenExponent (0 disables widening). */
+  efWidenExponent: number;
 }
 
 export const DEFAULT_PLANNER_OPTIONS: PlannerOptions = Object.freeze({
@@ -41,6 +43,7 @@ export const DEFAULT_PLANNER_OPTIONS: PlannerOptions = Object.freeze({
   hopCost: 0.3,
   degradeBelow: 0.05,
   hnswSelectivityMin: 0.01,
+  efWidenExponent: 0.5,
 });
 
 export type Plan =
@@ -48,10 +51,10 @@ export type Plan =
   | { kind: 'hnsw'; ef: number; selectivity: number; exactCost: number; hnswCost: number };
 
 /** The beam for filtered HNSW: at least k, wider as the filter gets more selective, at most efMax (unless k is larger). */
-export function widenedEf(selectivity: number, k: number, ef: number, efMax: number): number {
+export function widenedEf(selectivity: number, k: number, ef: number, efMax: number, exponent = 0.5): number {
   const base = Math.max(ef, k);
   const s = Math.min(1, Math.max(selectivity, 1e-12));
-  return Math.max(k, Math.min(efMax, Math.ceil(base / Math.sqrt(s))));
+  return Math.max(k, Math.min(efMax, Math.ceil(base / s ** exponent)));
 }
 
 export function planFilteredSearch(input: PlanInput, options: Partial<PlannerOptions> = {}): Plan {
@@ -62,7 +65,7 @@ export function planFilteredSearch(input: PlanInput, options: Partial<PlannerOpt
   const exactCost = matches;
   if (matches === 0 || live === 0) return { kind: 'exact', selectivity: 0, exactCost, hnswCost: Infinity };
   const s = matches / live;
-  const efWide = widenedEf(s, k, ef, o.efMax);
+  const efWide = widenedEf(s, k, ef, o.efMax, o.efWidenExponent);
   const penalty = s < o.degradeBelow ? (o.degradeBelow / s) ** 2 : 1;
   const hnswCost = (o.hopCost * efWide * Math.log2(Math.max(2, live)) * penalty) / s;
   if (matches <= k || s < o.hnswSelectivityMin || exactCost <= hnswCost) {
