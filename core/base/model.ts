@@ -66,6 +66,8 @@ export interface PointInput {
 export interface PointOutput {
   id: string;
   vector?: number[];
+  /** A multi-vector document's token vectors (with_vector). */
+  vectors?: number[][];
   payload: Payload;
 }
 
@@ -75,6 +77,8 @@ export interface Hit {
   score: number;
   payload?: Payload;
   vector?: number[];
+  /** A multi-vector document's token vectors (with_vector). */
+  vectors?: number[][];
 }
 
 /** Filter expressions (CONTRACT.md section 1). A condition names a declared filterable field. */

@@ -8,7 +8,7 @@ import { VectorStore } from '../index/vector-store.js';
 import type { CompiledFilter } from '../query/filter.js';
 import { PayloadIndex } from '../query/payload-index.js';
 import { planFilteredSearch } from '../query/planner.js';
-import type { Op, PointRecord } from '../storage/codec.js';
+import type { DocRecord, Op, PointRecord } from '../storage/codec.js';
 import { docFromPayload, SparseIndex, type ScoredSlots } from '../text/sparse-index.js';
 import { LiveSet } from './live-set.js';
 import type { CollectionSpec } from './params.js';
@@ -55,8 +55,13 @@ export class Collection {
   private readonly opts: CollectionOptions;
   private readonly ids: string[] = [];
   private readonly payloads: (Payload | null)[] = [];
+  /** Point id -> its slot; for a multi-vector document, its first token's slot (which holds the payload). */
   private readonly idToSlot = new Map<string, number>();
+  /** Multi-vector documents: id -> every token slot, first one first. */
+  private readonly docTokens = new Map<string, Int32Array>();
   private readonly live = new LiveSet();
+  /** Multi-vector collections: the live first-token slots, one per document (the filter universe). */
+  private readonly heads = new LiveSet();
   private graph: Hnsw | null = null;
   private indexedUpTo = 0;
   private stale = false;
@@ -79,8 +84,9 @@ export class Collection {
     this.payloadIndex = new PayloadIndex(opts.spec.filterable);
   }
 
+  /** Points, or documents in a multi-vector collection. */
   get count(): number {
-    return this.live.count;
+    return this.idToSlot.size;
   }
 
   get indexState(): 'current' | 'stale' {
@@ -99,11 +105,14 @@ export class Collection {
   apply(op: Op, seq: number, bulk = false): void {
     if (op.t === 'upsert') {
       for (const p of op.points) this.put(p);
+    } else if (op.t === 'upsert_docs') {
+      for (const d of op.docs) this.putDoc(d);
     } else {
       for (const id of op.ids) {
         const slot = this.idToSlot.get(id);
         if (slot === undefined) continue;
         this.tombstone(slot);
+        this.tombstoneTokens(id);
         this.idToSlot.delete(id);
         this.sortedIds = null;
         this.dirty.set(id, false);
@@ -132,6 +141,42 @@ export class Collection {
     const doc = docFromPayload(p.payload, Number.MAX_SAFE_INTEGER);
     if (doc !== null) this.sparse.set(slot, doc.terms, doc.weights);
     this.dirty.set(p.id, true);
+  }
+
+  /** A document is a group of token rows in the same store; the first token carries the payload. */
+  private putDoc(d: DocRecord): void {
+    const old = this.idToSlot.get(d.id);
+    if (old !== undefined) {
+      this.tombstone(old);
+      this.tombstoneTokens(d.id);
+      this.markUnabsorbable();
+    } else {
+      this.sortedIds = null;
+    }
+    const dim = this.spec.dim;
+    const slots = new Int32Array(d.count);
+    for (let t = 0; t < d.count; t++) {
+      const slot = this.store.add(d.vectors.subarray(t * dim, (t + 1) * dim));
+      slots[t] = slot;
+      this.ids[slot] = d.id;
+      this.payloads[slot] = null;
+      this.live.add(slot);
+    }
+    const first = slots[0];
+    this.payloads[first] = d.payload;
+    this.heads.add(first);
+    this.idToSlot.set(d.id, first);
+    this.docTokens.set(d.id, slots);
+    this.payloadIndex.add(first, d.payload ?? undefined);
+    this.dirty.set(d.id, true);
+  }
+
+  private tombstoneTokens(id: string): void {
+    const tokens = this.docTokens.get(id);
+    if (tokens === undefined) return;
+    for (const t of tokens) this.live.remove(t);
+    this.heads.remove(tokens[0]);
+    this.docTokens.delete(id);
   }
 
   private tombstone(slot: number): void {
@@ -271,8 +316,9 @@ export class Collection {
 
   /** Live slots matching a filter, or null for "every live slot". */
   matching(filter: CompiledFilter | undefined): { bits: ReturnType<LiveSet['bitset']>; count: number } {
-    const liveBits = this.live.bitset();
-    if (filter === undefined) return { bits: liveBits, count: this.live.count };
+    const universe = this.spec.multivector ? this.heads : this.live;
+    const liveBits = universe.bitset();
+    if (filter === undefined) return { bits: liveBits, count: universe.count };
     const bits = this.payloadIndex.match(filter, liveBits);
     return { bits, count: bits.count() };
   }
@@ -302,6 +348,69 @@ export class Collection {
     const merged = mergeResults(fromGraph, fromTail, k);
     // Safety net: a traversal that comes back short (a filter that cut the graph apart) falls back to exact.
     return merged.slots.length < want ? exact() : merged;
+  }
+
+  /** A document's token vectors (multi-vector collections). */
+  tokensOf(id: string): number[][] {
+    return [...(this.docTokens.get(id) ?? [])].map((slot) => Array.from(this.store.view(slot)));
+  }
+
+  /**
+   * Multi-vector search: candidates from the token pool (each query token's nearest tokens in the graph,
+   * or every matching document when the filter is selective or the pool is small), re-ranked by exact
+   * MaxSim: for each query token the best-matching document token, summed over query tokens.
+   */
+  searchMulti(queries: Float32Array[], k: number, ef: number, filter?: CompiledFilter): { ids: string[]; scores: number[] } {
+    const { bits, count } = this.matching(filter);
+    if (count === 0) return { ids: [], scores: [] };
+    let candidates: Iterable<string>;
+    const exactBelow = 2000;
+    if (this.graph === null || count <= exactBelow || this.spec.index === 'flat') {
+      candidates = [...bits].map((s) => this.ids[s]);
+    } else {
+      const pool = new Set<string>();
+      const perToken = Math.min(this.opts.limits.maxEfSearch, Math.max(16 * k, 256));
+      for (const q of queries) {
+        const tokenAccept = (s: number): boolean => this.live.has(s);
+        const fromGraph = this.graph.search(q, perToken, Math.max(ef, perToken), tokenAccept);
+        const tail = this.live.slotsIn(this.indexedUpTo, this.store.count);
+        const fromTail = tail.length === 0 ? EMPTY : flatSearch(this.store, this.store.kernel, q, perToken, this.kind, tail);
+        for (const r of [fromGraph, fromTail]) {
+          for (const s of r.slots) {
+            const id = this.ids[s];
+            if (bits.has(this.idToSlot.get(id)!)) pool.add(id);
+          }
+        }
+      }
+      candidates = pool;
+    }
+    const scored: [string, number][] = [];
+    for (const id of candidates) scored.push([id, this.maxSim(queries, this.docTokens.get(id)!)]);
+    scored.sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
+    const top = scored.slice(0, k);
+    return { ids: top.map((t) => t[0]), scores: top.map((t) => t[1]) };
+  }
+
+  /** Similarity per token pair: inner product (cosine vectors are unit length) or, for l2, minus the distance. */
+  private maxSim(queries: Float32Array[], tokens: Int32Array): number {
+    let total = 0;
+    const dim = this.spec.dim;
+    for (const q of queries) {
+      let best = -Infinity;
+      for (const slot of tokens) {
+        const v = this.store.view(slot);
+        let sim = 0;
+        if (this.kind === 'l2') {
+          for (let i = 0; i < dim; i++) sim += (q[i] - v[i]) ** 2;
+          sim = -Math.sqrt(sim);
+        } else {
+          for (let i = 0; i < dim; i++) sim += q[i] * v[i];
+        }
+        if (sim > best) best = sim;
+      }
+      total += best;
+    }
+    return total;
   }
 
   searchBm25(terms: Uint32Array, k: number, filter?: CompiledFilter): ScoredSlots {
@@ -335,16 +444,15 @@ export class Collection {
   captureDelta(): { ops: Op[]; uptoSeq: number; restore: () => void } {
     const taken = this.dirty;
     this.dirty = new Map();
-    const upserts: PointRecord[] = [];
+    const upserts: string[] = [];
     const deletes: string[] = [];
     for (const [id, upserted] of taken) {
-      const slot = this.idToSlot.get(id);
-      if (upserted && slot !== undefined) upserts.push(this.record(slot));
+      if (upserted && this.idToSlot.has(id)) upserts.push(id);
       else deletes.push(id);
     }
     const ops: Op[] = [];
     if (deletes.length > 0) ops.push({ t: 'delete', ids: deletes });
-    for (let i = 0; i < upserts.length; i += 1000) ops.push({ t: 'upsert', points: upserts.slice(i, i + 1000) });
+    for (let i = 0; i < upserts.length; i += 1000) ops.push(this.upsertOp(upserts.slice(i, i + 1000)));
     return {
       ops,
       uptoSeq: this.appliedSeq,
@@ -356,15 +464,20 @@ export class Collection {
 
   /** Every live point, for a compacting checkpoint. */
   *captureAll(): Generator<Op> {
-    let batch: PointRecord[] = [];
-    for (const slot of this.idToSlot.values()) {
-      batch.push(this.record(slot));
+    let batch: string[] = [];
+    for (const id of this.idToSlot.keys()) {
+      batch.push(id);
       if (batch.length === 1000) {
-        yield { t: 'upsert', points: batch };
+        yield this.upsertOp(batch);
         batch = [];
       }
     }
-    if (batch.length > 0) yield { t: 'upsert', points: batch };
+    if (batch.length > 0) yield this.upsertOp(batch);
+  }
+
+  private upsertOp(ids: string[]): Op {
+    if (this.spec.multivector) return { t: 'upsert_docs', docs: ids.map((id) => this.docRecord(id)) };
+    return { t: 'upsert', points: ids.map((id) => this.record(this.idToSlot.get(id)!)) };
   }
 
   get dirtyCount(): number {
@@ -373,6 +486,14 @@ export class Collection {
 
   private record(slot: number): PointRecord {
     return { id: this.ids[slot], vector: this.store.view(slot), payload: this.payloads[slot] };
+  }
+
+  private docRecord(id: string): DocRecord {
+    const tokens = this.docTokens.get(id)!;
+    const dim = this.spec.dim;
+    const vectors = new Float32Array(tokens.length * dim);
+    tokens.forEach((slot, t) => vectors.set(this.store.view(slot), t * dim));
+    return { id, count: tokens.length, vectors, payload: this.payloads[tokens[0]] };
   }
 
   drop(): void {

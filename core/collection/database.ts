@@ -10,7 +10,7 @@ import { checkName, checkPointId } from '../base/names.js';
 import type { SearchResult } from '../index/flat.js';
 import { compileFilter, type CompiledFilter } from '../query/filter.js';
 import { rrf } from '../query/rrf.js';
-import type { Op } from '../storage/codec.js';
+import type { DocRecord, Op } from '../storage/codec.js';
 import { DataDir } from '../storage/data-dir.js';
 import { NodeFileSystem, joinPath, type FileSystem } from '../storage/fs.js';
 import { queryTermIds, distinctCount } from '../text/tokenizer.js';
@@ -54,6 +54,8 @@ const HYBRID_KEYS = [
 ] as const;
 const TEXT_QUERY_KEYS = ['text', 'k', 'filter', 'rerank', 'rerank_pool', 'with_payload', 'with_vector', 'consistency'] as const;
 const FETCH_KEYS = ['filter', 'limit', 'cursor', 'with_vector'] as const;
+/** Token vectors per multi-vector document or query (not a spec limit: a bound so no request is unbounded). */
+export const MULTIVECTOR_TOKENS_MAX = 4096;
 
 /**
  * The database: a DataDir (WAL, segments, manifest) and the collections in memory. It implements the
@@ -209,7 +211,7 @@ export class Database {
   // ---------------------------------------------------------------- writes
 
   async upsert(name: string, body: { points: unknown }): Promise<{ upserted: number }> {
-    const col = this.collection(name);
+    const col = this.pointCollection(name);
     const b = checkObject(body, 'upsert body', ['points']);
     const points = parsePoints(b.points, col.spec, this.limits, 'maxBatchSize');
     if (points.length === 0) return { upserted: 0 };
@@ -218,7 +220,7 @@ export class Database {
   }
 
   async bulkUpsert(name: string, body: { points: unknown }): Promise<{ upserted: number }> {
-    const col = this.collection(name);
+    const col = this.pointCollection(name);
     const b = checkObject(body, 'bulk body', ['points']);
     const points = parsePoints(b.points, col.spec, this.limits, 'maxBulkBatchSize');
     if (points.length === 0) return { upserted: 0 };
@@ -284,7 +286,7 @@ export class Database {
     const p = col.point(pid);
     if (p === undefined) throw notFound(`point '${pid}' does not exist in collection '${col.spec.name}'`);
     const out: PointOutput = { id: pid, payload: p.payload };
-    if (withVector) out.vector = col.vectorOf(p.slot);
+    if (withVector) this.attachVectors(col, out, pid, p.slot);
     return out;
   }
 
@@ -308,10 +310,15 @@ export class Database {
         break;
       }
       const out: PointOutput = { id: ids[i], payload: col.payloadOf(slot) };
-      if (withVector) out.vector = col.vectorOf(slot);
+      if (withVector) this.attachVectors(col, out, ids[i], slot);
       points.push(out);
     }
     return { points, next_cursor: more ? encodeCursor(points[points.length - 1].id) : null };
+  }
+
+  private attachVectors(col: Collection, out: PointOutput, id: string, slot: number): void {
+    if (col.spec.multivector) out.vectors = col.tokensOf(id);
+    else out.vector = col.vectorOf(slot);
   }
 
   private compile(col: Collection, filter: unknown): CompiledFilter | undefined {
@@ -322,7 +329,7 @@ export class Database {
   // ---------------------------------------------------------------- search
 
   async search(name: string, query: SearchQuery): Promise<{ hits: Hit[] }> {
-    const col = this.collection(name);
+    const col = this.pointCollection(name);
     const q = checkObject(query, 'search body', SEARCH_KEYS);
     const k = parseK(q.k, this.limits);
     const ef = parseEf(q.ef_search, this.limits, col.spec.index_params.ef_search);
@@ -356,7 +363,7 @@ export class Database {
   }
 
   async hybridSearch(name: string, query: HybridQuery): Promise<{ hits: Hit[] }> {
-    const col = this.collection(name);
+    const col = this.pointCollection(name);
     const q = checkObject(query, 'hybrid body', HYBRID_KEYS);
     const k = parseK(q.k, this.limits);
     const ef = parseEf(q.ef_search, this.limits, col.spec.index_params.ef_search);
@@ -415,7 +422,7 @@ export class Database {
   }
 
   async upsertText(name: string, body: { points: TextPointInput[] }): Promise<{ upserted: number }> {
-    const col = this.collection(name);
+    const col = this.pointCollection(name);
     const b = checkObject(body, 'text upsert body', ['points']);
     if (!Array.isArray(b.points)) throw invalidArgument('points must be a list');
     checkLimit(this.limits, 'maxBatchSize', b.points.length, 'batch size');
@@ -438,7 +445,7 @@ export class Database {
   }
 
   async searchText(name: string, query: TextQuery): Promise<{ hits: Hit[] }> {
-    const col = this.collection(name);
+    const col = this.pointCollection(name);
     const q = checkObject(query, 'text query body', TEXT_QUERY_KEYS);
     if (typeof q.text !== 'string' || q.text.length === 0) throw invalidArgument('text must be a non-empty string');
     const k = parseK(q.k, this.limits);
@@ -477,21 +484,79 @@ export class Database {
 
   // ---------------------------------------------------------------- multi-vector
 
-  async upsertDocuments(name: string, _body: { documents: DocumentInput[] }): Promise<{ upserted: number }> {
-    throw this.notMultivector(name);
+  async upsertDocuments(name: string, body: { documents: DocumentInput[] }): Promise<{ upserted: number }> {
+    const col = this.multiCollection(name);
+    const b = checkObject(body, 'documents body', ['documents']);
+    if (!Array.isArray(b.documents)) throw invalidArgument('documents must be a list');
+    checkLimit(this.limits, 'maxBatchSize', b.documents.length, 'batch size');
+    const docs = new Map<string, DocRecord>();
+    b.documents.forEach((d: unknown, i: number) => {
+      const o = checkObject(d, `documents[${i}]`, ['id', 'vectors', 'payload']);
+      const id = checkPointId(o.id);
+      const tokens = this.parseTokens(o.vectors, col, `documents[${i}].vectors`);
+      const payload = parsePayload(o.payload, this.limits, `documents[${i}].payload`);
+      const vectors = new Float32Array(tokens.length * col.spec.dim);
+      tokens.forEach((t, j) => vectors.set(t, j * col.spec.dim));
+      docs.set(id, { id, count: tokens.length, vectors, payload });
+    });
+    if (docs.size === 0) return { upserted: 0 };
+    await this.write(col, { t: 'upsert_docs', docs: [...docs.values()] }, false);
+    return { upserted: docs.size };
   }
 
-  async searchMultiVector(name: string, _query: MultiVectorQuery): Promise<{ hits: Hit[] }> {
-    throw this.notMultivector(name);
+  /** Token vectors of a document or a query: 1 to MULTIVECTOR_TOKENS_MAX vectors of the collection's dim. */
+  private parseTokens(v: unknown, col: Collection, what: string): Float32Array[] {
+    if (!Array.isArray(v) || v.length === 0) throw invalidArgument(`${what} must be a non-empty list of vectors`);
+    if (v.length > MULTIVECTOR_TOKENS_MAX) {
+      throw invalidArgument(`${what} has ${v.length} vectors; at most ${MULTIVECTOR_TOKENS_MAX} are allowed`);
+    }
+    return v.map((t, j) => parseVector(t, col.spec.dim, col.spec.metric, this.limits, `${what}[${j}]`));
   }
 
-  async deleteDocument(name: string, _id: string): Promise<{ deleted: boolean }> {
-    throw this.notMultivector(name);
+  async searchMultiVector(name: string, query: MultiVectorQuery): Promise<{ hits: Hit[] }> {
+    const col = this.multiCollection(name);
+    const q = checkObject(query, 'multi-vector query', ['vectors', 'k', 'filter', 'ef_search', 'with_payload', 'with_vector', 'consistency']);
+    const k = parseK(q.k, this.limits);
+    const ef = parseEf(q.ef_search, this.limits, col.spec.index_params.ef_search);
+    const tokens = this.parseTokens(q.vectors, col, 'vectors');
+    const filter = this.compile(col, q.filter);
+    const withPayload = parseBool(q.with_payload, 'with_payload', true);
+    const withVector = parseBool(q.with_vector, 'with_vector', false);
+    await this.beforeRead(col, parseConsistency(q.consistency));
+    const r = col.searchMulti(tokens, k, ef, filter);
+    return {
+      hits: r.ids.map((id, rank) => {
+        const h: Hit = { id, rank, score: r.scores[rank] };
+        if (withPayload) h.payload = col.point(id)!.payload;
+        if (withVector) h.vectors = col.tokensOf(id);
+        return h;
+      }),
+    };
   }
 
-  private notMultivector(name: string): SvcError {
+  async deleteDocument(name: string, id: string): Promise<{ deleted: boolean }> {
+    const col = this.multiCollection(name);
+    const pid = checkPointId(id);
+    if (!col.has(pid)) return { deleted: false };
+    await this.write(col, { t: 'delete', ids: [pid] }, false);
+    return { deleted: true };
+  }
+
+  private multiCollection(name: string): Collection {
     const col = this.collection(name);
-    return invalidArgument(`collection '${col.spec.name}' is not a multivector collection`);
+    if (!col.spec.multivector) {
+      throw invalidArgument(`collection '${col.spec.name}' is not a multivector collection: use points, not documents`);
+    }
+    return col;
+  }
+
+  /** Points operations refuse multi-vector collections, whose rows are document tokens. */
+  private pointCollection(name: string): Collection {
+    const col = this.collection(name);
+    if (col.spec.multivector) {
+      throw invalidArgument(`collection '${col.spec.name}' is a multivector collection: use documents and query/multi`);
+    }
+    return col;
   }
 
   // ---------------------------------------------------------------- database

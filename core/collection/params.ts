@@ -97,9 +97,6 @@ export function parseCollectionParams(body: unknown, limits: Limits): Collection
   if (ve !== null) {
     throw invalidArgument(`vector_encryption '${String(ve)}' is not available in this version of svc`);
   }
-  if (multivector) {
-    throw invalidArgument('multivector collections are not available in this version of svc');
-  }
   const filterable = checkFilterableFields(p.filterable ?? []);
   return {
     name, dim: p.dim, metric: metric as Metric, index: index as IndexKind, index_params, quantization: 'none',

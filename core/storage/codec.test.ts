@@ -8,6 +8,10 @@ const vector = fc.float32Array({ maxLength: 16, noDefaultInfinity: false }).map(
 export const arbOp: fc.Arbitrary<AnyOp> = fc.oneof(
   fc.record({ t: fc.constant('upsert' as const), points: fc.array(fc.record({ id, vector, payload }), { maxLength: 6 }) }),
   fc.record({ t: fc.constant('delete' as const), ids: fc.array(id, { maxLength: 6 }) }),
+  fc.record({
+    t: fc.constant('upsert_docs' as const),
+    docs: fc.array(fc.record({ id, count: fc.integer({ min: 0, max: 4 }), vectors: vector, payload }), { maxLength: 4 }),
+  }),
   fc.record({ t: fc.constant('create_collection' as const), uid: fc.string({ unit: fc.constantFrom(...'0123456789abcdef'), minLength: 1, maxLength: 32 }), name: id, params: fc.dictionary(fc.string({ maxLength: 6 }), fc.jsonValue({ maxDepth: 2 })) }),
   fc.record({ t: fc.constant('drop_collection' as const), uid: fc.string({ unit: fc.constantFrom(...'0123456789abcdef'), minLength: 1, maxLength: 32 }) }),
 );

@@ -11,9 +11,18 @@ export interface PointRecord {
   payload: Record<string, unknown> | null;
 }
 
+/** A multi-vector document: its token vectors back to back (count * dim floats). */
+export interface DocRecord {
+  id: string;
+  count: number;
+  vectors: Float32Array;
+  payload: Record<string, unknown> | null;
+}
+
 export type Op =
   | { t: 'upsert'; points: PointRecord[] }
-  | { t: 'delete'; ids: string[] };
+  | { t: 'delete'; ids: string[] }
+  | { t: 'upsert_docs'; docs: DocRecord[] };
 
 /** Database-level records, sealed with the master-derived 'db' key. */
 export type DbOp =
@@ -22,7 +31,7 @@ export type DbOp =
 
 export type AnyOp = Op | DbOp;
 
-const TAG = { upsert: 1, delete: 2, create_collection: 64, drop_collection: 65 } as const;
+const TAG = { upsert: 1, delete: 2, upsert_docs: 3, create_collection: 64, drop_collection: 65 } as const;
 const NULL_PAYLOAD = 0xffffffff;
 
 assert(new Uint8Array(new Uint16Array([1]).buffer)[0] === 1, 'svc storage needs a little-endian host');
@@ -124,6 +133,18 @@ export function encodeOp(op: AnyOp): Uint8Array {
         else w.blob32(json(p.payload));
       }
       break;
+    case 'upsert_docs':
+      w.u8(TAG.upsert_docs);
+      w.u32(op.docs.length);
+      for (const d of op.docs) {
+        w.str16(d.id);
+        w.u32(d.count);
+        w.u32(d.vectors.length);
+        w.bytes(new Uint8Array(d.vectors.buffer, d.vectors.byteOffset, d.vectors.byteLength));
+        if (d.payload === null) w.u32(NULL_PAYLOAD);
+        else w.blob32(json(d.payload));
+      }
+      break;
     case 'delete':
       w.u8(TAG.delete);
       w.u32(op.ids.length);
@@ -161,6 +182,22 @@ export function decodeOp(bytes: Uint8Array): AnyOp {
         points.push({ id, vector, payload });
       }
       op = { t: 'upsert', points };
+      break;
+    }
+    case TAG.upsert_docs: {
+      const n = r.u32();
+      const docs: DocRecord[] = [];
+      for (let i = 0; i < n; i++) {
+        const id = r.str16();
+        const count = r.u32();
+        const floats = r.u32();
+        const vectors = new Float32Array(floats);
+        new Uint8Array(vectors.buffer).set(r.bytes(floats * 4));
+        const len = r.u32();
+        const payload = len === NULL_PAYLOAD ? null : (parseJson(r.bytes(len)) as Record<string, unknown>);
+        docs.push({ id, count, vectors, payload });
+      }
+      op = { t: 'upsert_docs', docs };
       break;
     }
     case TAG.delete: {
