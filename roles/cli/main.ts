@@ -6,6 +6,7 @@ import './serve.js';
 import './demo.js';
 import './verify-audit.js';
 import '../import/command.js';
+import '../tui/command.js';
 import '../mcp/command.js';
 // Extension point: `svc mcp`, `svc tui` and `svc admin import` register themselves the same way
 // (import their module here; each calls registerCommand from ./commands.js).
