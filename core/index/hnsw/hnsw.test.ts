@@ -99,6 +99,15 @@ describe('Hnsw construction', () => {
     for (const s of [2000, 2500, 2999]) expect(copy.search(vs[s], 1, 32).slots[0]).toBe(s);
   });
 
+  it('works the same on the TypeScript fallback kernel', () => {
+    const vs = clusteredVectors(8, 1540, 20);
+    const store = VectorStore.create({ dim: 20, kernel: 'js' });
+    expect(store.kernel.isWasm).toBe(false);
+    for (let i = 0; i < 1500; i++) store.add(vs[i]);
+    const h = Hnsw.build(store, range(0, 1500), { m: 8, efConstruction: 60, kind: 'l2', seed: 4 });
+    expect(recallAtK(store, vs.slice(1500), K, 'l2', (q) => h.search(q, K, 48).slots)).toBeGreaterThanOrEqual(0.95);
+  });
+
   it('is deterministic for a seed', () => {
     const vs = clusteredVectors(3, 800, 16);
     const store = VectorStore.create({ dim: 16 });
