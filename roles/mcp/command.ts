@@ -10,6 +10,7 @@ import { noopMetrics } from '../../core/service/metrics.js';
 import { createService, INSECURE_PRINCIPAL, type ServiceOptions } from '../../core/service/service.js';
 import { registerCommand } from '../cli/commands.js';
 import { ConfigError, loadConfig, type SvcConfig } from '../config.js';
+import { providersFromConfig } from '../providers.js';
 import { FileAuditSink } from '../log-audit.js';
 import { createLogs, type Logs } from '../log.js';
 import { createMcpServer, withContractErrors } from './server.js';
@@ -95,6 +96,7 @@ registerCommand('mcp', {
         ...(config.encryptionKey !== null ? { encryptionKey: config.encryptionKey } : { insecure: true }),
         limits: config.limits,
         ...(config.snapshotDir !== null ? { snapshotDir: config.snapshotDir } : {}),
+        providers: providersFromConfig(config, env),
       });
     } catch (e) {
       log.error({ err: (e as Error).message, code: (e as { code?: string }).code }, 'svc mcp failed to open the data directory');

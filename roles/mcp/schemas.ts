@@ -84,7 +84,8 @@ export const TOOL_SCHEMAS = {
   search_multi_vector: z.strictObject({
     collection,
     vectors: z.array(vector).describe('Query token vectors; documents are ranked by MaxSim.'),
-    k: k.optional(), filter: filter.optional(), with_payload: withPayload.optional(),
+    k: k.optional(), filter: filter.optional(), ef_search: efSearch.optional(),
+    with_payload: withPayload.optional(), with_vector: withVector.optional(), consistency: consistency.optional(),
   }),
   delete_document: z.strictObject({ collection, id: z.string().describe('Id of the multi-vector document to delete.') }),
   hybrid_search: z.strictObject({

@@ -120,8 +120,8 @@ export const TOOLS: { [K in ToolName]: ToolDef<K> } = {
     description: 'Rank multi-vector documents by MaxSim against a set of query token vectors, with an optional filter.',
     readOnly: true,
     call: (svc, ctx, a) => {
-      const [c, q] = split<MultiVectorQuery>(a);
-      return svc.searchMultiVector(ctx, c, q);
+      const [c, q] = split<MultiVectorQuery & { consistency?: 'eventual' | 'strong' }>(a);
+      return svc.searchMultiVector(ctx, c, strong(q));
     },
   },
   delete_document: {
