@@ -1,0 +1,83 @@
+/**
+ * svc itself, two ways: `svc` through the embedded API a user calls (openDatabase, encrypted data
+ * directory, WAL with fsync, the graph built by the engine's own rebuild), and `svc-core`, the HNSW
+ * engine alone over a VectorStore (what the index engineer tunes; no validation, ids or payloads).
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { openDatabase } from '../../core/index.js';
+import { Hnsw } from '../../core/index/hnsw/hnsw.js';
+import { VectorStore } from '../../core/index/vector-store.js';
+import type { BenchMetric, Dataset } from '../lib/data.js';
+import { row } from '../lib/data.js';
+import { EF_CONSTRUCTION, M, type BucketFilter, type Peer } from './types.js';
+
+export const BENCH_MASTER_KEY = 'b3'.repeat(32);
+type Db = Awaited<ReturnType<typeof openDatabase>>;
+
+export const b64 = (v: Float32Array): string => Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString('base64');
+
+export async function svcEmbedded(metric: BenchMetric): Promise<Peer> {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-bench-'));
+  const db: Db = await openDatabase({ dataDir: join(dir, 'data'), encryptionKey: BENCH_MASTER_KEY });
+  let ef = 64;
+  return {
+    name: 'svc',
+    note: 'embedded API (openDatabase), encrypted, WAL fsync on, graph built by the engine',
+    async build(d: Dataset, buckets?: Int32Array) {
+      await db.createCollection({
+        name: 'b', dim: d.dim, metric, index_params: { m: M, ef_construction: EF_CONSTRUCTION, ef_search: 64 },
+        filterable: [{ path: 'bucket', field_type: 'numeric' }],
+      });
+      const chunk = 10_000;
+      for (let i = 0; i < d.n; i += chunk) {
+        const points = [];
+        for (let j = i; j < Math.min(d.n, i + chunk); j++) {
+          points.push({ id: String(j), vector_b64: b64(row(d.base, d.dim, j)), payload: { bucket: buckets?.[j] ?? 0 } });
+        }
+        await db.bulkUpsert('b', { points });
+      }
+      // 'strong' waits until the graph holds every write: the build is done when this returns.
+      await db.search('b', { vector: Array.from(row(d.base, d.dim, 0)), k: 1, consistency: 'strong' });
+    },
+    setEf(e: number) { ef = e; },
+    async search(q: Float32Array, k: number, filter?: BucketFilter) {
+      const { hits } = await db.search('b', {
+        vector: Array.from(q), k, ef_search: ef, with_payload: false,
+        ...(filter ? { filter: { lt: { field: 'bucket', value: filter.below } } } : {}),
+      });
+      const out = new Int32Array(hits.length);
+      for (let i = 0; i < hits.length; i++) out[i] = Number(hits[i].id);
+      return out;
+    },
+    async close() {
+      await db.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export async function svcCore(metric: BenchMetric): Promise<Peer> {
+  let index: Hnsw | undefined;
+  let ef = 64;
+  let buckets: Int32Array | undefined;
+  return {
+    name: 'svc-core',
+    note: 'core/index HNSW alone over a VectorStore (WASM SIMD kernel), one thread',
+    async build(d: Dataset, b?: Int32Array) {
+      buckets = b;
+      const store = VectorStore.create({ dim: d.dim, initialSlots: d.n });
+      for (let i = 0; i < d.n; i++) store.add(row(d.base, d.dim, i));
+      const slots = Int32Array.from({ length: d.n }, (_, i) => i);
+      index = Hnsw.build(store, slots, { m: M, efConstruction: EF_CONSTRUCTION, kind: metric === 'l2' ? 'l2' : 'ip', seed: 100 });
+    },
+    setEf(e: number) { ef = e; },
+    search(q: Float32Array, k: number, filter?: BucketFilter) {
+      const bk = buckets;
+      const accept = filter && bk ? (s: number) => bk[s] < filter.below : undefined;
+      return index!.search(q, k, Math.max(ef, k), accept).slots;
+    },
+    async close() { index = undefined; },
+  };
+}

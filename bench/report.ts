@@ -1,0 +1,130 @@
+/**
+ * Writes a run's results: JSON (one file per run + latest.json), a markdown table (latest.md) and a
+ * recall-QPS plot as SVG (vega-lite compiled to vega, rendered headless to SVG: no browser, no canvas).
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import * as vega from 'vega';
+import * as vl from 'vega-lite';
+import type { AnnResult } from './suites/ann.js';
+import type { FilteredResult } from './suites/filtered.js';
+
+export interface RunResults {
+  bench: 'svc';
+  version: 1;
+  started_at: string;
+  mode: 'quick' | 'full' | 'tiny';
+  machine: { node: string; cpus: number; cpu_model: string; load_avg_at_start: number[]; shared_note: string };
+  ann: AnnResult[];
+  filtered: FilteredResult[];
+  ingest?: Record<string, unknown>;
+  server?: Record<string, unknown>;
+  responsiveness?: Record<string, unknown>;
+  skipped: Record<string, string>;
+  duration_s: number;
+}
+
+export interface WrittenFiles { json: string; latest: string; markdown: string; svg: string }
+
+export async function writeReport(r: RunResults, dir: string): Promise<WrittenFiles> {
+  mkdirSync(dir, { recursive: true });
+  const stamp = r.started_at.replace(/[:.]/g, '-');
+  const json = join(dir, `run-${stamp}.json`);
+  const text = `${JSON.stringify(r, null, 2)}\n`;
+  writeFileSync(json, text);
+  const latest = join(dir, 'latest.json');
+  writeFileSync(latest, text);
+  const markdown = join(dir, 'latest.md');
+  writeFileSync(markdown, toMarkdown(r));
+  const svg = join(dir, 'recall-qps.svg');
+  writeFileSync(svg, await recallQpsSvg(r.ann));
+  return { json, latest, markdown, svg };
+}
+
+const fmt = (x: unknown): string => (x === null || x === undefined ? '–' : typeof x === 'number' ? String(x) : String(x));
+
+export function toMarkdown(r: RunResults): string {
+  const L: string[] = [];
+  L.push(`# svc benchmark (${r.mode}), ${r.started_at}`, '');
+  L.push(`Node ${r.machine.node}, ${r.machine.cpus} CPUs (${r.machine.cpu_model}), load average at start ${r.machine.load_avg_at_start.map((x) => x.toFixed(2)).join(' ')}. ${r.machine.shared_note}`, '');
+  for (const a of r.ann) {
+    L.push(`## ${a.dataset}: recall@${a.k} vs QPS (${a.metric}, ${a.queries} queries, one thread, best of ${a.passes})`, '');
+    L.push('| engine | build s | B/vector (RSS) | QPS at recall 0.95 | svc ratio | sweep (ef: recall / QPS) |', '|---|---|---|---|---|---|');
+    for (const p of a.peers) {
+      const ratio = p.name === 'svc' || p.name === 'svc-core' ? '' : fmt(a.ratio_at_095[p.name]?.svc);
+      const sweep = p.error && p.sweep.length === 0 ? `not run: ${p.error}` : p.sweep.map((s) => `${s.ef}: ${s.recall} / ${s.qps}`).join('; ');
+      L.push(`| ${p.name} | ${p.build_s} | ${p.bytes_per_vector} | ${fmt(p.qps_at_recall_095)} | ${ratio} | ${sweep} |`);
+    }
+    L.push('', ...a.peers.map((p) => `- ${p.name}: ${p.note || p.error}`), '');
+  }
+  for (const f of r.filtered) {
+    L.push(`## Filtered search, ${f.dataset} (k ${f.k}, ef ${f.ef}, ${f.queries} queries)`, '');
+    L.push('| engine | selectivity | matching | recall | mean hits | full k | violations | QPS |', '|---|---|---|---|---|---|---|---|');
+    for (const p of f.peers) {
+      if (p.error) L.push(`| ${p.name} | not run: ${p.error} | | | | | | |`);
+      for (const x of p.rows) L.push(`| ${p.name} | ${x.selectivity * 100}% | ${x.matching} | ${x.recall} | ${x.mean_hits} | ${x.full_k} | ${x.violations} | ${x.qps} |`);
+    }
+    L.push('');
+  }
+  for (const key of ['ingest', 'server', 'responsiveness'] as const) {
+    const v = r[key];
+    if (!v) continue;
+    L.push(`## ${key}`, '');
+    for (const line of tableOf(v)) L.push(line);
+    L.push('');
+  }
+  if (Object.keys(r.skipped).length) {
+    L.push('## Not run', '', ...Object.entries(r.skipped).map(([k, v]) => `- ${k}: ${v}`), '');
+  }
+  L.push(`Run took ${r.duration_s} s.`, '');
+  return L.join('\n');
+}
+
+/** Rows of objects with the same keys become a table; anything else a bullet list of JSON. */
+function tableOf(v: Record<string, unknown>): string[] {
+  const out: string[] = [];
+  for (const [k, val] of Object.entries(v)) {
+    if (Array.isArray(val) && val.length > 0 && typeof val[0] === 'object') {
+      const cols = [...new Set(val.flatMap((x) => Object.keys(x as object)))];
+      out.push(`**${k}**`, '', `| ${cols.join(' | ')} |`, `|${cols.map(() => '---').join('|')}|`);
+      for (const x of val as Record<string, unknown>[]) out.push(`| ${cols.map((c) => fmt(typeof x[c] === 'object' ? JSON.stringify(x[c]) : x[c])).join(' | ')} |`);
+      out.push('');
+    } else {
+      out.push(`- ${k}: ${typeof val === 'object' ? JSON.stringify(val) : fmt(val)}`);
+    }
+  }
+  return out;
+}
+
+export async function recallQpsSvg(ann: AnnResult[]): Promise<string> {
+  const values = ann.flatMap((a) => a.peers.flatMap((p) => p.sweep.map((s) => ({ dataset: a.dataset, engine: p.name, ef: s.ef, recall: s.recall, qps: s.qps }))));
+  const spec: vl.TopLevelSpec = {
+    $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
+    title: 'recall@10 vs queries/s (one thread; up and right is better)',
+    data: { values },
+    facet: { field: 'dataset', type: 'nominal', title: null },
+    columns: 2,
+    resolve: { scale: { x: 'independent', y: 'independent' } },
+    spec: {
+      width: 380,
+      height: 280,
+      layer: [
+        { mark: { type: 'line', point: true },
+          encoding: {
+            x: { field: 'recall', type: 'quantitative', scale: { zero: false }, title: 'recall@10' },
+            y: { field: 'qps', type: 'quantitative', scale: { type: 'log' }, title: 'queries/s (log)' },
+            color: { field: 'engine', type: 'nominal' },
+            order: { field: 'ef', type: 'quantitative' },
+            tooltip: [{ field: 'engine' }, { field: 'ef' }, { field: 'recall' }, { field: 'qps' }],
+          } },
+      ],
+    },
+  };
+  const compiled = vl.compile(spec).spec;
+  const view = new vega.View(vega.parse(compiled), { renderer: 'none' });
+  try {
+    return await view.toSVG();
+  } finally {
+    view.finalize();
+  }
+}
