@@ -68,12 +68,12 @@ function statusWord(s: CockpitState): string {
 
 export function render(s: CockpitState, cols: number, rows: number): string[] {
   if (cols < MIN_COLS || rows < MIN_ROWS) {
-    return [`svc: ${statusWord(s)}`, 'terminal too small:', `${cols}x${rows}, need ${MIN_COLS}x${MIN_ROWS}`]
+    return [`svc: ${statusWord(s)}`, `too small: ${cols}x${rows}`, `need ${MIN_COLS}x${MIN_ROWS}`]
       .map((l) => fit(l, cols)).slice(0, Math.max(1, rows));
   }
   const wide = cols >= 60;
   const top: string[] = [];
-  top.push(fit(`svc cockpit [${statusWord(s)}]  ${s.url}`, cols));
+  top.push(fit(wide ? `svc cockpit [${statusWord(s)}]  ${s.url}` : `svc [${statusWord(s)}] ${s.url}`, cols));
   if (s.problem !== null) top.push(fit(`! ${problemText(s.problem, s.url, s.keySource)}`, cols));
   if (s.rates !== null) {
     const r = s.rates;
