@@ -2,10 +2,12 @@
  * The embedded API (CONTRACT.md section 7): `openDatabase(options)` resolves to a database whose methods
  * are the MCP tools in camelCase, taking the REST bodies and resolving to the REST responses.
  */
-import { invalidArgument } from './base/errors.js';
+import { invalidArgument, SvcError } from './base/errors.js';
 import type { Limits } from './base/limits.js';
+import type { Embedder, Reranker } from './base/model.js';
 import { Database } from './collection/database.js';
 import { parseMasterKeyHex } from './crypto/keys.js';
+import { createEmbedder, createReranker, type ProviderOptions } from './providers/index.js';
 import type { EngineApi } from './service/api.js';
 
 export { SvcError, ERROR_CODES, type ErrorCode } from './base/errors.js';
@@ -21,7 +23,38 @@ export interface OpenOptions {
   insecure?: boolean;
   limits?: Partial<Limits>;
   snapshotDir?: string;
+  /** Server-side embedding and reranking per collection (the `[embedding.<c>]` / `[rerank.<c>]` tables). */
+  providers?: ProvidersOptions;
 }
+
+/** One provider table, key already resolved (the caller reads it from where it keeps secrets). */
+export interface ProviderTableOptions {
+  /** embedding: `hosted_a`, `local_compatible`, `http`, `hosted_b`, `fake`; rerank: `hosted_b`, `fake`. */
+  provider: string;
+  model: string;
+  /** Required for `local_compatible` and `http`; defaults to the vendor's address for the hosted kinds. */
+  endpoint?: string;
+  /** The embedding dimension; must equal the collection's dim. Unused by rerankers. */
+  dim?: number;
+  /** The provider's secret; never stored, never logged, never in an error message. */
+  apiKey?: string;
+}
+
+export interface ProvidersOptions {
+  /** By collection name. */
+  embedding?: Readonly<Record<string, ProviderTableOptions>>;
+  /** By collection name. */
+  rerank?: Readonly<Record<string, ProviderTableOptions>>;
+  /** Per HTTP attempt. Default 30 000. */
+  timeoutMs?: number;
+  /** Extra attempts on 429, 5xx, timeouts and connection errors. Default 2. */
+  retries?: number;
+  /** Texts per embedding request. Default 96. */
+  batchSize?: number;
+}
+
+export const DEFAULT_PROVIDER_TIMEOUT_MS = 30_000;
+export const DEFAULT_PROVIDER_RETRIES = 2;
 
 /** Opens (creating if needed) a data directory in this process. */
 export async function openDatabase(options: OpenOptions): Promise<Database> {
@@ -35,11 +68,67 @@ export async function openDatabase(options: OpenOptions): Promise<Database> {
     throw invalidArgument('encryptionKey (64 hex characters) is required unless insecure: true');
   }
   const masterKey = insecure ? null : parseMasterKeyHex(String(options.encryptionKey));
+  const { embedders, rerankers } = buildProviders(options.providers);
   const db = await Database.open({
     dataDir: options.dataDir,
     masterKey,
     limits: options.limits,
     snapshotDir: options.snapshotDir,
+    embedders,
+    rerankers,
   });
+  try {
+    await checkProviderDims(db, embedders);
+  } catch (e) {
+    await db.close();
+    throw e;
+  }
   return db satisfies EngineApi;
+}
+
+/** Provider tables to adapters; a bad table is `invalid_argument` naming it (`[embedding.docs]: ...`). */
+export function buildProviders(p: ProvidersOptions | undefined): {
+  embedders: Map<string, Embedder>;
+  rerankers: Map<string, Reranker>;
+} {
+  const embedders = new Map<string, Embedder>();
+  const rerankers = new Map<string, Reranker>();
+  if (p === undefined) return { embedders, rerankers };
+  if (typeof p !== 'object' || p === null) throw invalidArgument('providers must be an object');
+  const opts: ProviderOptions = {
+    timeoutMs: p.timeoutMs ?? DEFAULT_PROVIDER_TIMEOUT_MS,
+    retries: p.retries ?? DEFAULT_PROVIDER_RETRIES,
+    ...(p.batchSize !== undefined ? { batchSize: p.batchSize } : {}),
+  };
+  for (const [collection, table] of Object.entries(p.embedding ?? {})) {
+    embedders.set(collection, named(`embedding.${collection}`, () => createEmbedder(table, opts)));
+  }
+  for (const [collection, table] of Object.entries(p.rerank ?? {})) {
+    rerankers.set(collection, named(`rerank.${collection}`, () => createReranker(table, opts)));
+  }
+  return { embedders, rerankers };
+}
+
+function named<T>(table: string, make: () => T): T {
+  try {
+    return make();
+  } catch (e) {
+    if (e instanceof SvcError) throw new SvcError(e.code, `[${table}]: ${e.message}`);
+    throw e;
+  }
+}
+
+/** An existing collection whose provider gives another dim cannot be served: refuse to open. */
+async function checkProviderDims(db: Database, embedders: ReadonlyMap<string, Embedder>): Promise<void> {
+  if (embedders.size === 0) return;
+  const { collections } = await db.listCollections();
+  for (const c of collections) {
+    const e = embedders.get(c.name);
+    if (e !== undefined && e.dim !== c.dim) {
+      throw invalidArgument(
+        `[embedding.${c.name}] has dim ${e.dim} but collection '${c.name}' has dim ${c.dim}. ` +
+          `Fix: set dim = ${c.dim} with a model of that size, or use another collection`,
+      );
+    }
+  }
 }

@@ -4,12 +4,12 @@ import { invalidArgument, limitExceeded, notFound, SvcError } from '../base/erro
 import { checkLimit, resolveLimits, type Limits } from '../base/limits.js';
 import type {
   CollectionInfo, DatabaseStats, DocumentInput, Embedder, FetchQuery, Hit, HybridQuery, MultiVectorQuery, PointOutput,
-  Reranker, SearchQuery, SnapshotResult, TextPointInput, TextQuery,
+  ReplicateRequest, ReplicationEvent, Reranker, SearchQuery, SnapshotResult, TextPointInput, TextQuery,
 } from '../base/model.js';
 import { checkName, checkPointId } from '../base/names.js';
 import type { SearchResult } from '../index/flat.js';
 import { compileFilter, type CompiledFilter } from '../query/filter.js';
-import { rrf } from '../query/rrf.js';
+import { DEFAULT_RRF_K0, rrf } from '../query/rrf.js';
 import type { DocRecord, Op } from '../storage/codec.js';
 import { DataDir } from '../storage/data-dir.js';
 import { NodeFileSystem, joinPath, type FileSystem } from '../storage/fs.js';
@@ -22,6 +22,7 @@ import {
   checkObject, decodeCursor, encodeCursor, parseBool, parseConsistency, parseEf, parseFetchLimit, parseK, parseRrfK0,
 } from './queries.js';
 import { buildIndexInWorker } from './rebuild.js';
+import { replicationStream, type ReplicationView } from './replication.js';
 
 export type LogFn = (level: 'debug' | 'info' | 'warn' | 'error', message: string, detail?: Record<string, unknown>) => void;
 
@@ -418,6 +419,9 @@ export class Database {
     if (e === undefined) {
       throw invalidArgument(`collection '${col.spec.name}' has no embedding provider: configure [embedding.${col.spec.name}] in svc.toml`);
     }
+    if (e.dim !== col.spec.dim) {
+      throw invalidArgument(`collection '${col.spec.name}' has dim ${col.spec.dim} but its embedding provider gives ${e.dim}`);
+    }
     return e;
   }
 
@@ -451,7 +455,10 @@ export class Database {
     const k = parseK(q.k, this.limits);
     const filter = this.compile(col, q.filter);
     const rerank = parseBool(q.rerank, 'rerank', false);
-    const pool = q.rerank_pool === undefined ? Math.min(this.limits.maxK, Math.max(4 * k, 50)) : parseK(q.rerank_pool, this.limits);
+    // The pool is never smaller than k, so a rerank can always fill the k hits the fusion could.
+    const pool = q.rerank_pool === undefined || q.rerank_pool === null
+      ? Math.min(this.limits.maxK, Math.max(4 * k, 50))
+      : Math.max(k, this.parseRerankPool(q.rerank_pool));
     const withPayload = parseBool(q.with_payload, 'with_payload', true);
     const withVector = parseBool(q.with_vector, 'with_vector', false);
     const terms = this.queryTerms(q.text);
@@ -467,10 +474,11 @@ export class Database {
     const depth = this.fusionDepth(want);
     const lists: { ids: ArrayLike<number> }[] = [{ ids: col.searchDense(vector, depth, Math.max(depth, col.spec.index_params.ef_search), filter).slots }];
     if (col.sparse.stats().n > 0) lists.push({ ids: col.searchBm25(terms, depth, filter).slots });
-    const fused = rrf(lists, 60).slice(0, want);
+    const fused = rrf(lists, DEFAULT_RRF_K0).slice(0, want);
     if (reranker === undefined) {
       return { hits: fused.map((f, rank) => this.hit(col, Number(f.id), rank, f.score, withPayload, withVector)) };
     }
+    if (fused.length === 0) return { hits: [] };
     const slots = fused.map((f) => Number(f.id));
     const docs = slots.map((s) => {
       const t = col.payloadOf(s).__svc_text__;
@@ -480,6 +488,12 @@ export class Database {
     return {
       hits: order.slice(0, k).map((r, rank) => this.hit(col, slots[r.index], rank, r.score, withPayload, withVector)),
     };
+  }
+
+  private parseRerankPool(v: unknown): number {
+    if (typeof v !== 'number' || !Number.isInteger(v) || v < 1) throw invalidArgument('rerank_pool must be a positive integer');
+    checkLimit(this.limits, 'maxK', v, 'rerank_pool');
+    return v;
   }
 
   // ---------------------------------------------------------------- multi-vector
@@ -582,6 +596,23 @@ export class Database {
     // The copy's own manifest version and size, not the live directory's (which moves on with writes).
     const s = await this.dir.snapshot(path);
     return { name, path, manifest_version: s.manifest_version, disk_bytes: s.disk_bytes };
+  }
+
+  /** The replication stream (core/collection/replication.ts): a logical snapshot, then the WAL commit tail. */
+  replicate(body?: ReplicateRequest, signal?: AbortSignal): AsyncIterable<ReplicationEvent> {
+    this.checkOpen();
+    return replicationStream(this.replicationView(), body, signal);
+  }
+
+  /** Read-only access for replication: the commit log and the live collections. */
+  replicationView(): ReplicationView {
+    return {
+      log: this.dir.log,
+      collections: () => [...this.byName.values()].map((c) => ({
+        uid: c.uid, spec: c.spec, captureAll: () => c.captureAll(), live: () => this.byUid.get(c.uid) === c,
+      })),
+      isClosed: () => this.closed,
+    };
   }
 
   /** Index state per collection, for metrics. */

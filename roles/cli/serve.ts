@@ -1,31 +1,18 @@
 import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { systemClock } from '../../core/base/clock.js';
+import { openDatabase, type ProvidersOptions } from '../../core/index.js';
 import type { EngineApi } from '../../core/service/api.js';
 import type { AuditSink } from '../../core/service/audit.js';
 import { createService, type Service } from '../../core/service/service.js';
 import { ConfigError, loadConfig, type SvcConfig } from '../config.js';
+import { startGrpcServer } from '../grpc/server.js';
 import { FileAuditSink } from '../log-audit.js';
 import { createLogs, type Logs } from '../log.js';
+import { providersFromConfig } from '../providers.js';
 import { createPromMetrics } from '../rest/metrics.js';
 import { buildRestApp, type RestState } from '../rest/server.js';
 import { registerCommand } from './commands.js';
-
-export interface OpenDatabaseOptions {
-  dataDir: string;
-  encryptionKey?: string;
-  insecure?: boolean;
-  limits?: SvcConfig['limits'];
-  snapshotDir?: string;
-}
-
-type OpenDatabase = (o: OpenDatabaseOptions) => Promise<EngineApi>;
-
-/** The engine's entry point (core/index.ts), loaded at run time. */
-async function engineOpener(): Promise<OpenDatabase> {
-  const mod = (await import('../../core/index.js' as string)) as { openDatabase: OpenDatabase };
-  return mod.openDatabase;
-}
 
 export interface RunningServer {
   restPort: number;
@@ -40,8 +27,12 @@ export interface RunningServer {
  * config -> REST listening (readyz 503) -> openDatabase -> service -> ready, plus gRPC.
  * `fallbackToFreePort` (demo) binds a free port when the configured one is taken.
  */
-export async function startServer(config: SvcConfig, logs: Logs, opts: { fallbackToFreePort?: boolean } = {}): Promise<RunningServer> {
+export async function startServer(
+  config: SvcConfig, logs: Logs, opts: { fallbackToFreePort?: boolean; env?: Readonly<Record<string, string | undefined>> } = {},
+): Promise<RunningServer> {
   const log = logs.target('svc');
+  // api_key_env is resolved here, once; the keys live only in the provider adapters' memory.
+  const providers = providersFromConfig(config, opts.env ?? process.env);
   for (const w of config.warnings) (w.includes('SVC_INSECURE') ? log.error.bind(log) : log.warn.bind(log))({ warning: true }, w);
 
   const metrics = createPromMetrics();
@@ -58,7 +49,7 @@ export async function startServer(config: SvcConfig, logs: Logs, opts: { fallbac
 
   let ready: { engine: EngineApi; service: Service; fileSink: FileAuditSink | null; grpc: { port: number; close(): Promise<void> } | null };
   try {
-    ready = await openAndServe(config, logs, metrics, state, opts.fallbackToFreePort ?? false);
+    ready = await openAndServe(config, providers, logs, metrics, state, opts.fallbackToFreePort ?? false);
   } catch (e) {
     await app.close();
     throw e;
@@ -80,13 +71,15 @@ export async function startServer(config: SvcConfig, logs: Logs, opts: { fallbac
   };
 }
 
-async function openAndServe(config: SvcConfig, logs: Logs, metrics: ReturnType<typeof createPromMetrics>, state: RestState, fallback: boolean) {
-  const openDatabase = await engineOpener();
-  const engine = await openDatabase({
+async function openAndServe(
+  config: SvcConfig, providers: ProvidersOptions, logs: Logs, metrics: ReturnType<typeof createPromMetrics>, state: RestState, fallback: boolean,
+) {
+  const engine: EngineApi = await openDatabase({
     dataDir: config.dataDir,
     ...(config.encryptionKey !== null ? { encryptionKey: config.encryptionKey } : { insecure: true }),
     limits: config.limits,
     ...(config.snapshotDir !== null ? { snapshotDir: config.snapshotDir } : {}),
+    providers,
   });
   const fileSink = config.auditLog !== null ? new FileAuditSink(config.auditLog) : null;
   const audit: AuditSink = fileSink ?? { append: () => undefined };
@@ -106,21 +99,13 @@ async function openAndServe(config: SvcConfig, logs: Logs, metrics: ReturnType<t
   }
 }
 
-/** gRPC from roles/grpc, when that module is present (it is built by a colleague alongside). */
-async function startGrpc(config: SvcConfig, service: Service, logs: Logs, metrics: ReturnType<typeof createPromMetrics>, fallback: boolean): Promise<{ port: number; close(): Promise<void> } | null> {
-  let mod: { startGrpcServer?: (o: Record<string, unknown>) => Promise<{ port: number; close(): Promise<void> }> };
-  try {
-    mod = await import('../grpc/server.js' as string);
-  } catch {
-    logs.target('svc').warn({}, 'gRPC transport not available in this build');
-    return null;
-  }
-  if (typeof mod.startGrpcServer !== 'function') return null;
+/** gRPC on SVC_GRPC_ADDR, sharing the service (auth, limits, audit, metrics) with REST. */
+async function startGrpc(config: SvcConfig, service: Service, logs: Logs, metrics: ReturnType<typeof createPromMetrics>, fallback: boolean): Promise<{ port: number; close(): Promise<void> }> {
   const tls = config.tls === null ? undefined : {
     cert: readFileSync(config.tls.cert), key: readFileSync(config.tls.key),
     ...(config.tls.clientCa ? { clientCa: readFileSync(config.tls.clientCa) } : {}),
   };
-  const start = (port: number) => mod.startGrpcServer!({
+  const start = (port: number) => startGrpcServer({
     service, address: `${config.grpcAddr.host.includes(':') ? `[${config.grpcAddr.host}]` : config.grpcAddr.host}:${port}`,
     tls, limits: config.limits, log: logs.target('svc::grpc'), metrics,
   });
@@ -174,7 +159,7 @@ registerCommand('serve', {
     if (config === null) return 2;
     const logs = createLogs(config.logFilter);
     try {
-      const server = startServer(config, logs);
+      const server = startServer(config, logs, { env });
       closeOnSignals(server, logs);
       await server;
       return -1; // keep running
