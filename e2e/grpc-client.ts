@@ -70,14 +70,25 @@ export class SvcGrpc {
     });
   }
 
-  /** Reads a Replicate stream to its end: the events, or the error that ended it. */
-  replicate(key?: string): Promise<{ events: any[]; err?: ServiceError }> {
+  /**
+   * Reads a Replicate stream to its end: the events, or the error that ended it. The stream is live
+   * (a snapshot, then the commit tail): `until` says when to stop, and the client then cancels it.
+   */
+  replicate(key?: string, opts: { afterSeq?: number; until?: (events: any[]) => boolean } = {}): Promise<{ events: any[]; err?: ServiceError }> {
     const md = new Metadata();
     if (key !== undefined) md.set('authorization', `Bearer ${key}`);
-    const stream = (this.client as any).Replicate({}, md);
+    const stream = (this.client as any).Replicate(opts.afterSeq === undefined ? {} : { after_seq: opts.afterSeq }, md);
     const events: any[] = [];
+    let stopped = false;
     return new Promise((resolve) => {
-      stream.on('data', (e: any) => events.push(e));
+      stream.on('data', (e: any) => {
+        events.push(e);
+        if (!stopped && opts.until?.(events)) {
+          stopped = true;
+          stream.cancel();
+          resolve({ events });
+        }
+      });
       stream.on('error', (err: ServiceError) => resolve({ events, err }));
       stream.on('end', () => resolve({ events }));
     });

@@ -261,7 +261,7 @@ describe('gRPC end to end', () => {
     const anon = await g.replicate();
     expect([anon.err?.code, anon.err?.metadata.get('svc-error-code')[0]]).toEqual([status.UNAUTHENTICATED, 'unauthenticated']);
     for (const key of [KEYS.reader, KEYS.writer, KEYS.teamAdmin]) expect((await g.replicate(key)).err?.code).toBe(status.PERMISSION_DENIED);
-    const rep = await g.replicate(ADMIN);
+    const rep = await g.replicate(ADMIN, { until: (events) => events.length >= 1 });
     expect(rep.err).toBeUndefined();
   });
 });

@@ -188,3 +188,18 @@ export interface Embedder {
 export interface Reranker {
   rerank(query: string, documents: string[], topN: number): Promise<{ index: number; score: number }[]>;
 }
+
+/**
+ * One item of the replication stream (`Replicate`): `seq` is the commit sequence number the follower is
+ * at after applying it (0 for snapshot chunks); `record` is versioned bytes, laid out in
+ * core/collection/replication.ts.
+ */
+export interface ReplicationEvent {
+  seq: number;
+  record: Uint8Array;
+}
+
+export interface ReplicateRequest {
+  /** Resume after this commit seq; absent (or no longer retained) means a full logical snapshot first. */
+  after_seq?: number;
+}

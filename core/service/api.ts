@@ -2,11 +2,11 @@ import type {
   CollectionInfo, CollectionParams, FetchQuery, Hit, HybridQuery, PointInput, PointOutput, SearchQuery,
 } from '../base/model.js';
 import type {
-  DatabaseStats, DocumentInput, MultiVectorQuery, SnapshotResult, TextPointInput, TextQuery,
+  DatabaseStats, DocumentInput, MultiVectorQuery, ReplicateRequest, ReplicationEvent, SnapshotResult, TextPointInput, TextQuery,
 } from '../base/model.js';
 
 export type {
-  DatabaseStats, DocumentInput, MultiVectorQuery, SnapshotResult, TextPointInput, TextQuery,
+  DatabaseStats, DocumentInput, MultiVectorQuery, ReplicateRequest, ReplicationEvent, SnapshotResult, TextPointInput, TextQuery,
 } from '../base/model.js';
 
 /**
@@ -52,6 +52,11 @@ export interface SvcApi {
   deleteDocument(ctx: CallContext, collection: string, id: string): Promise<{ deleted: boolean }>;
   stats(ctx: CallContext): Promise<DatabaseStats>;
   snapshot(ctx: CallContext, body: { name: string }): Promise<SnapshotResult>;
+  /**
+   * The leader's replication stream: a logical snapshot, then the live commit tail, until `signal` aborts.
+   * Authorization happens when it is called (it throws then); a bad body fails the first step.
+   */
+  replicate(ctx: CallContext, body?: ReplicateRequest, signal?: AbortSignal): AsyncIterable<ReplicationEvent>;
 }
 
 export type OperationName = keyof SvcApi;

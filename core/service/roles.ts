@@ -33,6 +33,7 @@ export const OPERATION_POLICIES: Readonly<Record<OperationName, OperationPolicy>
   createCollection: { role: 'admin', collection: 'params.name', audited: true },
   deleteCollection: { role: 'admin', collection: 'arg', audited: true },
   snapshot: { role: 'admin', collection: 'all', audited: true },
+  replicate: { role: 'admin', collection: 'all', audited: true },
 });
 
 /** The policy for an operation name, or undefined: a caller must refuse when it is undefined. */

@@ -38,6 +38,7 @@ function fakeEngine(): { engine: EngineApi; calls: string[] } {
     upsertDocuments: rec('upsertDocuments', { upserted: 1 }),
     searchMultiVector: rec('searchMultiVector', { hits: [] }),
     deleteDocument: rec('deleteDocument', { deleted: true }),
+    replicate: () => (async function* () { calls.push('replicate'); yield { seq: 1, record: new Uint8Array(4) }; })(),
     stats: rec('stats', {
       collections: 2, total_points: 5,
       per_collection: [{ name: 'a.x', count: 2, index: 'flat', index_state: 'current' }, { name: 'b.y', count: 3, index: 'flat', index_state: 'current' }],
@@ -95,6 +96,7 @@ function call(svc: Service, ctx: CallContext, op: OperationName, c: string): Pro
     case 'upsertDocuments': return svc.upsertDocuments(ctx, c, { documents: [] });
     case 'searchMultiVector': return svc.searchMultiVector(ctx, c, { vectors: [[1, 2]] });
     case 'deleteDocument': return svc.deleteDocument(ctx, c, 'd');
+    case 'replicate': return (async () => { for await (const _ of svc.replicate(ctx)) { /* drain */ } })();
   }
 }
 
@@ -107,7 +109,7 @@ const CONTRACT_ROLE: Record<string, 'read' | 'write' | 'admin'> = {
   listCollections: 'read', collectionInfo: 'read', get: 'read', fetch: 'read', search: 'read', hybridSearch: 'read',
   searchText: 'read', searchMultiVector: 'read', stats: 'read',
   upsert: 'write', bulkUpsert: 'write', delete: 'write', upsertText: 'write', upsertDocuments: 'write', deleteDocument: 'write',
-  createCollection: 'admin', deleteCollection: 'admin', snapshot: 'admin',
+  createCollection: 'admin', deleteCollection: 'admin', snapshot: 'admin', replicate: 'admin',
 };
 
 describe('authentication', () => {
@@ -133,7 +135,6 @@ describe('authorization', () => {
   it('the role table is the contract\'s and unknown operations are refused', () => {
     for (const [op, role] of Object.entries(CONTRACT_ROLE)) expect(OPERATION_POLICIES[op as OperationName].role).toBe(role);
     expect(Object.keys(OPERATION_POLICIES).sort()).toEqual(Object.keys(CONTRACT_ROLE).sort());
-    expect(policyFor('replicate')).toBeUndefined();
     expect(policyFor('toString')).toBeUndefined();
     const { svc, ctx } = setup();
     expect(() => svc.authorize(ctx(svc.authenticate('Bearer admin-secret')), 'dropEverything', 'a.x')).toThrow(expect.objectContaining({ code: 'permission_denied' }));
@@ -153,7 +154,7 @@ describe('authorization', () => {
           const got = await codeOf(call(svc, ctx(p), op, c));
           const roleOk = rank[p.role] >= rank[CONTRACT_ROLE[op]];
           const scoped = !['listCollections', 'stats'].includes(op);
-          const scopeOk = op === 'snapshot' ? false : !scoped || c === 'a.x';
+          const scopeOk = op === 'snapshot' || op === 'replicate' ? false : !scoped || c === 'a.x';
           expect({ op, p: p.role, c, got }).toEqual({ op, p: p.role, c, got: roleOk && scopeOk ? 'ok' : 'permission_denied' });
           expect(calls.length).toBe(got === 'ok' ? 1 : 0);
         }

@@ -142,6 +142,27 @@ export function createService(engine: EngineApi, opts: ServiceOptions): Service 
     }
   }
 
+  /** One span for a whole stream, with the number of events sent and how it ended. */
+  async function* traced<T>(ctx: CallContext, source: AsyncIterable<T>): AsyncGenerator<T> {
+    const span = tracer.startSpan('svc.replicate', { transport: ctx.transport, request_id: ctx.requestId });
+    let count = 0;
+    let code: string | undefined;
+    try {
+      for await (const item of source) {
+        count++;
+        yield item;
+      }
+    } catch (e) {
+      const err = toSvcError(e);
+      code = err.code;
+      if (err.code === 'internal') opts.log.error({ request_id: ctx.requestId, op: 'replicate', cause: err.detail.cause }, 'internal error');
+      throw err;
+    } finally {
+      span.setAttributes({ count });
+      span.end(code);
+    }
+  }
+
   const col = (c: unknown): string => `collection/${typeof c === 'string' ? c : '?'}`;
   const pt = (c: unknown, id: unknown): string => `${col(c)}/point/${typeof id === 'string' ? id : '?'}`;
   const kOf = (q: unknown): SpanAttributes => {
@@ -229,6 +250,12 @@ export function createService(engine: EngineApi, opts: ServiceOptions): Service 
     snapshot: (ctx, body) => {
       const name = (body as { name?: unknown } | null)?.name;
       return run('snapshot', ctx, undefined, `snapshot/${typeof name === 'string' ? name : '?'}`, {}, () => engine.snapshot(body));
+    },
+
+    replicate: (ctx, body, signal) => {
+      authorize(ctx, 'replicate', undefined);
+      audit('replicate', ctx.principal.keyName, 'database', 'ok', 200, ctx.requestId, ctx.remote ?? '');
+      return traced(ctx, engine.replicate(body, signal));
     },
   };
 }

@@ -54,6 +54,8 @@ function recordingEngine(calls: Calls, override: Partial<Record<keyof EngineApi,
       return o ? o(...args) : answers[op];
     };
   }
+  // The database's stream is a snapshot then a live tail; this engine's has nothing and ends at once.
+  engine.replicate = async function* () { /* no events */ };
   return engine as EngineApi;
 }
 

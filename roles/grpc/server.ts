@@ -28,11 +28,22 @@ export interface GrpcTls {
 }
 
 /**
- * The source of the Replicate stream: a logical snapshot, then the live commit tail. Until replication
- * lands the server has none, and an authorized Replicate call ends at once with no events.
+ * The source of the Replicate stream: a logical snapshot, then the live commit tail. By default the
+ * service's own (serviceReplication); tests may give another.
  */
 export interface ReplicationSource {
   stream(ctx: CallContext, afterSeq: number | undefined, signal: AbortSignal): AsyncIterable<ReplicationEvent>;
+}
+
+/** The default source: the service's `replicate` (the database's snapshot and WAL tail). */
+export function serviceReplication(service: Service): ReplicationSource {
+  return {
+    async *stream(ctx, afterSeq, signal) {
+      for await (const e of service.replicate(ctx, afterSeq === undefined ? {} : { after_seq: afterSeq }, signal)) {
+        yield { seq: e.seq, record: Buffer.from(e.record.buffer, e.record.byteOffset, e.record.byteLength) };
+      }
+    },
+  };
 }
 
 export interface GrpcServerOptions {
@@ -160,13 +171,12 @@ export function startGrpcServer(opts: GrpcServerOptions): Promise<GrpcServerHand
     call.on('cancelled', () => abort.abort());
     const run = async (): Promise<void> => {
       const ctx = contextOf(call.metadata, requestId, call.getPeer());
-      if (ctx.principal.role !== 'admin' || !ctx.principal.collections.includes('*')) {
-        throw new SvcError('permission_denied', 'Replicate needs the admin role and a key scoped to *');
-      }
+      // Role (admin) and scope (*) from the service's role table, before the message is looked at.
+      service.authorize(ctx, 'replicate');
       const decoded = call.request;
       if (!decoded.ok) throw decoded.error;
-      if (opts.replication === undefined) return;
-      for await (const event of opts.replication.stream(ctx, decoded.value.after_seq, abort.signal)) {
+      const source = opts.replication ?? serviceReplication(service);
+      for await (const event of source.stream(ctx, decoded.value.after_seq, abort.signal)) {
         if (abort.signal.aborted) return;
         const bytes = (SvcService.replicate.responseSerialize as (v: ReplicationEvent) => Buffer)(event);
         if (!call.write(bytes)) await new Promise((resolve) => call.once('drain', resolve));

@@ -1,0 +1,167 @@
+import { invalidArgument } from '../base/errors.js';
+import type { ReplicationEvent } from '../base/model.js';
+import { decodeOp, encodeOp, type AnyOp, type Op } from '../storage/codec.js';
+import type { Wal } from '../storage/wal.js';
+import type { CollectionSpec } from './params.js';
+
+/**
+ * The leader's replication stream (spec, "Node role and replication"): a logical snapshot, then the live
+ * commit tail read from the WAL.
+ *
+ * Record layout (ReplicationEvent.record), version 1:
+ *   u8 version (1) | u8 kind | u16 LE key-id length | key id (UTF-8: 'db' or a collection uid) | body
+ * kinds: 1 snapshot_begin, 2 snapshot (body: a create_collection op, or a batch of a collection's points),
+ * 3 snapshot_end, 4 commit (body: the WAL record's op). Bodies are core/storage/codec.ts encodings.
+ * begin and end carry the snapshot's base seq in `seq`; snapshot chunks carry 0; commits their own seq.
+ *
+ * Consistency: the snapshot is "fuzzy" (writes go on while it is read), so the tail starts right after
+ * the seq sampled before reading it. Every op is a whole-point upsert, a delete or a create/drop by uid,
+ * so applying in seq order an op the snapshot already reflected converges to the leader's state: once a
+ * follower has applied the tail past the snapshot's end it matches the leader at that seq.
+ */
+
+export const REPLICATION_FORMAT_VERSION = 1;
+export const ReplicationKind = { snapshotBegin: 1, snapshot: 2, snapshotEnd: 3, commit: 4 } as const;
+export type ReplicationKindName = keyof typeof ReplicationKind;
+
+/** Snapshot chunks stay below this size (a batch of points is split to fit; one point may exceed it). */
+export const SNAPSHOT_CHUNK_BYTES_MAX = 1 << 20;
+/** How often a caught-up stream checks the WAL for new commits. */
+export const TAIL_POLL_MS = 50;
+
+/** What the stream reads from the Database: never a write. */
+export interface ReplicationView {
+  readonly log: Wal;
+  /** The live collections now, each with a check that it is still live (not dropped since). */
+  collections(): { uid: string; spec: CollectionSpec; captureAll(): Iterable<Op>; live(): boolean }[];
+  isClosed(): boolean;
+}
+
+export function encodeRecord(kind: number, keyId: string, body: Uint8Array = new Uint8Array(0)): Uint8Array {
+  const key = Buffer.from(keyId, 'utf8');
+  const out = new Uint8Array(4 + key.length + body.length);
+  out[0] = REPLICATION_FORMAT_VERSION;
+  out[1] = kind;
+  out[2] = key.length & 0xff;
+  out[3] = key.length >>> 8;
+  out.set(key, 4);
+  out.set(body, 4 + key.length);
+  return out;
+}
+
+export interface DecodedRecord {
+  kind: ReplicationKindName;
+  keyId: string;
+  op: AnyOp | null;
+}
+
+/** The follower's side (and the tests'): refuses an unknown version or kind rather than guessing. */
+export function decodeRecord(record: Uint8Array): DecodedRecord {
+  if (record.length < 4 || record[0] !== REPLICATION_FORMAT_VERSION) throw invalidArgument('unsupported replication record version');
+  const kind = (Object.keys(ReplicationKind) as ReplicationKindName[]).find((k) => ReplicationKind[k] === record[1]);
+  if (kind === undefined) throw invalidArgument(`unknown replication record kind ${record[1]}`);
+  const keyLen = record[2] | (record[3] << 8);
+  const keyId = Buffer.from(record.subarray(4, 4 + keyLen)).toString('utf8');
+  const body = record.subarray(4 + keyLen);
+  return { kind, keyId, op: body.length === 0 ? null : decodeOp(body) };
+}
+
+function parseAfterSeq(body: unknown): number | undefined {
+  if (body === undefined || body === null) return undefined;
+  if (typeof body !== 'object' || Array.isArray(body)) throw invalidArgument('replicate body must be a JSON object');
+  for (const k of Object.keys(body)) if (k !== 'after_seq') throw invalidArgument(`replicate body has an unknown field '${k}'`);
+  const v = (body as { after_seq?: unknown }).after_seq;
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) throw invalidArgument('after_seq must be a non-negative integer');
+  return v;
+}
+
+/** Splits a batch so that each encoded chunk stays near SNAPSHOT_CHUNK_BYTES_MAX. */
+function* chunks(op: Op): Generator<Op> {
+  const bytesOf = (floats: number, payload: unknown): number => floats * 4 + 64 + (payload === null ? 0 : JSON.stringify(payload).length);
+  if (op.t === 'delete') {
+    yield op;
+    return;
+  }
+  const items: unknown[] = op.t === 'upsert' ? op.points : op.docs;
+  let start = 0;
+  let bytes = 0;
+  for (let i = 0; i < items.length; i++) {
+    const it = items[i] as { vector?: Float32Array; vectors?: Float32Array; payload: unknown };
+    const b = bytesOf((it.vector ?? it.vectors!).length, it.payload);
+    if (i > start && bytes + b > SNAPSHOT_CHUNK_BYTES_MAX) {
+      yield slice(op, start, i);
+      start = i;
+      bytes = 0;
+    }
+    bytes += b;
+  }
+  if (start < items.length) yield slice(op, start, items.length);
+}
+
+function slice(op: Op, from: number, to: number): Op {
+  if (op.t === 'upsert') return { t: 'upsert', points: op.points.slice(from, to) };
+  if (op.t === 'upsert_docs') return { t: 'upsert_docs', docs: op.docs.slice(from, to) };
+  return op;
+}
+
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const t = setTimeout(done, ms);
+    function done(): void {
+      clearTimeout(t);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}
+
+/**
+ * The stream: a snapshot unless `after_seq` is given and still retained, then every commit after it, as
+ * it becomes durable, until `signal` aborts or the database closes. Memory is bounded by one chunk (the
+ * WAL is read from disk; the consumer's backpressure paces the producer).
+ */
+export async function* replicationStream(view: ReplicationView, body: unknown, signal?: AbortSignal): AsyncGenerator<ReplicationEvent> {
+  const asked = parseAfterSeq(body);
+  const log = view.log;
+  let after: number;
+  if (asked !== undefined && asked + 1 >= log.firstRetainedSeq && asked <= log.lastSeq) {
+    after = asked;
+  } else {
+    const base = log.lastSeq;
+    // Writes durable up to `base` are applied to memory by their continuations: let those run first.
+    await new Promise<void>((r) => setImmediate(r));
+    yield { seq: base, record: encodeRecord(ReplicationKind.snapshotBegin, 'db') };
+    for (const c of view.collections()) {
+      if (signal?.aborted || view.isClosed()) return;
+      if (!c.live()) continue; // dropped meanwhile: its drop record comes in the tail
+      yield { seq: 0, record: encodeRecord(ReplicationKind.snapshot, 'db', encodeOp({ t: 'create_collection', uid: c.uid, name: c.spec.name, params: c.spec })) };
+      const it = c.captureAll()[Symbol.iterator]();
+      for (;;) {
+        // Checked before every step: a dropped collection's memory is gone.
+        if (signal?.aborted || view.isClosed()) return;
+        if (!c.live()) break;
+        const next = it.next();
+        if (next.done) break;
+        for (const part of chunks(next.value)) yield { seq: 0, record: encodeRecord(ReplicationKind.snapshot, c.uid, encodeOp(part)) };
+      }
+    }
+    yield { seq: base, record: encodeRecord(ReplicationKind.snapshotEnd, 'db') };
+    after = base;
+  }
+  let next = after + 1;
+  while (!signal?.aborted && !view.isClosed()) {
+    if (log.lastSeq < next) {
+      await sleep(TAIL_POLL_MS, signal);
+      continue;
+    }
+    // readFrom stops at the last durable seq at the time of the call; loop for the rest.
+    for await (const r of log.readFrom(next)) {
+      if (signal?.aborted) return;
+      next = r.seq + 1;
+      if (r.body === null) continue; // a dropped collection's record: its key is destroyed
+      yield { seq: r.seq, record: encodeRecord(ReplicationKind.commit, r.keyId, r.body) };
+    }
+  }
+}
