@@ -3,7 +3,8 @@
 // Search passes of the two engines alternate (best of --passes) so that load from other processes on
 // this shared machine hits both alike; the builds alternate in chunks for the same reason.
 // Run: npx tsx bench/hnsw-vs-hnswlib.ts [--base 20000] [--queries 200] [--passes 5] [--parallel]
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg } from 'node:os';
 import { createRequire } from 'node:module';
 import { flatSearch } from '../core/index/flat.js';
 import { buildParallel } from '../core/index/hnsw/build-worker.js';
@@ -75,11 +76,26 @@ for (let at = 0; at < nBase; at += 1000) {
 const noTouch = Hnsw.deserialize(store, ours.serialize(), { touch: false });
 
 const s = (ms: number): string => (ms / 1000).toFixed(2);
+const report: Record<string, unknown> = {
+  dataset: 'mnist-784-euclidean',
+  base: nBase,
+  queries: nQueries,
+  m: M,
+  efConstruction: EFC,
+  k: K,
+  kernel: store.kernel.isWasm ? 'wasm-simd' : 'js',
+  node: process.version,
+  cpu: cpus()[0]?.model,
+  loadAverage1mAtStart: loadavg()[0],
+  buildSeconds: { ours: oursBuildMs / 1000, hnswlibNode: libBuildMs / 1000 },
+  search: [] as unknown[],
+};
 console.log(`MNIST-784 ${nBase} base, ${nQueries} queries, L2, M ${M}, efC ${EFC}, k ${K}, kernel ${store.kernel.isWasm ? 'wasm' : 'js'}`);
 console.log(`build: ours ${s(oursBuildMs)} s, hnswlib-node ${s(libBuildMs)} s, ours/theirs time ${(oursBuildMs / libBuildMs).toFixed(2)}`);
 if (parallel) {
   const [p, ms] = await timeIt(() => buildParallel(store, slots, opts, 2));
   const r = recall(queries.map((q) => p.search(q, K, 16).slots));
+  report.parallelBuildSeconds = ms / 1000;
   console.log(`parallel build (2 workers): ${s(ms)} s (${(oursBuildMs / ms).toFixed(2)}x our serial build), recall@10 at ef 16: ${r.toFixed(3)}`);
 }
 console.log('ef | ours QPS | ours no-touch QPS | recall | hnswlib-node QPS | recall | QPS ratio (ours/theirs)');
@@ -98,5 +114,9 @@ for (const ef of [16, 32, 64]) {
     for (let i = 0; i < 3; i++) best[i] = Math.max(best[i], qps[i]);
   }
   const [o, n, l] = best.map((x) => x.toFixed(0));
+  (report.search as unknown[]).push({ ef, oursQps: best[0], oursNoTouchQps: best[1], oursRecall: rOurs, hnswlibQps: best[2], hnswlibRecall: rLib });
   console.log(`${ef} | ${o} | ${n} | ${rOurs.toFixed(3)} | ${l} | ${rLib.toFixed(3)} | ${(best[0] / best[2]).toFixed(2)}x`);
 }
+report.loadAverage1mAtEnd = loadavg()[0];
+mkdirSync(new URL('./results/', import.meta.url), { recursive: true });
+writeFileSync(new URL('./results/hnsw-vs-hnswlib.json', import.meta.url), JSON.stringify(report, null, 2) + '\n');
