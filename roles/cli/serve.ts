@@ -5,11 +5,13 @@ import { openDatabase, type ProvidersOptions } from '../../core/index.js';
 import type { EngineApi } from '../../core/service/api.js';
 import type { AuditSink } from '../../core/service/audit.js';
 import { createService, type Service } from '../../core/service/service.js';
+import { logTracer } from '../../core/service/tracing.js';
 import { ConfigError, loadConfig, type SvcConfig } from '../config.js';
 import { startGrpcServer } from '../grpc/server.js';
 import { FileAuditSink } from '../log-audit.js';
 import { createLogs, type Logs } from '../log.js';
 import { providersFromConfig } from '../providers.js';
+import { createTracer, type ClosableTracer } from '../otel.js';
 import { createPromMetrics } from '../rest/metrics.js';
 import { buildRestApp, type RestState } from '../rest/server.js';
 import { registerCommand } from './commands.js';
@@ -47,14 +49,14 @@ export async function startServer(
   }
   const restPort = (app.server.address() as AddressInfo).port;
 
-  let ready: { engine: EngineApi; service: Service; fileSink: FileAuditSink | null; grpc: { port: number; close(): Promise<void> } | null };
+  let ready: { engine: EngineApi; service: Service; fileSink: FileAuditSink | null; grpc: { port: number; close(): Promise<void> } | null; tracer: ClosableTracer };
   try {
     ready = await openAndServe(config, providers, logs, metrics, state, opts.fallbackToFreePort ?? false);
   } catch (e) {
     await app.close();
     throw e;
   }
-  const { engine, service, fileSink, grpc } = ready;
+  const { engine, service, fileSink, grpc, tracer } = ready;
   log.info({ rest_port: restPort, grpc_port: grpc?.port ?? null, tls: config.tls !== null, data_dir: config.dataDir }, 'svc ready');
 
   let closing: Promise<void> | null = null;
@@ -65,6 +67,7 @@ export async function startServer(
         await Promise.all([app.close(), grpc?.close()]);
         await engine.close();
         fileSink?.close();
+        await tracer.shutdown();
       })();
       return closing;
     },
@@ -74,27 +77,34 @@ export async function startServer(
 async function openAndServe(
   config: SvcConfig, providers: ProvidersOptions, logs: Logs, metrics: ReturnType<typeof createPromMetrics>, state: RestState, fallback: boolean,
 ) {
-  const engine: EngineApi = await openDatabase({
+  const db = await openDatabase({
     dataDir: config.dataDir,
     ...(config.encryptionKey !== null ? { encryptionKey: config.encryptionKey } : { insecure: true }),
     limits: config.limits,
     ...(config.snapshotDir !== null ? { snapshotDir: config.snapshotDir } : {}),
     providers,
   });
+  const engine: EngineApi = db;
   const fileSink = config.auditLog !== null ? new FileAuditSink(config.auditLog) : null;
   const audit: AuditSink = fileSink ?? { append: () => undefined };
+  // Spans to the log (svc::span), and over OTLP/gRPC when SVC_OTLP_ENDPOINT is set (roles/otel.ts).
+  const otlp = config.otlp.endpoint ? { endpoint: config.otlp.endpoint, serviceName: config.otlp.serviceName, timeoutSecs: config.otlp.timeoutSecs } : null;
+  const tracer = createTracer(otlp, logTracer(logs.target('svc::span'), systemClock), logs.target('svc::otel'));
   const service = createService(engine, {
     keys: config.apiKeys, insecure: config.insecure, limits: config.limits, rateLimit: config.rateLimit,
-    audit, auditLog: logs.target('svc::audit'), clock: systemClock, metrics, log: logs.target('svc::span'),
+    audit, auditLog: logs.target('svc::audit'), clock: systemClock, metrics, log: logs.target('svc::span'), tracer,
   });
   metrics.setStatsSource(() => engine.stats());
   try {
     const grpc = await startGrpc(config, service, logs, metrics, fallback);
+    // Readiness (spec): storage open and every collection's index built from it.
+    await db.whenIndexed();
     state.service = service; // ready: /readyz answers 200 from here on
-    return { engine, service, fileSink, grpc };
+    return { engine, service, fileSink, grpc, tracer };
   } catch (e) {
     await engine.close();
     fileSink?.close();
+    await tracer.shutdown();
     throw e;
   }
 }
