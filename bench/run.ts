@@ -64,7 +64,7 @@ export async function runBench(o: BenchOptions): Promise<{ results: RunResults; 
       node: process.version, cpus: cpus().length, cpu_model: cpus()[0]?.model ?? '?', load_avg_at_start: loadavg(),
       shared_note: 'The machine may be shared with other work: compare engines within one run, not across runs.',
     },
-    ann: [], filtered: [], skipped: {},
+    ann: [], filtered: [], skipped: {}, duration_s: 0,
   };
   const K = 10;
   const ann = ['svc', 'svc-core', 'hnswlib-node', 'usearch', 'lancedb', 'pgvector'];

@@ -12,13 +12,35 @@ import { row } from '../lib/data.js';
 import { importOnDemand } from '../lib/on-demand.js';
 import type { BucketFilter, Peer } from './types.js';
 
-type Lance = typeof import('@lancedb/lancedb');
+// The package lives in bench/.cache/npm (installed on demand), outside the type checker's reach: the
+// little of its API used here, typed by hand.
+interface LanceQuery {
+  ef(ef: number): LanceQuery;
+  limit(k: number): LanceQuery;
+  select(cols: string[]): LanceQuery;
+  where(predicate: string): LanceQuery;
+  toArray(): Promise<{ id: number }[]>;
+}
+interface LanceTable {
+  add(rows: object[]): Promise<unknown>;
+  createIndex(column: string, options: { config: unknown }): Promise<void>;
+  vectorSearch(v: number[]): LanceQuery;
+  close(): void;
+}
+interface LanceConnection {
+  createTable(name: string, rows: object[], opts: { mode: 'overwrite' }): Promise<LanceTable>;
+  close(): void;
+}
+interface Lance {
+  connect(uri: string): Promise<LanceConnection>;
+  Index: { hnswSq(o: object): unknown; btree(): unknown };
+}
 
 export async function lancedb(metric: BenchMetric): Promise<Peer> {
   const lance = await importOnDemand<Lance>('@lancedb/lancedb');
   const dir = mkdtempSync(join(tmpdir(), 'svc-bench-lance-'));
   const conn = await lance.connect(dir);
-  let table: Awaited<ReturnType<typeof conn.createTable>> | undefined;
+  let table: LanceTable | undefined;
   let ef = 64;
   return {
     name: 'lancedb',
@@ -40,7 +62,7 @@ export async function lancedb(metric: BenchMetric): Promise<Peer> {
       let query = table!.vectorSearch(Array.from(q)).ef(ef).limit(k).select(['id', '_distance']);
       if (filter) query = query.where(`bucket < ${filter.below}`);
       const r = await query.toArray();
-      return Int32Array.from(r, (x: { id: number }) => x.id);
+      return Int32Array.from(r, (x) => x.id);
     },
     async close() { table?.close(); conn.close(); rmSync(dir, { recursive: true, force: true }); },
   };

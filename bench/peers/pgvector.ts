@@ -95,6 +95,7 @@ export const vecLiteral = (v: Float32Array): string => `[${Array.prototype.join.
 
 async function nativeSql(cluster: PgCluster): Promise<Sql> {
   const c = new pg.Client({ host: '127.0.0.1', port: cluster.port, user: 'postgres', database: 'postgres' });
+  c.on('error', () => undefined); // the cluster's own shutdown at the end
   await c.connect();
   return { query: (t, v) => c.query(t, v), close: () => c.end() };
 }
