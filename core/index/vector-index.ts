@@ -45,3 +45,6 @@ export class FlatIndex implements VectorIndex {
     return flatSearch(this.store, this.store.kernel, query, k, this.kind, this.slots, accept);
   }
 }
+
+export type { DistanceKind } from './kernels/kernel.js';
+export type { SearchResult } from './flat.js';
