@@ -1,11 +1,22 @@
+import { availableParallelism } from 'node:os';
 import { Hnsw, type HnswOptions } from '../index/hnsw/hnsw.js';
-import { buildInWorker } from '../index/hnsw/build-worker.js';
+import { buildInWorker, buildParallel } from '../index/hnsw/build-worker.js';
 import type { VectorStore } from '../index/vector-store.js';
 import type { IndexBuilder } from './collection.js';
 
-/** The default: graphs are built in a worker thread over the shared vector memory, off the event loop. */
-export const buildIndexInWorker: IndexBuilder = (store: VectorStore, slots: Int32Array, opts: HnswOptions) =>
-  buildInWorker(store, slots, opts);
+/** Below this many slots a second worker costs more in start-up than it saves. */
+const PARALLEL_BUILD_MIN_SLOTS = 20_000;
+const BUILD_WORKERS_MAX = 4;
+
+/**
+ * The default: graphs are built off the event loop in worker threads over the shared vector memory,
+ * in parallel on larger collections (one worker per core, at most BUILD_WORKERS_MAX).
+ */
+export const buildIndexInWorker: IndexBuilder = (store: VectorStore, slots: Int32Array, opts: HnswOptions) => {
+  const workers = Math.min(BUILD_WORKERS_MAX, availableParallelism());
+  if (workers >= 2 && slots.length >= PARALLEL_BUILD_MIN_SLOTS) return buildParallel(store, slots, opts, workers);
+  return buildInWorker(store, slots, opts);
+};
 
 /** Inline builds, for tests that drive the freshness state machine step by step. */
 export const buildIndexInline: IndexBuilder = async (store, slots, opts) => Hnsw.build(store, slots, opts);
