@@ -136,7 +136,13 @@ export function createTracer(otlp: OtlpOptions | null, logged: Tracer, log: Serv
     });
     const t = tracerOverProcessor(processor, otlp, logged);
     log.info({ endpoint, service_name: otlp.serviceName }, 'exporting spans over OTLP/gRPC');
-    return t;
+    return {
+      startSpan: t.startSpan,
+      // The last flush at shutdown may fail (collector gone): a warning, never a failed shutdown.
+      shutdown: () => t.shutdown().catch((e: unknown) => {
+        log.warn({ endpoint, err: e instanceof Error ? e.message : String(e) }, 'OTLP exporter did not flush at shutdown');
+      }),
+    };
   } catch (e) {
     log.warn({ err: e instanceof Error ? e.message : String(e) }, 'OTLP exporter could not start; spans go to the log only');
     return plain;
