@@ -1,6 +1,8 @@
 /**
- * REST server benchmark: queries/s and p50/p99 latency with 1, 8 and 32 concurrent clients on loopback,
- * and the same queries through the embedded API (the overhead of the transport and service layer).
+ * Server benchmark: queries/s and p50/p99 latency with 1, 8 and 32 concurrent clients on loopback, over
+ * REST (undici, keep-alive connections) and gRPC (a client built from proto/svc.proto with proto-loader,
+ * one HTTP/2 channel multiplexing every caller), and the same queries through the embedded API (the
+ * overhead of the transport and service layer).
  * Run: npm run bench:server -- [--quick]   (needs `npm run build`). Writes bench/results/server-<ts>.json.
  * The data is seeded uniform random vectors: this measures the server path, not recall.
  */
@@ -9,6 +11,8 @@ import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { cpus, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
+import { credentials, loadPackageDefinition, Metadata, type Client, type ServiceError } from '@grpc/grpc-js';
+import { loadSync } from '@grpc/proto-loader';
 import { Agent, request } from 'undici';
 
 const ROOT = resolve(import.meta.dirname, '..');
@@ -64,8 +68,9 @@ async function main(): Promise<void> {
   await db.close();
 
   const port = await freePort();
+  const grpcPort = await freePort();
   const child = spawn(process.execPath, [join(ROOT, 'dist', 'roles', 'cli', 'main.js'), 'serve'], {
-    env: { PATH: process.env.PATH, RUST_LOG: 'warn', SVC_API_KEYS: KEY, SVC_ENCRYPTION_KEY: MASTER, SVC_DATA_DIR: join(dir, 'server'), SVC_REST_ADDR: `127.0.0.1:${port}`, SVC_GRPC_ADDR: `127.0.0.1:${await freePort()}` },
+    env: { PATH: process.env.PATH, RUST_LOG: 'warn', SVC_API_KEYS: KEY, SVC_ENCRYPTION_KEY: MASTER, SVC_DATA_DIR: join(dir, 'server'), SVC_REST_ADDR: `127.0.0.1:${port}`, SVC_GRPC_ADDR: `127.0.0.1:${grpcPort}` },
     stdio: ['ignore', 'ignore', 'inherit'],
   });
   const base = `http://127.0.0.1:${port}`;
@@ -88,6 +93,14 @@ async function main(): Promise<void> {
   for (const clients of [1, 8, 32]) {
     rest.push(await load(clients, async () => { await call('POST', '/v1/collections/b/query', { vector: queries[qi++ % queries.length], k: K }); }));
   }
+
+  const grpc = grpcSearch(`127.0.0.1:${grpcPort}`);
+  await grpc.search(queries[0]);
+  const grpcLevels = [];
+  for (const clients of [1, 8, 32]) {
+    grpcLevels.push(await load(clients, () => grpc.search(queries[qi++ % queries.length])));
+  }
+  grpc.close();
   child.kill('SIGTERM');
   await agent.close();
 
@@ -95,12 +108,28 @@ async function main(): Promise<void> {
     bench: 'server', quick, points: N, dim: DIM, k: K, seconds_per_level: SECONDS, node: process.version, cpus: cpus().length,
     embedded: { ...embedded, note: 'in-process db.search, one caller' },
     rest,
+    grpc: grpcLevels,
     overhead_ms_p50_single_client: +(rest[0].p50_ms - embedded.p50_ms).toFixed(3),
+    grpc_overhead_ms_p50_single_client: +(grpcLevels[0].p50_ms - embedded.p50_ms).toFixed(3),
   };
   mkdirSync(join(ROOT, 'bench', 'results'), { recursive: true });
   const file = join(ROOT, 'bench', 'results', `server-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
   writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
   process.stdout.write(`${JSON.stringify(result, null, 2)}\nwritten to ${file}\n`);
+}
+
+/** Search over gRPC the way an outside client does: proto-loader from proto/svc.proto, Bearer metadata. */
+function grpcSearch(address: string): { search(v: number[]): Promise<void>; close(): void } {
+  const def = loadSync(join(ROOT, 'proto', 'svc.proto'), { keepCase: true, longs: Number, enums: String, defaults: false, oneofs: true });
+  const pkg = loadPackageDefinition(def) as unknown as { svc: { v1: { Svc: new (a: string, c: ReturnType<typeof credentials.createInsecure>, o?: object) => Client } } };
+  const client = new pkg.svc.v1.Svc(address, credentials.createInsecure(), { 'grpc.max_receive_message_length': -1 });
+  const md = new Metadata();
+  md.set('authorization', `Bearer ${KEY}`);
+  const rpc = (client as unknown as Record<string, (r: object, m: Metadata, cb: (e: ServiceError | null) => void) => void>).Search.bind(client);
+  return {
+    search: (vector) => new Promise((res, rej) => rpc({ collection: 'b', vector, k: K }, md, (e) => (e ? rej(e) : res()))),
+    close: () => client.close(),
+  };
 }
 
 main().catch((e) => { process.stderr.write(`${(e as Error).stack}\n`); process.exit(1); });
