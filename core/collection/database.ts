@@ -57,6 +57,8 @@ const TEXT_QUERY_KEYS = ['text', 'k', 'filter', 'rerank', 'rerank_pool', 'with_p
 const FETCH_KEYS = ['filter', 'limit', 'cursor', 'with_vector'] as const;
 /** Token vectors per multi-vector document or query (not a spec limit: a bound so no request is unbounded). */
 export const MULTIVECTOR_TOKENS_MAX = 4096;
+/** The largest WAL record a bulk upsert makes (the WAL takes records up to 1 GiB). */
+const BULK_RECORD_BYTES_MAX = 256 << 20;
 
 /**
  * The database: a DataDir (WAL, segments, manifest) and the collections in memory. It implements the
@@ -225,12 +227,22 @@ export class Database {
     const b = checkObject(body, 'bulk body', ['points']);
     const points = parsePoints(b.points, col.spec, this.limits, 'maxBulkBatchSize');
     if (points.length === 0) return { upserted: 0 };
-    // One WAL record per SVC_MAX_BATCH_SIZE points keeps records bounded; the group commit shares the fsync.
-    const chunk = this.limits.maxBatchSize;
+    // A bulk is one WAL record, so it is applied whole or not at all, after a crash too; only a bulk
+    // whose encoding passes BULK_RECORD_BYTES_MAX is split into several records (each still whole).
     const writes: Promise<void>[] = [];
-    for (let i = 0; i < points.length; i += chunk) {
-      writes.push(this.write(col, { t: 'upsert', points: points.slice(i, i + chunk) }, true));
+    let start = 0;
+    let bytes = 0;
+    for (let i = 0; i < points.length; i++) {
+      const p = points[i];
+      const size = 16 + p.id.length * 3 + p.vector.length * 4 + (p.payload === null ? 0 : Buffer.byteLength(JSON.stringify(p.payload)));
+      if (i > start && bytes + size > BULK_RECORD_BYTES_MAX) {
+        writes.push(this.write(col, { t: 'upsert', points: points.slice(start, i) }, true));
+        start = i;
+        bytes = 0;
+      }
+      bytes += size;
     }
+    writes.push(this.write(col, { t: 'upsert', points: points.slice(start) }, true));
     await Promise.all(writes);
     return { upserted: points.length };
   }
