@@ -147,6 +147,7 @@ export async function* replicationStream(view: ReplicationView, body: unknown, s
         for (const part of chunks(next.value)) yield { seq: 0, record: encodeRecord(ReplicationKind.snapshot, c.uid, encodeOp(part)) };
       }
     }
+    if (signal?.aborted || view.isClosed()) return;
     yield { seq: base, record: encodeRecord(ReplicationKind.snapshotEnd, 'db') };
     after = base;
   }
