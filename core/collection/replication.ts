@@ -126,8 +126,13 @@ export async function* replicationStream(view: ReplicationView, body: unknown, s
   const asked = parseAfterSeq(body);
   const log = view.log;
   let after: number;
+  // Collections the follower has been told about (by the snapshot, or a create in the tail); not tracked
+  // when resuming, where the follower already knows what it needs.
+  const announced = new Set<string>();
+  let resuming = false;
   if (asked !== undefined && asked + 1 >= log.firstRetainedSeq && asked <= log.lastSeq) {
     after = asked;
+    resuming = true;
   } else {
     const base = log.lastSeq;
     // Writes durable up to `base` are applied to memory by their continuations: let those run first.
@@ -136,6 +141,7 @@ export async function* replicationStream(view: ReplicationView, body: unknown, s
     for (const c of view.collections()) {
       if (signal?.aborted || view.isClosed()) return;
       if (!c.live()) continue; // dropped meanwhile: its drop record comes in the tail
+      announced.add(c.uid);
       yield { seq: 0, record: encodeRecord(ReplicationKind.snapshot, 'db', encodeOp({ t: 'create_collection', uid: c.uid, name: c.spec.name, params: c.spec })) };
       const it = c.captureAll()[Symbol.iterator]();
       for (;;) {
@@ -162,6 +168,17 @@ export async function* replicationStream(view: ReplicationView, body: unknown, s
       if (signal?.aborted) return;
       next = r.seq + 1;
       if (r.body === null) continue; // a dropped collection's record: its key is destroyed
+      if (r.keyId === 'db') {
+        const op = decodeOp(r.body);
+        if (op.t === 'create_collection') announced.add(op.uid);
+      } else if (!resuming && !announced.has(r.keyId)) {
+        // A collection whose create was durable before the snapshot's base but not yet in memory when
+        // the snapshot listed collections: announce it before its first write.
+        const c = view.collections().find((x) => x.uid === r.keyId);
+        if (c === undefined) continue; // dropped since: its drop record follows
+        announced.add(c.uid);
+        yield { seq: 0, record: encodeRecord(ReplicationKind.snapshot, 'db', encodeOp({ t: 'create_collection', uid: c.uid, name: c.spec.name, params: c.spec })) };
+      }
       yield { seq: r.seq, record: encodeRecord(ReplicationKind.commit, r.keyId, r.body) };
     }
   }
