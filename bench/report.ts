@@ -21,7 +21,37 @@ export interface RunResults {
   server?: Record<string, unknown>;
   responsiveness?: Record<string, unknown>;
   skipped: Record<string, string>;
+  /** The issue's targets, each as the measured figure (no pass/fail here: thresholds belong in the report). */
+  summary?: Record<string, number | string | null>;
   duration_s: number;
+}
+
+/** The figures issue 6 sets targets for, pulled out of a run. */
+export function summarise(r: RunResults): Record<string, number | string | null> {
+  const s: Record<string, number | string | null> = {};
+  for (const a of r.ann) {
+    const svc = a.peers.find((p) => p.name === 'svc');
+    const core = a.peers.find((p) => p.name === 'svc-core');
+    const lib = a.peers.find((p) => p.name === 'hnswlib-node');
+    s[`${a.dataset}: svc QPS at recall 0.95 / hnswlib-node`] = a.ratio_at_095['hnswlib-node']?.svc ?? null;
+    s[`${a.dataset}: svc-core QPS at recall 0.95 / hnswlib-node`] = a.ratio_at_095['hnswlib-node']?.['svc-core'] ?? null;
+    if (svc && lib && lib.build_s > 0) s[`${a.dataset}: svc build time / hnswlib-node`] = +(svc.build_s / lib.build_s).toFixed(2);
+    if (core && lib && lib.build_s > 0) s[`${a.dataset}: svc-core build time / hnswlib-node`] = +(core.build_s / lib.build_s).toFixed(2);
+  }
+  const ratios = (r.server?.ratios_at_recall_095 ?? {}) as Record<string, number | null>;
+  for (const k of ['svc_REST_vs_pgvector_x8', 'svc_gRPC_vs_pgvector_x8']) if (k in ratios) s[`server QPS at recall 0.95, 8 clients: ${k}`] = ratios[k];
+  for (const f of r.filtered) {
+    const svc = f.peers.find((p) => p.name === 'svc');
+    if (svc && svc.rows.length) {
+      s[`filtered ${f.dataset}: svc lowest recall over selectivities`] = Math.min(...svc.rows.map((x) => x.recall));
+      s[`filtered ${f.dataset}: svc lowest full-k share`] = Math.min(...svc.rows.map((x) => x.full_k));
+    }
+  }
+  const ingest = (r.ingest?.rows ?? []) as { path: string; method: string; writers: number; points_per_s: number }[];
+  for (const x of ingest) s[`ingest ${x.path} ${x.method} x${x.writers} (points/s, 128-d, durable)`] = x.points_per_s;
+  const during = (r.responsiveness?.during_rebuild as { healthz_then_tiny_search?: { p99_ms: number } } | undefined)?.healthz_then_tiny_search;
+  if (during) s['light request pair p99 during rebuild (ms)'] = during.p99_ms;
+  return s;
 }
 
 export interface WrittenFiles { json: string; latest: string; markdown: string; svg: string }
@@ -41,12 +71,17 @@ export async function writeReport(r: RunResults, dir: string): Promise<WrittenFi
   return { json, latest, markdown, svg };
 }
 
-const fmt = (x: unknown): string => (x === null || x === undefined ? '–' : typeof x === 'number' ? String(x) : String(x));
+const fmt = (x: unknown): string => (x === null || x === undefined ? '–' : String(x));
 
 export function toMarkdown(r: RunResults): string {
   const L: string[] = [];
   L.push(`# svc benchmark (${r.mode}), ${r.started_at}`, '');
   L.push(`Node ${r.machine.node}, ${r.machine.cpus} CPUs (${r.machine.cpu_model}), load average at start ${r.machine.load_avg_at_start.map((x) => x.toFixed(2)).join(' ')}. ${r.machine.shared_note}`, '');
+  if (r.summary && Object.keys(r.summary).length) {
+    L.push('## Summary (the figures issue 6 sets targets for)', '', '| figure | measured |', '|---|---|');
+    for (const [k, v] of Object.entries(r.summary)) L.push(`| ${k} | ${fmt(v)} |`);
+    L.push('');
+  }
   for (const a of r.ann) {
     L.push(`## ${a.dataset}: recall@${a.k} vs QPS (${a.metric}, ${a.queries} queries, one thread, best of ${a.passes})`, '');
     L.push('| engine | build s | B/vector (RSS) | QPS at recall 0.95 | svc ratio | sweep (ef: recall / QPS) |', '|---|---|---|---|---|---|');

@@ -16,7 +16,7 @@ import { orama } from './peers/orama.js';
 import { pgvector } from './peers/pgvector.js';
 import { svcCore, svcEmbedded } from './peers/svc.js';
 import type { PeerFactory } from './peers/types.js';
-import { writeReport, type RunResults, type WrittenFiles } from './report.js';
+import { summarise, writeReport, type RunResults, type WrittenFiles } from './report.js';
 import { runAnn } from './suites/ann.js';
 import { runFiltered } from './suites/filtered.js';
 
@@ -47,7 +47,7 @@ interface Sizes { mnist: number; glove: number; queries: number; small: number; 
 
 const SIZES: Record<Mode, Sizes> = {
   tiny: { mnist: 0, glove: 0, queries: 50, small: 2000, smallQueries: 50, efs: [16, 64], passes: 1, filteredN: 2000, filteredQ: 30 },
-  quick: { mnist: 10_000, glove: 20_000, queries: 200, small: 2000, smallQueries: 100, efs: [10, 16, 32, 64, 128], passes: 2, filteredN: 10_000, filteredQ: 100 },
+  quick: { mnist: 5_000, glove: 10_000, queries: 100, small: 2000, smallQueries: 100, efs: [10, 16, 32, 64, 128, 256], passes: 2, filteredN: 5_000, filteredQ: 50 },
   full: { mnist: 60_000, glove: 400_000, queries: 1000, small: 10_000, smallQueries: 200, efs: [10, 16, 24, 32, 48, 64, 96, 128, 256], passes: 3, filteredN: 60_000, filteredQ: 200 },
 };
 
@@ -97,6 +97,7 @@ export async function runBench(o: BenchOptions): Promise<{ results: RunResults; 
   if (has('ingest')) results.ingest = await (await import('./suites/ingest.js')).runIngest(o.mode, o.log);
   if (has('server')) results.server = await (await import('./suites/server.js')).runServer(o.mode, o.peers, o.log);
   if (has('responsiveness')) results.responsiveness = await (await import('./suites/responsive.js')).runResponsive(o.mode, o.log);
+  results.summary = summarise(results);
   results.duration_s = round((performance.now() - t0) / 1000, 1);
   const files = await writeReport(results, o.outDir);
   return { results, files };

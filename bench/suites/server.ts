@@ -27,8 +27,8 @@ async function pickEf(d: Dataset, search: (q: Float32Array, ef: number) => Promi
 }
 
 export async function runServer(mode: Mode, peers: string[], log: (l: string) => void): Promise<Record<string, unknown>> {
-  const d = mode === 'tiny' ? random(2000, 50, 32, 10) : mode === 'quick' ? mnist(10_000, 200, 10) : mnist(60_000, 1000, 10);
-  const seconds = mode === 'full' ? 10 : mode === 'quick' ? 3 : 1;
+  const d = mode === 'tiny' ? random(2000, 50, 32, 10) : mode === 'quick' ? mnist(5_000, 100, 10) : mnist(60_000, 1000, 10);
+  const seconds = mode === 'full' ? 10 : mode === 'quick' ? 2 : 1;
   const levels = [1, 8, 32];
   const out: Record<string, unknown> = { dataset: d.name, queries: d.nq, k: d.k, seconds_per_level: seconds, target_recall: TARGET };
   const rows: Record<string, unknown>[] = [];
