@@ -14,7 +14,9 @@ export interface RunResults {
   version: 1;
   started_at: string;
   mode: 'quick' | 'full' | 'tiny';
-  machine: { node: string; cpus: number; cpu_model: string; load_avg_at_start: number[]; shared_note: string };
+  machine: { node: string; cpus: number; cpu_model: string; load_avg_at_start: number[]; load_avg_at_end?: number[]; shared_note: string };
+  /** The process's peak RSS over the whole run (every in-process engine shares it). */
+  peak_rss_bytes?: number;
   ann: AnnResult[];
   filtered: FilteredResult[];
   ingest?: Record<string, unknown>;
@@ -88,7 +90,8 @@ export function toMarkdown(r: RunResults): string {
     for (const p of a.peers) {
       const ratio = p.name === 'svc' || p.name === 'svc-core' ? '' : fmt(a.ratio_at_095[p.name]?.svc);
       const sweep = p.error && p.sweep.length === 0 ? `not run: ${p.error}` : p.sweep.map((s) => `${s.ef}: ${s.recall} / ${s.qps}`).join('; ');
-      L.push(`| ${p.name} | ${p.build_s} | ${p.bytes_per_vector} | ${fmt(p.qps_at_recall_095)} | ${ratio} | ${sweep} |`);
+      const detail = p.build_detail ? ` (${Object.entries(p.build_detail).map(([k, v]) => `${k} ${v}`).join(', ')})` : '';
+      L.push(`| ${p.name} | ${p.build_s}${detail} | ${p.bytes_per_vector} | ${fmt(p.qps_at_recall_095)} | ${ratio} | ${sweep} |`);
     }
     L.push('', ...a.peers.map((p) => `- ${p.name}: ${p.note || p.error}`), '');
   }
@@ -111,7 +114,7 @@ export function toMarkdown(r: RunResults): string {
   if (Object.keys(r.skipped).length) {
     L.push('## Not run', '', ...Object.entries(r.skipped).map(([k, v]) => `- ${k}: ${v}`), '');
   }
-  L.push(`Run took ${r.duration_s} s.`, '');
+  L.push(`Run took ${r.duration_s} s; peak RSS of the bench process ${r.peak_rss_bytes ? (r.peak_rss_bytes / 2 ** 20).toFixed(0) : '?'} MiB; load average at end ${r.machine.load_avg_at_end?.map((x) => x.toFixed(2)).join(' ') ?? '?'}.`, '');
   return L.join('\n');
 }
 

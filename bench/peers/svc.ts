@@ -22,7 +22,7 @@ export async function svcEmbedded(metric: BenchMetric): Promise<Peer> {
   const dir = mkdtempSync(join(tmpdir(), 'svc-bench-'));
   const db: Db = await openDatabase({ dataDir: join(dir, 'data'), encryptionKey: BENCH_MASTER_KEY });
   let ef = 64;
-  return {
+  const peer: Peer & { detail?: Record<string, number> } = {
     name: 'svc',
     note: 'embedded API (openDatabase), encrypted, WAL fsync on, graph built by the engine',
     async build(d: Dataset, buckets?: Int32Array) {
@@ -31,6 +31,7 @@ export async function svcEmbedded(metric: BenchMetric): Promise<Peer> {
         filterable: [{ path: 'bucket', field_type: 'numeric' }],
       });
       const chunk = 10_000;
+      const t0 = performance.now();
       for (let i = 0; i < d.n; i += chunk) {
         const points = [];
         for (let j = i; j < Math.min(d.n, i + chunk); j++) {
@@ -39,7 +40,9 @@ export async function svcEmbedded(metric: BenchMetric): Promise<Peer> {
         await db.bulkUpsert('b', { points });
       }
       // 'strong' waits until the graph holds every write: the build is done when this returns.
+      const t1 = performance.now();
       await db.search('b', { vector: Array.from(row(d.base, d.dim, 0)), k: 1, consistency: 'strong' });
+      peer.detail = { ingest_s: (t1 - t0) / 1000, index_s: (performance.now() - t1) / 1000 };
     },
     setEf(e: number) { ef = e; },
     async search(q: Float32Array, k: number, filter?: BucketFilter) {
@@ -56,6 +59,7 @@ export async function svcEmbedded(metric: BenchMetric): Promise<Peer> {
       rmSync(dir, { recursive: true, force: true });
     },
   };
+  return peer;
 }
 
 export async function svcCore(metric: BenchMetric): Promise<Peer> {
