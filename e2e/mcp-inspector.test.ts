@@ -9,11 +9,12 @@ import { describe, expect, it } from 'vitest';
 import { MAIN, MASTER, ROOT, cleanEnv, tempDir } from './harness.js';
 
 const run = promisify(execFile);
-const INSPECTOR = '@modelcontextprotocol/inspector@0.15';
+// A devDependency (@modelcontextprotocol/inspector 0.15), so the test needs no download at run time.
+const INSPECTOR = join(ROOT, 'node_modules', '.bin', 'mcp-inspector');
 
 async function inspector(dataDir: string, args: string[]): Promise<any> {
   const env = cleanEnv({ SVC_API_KEYS: 'inspector-key', SVC_API_KEY: 'inspector-key', SVC_ENCRYPTION_KEY: MASTER });
-  const { stdout } = await run('npx', ['-y', INSPECTOR, '--cli', process.execPath, MAIN, 'mcp', '--data-dir', dataDir, ...args],
+  const { stdout } = await run(INSPECTOR, ['--cli', process.execPath, MAIN, 'mcp', '--data-dir', dataDir, ...args],
     { env, cwd: ROOT, timeout: 170_000, maxBuffer: 16 << 20 });
   return JSON.parse(stdout);
 }
