@@ -1,17 +1,20 @@
 #!/usr/bin/env node
-// Generates proto/gen/ from proto/svc.proto with buf (the binary inside the @bufbuild/buf npm package)
-// and ts-proto as a local plugin: offline, versions pinned in package.json.
+// Generates proto/gen/ from proto/svc.proto with buf (the binary inside the @bufbuild/buf-linux-x64 npm
+// package: the registry reachable here serves only that platform's build, and the umbrella @bufbuild/buf
+// package's other-platform optional dependencies break `npm ci`; elsewhere, install @bufbuild/buf and the
+// script uses it) and ts-proto as a local plugin: offline, versions pinned in package.json.
 //   node scripts/proto.mjs gen     rewrite proto/gen/
 //   node scripts/proto.mjs check   lint the .proto, regenerate into a temp dir, fail when proto/gen/ drifts
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
 const protoDir = join(root, 'proto');
-const buf = join(root, 'node_modules', '.bin', 'buf');
+const platformBuf = join(root, 'node_modules', '@bufbuild', `buf-${process.platform}-${process.arch === 'x64' ? 'x64' : process.arch}`, 'bin', 'buf');
+const buf = existsSync(platformBuf) ? platformBuf : join(root, 'node_modules', '.bin', 'buf');
 const mode = process.argv[2];
 
 function run(args) {
