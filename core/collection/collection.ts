@@ -11,6 +11,7 @@ import { planFilteredSearch } from '../query/planner.js';
 import type { DocRecord, Op, PointRecord } from '../storage/codec.js';
 import { docFromPayload, SparseIndex, type ScoredSlots } from '../text/sparse-index.js';
 import { LiveSet } from './live-set.js';
+import { runDensePlan, type DensePlan } from './search-pool-plan.js';
 import type { CollectionSpec } from './params.js';
 
 /** Builds an HNSW graph over `slots` of `store`, normally in a worker thread (see core/index/hnsw). */
@@ -328,26 +329,44 @@ export class Collection {
    * matching slots or a filtered graph traversal; either way the result holds min(k, matches) hits.
    */
   searchDense(query: Float32Array, k: number, ef: number, filter?: CompiledFilter): SearchResult {
+    const plan = this.planDense(k, ef, filter);
+    return plan === null ? EMPTY : runDensePlan(this.store, this.kind, this.graph, query, plan);
+  }
+
+  /**
+   * The main thread's half of a dense search: the accept set, the planner's choice and the graph
+   * bound, or null when nothing can match. `runDensePlan` executes it here or in a search worker.
+   */
+  planDense(k: number, ef: number, filter?: CompiledFilter): DensePlan | null {
     const { bits, count } = this.matching(filter);
-    if (count === 0 || k === 0) return EMPTY;
+    if (count === 0 || k === 0) return null;
     const want = Math.min(k, count);
-    const accept = (s: number): boolean => bits.has(s);
-    const exact = (): SearchResult => flatSearch(this.store, this.store.kernel, query, k, this.kind, bits, accept);
-    if (this.graph === null || this.spec.index === 'flat') return exact();
+    const base = { bits, k, want, indexedUpTo: this.indexedUpTo, count: this.store.count };
+    if (this.graph === null || this.spec.index === 'flat') return { ...base, mode: 'exact', ef: 0 };
     let graphEf = Math.max(ef, k);
     if (filter !== undefined) {
       const plan = planFilteredSearch({ matches: count, live: this.live.count, k, ef: graphEf }, { efMax: this.opts.limits.maxEfSearch });
-      if (plan.kind === 'exact') return exact();
+      if (plan.kind === 'exact') return { ...base, mode: 'exact', ef: 0 };
       graphEf = Math.max(plan.ef, k);
     } else if (this.live.count <= graphEf) {
-      return exact();
+      return { ...base, mode: 'exact', ef: 0 };
     }
-    const fromGraph = this.graph.search(query, k, graphEf, accept);
-    const tailSlots = this.live.slotsIn(this.indexedUpTo, this.store.count).filter(accept);
-    const fromTail = tailSlots.length === 0 ? EMPTY : flatSearch(this.store, this.store.kernel, query, k, this.kind, tailSlots);
-    const merged = mergeResults(fromGraph, fromTail, k);
-    // Safety net: a traversal that comes back short (a filter that cut the graph apart) falls back to exact.
-    return merged.slots.length < want ? exact() : merged;
+    return { ...base, mode: 'graph', ef: graphEf };
+  }
+
+  /** The graph searches read (null before the first build), for the search pool. */
+  get searchGraph(): Hnsw | null {
+    return this.graph;
+  }
+
+  /** Live points (or documents' token rows): what a search scans at most. */
+  get liveCount(): number {
+    return this.live.count;
+  }
+
+  /** Whether a slot is still live (a hit computed off-thread is checked against later deletes). */
+  isLive(slot: number): boolean {
+    return this.live.has(slot);
   }
 
   /** A document's token vectors (multi-vector collections). */
@@ -505,25 +524,4 @@ export class Collection {
 
 function compareIds(a: string, b: string): number {
   return a < b ? -1 : a > b ? 1 : 0;
-}
-
-function mergeResults(a: SearchResult, b: SearchResult, k: number): SearchResult {
-  if (b.slots.length === 0) return a;
-  if (a.slots.length === 0) return b;
-  const n = Math.min(k, a.slots.length + b.slots.length);
-  const slots = new Int32Array(n);
-  const dists = new Float32Array(n);
-  let i = 0;
-  let j = 0;
-  for (let o = 0; o < n; o++) {
-    const takeA = j >= b.slots.length || (i < a.slots.length && (a.dists[i] < b.dists[j] || (a.dists[i] === b.dists[j] && a.slots[i] < b.slots[j])));
-    if (takeA) {
-      slots[o] = a.slots[i];
-      dists[o] = a.dists[i++];
-    } else {
-      slots[o] = b.slots[j];
-      dists[o] = b.dists[j++];
-    }
-  }
-  return { slots, dists };
 }
