@@ -3,7 +3,7 @@
  * talks to it over loopback. Imports no project code.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -12,8 +12,16 @@ export const ROOT = resolve(import.meta.dirname, '..');
 export const MAIN = join(ROOT, 'dist', 'roles', 'cli', 'main.js');
 export const MASTER = 'a1'.repeat(32);
 
+const made: string[] = [];
+// Each test file runs in its own process: its temporary directories go when it exits.
+process.on('exit', () => {
+  for (const d of made) rmSync(d, { recursive: true, force: true });
+});
+
 export function tempDir(prefix = 'svc-e2e-'): string {
-  return mkdtempSync(join(tmpdir(), prefix));
+  const d = mkdtempSync(join(tmpdir(), prefix));
+  made.push(d);
+  return d;
 }
 
 export async function freePort(): Promise<number> {

@@ -1,14 +1,20 @@
-import { chmodSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { ConfigError, loadConfig } from './config.js';
 
 const KEY = 'ab'.repeat(32);
 const base = { SVC_API_KEYS: 's1', SVC_ENCRYPTION_KEY: KEY };
 
+const made: string[] = [];
+afterAll(() => {
+  for (const d of made) rmSync(d, { recursive: true, force: true });
+});
+
 function dir(toml?: string): string {
   const d = mkdtempSync(join(tmpdir(), 'svc-config-'));
+  made.push(d);
   if (toml !== undefined) writeFileSync(join(d, 'svc.toml'), toml);
   return d;
 }
