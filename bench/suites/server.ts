@@ -3,10 +3,22 @@
  * 1, 8 and 32 concurrent clients (closed loop), each at the smallest ef whose recall@10 reaches 0.95 on
  * the same data (MNIST-784; seeded random in tiny mode). Encryption and fsync are on for svc; pgvector
  * runs one backend per connection (a pool as big as the client count).
+ *
+ * The clients are as fair as the bench can make them on one 2-core box where they share the CPU with
+ * the server: each level opens as many connections as it has clients (REST: an undici Pool of keep-alive
+ * HTTP/1.1 connections; pgvector: a pg Pool; gRPC: one HTTP/2 connection per client up to 8, then
+ * several calls multiplexed on each, as a deployment with several client processes would have). gRPC is
+ * measured twice: with a lean client (node:http2 and the generated codec of proto/svc.proto: the wire
+ * protocol and nothing else, the analogue of pg for PostgreSQL) and with @grpc/grpc-js's own client,
+ * whose per-call work costs about as much CPU as the server's and so is reported on its own row.
  */
+import { connect, constants, type ClientHttp2Session } from 'node:http2';
+import * as grpcJs from '@grpc/grpc-js';
 import pg from 'pg';
+import { Pool } from 'undici';
 import { mnist, random, recallAt, row, type Dataset } from '../lib/data.js';
-import { startSvc } from '../lib/server-proc.js';
+import { BENCH_API_KEY, startSvc } from '../lib/server-proc.js';
+import { SearchRequest, SearchResponse, SvcService } from '../../proto/gen/svc.js';
 import { closedLoop, round } from '../lib/stats.js';
 import { loadPgvector, nativePgvectorProblem, pgSearchSql, startPostgres, vecLiteral } from '../peers/pgvector.js';
 import { b64 } from '../peers/svc.js';
@@ -14,6 +26,93 @@ import type { Mode } from '../run.js';
 
 const EFS = [10, 16, 24, 32, 48, 64, 96, 128, 256, 512];
 const TARGET = 0.95;
+/** HTTP/2 connections a gRPC load level opens: one per client up to this, then calls share them. */
+const GRPC_CONNECTIONS_MAX = 8;
+
+export interface SearchClient {
+  search(req: SearchRequest): Promise<SearchResponse>;
+  close(): Promise<void>;
+}
+
+/**
+ * A minimal unary gRPC client over node:http2 (no grpc-js): the generated codec, the 5-byte message
+ * prefix, `authorization` metadata, and the status from the trailers (or trailers-only headers).
+ * `connections` HTTP/2 sessions, calls spread round-robin over them.
+ */
+export function leanGrpcSearch(address: string, apiKey: string, connections: number): SearchClient {
+  const sessions: ClientHttp2Session[] = Array.from({ length: Math.max(1, connections) }, () => {
+    const s = connect(`http://${address}`);
+    s.on('error', () => undefined); // a call on it fails on its own
+    return s;
+  });
+  let next = 0;
+  const headers = {
+    [constants.HTTP2_HEADER_METHOD]: 'POST', [constants.HTTP2_HEADER_PATH]: SvcService.search.path,
+    'content-type': 'application/grpc', te: 'trailers', authorization: `Bearer ${apiKey}`,
+  };
+  return {
+    search: (req) => new Promise((resolve, reject) => {
+      const msg = SearchRequest.encode(req).finish();
+      const frame = Buffer.allocUnsafe(5 + msg.length);
+      frame[0] = 0;
+      frame.writeUInt32BE(msg.length, 1);
+      frame.set(msg, 5);
+      const stream = sessions[next++ % sessions.length].request(headers);
+      const chunks: Buffer[] = [];
+      let status: string | undefined;
+      let message = '';
+      const onStatus = (h: Record<string, unknown>) => {
+        if (h['grpc-status'] !== undefined) { status = String(h['grpc-status']); message = String(h['grpc-message'] ?? ''); }
+      };
+      stream.on('response', onStatus);
+      stream.on('trailers', onStatus);
+      stream.on('data', (c: Buffer) => chunks.push(c));
+      stream.on('error', reject);
+      stream.on('end', () => {
+        if (status !== '0') { reject(new Error(`gRPC status ${status}: ${decodeURIComponent(message)}`)); return; }
+        const body = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
+        if (body.length < 5 || body[0] !== 0) { reject(new Error('gRPC: no uncompressed response message')); return; }
+        resolve(SearchResponse.decode(body.subarray(5, 5 + body.readUInt32BE(1))));
+      });
+      stream.end(frame);
+    }),
+    close: async () => {
+      await Promise.all(sessions.map((s) => new Promise<void>((r) => s.close(() => r()))));
+    },
+  };
+}
+
+/**
+ * Search through @grpc/grpc-js's generated client (proto/gen): `connections` channels, each with its own
+ * subchannel (so its own HTTP/2 connection), calls spread round-robin over them.
+ */
+export function grpcJsSearch(address: string, apiKey: string, connections: number): SearchClient {
+  const Ctor = grpcJs.makeGenericClientConstructor(SvcService, 'Svc');
+  const channels = Array.from({ length: Math.max(1, connections) }, (_, i) => new Ctor(address, grpcJs.credentials.createInsecure(), {
+    'grpc.use_local_subchannel_pool': 1, 'grpc.bench_channel': i, 'grpc.max_receive_message_length': 64 << 20,
+  }) as unknown as { search(r: SearchRequest, m: grpcJs.Metadata, cb: (e: Error | null, out: SearchResponse) => void): void; close(): void });
+  const meta = new grpcJs.Metadata();
+  meta.set('authorization', `Bearer ${apiKey}`);
+  let next = 0;
+  return {
+    search: (req) => new Promise((resolve, reject) => {
+      channels[next++ % channels.length].search(req, meta, (e, out) => (e ? reject(e) : resolve(out)));
+    }),
+    close: async () => { for (const c of channels) c.close(); },
+  };
+}
+
+/** POST a search as JSON over `pool` (keep-alive HTTP/1.1) and parse the answer, as a REST client does. */
+async function restSearchOver(pool: Pool, path: string, body: unknown): Promise<{ hits: { id: string }[] }> {
+  const r = await pool.request({
+    method: 'POST', path,
+    headers: { authorization: `Bearer ${BENCH_API_KEY}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  const out = await r.body.json() as { hits: { id: string }[] };
+  if (r.statusCode !== 200) throw new Error(`POST ${path}: ${r.statusCode} ${JSON.stringify(out).slice(0, 300)}`);
+  return out;
+}
 
 async function pickEf(d: Dataset, search: (q: Float32Array, ef: number) => Promise<ArrayLike<number>>): Promise<{ ef: number; recall: number }> {
   let last = { ef: EFS[0], recall: 0 };
@@ -43,21 +142,37 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
         await srv.call('POST', '/v1/collections/b/points:bulk', { points });
       }
       await srv.call('POST', '/v1/collections/b/query', { vector: Array.from(row(d.queries, d.dim, 0)), k: 1, consistency: 'strong' });
-      const restSearch = async (q: Float32Array, ef: number) =>
-        ids((await srv.call<{ hits: { id: string }[] }>('POST', '/v1/collections/b/query', { vector: Array.from(q), k: d.k, ef_search: ef, with_payload: false })).hits);
-      const { ef, recall } = await pickEf(d, restSearch);
+      const query = (q: Float32Array, ef: number) => ({ vector: Array.from(q), k: d.k, ef_search: ef, with_payload: false });
+      const path = '/v1/collections/b/query';
+      const setupPool = new Pool(srv.rest, { connections: 1 });
+      const { ef, recall } = await pickEf(d, async (q, e) => ids((await restSearchOver(setupPool, path, query(q, e))).hits));
+      await setupPool.close();
       log(`  server: svc ef ${ef} gives recall ${recall}`);
+      const qOf = (c: number, i: number) => row(d.queries, d.dim, (c * 7919 + i) % d.nq);
       for (const clients of levels) {
-        const r = await closedLoop(clients, seconds, (c, i) => restSearch(row(d.queries, d.dim, (c * 7919 + i) % d.nq), ef));
-        rows.push({ engine: 'svc', protocol: 'REST (HTTP/1.1 JSON)', ef, recall, ...r });
+        const pool = new Pool(srv.rest, { connections: clients, pipelining: 1 });
+        await restSearchOver(pool, path, query(qOf(0, 0), ef));
+        const r = await closedLoop(clients, seconds, (c, i) => restSearchOver(pool, path, query(qOf(c, i), ef)));
+        await pool.close();
+        rows.push({ engine: 'svc', protocol: `REST (HTTP/1.1 JSON, ${clients} keep-alive connections)`, ef, recall, ...r });
         log(`  server: svc REST x${clients}: ${r.qps} QPS p50 ${r.p50_ms} p99 ${r.p99_ms} ms`);
       }
-      for (const clients of levels) {
-        const r = await closedLoop(clients, seconds, (c, i) => srv.grpcSearch({
-          collection: 'b', vector: Array.from(row(d.queries, d.dim, (c * 7919 + i) % d.nq)), k: d.k, ef_search: ef, with_payload: false,
-        }));
-        rows.push({ engine: 'svc', protocol: 'gRPC', ef, recall, ...r });
-        log(`  server: svc gRPC x${clients}: ${r.qps} QPS p50 ${r.p50_ms} p99 ${r.p99_ms} ms`);
+      const grpcClients: [string, (connections: number) => SearchClient][] = [
+        ['node:http2 client', (n) => leanGrpcSearch(srv.grpcAddr, BENCH_API_KEY, n)],
+        ['grpc-js client', (n) => grpcJsSearch(srv.grpcAddr, BENCH_API_KEY, n)],
+      ];
+      for (const [clientName, make] of grpcClients) {
+        for (const clients of levels) {
+          const connections = Math.min(clients, GRPC_CONNECTIONS_MAX);
+          const client = make(connections);
+          const req = (q: Float32Array): SearchRequest => ({ collection: 'b', vector: Array.from(q), k: d.k, ef_search: ef, with_payload: false, filter: undefined });
+          const first = await client.search(req(qOf(0, 0)));
+          if (first.hits.length !== d.k) throw new Error(`gRPC ${clientName}: ${first.hits.length} hits, expected ${d.k}`);
+          const r = await closedLoop(clients, seconds, (c, i) => client.search(req(qOf(c, i))));
+          await client.close();
+          rows.push({ engine: 'svc', protocol: `gRPC (${clientName}, ${connections} HTTP/2 connections)`, ef, recall, ...r });
+          log(`  server: svc gRPC (${clientName}) x${clients}: ${r.qps} QPS p50 ${r.p50_ms} p99 ${r.p99_ms} ms`);
+        }
       }
     } catch (e) {
       out.svc_error = (e as Error).message;
@@ -91,7 +206,7 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
           pool.on('error', () => undefined); // idle connections see the cluster's shutdown
           const r = await closedLoop(clients, seconds, (ci, i) => pool.query({ name: 'q', text: sql, values: [vecLiteral(row(d.queries, d.dim, (ci * 7919 + i) % d.nq)), d.k] }));
           await pool.end();
-          rows.push({ engine: 'pgvector', protocol: 'PostgreSQL wire (pg, prepared)', ef, recall, ...r });
+          rows.push({ engine: 'pgvector', protocol: `PostgreSQL wire (pg, prepared, ${clients} connections)`, ef, recall, ...r });
           log(`  server: pgvector x${clients}: ${r.qps} QPS p50 ${r.p50_ms} p99 ${r.p99_ms} ms`);
         }
       } finally {
@@ -105,9 +220,9 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
   const ratios: Record<string, number | null> = {};
   for (const clients of levels) {
     const pgq = qpsOf('pgvector', 'PostgreSQL', clients);
-    for (const proto of ['REST', 'gRPC']) {
+    for (const [name, proto] of [['REST', 'REST'], ['gRPC', 'gRPC (node:http2'], ['gRPC_grpcjs_client', 'gRPC (grpc-js']]) {
       const s = qpsOf('svc', proto, clients);
-      ratios[`svc_${proto}_vs_pgvector_x${clients}`] = s && pgq ? round(s / pgq, 2) : null;
+      ratios[`svc_${name}_vs_pgvector_x${clients}`] = s && pgq ? round(s / pgq, 2) : null;
     }
   }
   out.ratios_at_recall_095 = ratios;
