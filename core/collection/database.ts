@@ -22,6 +22,8 @@ import {
   checkObject, decodeCursor, encodeCursor, parseBool, parseConsistency, parseEf, parseFetchLimit, parseK, parseRrfK0,
 } from './queries.js';
 import { buildIndexInWorker } from './rebuild.js';
+import { SearchPool } from './search-pool.js';
+import { runDensePlan } from './search-pool-plan.js';
 import { replicationStream, type ReplicationView } from './replication.js';
 
 export type LogFn = (level: 'debug' | 'info' | 'warn' | 'error', message: string, detail?: Record<string, unknown>) => void;
@@ -46,6 +48,13 @@ export interface DatabaseOptions {
   segmentsMax?: number;
   embedders?: ReadonlyMap<string, Embedder>;
   rerankers?: ReadonlyMap<string, Reranker>;
+  /**
+   * Worker threads that run dense searches over the shared vectors and graphs (search-pool.ts). 0, the
+   * default, searches on the calling thread (the embedded API); `svc serve` uses one per core.
+   */
+  searchWorkers?: number;
+  /** Collections with fewer live points than this are searched on the calling thread (default 2000). */
+  searchPoolMinPoints?: number;
 }
 
 const SEARCH_KEYS = ['vector', 'k', 'filter', 'ef_search', 'with_payload', 'with_vector', 'consistency'] as const;
@@ -76,6 +85,7 @@ export class Database {
   private readonly segmentCounts = new Map<string, number>();
   private closed = false;
   private readonly ready: Promise<void>;
+  private readonly pool: SearchPool | null;
 
   private constructor(dir: DataDir, opts: DatabaseOptions) {
     this.dir = dir;
@@ -84,6 +94,9 @@ export class Database {
     this.clock = opts.clock ?? systemClock;
     this.log = opts.log ?? (() => undefined);
     this.ready = Promise.resolve();
+    const workers = opts.searchWorkers ?? 0;
+    if (!Number.isInteger(workers) || workers < 0) throw invalidArgument(`searchWorkers must be a non-negative integer, got ${workers}`);
+    this.pool = workers > 0 ? new SearchPool({ workers }) : null;
   }
 
   static async open(opts: DatabaseOptions): Promise<Database> {
@@ -97,6 +110,7 @@ export class Database {
     try {
       await db.recover();
     } catch (e) {
+      await db.pool?.close().catch(() => undefined);
       await dir.close().catch(() => undefined);
       throw e;
     }
@@ -146,6 +160,7 @@ export class Database {
     const col = this.byUid.get(uid);
     if (col === undefined) return;
     col.drop();
+    this.pool?.forget(uid);
     this.byUid.delete(uid);
     this.byName.delete(col.spec.name);
   }
@@ -351,8 +366,23 @@ export class Database {
     const withPayload = parseBool(q.with_payload, 'with_payload', true);
     const withVector = parseBool(q.with_vector, 'with_vector', false);
     await this.beforeRead(col, parseConsistency(q.consistency));
-    const r = col.searchDense(vector, k, ef, filter);
+    const r = await this.searchDense(col, vector, k, ef, filter);
     return { hits: this.denseHits(col, r, withPayload, withVector) };
+  }
+
+  /**
+   * A dense search, in a search worker when there is a pool and the collection is large enough. The
+   * plan is made here; a hit whose point was deleted or replaced while the worker ran (its slot no
+   * longer live) makes the search run again here, so no answer holds a dead point.
+   */
+  private async searchDense(col: Collection, vector: Float32Array, k: number, ef: number, filter: CompiledFilter | undefined): Promise<SearchResult> {
+    const pool = this.pool;
+    if (pool === null || col.liveCount < (this.opts.searchPoolMinPoints ?? 2000)) return col.searchDense(vector, k, ef, filter);
+    const plan = col.planDense(k, ef, filter);
+    if (plan === null) return { slots: new Int32Array(0), dists: new Float32Array(0) };
+    const r = await pool.search(col, vector, plan, () => runDensePlan(col.store, col.kind, col.searchGraph, vector, plan));
+    for (const s of r.slots) if (!col.isLive(s)) return col.searchDense(vector, k, ef, filter);
+    return r;
   }
 
   private async beforeRead(col: Collection, consistency: 'eventual' | 'strong'): Promise<void> {
@@ -640,6 +670,7 @@ export class Database {
       if (col.dirtyCount > 0) await this.checkpoint(col).catch((e) => this.log('warn', 'checkpoint at close failed', { error: String(e) }));
       col.drop();
     }
+    await this.pool?.close();
     await this.dir.close();
   }
 }

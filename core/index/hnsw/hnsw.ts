@@ -348,6 +348,16 @@ export class Hnsw implements VectorIndex {
     return h;
   }
 
+  /**
+   * A reader over a writer's shared arrays (a search worker, core/collection/search-pool.ts) takes the
+   * writer's entry point, top level and size as they were when a query was planned.
+   */
+  adoptTop(entry: number, maxLevel: number, size: number): void {
+    this.entry = entry;
+    this.maxLevel = maxLevel;
+    this.sizeNodes = size;
+  }
+
   // --- internals -------------------------------------------------------------------------------
 
   /** [array, offset of the count word] of a slot's links at a level. */
