@@ -23,6 +23,8 @@ export interface OpenOptions {
   insecure?: boolean;
   limits?: Partial<Limits>;
   snapshotDir?: string;
+  /** Worker threads for dense searches (default 0: on the calling thread; `svc serve` uses one per core). */
+  searchWorkers?: number;
   /** Server-side embedding and reranking per collection (the `[embedding.<c>]` / `[rerank.<c>]` tables). */
   providers?: ProvidersOptions;
 }
@@ -76,6 +78,7 @@ export async function openDatabase(options: OpenOptions): Promise<Database> {
     snapshotDir: options.snapshotDir,
     embedders,
     rerankers,
+    searchWorkers: options.searchWorkers,
   });
   try {
     await checkProviderDims(db, embedders);

@@ -1,5 +1,6 @@
 import { readFileSync, statSync } from 'node:fs';
 import { isIP } from 'node:net';
+import { availableParallelism } from 'node:os';
 import { resolve } from 'node:path';
 import { parse as parseToml } from 'smol-toml';
 import { DEFAULT_LIMITS, LIMIT_VARIABLES, type Limits } from '../core/base/limits.js';
@@ -44,6 +45,8 @@ export interface SvcConfig {
   readonly otlp: { endpoint: string | null; serviceName: string; timeoutSecs: number };
   readonly limits: Limits;
   readonly rateLimit: { requestsPerSecond: number; burst: number };
+  /** SVC_SEARCH_WORKERS: threads running dense searches (0: on the event loop). Default one per core, at most 4. */
+  readonly searchWorkers: number;
   readonly embedding: Readonly<Record<string, ProviderTable>>;
   readonly rerank: Readonly<Record<string, ProviderTable>>;
   /** Every other variable of the spec's table, as given (cluster, replication, raft, tui, demo). */
@@ -51,6 +54,11 @@ export interface SvcConfig {
   /** To be logged at startup; the SVC_INSECURE warning is one of them. */
   readonly warnings: readonly string[];
 }
+
+/** Default cap of search worker threads (each holds one scratch lane of every collection it searched). */
+const SEARCH_WORKERS_MAX = 4;
+/** Most search workers: with the main thread and up to 4 build workers they fit a store's 16 scratch lanes. */
+const SEARCH_WORKERS_LIMIT = 8;
 
 /** Spec variables kept as strings for the roles that use them. */
 const OTHER_VARS = [
@@ -65,7 +73,7 @@ const SCALAR_VARS = [
   'SVC_REST_ADDR', 'SVC_GRPC_ADDR', 'SVC_DATA_DIR', 'SVC_SNAPSHOT_DIR', 'SVC_API_KEYS', 'SVC_ENCRYPTION_KEY',
   'SVC_MASTER_KEY_FILE', 'SVC_TLS_CERT', 'SVC_TLS_KEY', 'SVC_TLS_CLIENT_CA', 'SVC_INSECURE', 'RUST_LOG',
   'SVC_AUDIT_LOG', 'SVC_OTLP_ENDPOINT', 'SVC_OTLP_SERVICE_NAME', 'SVC_OTLP_TIMEOUT_SECS',
-  'SVC_RATE_LIMIT_REQUESTS_PER_SECOND', 'SVC_RATE_LIMIT_BURST', ...Object.values(LIMIT_VARIABLES), ...OTHER_VARS,
+  'SVC_RATE_LIMIT_REQUESTS_PER_SECOND', 'SVC_RATE_LIMIT_BURST', 'SVC_SEARCH_WORKERS', ...Object.values(LIMIT_VARIABLES), ...OTHER_VARS,
 ];
 
 const tomlKey = (v: string): string => (v === 'RUST_LOG' ? 'log' : v.replace(/^SVC_/, '').toLowerCase());
@@ -119,6 +127,12 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, op
     burst: parseInteger('SVC_RATE_LIMIT_BURST', get('SVC_RATE_LIMIT_BURST') ?? '0', 0),
   };
 
+  const workersVar = get('SVC_SEARCH_WORKERS');
+  const searchWorkers = workersVar === undefined ? Math.min(SEARCH_WORKERS_MAX, availableParallelism()) : parseInteger('SVC_SEARCH_WORKERS', workersVar, 0);
+  if (searchWorkers > SEARCH_WORKERS_LIMIT) {
+    throw new ConfigError('SVC_SEARCH_WORKERS', `${searchWorkers} is more than ${SEARCH_WORKERS_LIMIT}. Fix: about one per core (0 searches on the event loop)`);
+  }
+
   const auditLog = get('SVC_AUDIT_LOG');
   const otlpEndpoint = get('SVC_OTLP_ENDPOINT');
   const other: Record<string, string> = {};
@@ -142,7 +156,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, op
       serviceName: get('SVC_OTLP_SERVICE_NAME') ?? 'svc',
       timeoutSecs: parseNumber('SVC_OTLP_TIMEOUT_SECS', get('SVC_OTLP_TIMEOUT_SECS') ?? '3'),
     },
-    limits, rateLimit,
+    limits, rateLimit, searchWorkers,
     embedding: providers('embedding'),
     rerank: providers('rerank'),
     other, warnings,

@@ -83,6 +83,7 @@ async function openAndServe(
     limits: config.limits,
     ...(config.snapshotDir !== null ? { snapshotDir: config.snapshotDir } : {}),
     providers,
+    searchWorkers: config.searchWorkers,
   });
   const engine: EngineApi = db;
   const fileSink = config.auditLog !== null ? new FileAuditSink(config.auditLog) : null;
