@@ -124,6 +124,20 @@ describe('authentication', () => {
     expect(records.every((r) => r.outcome === 'denied' && r.status === 401 && !JSON.stringify(r).includes('admin-secre'))).toBe(true);
   });
 
+  it('a key that authenticated before keeps resolving to its own principal; wrong keys stay refused and audited', () => {
+    const { svc, counters, records } = setup();
+    for (let i = 0; i < 3; i++) {
+      expect(svc.authenticate('Bearer admin-secret').keyName).toBe('env:0');
+      expect(svc.authenticate('Bearer  write-secret ').keyName).toBe('writer');
+      expect(svc.authenticate('bearer read-secret').role).toBe('read');
+      for (const h of ['Bearer admin-secret2', 'Bearer admin-secre', 'Bearer ADMIN-SECRET', 'Basic admin-secret']) {
+        expect(() => svc.authenticate(h)).toThrow(expect.objectContaining({ code: 'unauthenticated' }));
+      }
+    }
+    expect(counters.auth).toBe(12);
+    expect(records.filter((r) => r.action === 'authenticate')).toHaveLength(12);
+  });
+
   it('insecure mode without keys is an all-collection admin; with keys, keys are still required', () => {
     expect(setup({ insecure: true, keys: [] }).svc.authenticate(undefined).role).toBe('admin');
     expect(() => setup({ insecure: false, keys: [] }).svc.authenticate(undefined)).toThrow();

@@ -74,6 +74,13 @@ export function createService(engine: EngineApi, opts: ServiceOptions): Service 
   const buckets = new TokenBuckets(opts.rateLimit, opts.clock);
   const tracer = opts.tracer ?? logTracer(opts.log, opts.clock);
   const admitted = new WeakSet<CallContext>();
+  /**
+   * Tokens that authenticated before, to their principal: the SHA-256 and the comparisons with every key
+   * run once per token, not per request. Only a token that matched a key enters, so the map holds at
+   * most one entry per configured key whatever callers send; a token that never matched takes the
+   * constant-time path every time.
+   */
+  const known = new Map<string, Principal>();
 
   function audit(action: string, key: string, resource: string, outcome: AuditOutcome, status: number, requestId: string, remote: string): void {
     const record = {
@@ -192,13 +199,18 @@ export function createService(engine: EngineApi, opts: ServiceOptions): Service 
       if (authorization === undefined || authorization === '') return fail('missing API key: send the header authorization: Bearer <key>');
       const m = /^Bearer +(\S+) *$/i.exec(authorization);
       if (!m) return fail('malformed authorization header: expected Bearer <key>');
-      const presented = createHash('sha256').update(m[1], 'utf8').digest();
+      const token = m[1];
+      const seen = known.get(token);
+      if (seen !== undefined) return seen;
+      const presented = createHash('sha256').update(token, 'utf8').digest();
       let found: Principal | undefined;
       for (const e of entries) {
         // Every key is compared, in constant time, whatever matched before.
         if (timingSafeEqual(presented, e.digest) && found === undefined) found = e.principal;
       }
-      return found ?? fail('unknown API key');
+      if (found === undefined) return fail('unknown API key');
+      if (known.size < entries.length) known.set(token, found);
+      return found;
     },
 
     authorize,

@@ -21,6 +21,9 @@ export function createPromMetrics(): PromMetrics {
     name: 'svc_http_request_duration_seconds', help: 'HTTP request duration', labelNames, registers: [registry],
     buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10],
   });
+  // The labelled series of each method and route template, looked up once (routes are a fixed set:
+  // templates, never concrete paths).
+  const children = new Map<string, { requests: { inc(): void }; errors: { inc(): void }; duration: { observe(v: number): void } }>();
   const authFailures = new Counter({ name: 'svc_auth_failures_total', help: 'Rejected authentications', registers: [registry] });
   const rateLimited = new Counter({ name: 'svc_rate_limited_total', help: 'Requests refused by the per-key rate limit', registers: [registry] });
 
@@ -49,9 +52,16 @@ export function createPromMetrics(): PromMetrics {
     registry,
     setStatsSource(s) { source = s; },
     requestFinished(l, status, seconds) {
-      requests.inc({ method: l.method, route: l.route });
-      if (status >= 400) errors.inc({ method: l.method, route: l.route });
-      duration.observe({ method: l.method, route: l.route }, seconds);
+      const key = `${l.method} ${l.route}`;
+      let c = children.get(key);
+      if (c === undefined) {
+        const labels = { method: l.method, route: l.route };
+        c = { requests: requests.labels(labels), errors: errors.labels(labels), duration: duration.labels(labels) };
+        children.set(key, c);
+      }
+      c.requests.inc();
+      if (status >= 400) c.errors.inc();
+      c.duration.observe(seconds);
     },
     authFailure() { authFailures.inc(); },
     rateLimited() { rateLimited.inc(); },

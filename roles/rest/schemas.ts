@@ -70,3 +70,24 @@ export const multiQueryBody = obj({
 export const snapshotBody = obj({ name: str }, ['name']);
 
 export const getPointQuery = obj({ with_vector: { type: 'string', enum: ['true', 'false'] } });
+
+/**
+ * The reply of every search route, `{"hits":[{id, rank, score, ...}]}`, for fast-json-stringify. It
+ * names the fields it types and passes every other one through as JSON.stringify would (payloads are
+ * any JSON; vectors of floats; fields a later engine adds), so the bytes are those of JSON.stringify.
+ */
+const any: Schema = {};
+export const hitsReply: Schema = {
+  type: 'object',
+  additionalProperties: true,
+  properties: {
+    hits: {
+      type: 'array',
+      items: {
+        type: 'object',
+        additionalProperties: true,
+        properties: { id: str, rank: int, score: num, payload: any, vector: { type: 'array', items: num }, vectors: any },
+      },
+    },
+  },
+};

@@ -183,4 +183,33 @@ describe('REST', () => {
       expect(r.statusCode === 404 && r.json().error.message.startsWith('no route')).toBe(false);
     }), { numRuns: 300 });
   });
+
+  it('search replies (compiled serializer) carry exactly what the engine answered, payloads and vectors included', async () => {
+    const json = fc.jsonValue({ maxDepth: 3 });
+    const hitArb = fc.record({
+      id: fc.string(), rank: fc.nat(1000), score: fc.double({ noNaN: true, noDefaultInfinity: true }),
+      payload: fc.option(fc.dictionary(fc.string(), json), { nil: undefined }),
+      vector: fc.option(fc.array(fc.float({ noNaN: true, noDefaultInfinity: true })), { nil: undefined }),
+      extra: fc.option(json, { nil: undefined }),
+    }, { requiredKeys: ['id', 'rank', 'score'] });
+    let answer: { hits: unknown[] } = { hits: [] };
+    const engine = memoryEngine();
+    const answering = { ...engine, search: async () => answer, hybridSearch: async () => answer, searchText: async () => answer, searchMultiVector: async () => answer };
+    const service = createService(answering, {
+      keys: [{ name: 'env:0', role: 'admin', collections: ['*'], secret: 'admin' }], insecure: false, limits: DEFAULT_LIMITS,
+      rateLimit: { requestsPerSecond: 0, burst: 1 }, audit: { append: () => undefined }, clock: { nowMs: () => 0, monotonicMs: () => 0 },
+      metrics: createPromMetrics(), log: silentLogger,
+    });
+    const app = buildRestApp({ service }, { limits: DEFAULT_LIMITS, metrics: createPromMetrics(), log: silentLogger });
+    const bodies: Record<string, unknown> = {
+      '/v1/collections/a/query': { vector: [1] }, '/v1/collections/a/query/hybrid': { vector: [1] },
+      '/v1/collections/a/query/text': { text: 't' }, '/v1/collections/a/query/multi': { vectors: [[1]] },
+    };
+    await fc.assert(fc.asyncProperty(fc.array(hitArb, { maxLength: 5 }), fc.constantFrom(...Object.keys(bodies)), async (hits, url) => {
+      answer = { hits };
+      const r = await app.inject({ method: 'POST', url, headers: { authorization: 'Bearer admin' }, payload: bodies[url] as object });
+      expect(r.statusCode, r.body).toBe(200);
+      expect(JSON.parse(r.body)).toEqual(JSON.parse(JSON.stringify(answer)));
+    }), { numRuns: 200 });
+  });
 });
