@@ -30,6 +30,22 @@ describe('requests from the wire', () => {
     }));
   });
 
+  it('checks a search on the typed message exactly as the REST schema does (same body, same refusal)', () => {
+    const outcome = (f: () => unknown) => { try { return { ok: f() }; } catch (e) { return { err: (e as Error).message }; } };
+    const opt = <T>(a: fc.Arbitrary<T>) => fc.option(a, { nil: undefined });
+    fc.assert(fc.property(
+      fc.array(fc.float({ noNaN: true }), { maxLength: 6 }), opt(fc.integer({ min: 0, max: 2 ** 32 - 1 })), opt(jsonObject),
+      opt(fc.integer({ min: 0, max: 2 ** 32 - 1 })), opt(fc.boolean()), opt(fc.boolean()),
+      opt(fc.oneof(fc.constantFrom('eventual', 'strong', 'Strong', '', 'constructor', 'toString'), fc.string())),
+      (vector, k, filter, ef_search, with_payload, with_vector, consistency) => {
+        const r = wire(pb.SearchRequest, { collection: 'c', vector, k, filter, ef_search, with_payload, with_vector, consistency });
+        const direct = outcome(() => c.searchQuery(r));
+        expect(direct).toEqual(outcome(() => c.searchQueryBySchema(r)));
+        if ('ok' in direct) expect(Object.keys(direct.ok as object)).toEqual(Object.keys(outcome(() => c.searchQueryBySchema(r)).ok as object));
+      },
+    ), { numRuns: 300 });
+  });
+
   it('leaves unset optional fields absent, so the engine applies the REST defaults', () => {
     const q = c.searchQuery(wire(pb.SearchRequest, { collection: 'c', vector: [0.5, 1] }));
     expect(q).toEqual({ vector: [0.5, 1] });

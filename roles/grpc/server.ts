@@ -205,6 +205,8 @@ export function startGrpcServer(opts: GrpcServerOptions): Promise<GrpcServerHand
   const server = new Server({
     'grpc.max_receive_message_length': transportMax,
     'grpc.max_send_message_length': transportMax,
+    // channelz (grpc-js's introspection service, not served here) would count every call.
+    'grpc.enable_channelz': 0,
   });
   server.addService(serviceDefinition(limits), handlers);
 
