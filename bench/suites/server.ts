@@ -29,9 +29,33 @@ const TARGET = 0.95;
 /** HTTP/2 connections a gRPC load level opens: one per client up to this, then calls share them. */
 const GRPC_CONNECTIONS_MAX = 8;
 
+/** A search request whose query vector stays a Float32Array until the client encodes it. */
+export type SearchCall = Omit<SearchRequest, 'vector'> & { vector: Float32Array };
+
 export interface SearchClient {
-  search(req: SearchRequest): Promise<SearchResponse>;
+  search(req: SearchCall): Promise<SearchResponse>;
   close(): Promise<void>;
+}
+
+const LITTLE_ENDIAN = new Uint8Array(Float32Array.of(1).buffer)[3] === 0x3f;
+
+/**
+ * SearchRequest bytes as a native client writes them: the packed `repeated float vector = 2` field is
+ * the vector's little-endian bytes copied at once (what protobuf's C++, Go and Java codecs do), the
+ * other fields by the generated codec; protobuf reads the concatenation as one message.
+ */
+export function encodeSearch(req: SearchCall): Uint8Array {
+  if (!LITTLE_ENDIAN) return SearchRequest.encode({ ...req, vector: Array.from(req.vector) }).finish();
+  const rest = SearchRequest.encode({ ...req, vector: [] }).finish();
+  const n = req.vector.byteLength;
+  const len: number[] = [];
+  for (let v = n; ; v >>>= 7) { if (v < 0x80) { len.push(v); break; } len.push((v & 0x7f) | 0x80); }
+  const out = Buffer.allocUnsafe(rest.length + 1 + len.length + n);
+  out.set(rest, 0);
+  out[rest.length] = (2 << 3) | 2;
+  out.set(len, rest.length + 1);
+  out.set(new Uint8Array(req.vector.buffer, req.vector.byteOffset, n), rest.length + 1 + len.length);
+  return out;
 }
 
 /**
@@ -52,7 +76,7 @@ export function leanGrpcSearch(address: string, apiKey: string, connections: num
   };
   return {
     search: (req) => new Promise((resolve, reject) => {
-      const msg = SearchRequest.encode(req).finish();
+      const msg = encodeSearch(req);
       const frame = Buffer.allocUnsafe(5 + msg.length);
       frame[0] = 0;
       frame.writeUInt32BE(msg.length, 1);
@@ -91,12 +115,13 @@ export function grpcJsSearch(address: string, apiKey: string, connections: numbe
   const channels = Array.from({ length: Math.max(1, connections) }, (_, i) => new Ctor(address, grpcJs.credentials.createInsecure(), {
     'grpc.use_local_subchannel_pool': 1, 'grpc.bench_channel': i, 'grpc.max_receive_message_length': 64 << 20,
   }) as unknown as { search(r: SearchRequest, m: grpcJs.Metadata, cb: (e: Error | null, out: SearchResponse) => void): void; close(): void });
+  // grpc-js serializes with the generated codec, which takes the vector as number[].
   const meta = new grpcJs.Metadata();
   meta.set('authorization', `Bearer ${apiKey}`);
   let next = 0;
   return {
     search: (req) => new Promise((resolve, reject) => {
-      channels[next++ % channels.length].search(req, meta, (e, out) => (e ? reject(e) : resolve(out)));
+      channels[next++ % channels.length].search({ ...req, vector: Array.from(req.vector) }, meta, (e, out) => (e ? reject(e) : resolve(out)));
     }),
     close: async () => { for (const c of channels) c.close(); },
   };
@@ -165,7 +190,7 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
         for (const clients of levels) {
           const connections = Math.min(clients, GRPC_CONNECTIONS_MAX);
           const client = make(connections);
-          const req = (q: Float32Array): SearchRequest => ({ collection: 'b', vector: Array.from(q), k: d.k, ef_search: ef, with_payload: false, filter: undefined });
+          const req = (q: Float32Array): SearchCall => ({ collection: 'b', vector: q, k: d.k, ef_search: ef, with_payload: false, filter: undefined });
           const first = await client.search(req(qOf(0, 0)));
           if (first.hits.length !== d.k) throw new Error(`gRPC ${clientName}: ${first.hits.length} hits, expected ${d.k}`);
           const r = await closedLoop(clients, seconds, (c, i) => client.search(req(qOf(c, i))));
