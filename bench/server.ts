@@ -1,8 +1,8 @@
 /**
  * Server benchmark: queries/s and p50/p99 latency with 1, 8 and 32 concurrent clients on loopback, over
- * REST (undici, keep-alive connections) and gRPC (a client built from proto/svc.proto with proto-loader,
- * one HTTP/2 channel multiplexing every caller), and the same queries through the embedded API (the
- * overhead of the transport and service layer).
+ * REST (undici Pool: one keep-alive connection per client) and gRPC (one HTTP/2 connection per client up
+ * to 8; the lean node:http2 client and grpc-js's own, see bench/suites/server.ts), and the same queries
+ * through the embedded API (the overhead of the transport and service layer).
  * Run: npm run bench:server -- [--quick]   (needs `npm run build`). Writes bench/results/server-<ts>.json.
  * The data is seeded uniform random vectors: this measures the server path, not recall.
  */
@@ -11,9 +11,8 @@ import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { cpus, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { credentials, loadPackageDefinition, Metadata, type Client, type ServiceError } from '@grpc/grpc-js';
-import { loadSync } from '@grpc/proto-loader';
-import { Agent, request } from 'undici';
+import { Agent, Pool, request } from 'undici';
+import { grpcJsSearch, leanGrpcSearch, type SearchClient } from './suites/server.js';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const quick = process.argv.includes('--quick');
@@ -91,16 +90,33 @@ async function main(): Promise<void> {
 
   const rest = [];
   for (const clients of [1, 8, 32]) {
-    rest.push(await load(clients, async () => { await call('POST', '/v1/collections/b/query', { vector: queries[qi++ % queries.length], k: K }); }));
+    const pool = new Pool(base, { connections: clients, pipelining: 1 });
+    const one = async () => {
+      const r = await pool.request({
+        method: 'POST', path: '/v1/collections/b/query', body: JSON.stringify({ vector: queries[qi++ % queries.length], k: K }),
+        headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+      });
+      const out = await r.body.json();
+      if (r.statusCode !== 200) throw new Error(`query: ${r.statusCode} ${JSON.stringify(out)}`);
+    };
+    await one();
+    rest.push({ ...await load(clients, one), connections: clients });
+    await pool.close();
   }
 
-  const grpc = grpcSearch(`127.0.0.1:${grpcPort}`);
-  await grpc.search(queries[0]);
-  const grpcLevels = [];
-  for (const clients of [1, 8, 32]) {
-    grpcLevels.push(await load(clients, () => grpc.search(queries[qi++ % queries.length])));
+  const f32 = queries.map((q) => Float32Array.from(q));
+  const grpcLevels: Record<string, unknown>[] = [];
+  const grpcJsLevels: Record<string, unknown>[] = [];
+  for (const [levels, make] of [[grpcLevels, leanGrpcSearch], [grpcJsLevels, grpcJsSearch]] as [Record<string, unknown>[], (a: string, k: string, n: number) => SearchClient][]) {
+    for (const clients of [1, 8, 32]) {
+      const connections = Math.min(clients, 8);
+      const client = make(`127.0.0.1:${grpcPort}`, KEY, connections);
+      const one = async () => { await client.search({ collection: 'b', vector: f32[qi++ % f32.length], k: K }); };
+      await one();
+      levels.push({ ...await load(clients, one), connections });
+      await client.close();
+    }
   }
-  grpc.close();
   child.kill('SIGTERM');
   await agent.close();
 
@@ -109,27 +125,15 @@ async function main(): Promise<void> {
     embedded: { ...embedded, note: 'in-process db.search, one caller' },
     rest,
     grpc: grpcLevels,
+    grpc_grpcjs_client: grpcJsLevels,
     overhead_ms_p50_single_client: +(rest[0].p50_ms - embedded.p50_ms).toFixed(3),
-    grpc_overhead_ms_p50_single_client: +(grpcLevels[0].p50_ms - embedded.p50_ms).toFixed(3),
+    grpc_overhead_ms_p50_single_client: +((grpcLevels[0].p50_ms as number) - embedded.p50_ms).toFixed(3),
+    grpc_grpcjs_client_overhead_ms_p50_single_client: +((grpcJsLevels[0].p50_ms as number) - embedded.p50_ms).toFixed(3),
   };
   mkdirSync(join(ROOT, 'bench', 'results'), { recursive: true });
   const file = join(ROOT, 'bench', 'results', `server-${new Date().toISOString().replace(/[:.]/g, '-')}.json`);
   writeFileSync(file, `${JSON.stringify(result, null, 2)}\n`);
   process.stdout.write(`${JSON.stringify(result, null, 2)}\nwritten to ${file}\n`);
-}
-
-/** Search over gRPC the way an outside client does: proto-loader from proto/svc.proto, Bearer metadata. */
-function grpcSearch(address: string): { search(v: number[]): Promise<void>; close(): void } {
-  const def = loadSync(join(ROOT, 'proto', 'svc.proto'), { keepCase: true, longs: Number, enums: String, defaults: false, oneofs: true });
-  const pkg = loadPackageDefinition(def) as unknown as { svc: { v1: { Svc: new (a: string, c: ReturnType<typeof credentials.createInsecure>, o?: object) => Client } } };
-  const client = new pkg.svc.v1.Svc(address, credentials.createInsecure(), { 'grpc.max_receive_message_length': -1 });
-  const md = new Metadata();
-  md.set('authorization', `Bearer ${KEY}`);
-  const rpc = (client as unknown as Record<string, (r: object, m: Metadata, cb: (e: ServiceError | null) => void) => void>).Search.bind(client);
-  return {
-    search: (vector) => new Promise((res, rej) => rpc({ collection: 'b', vector, k: K }, md, (e) => (e ? rej(e) : res()))),
-    close: () => client.close(),
-  };
 }
 
 main().catch((e) => { process.stderr.write(`${(e as Error).stack}\n`); process.exit(1); });
