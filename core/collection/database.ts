@@ -55,6 +55,12 @@ export interface DatabaseOptions {
   searchWorkers?: number;
   /** Collections with fewer live points than this are searched on the calling thread (default 2000). */
   searchPoolMinPoints?: number;
+  /**
+   * A search that arrives when none is running in a worker and the previous one started longer ago than
+   * this (milliseconds, default 0.5) runs on the calling thread: with one request at a time the thread is
+   * idle anyway and the two thread hand-offs only add latency. Infinity: always the pool.
+   */
+  searchPoolIdleMs?: number;
 }
 
 const SEARCH_KEYS = ['vector', 'k', 'filter', 'ef_search', 'with_payload', 'with_vector', 'consistency'] as const;
@@ -86,6 +92,7 @@ export class Database {
   private closed = false;
   private readonly ready: Promise<void>;
   private readonly pool: SearchPool | null;
+  private lastDenseAt = -Infinity;
 
   private constructor(dir: DataDir, opts: DatabaseOptions) {
     this.dir = dir;
@@ -378,6 +385,10 @@ export class Database {
   private async searchDense(col: Collection, vector: Float32Array, k: number, ef: number, filter: CompiledFilter | undefined): Promise<SearchResult> {
     const pool = this.pool;
     if (pool === null || col.liveCount < (this.opts.searchPoolMinPoints ?? 2000)) return col.searchDense(vector, k, ef, filter);
+    const now = this.clock.monotonicMs();
+    const idle = pool.inFlight === 0 && now - this.lastDenseAt > (this.opts.searchPoolIdleMs ?? 0.5);
+    this.lastDenseAt = now;
+    if (idle) return col.searchDense(vector, k, ef, filter);
     const plan = col.planDense(k, ef, filter);
     if (plan === null) return { slots: new Int32Array(0), dists: new Float32Array(0) };
     const r = await pool.search(col, vector, plan, () => runDensePlan(col.store, col.kind, col.searchGraph, vector, plan));
@@ -655,6 +666,12 @@ export class Database {
       })),
       isClosed: () => this.closed,
     };
+  }
+
+  /** The search pool's workers and counters (null without a pool), for metrics. */
+  searchPoolStats(): { workers: number; inFlight: number; dispatched: number; overflow: number; fallbacks: number } | null {
+    const p = this.pool;
+    return p === null ? null : { workers: p.size, inFlight: p.inFlight, ...p.counters };
   }
 
   /** Index state per collection, for metrics. */

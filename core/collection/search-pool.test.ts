@@ -224,7 +224,7 @@ describe('Database with search workers', () => {
     const open = (searchWorkers: number) => {
       const d = mkdtempSync(join(tmpdir(), 'svc-pool-'));
       dirs.push(d);
-      return Database.open({ dataDir: join(d, 'data'), masterKey: KEY, buildIndex: buildIndexInline, searchWorkers, searchPoolMinPoints: 100 });
+      return Database.open({ dataDir: join(d, 'data'), masterKey: KEY, buildIndex: buildIndexInline, searchWorkers, searchPoolMinPoints: 100, searchPoolIdleMs: Infinity });
     };
     const [plain, pooled] = await Promise.all([open(0), open(2)]);
     const prng = new Prng(21);
@@ -242,6 +242,9 @@ describe('Database with search workers', () => {
         expect(await pooled.search('c', body)).toEqual(await plain.search('c', body));
       }
     }
+    expect(plain.searchPoolStats()).toBeNull();
+    expect(pooled.searchPoolStats()!.dispatched).toBeGreaterThanOrEqual(60);
     await Promise.all([plain.close(), pooled.close()]);
+    expect(pooled.searchPoolStats()!.workers).toBe(0);
   });
 });
