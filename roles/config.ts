@@ -45,7 +45,11 @@ export interface SvcConfig {
   readonly otlp: { endpoint: string | null; serviceName: string; timeoutSecs: number };
   readonly limits: Limits;
   readonly rateLimit: { requestsPerSecond: number; burst: number };
-  /** SVC_SEARCH_WORKERS: threads running dense searches (0: on the event loop). Default one per core, at most 4. */
+  /**
+   * SVC_SEARCH_WORKERS: threads running dense searches (0: on the event loop, the default). The pool
+   * (core/collection/search-pool.ts) cut the main thread's time per search 2-3x, but on the shared 2-core
+   * bench box the server's QPS fell with it (thread hand-offs), so it is opt-in until measured otherwise.
+   */
   readonly searchWorkers: number;
   readonly embedding: Readonly<Record<string, ProviderTable>>;
   readonly rerank: Readonly<Record<string, ProviderTable>>;
@@ -55,7 +59,7 @@ export interface SvcConfig {
   readonly warnings: readonly string[];
 }
 
-/** Default cap of search worker threads (each holds one scratch lane of every collection it searched). */
+/** SVC_SEARCH_WORKERS=auto: one search worker per core, at most this many. */
 const SEARCH_WORKERS_MAX = 4;
 /** Most search workers: with the main thread and up to 4 build workers they fit a store's 16 scratch lanes. */
 const SEARCH_WORKERS_LIMIT = 8;
@@ -128,9 +132,10 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, op
   };
 
   const workersVar = get('SVC_SEARCH_WORKERS');
-  const searchWorkers = workersVar === undefined ? Math.min(SEARCH_WORKERS_MAX, availableParallelism()) : parseInteger('SVC_SEARCH_WORKERS', workersVar, 0);
+  const searchWorkers = workersVar === undefined ? 0 : workersVar.trim() === 'auto'
+    ? Math.min(SEARCH_WORKERS_MAX, availableParallelism()) : parseInteger('SVC_SEARCH_WORKERS', workersVar, 0);
   if (searchWorkers > SEARCH_WORKERS_LIMIT) {
-    throw new ConfigError('SVC_SEARCH_WORKERS', `${searchWorkers} is more than ${SEARCH_WORKERS_LIMIT}. Fix: about one per core (0 searches on the event loop)`);
+    throw new ConfigError('SVC_SEARCH_WORKERS', `${searchWorkers} is more than ${SEARCH_WORKERS_LIMIT}. Fix: about one per core, or auto (0 searches on the event loop)`);
   }
 
   const auditLog = get('SVC_AUDIT_LOG');
