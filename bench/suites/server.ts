@@ -162,8 +162,10 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
     const srv = await startSvc();
     try {
       await srv.call('POST', '/v1/collections', { name: 'b', dim: d.dim, metric: d.metric, index_params: { m: 16, ef_construction: 200 } });
-      for (let i = 0; i < d.n; i += 10_000) {
-        const points = Array.from({ length: Math.min(10_000, d.n - i) }, (_, j) => ({ id: String(i + j), vector_b64: b64(row(d.base, d.dim, i + j)) }));
+      // About 8 MB of base64 a request, well under SVC_MAX_REQUEST_BODY_BYTES (32 MiB) at any dim.
+      const chunk = Math.max(1, Math.floor(6_000_000 / (d.dim * 4)));
+      for (let i = 0; i < d.n; i += chunk) {
+        const points = Array.from({ length: Math.min(chunk, d.n - i) }, (_, j) => ({ id: String(i + j), vector_b64: b64(row(d.base, d.dim, i + j)) }));
         await srv.call('POST', '/v1/collections/b/points:bulk', { points });
       }
       await srv.call('POST', '/v1/collections/b/query', { vector: Array.from(row(d.queries, d.dim, 0)), k: 1, consistency: 'strong' });
