@@ -1,26 +1,11 @@
 import { invalidArgument } from '../base/errors.js';
-import type { Limits } from '../base/limits.js';
-import { checkLimit } from '../base/limits.js';
-import {
-  INDEX_KINDS, METRICS, type CollectionInfo, type FilterableField, type HnswParams, type IndexKind, type Metric,
-  type Quantization, type VectorEncryption,
-} from '../base/model.js';
+import { checkLimit, type Limits } from '../base/limits.js';
+import { INDEX_KINDS, METRICS, type CollectionInfo, type HnswParams, type IndexKind, type Metric } from '../base/model.js';
 import { checkName } from '../base/names.js';
 import { checkFilterableFields } from '../query/filter.js';
 
 /** A collection's fixed shape: validated once at create, stored in the manifest, never changed. */
-export interface CollectionSpec {
-  name: string;
-  dim: number;
-  metric: Metric;
-  index: IndexKind;
-  index_params: HnswParams;
-  quantization: Quantization;
-  pq_subspaces: number | null;
-  filterable: FilterableField[];
-  multivector: boolean;
-  vector_encryption: VectorEncryption | null;
-}
+export type CollectionSpec = Omit<CollectionInfo, 'count' | 'index_state'>;
 
 export const DEFAULT_HNSW: HnswParams = Object.freeze({ m: 16, ef_construction: 200, ef_search: 64 });
 
