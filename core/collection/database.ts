@@ -135,7 +135,9 @@ export class Database {
     for await (const rec of this.dir.replay()) {
       const op = rec.op;
       if (op.t === 'create_collection') {
-        if (!this.byUid.has(op.uid)) this.newCollection(op.uid, op.params as CollectionSpec);
+        // The manifest (completed by DataDir.open) lists every live collection; a replayed create of a
+        // uid it lacks was dropped later, and must not take the name from the live one of the same name.
+        if (!this.byUid.has(op.uid) && !this.byName.has(op.name)) this.newCollection(op.uid, op.params as CollectionSpec);
       } else if (op.t === 'drop_collection') {
         this.forget(op.uid);
       } else {
