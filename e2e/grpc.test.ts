@@ -3,14 +3,13 @@
  * What a user sees must match REST: the same results, the same limits, the same error codes, the same
  * roles and scopes (CONTRACT.md sections 1 to 4).
  */
-import { execFileSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import https from 'node:https';
 import { join } from 'node:path';
 import { credentials, status } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromStruct, SvcGrpc, toStruct, type Reply } from './grpc-client.js';
-import { api, MASTER, serve, tempDir, type Server } from './harness.js';
+import { api, makeCerts, MASTER, serve, tempDir, type Server } from './harness.js';
 
 const ADMIN = 'admin-key';
 const KEYS = { reader: 'reader-key', writer: 'writer-key', teamAdmin: 'team-admin-key' };
@@ -266,21 +265,6 @@ describe('gRPC end to end', () => {
   });
 });
 
-/** A CA, a server certificate for 127.0.0.1 and localhost, a client certificate, and a stranger's. */
-function makeCerts(dir: string): void {
-  const ssl = (...args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
-  for (const ca of ['ca', 'other-ca']) {
-    ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', `${ca}.key`, '-out', `${ca}.pem`, '-days', '2', '-subj', `/CN=${ca}`);
-  }
-  writeFileSync(join(dir, 'san.ext'), 'subjectAltName=DNS:localhost,IP:127.0.0.1\n');
-  const leaf = (name: string, ca: string, ext: boolean) => {
-    ssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', `${name}.key`, '-out', `${name}.csr`, '-subj', `/CN=${name}`);
-    ssl('x509', '-req', '-in', `${name}.csr`, '-CA', `${ca}.pem`, '-CAkey', `${ca}.key`, '-CAcreateserial', '-out', `${name}.pem`, '-days', '2', ...(ext ? ['-extfile', 'san.ext'] : []));
-  };
-  leaf('server', 'ca', true);
-  leaf('client', 'ca', false);
-  leaf('stranger', 'other-ca', false);
-}
 
 describe('gRPC end to end over TLS and mTLS', () => {
   const dir = tempDir('svc-grpc-tls-');

@@ -2,8 +2,8 @@
  * Black-box harness: starts `node dist/roles/cli/main.js` as a real process (npm test builds first) and
  * talks to it over loopback. Imports no project code.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -101,4 +101,20 @@ export function api(base: string, key?: string) {
     try { json = JSON.parse(text); } catch { json = text; }
     return { status: r.status, json, headers: r.headers };
   };
+}
+
+/** A CA, a server certificate for 127.0.0.1 and localhost, a client certificate from the CA and one from a stranger. */
+export function makeCerts(dir: string): void {
+  const ssl = (...args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
+  for (const ca of ['ca', 'other-ca']) {
+    ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', `${ca}.key`, '-out', `${ca}.pem`, '-days', '2', '-subj', `/CN=${ca}`);
+  }
+  writeFileSync(join(dir, 'san.ext'), 'subjectAltName=DNS:localhost,IP:127.0.0.1\n');
+  const leaf = (name: string, ca: string, ext: boolean) => {
+    ssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', `${name}.key`, '-out', `${name}.csr`, '-subj', `/CN=${name}`);
+    ssl('x509', '-req', '-in', `${name}.csr`, '-CA', `${ca}.pem`, '-CAkey', `${ca}.key`, '-CAcreateserial', '-out', `${name}.pem`, '-days', '2', ...(ext ? ['-extfile', 'san.ext'] : []));
+  };
+  leaf('server', 'ca', true);
+  leaf('client', 'ca', false);
+  leaf('stranger', 'other-ca', false);
 }

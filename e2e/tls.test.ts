@@ -1,26 +1,10 @@
-import { execFileSync } from 'node:child_process';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import http2 from 'node:http2';
 import https from 'node:https';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MASTER, serve, tempDir, type Server } from './harness.js';
+import { makeCerts, MASTER, serve, tempDir, type Server } from './harness.js';
 
-/** A CA, a server certificate for 127.0.0.1, a client certificate from the CA and one from a stranger. */
-function makeCerts(dir: string): void {
-  const ssl = (...args: string[]) => execFileSync('openssl', args, { cwd: dir, stdio: 'pipe' });
-  for (const ca of ['ca', 'other-ca']) {
-    ssl('req', '-x509', '-newkey', 'rsa:2048', '-nodes', '-keyout', `${ca}.key`, '-out', `${ca}.pem`, '-days', '2', '-subj', `/CN=${ca}`);
-  }
-  writeFileSync(join(dir, 'san.ext'), 'subjectAltName=IP:127.0.0.1\n');
-  const leaf = (name: string, ca: string, ext: boolean) => {
-    ssl('req', '-newkey', 'rsa:2048', '-nodes', '-keyout', `${name}.key`, '-out', `${name}.csr`, '-subj', `/CN=${name}`);
-    ssl('x509', '-req', '-in', `${name}.csr`, '-CA', `${ca}.pem`, '-CAkey', `${ca}.key`, '-CAcreateserial', '-out', `${name}.pem`, '-days', '2', ...(ext ? ['-extfile', 'san.ext'] : []));
-  };
-  leaf('server', 'ca', true);
-  leaf('client', 'ca', false);
-  leaf('stranger', 'other-ca', false);
-}
 
 const dir = tempDir('svc-tls-');
 const f = (n: string) => readFileSync(join(dir, n));
