@@ -230,8 +230,11 @@ export class Database {
     const col = this.byName.get(n);
     if (col === undefined) return { existed: false };
     this.forget(col.uid);
+    // Queued at once (after any checkpoint of it, which is already queued), so that a create of the same
+    // name called right after this one finds the name free in the DataDir too.
+    const dropping = this.dir.dropCollection(col.uid);
     await this.checkpoints.get(col.uid)?.catch(() => undefined);
-    await this.dir.dropCollection(col.uid);
+    await dropping;
     return { existed: true };
   }
 
