@@ -403,7 +403,11 @@ export class Hnsw implements VectorIndex {
     return this.epoch;
   }
 
-  /** Best-first search of one level; leaves up to ef results in `this.top`. */
+  /**
+   * Best-first search of one level; leaves up to ef results in `this.top`. The two heaps are worked on
+   * inline over their typed arrays, without a tie-break on equal distances (as hnswlib): this loop is
+   * where a query spends its time, and at low dimension the heap work costs as much as the distances.
+   */
   private searchLayer(
     q: number,
     ep: number,
@@ -423,21 +427,52 @@ export class Hnsw implements VectorIndex {
     const epoch = this.nextEpoch();
     const top = this.top;
     const cand = this.cand;
-    top.clear();
-    cand.clear();
+    if (top.d.length <= ef) {
+      top.d = new Float32Array(ef + 1);
+      top.id = new Int32Array(ef + 1);
+    }
+    // top: a max-heap of the best ef so far (tD, tI, tn); cand: a min-heap of the frontier (cD, cI, cn).
+    const tD = top.d;
+    const tI = top.id;
+    let tn = 0;
+    let cD = cand.d;
+    let cI = cand.id;
+    let cn = 0;
     visited[ep] = epoch;
-    if (!accept || accept(ep)) top.push(epDist, ep);
-    cand.push(epDist, ep);
-    let lowerBound = top.size > 0 ? top.topD() : Infinity;
+    if (!accept || accept(ep)) {
+      tD[0] = epDist;
+      tI[0] = ep;
+      tn = 1;
+    }
+    cD[0] = epDist;
+    cI[0] = ep;
+    cn = 1;
+    let lowerBound = tn > 0 ? epDist : Infinity;
     const links = level === 0 ? this.level0 : this.upper;
     const l0Stride = this.l0Stride;
     const mp1 = this.m + 1;
     const upperOffset = this.upperOffset;
-    while (cand.size > 0) {
-      const cd = cand.topD();
-      if (cd > lowerBound && (top.size >= ef || !accept)) break;
-      const c = cand.topId();
-      cand.pop();
+    while (cn > 0) {
+      const cd = cD[0];
+      if (cd > lowerBound && (tn >= ef || !accept)) break;
+      const c = cI[0];
+      // Pop the nearest candidate: sift the last entry down from the root.
+      if (--cn > 0) {
+        const ld = cD[cn];
+        const li = cI[cn];
+        let i = 0;
+        for (;;) {
+          let ch = 2 * i + 1;
+          if (ch >= cn) break;
+          if (ch + 1 < cn && cD[ch + 1] < cD[ch]) ch++;
+          if (cD[ch] >= ld) break;
+          cD[i] = cD[ch];
+          cI[i] = cI[ch];
+          i = ch;
+        }
+        cD[i] = ld;
+        cI[i] = li;
+      }
       const off = level === 0 ? c * l0Stride : upperOffset[c] + (level - 1) * mp1;
       const deg = links[off];
       let cnt = 0;
@@ -453,17 +488,61 @@ export class Hnsw implements VectorIndex {
       batch(q, base, stride, ids, cnt, out, n);
       for (let j = 0; j < cnt; j++) {
         const d = outF32[j];
-        if (top.size < ef || d < lowerBound) {
+        if (tn < ef || d < lowerBound) {
           const nb = idsI32[j];
-          cand.push(d, nb);
+          // Push onto the frontier.
+          if (cn === cD.length) {
+            cand.size = cn;
+            cand.push(d, nb); // grows the arrays
+            cD = cand.d;
+            cI = cand.id;
+            cn = cand.size;
+          } else {
+            let i = cn++;
+            while (i > 0) {
+              const p = (i - 1) >> 1;
+              if (cD[p] <= d) break;
+              cD[i] = cD[p];
+              cI[i] = cI[p];
+              i = p;
+            }
+            cD[i] = d;
+            cI[i] = nb;
+          }
           if (!accept || accept(nb)) {
-            if (top.size < ef) top.push(d, nb);
-            else top.replaceTop(d, nb);
-            lowerBound = top.topD();
+            if (tn < ef) {
+              let i = tn++;
+              while (i > 0) {
+                const p = (i - 1) >> 1;
+                if (tD[p] >= d) break;
+                tD[i] = tD[p];
+                tI[i] = tI[p];
+                i = p;
+              }
+              tD[i] = d;
+              tI[i] = nb;
+            } else {
+              // Replace the worst: sift the new pair down from the root.
+              let i = 0;
+              for (;;) {
+                let ch = 2 * i + 1;
+                if (ch >= tn) break;
+                if (ch + 1 < tn && tD[ch + 1] > tD[ch]) ch++;
+                if (tD[ch] <= d) break;
+                tD[i] = tD[ch];
+                tI[i] = tI[ch];
+                i = ch;
+              }
+              tD[i] = d;
+              tI[i] = nb;
+            }
+            lowerBound = tD[0];
           }
         }
       }
     }
+    top.size = tn;
+    cand.size = 0;
   }
 
   /**

@@ -55,6 +55,35 @@ describe('distance kernels', () => {
     );
   });
 
+  it('the WASM batched kernels give bit for bit what the single-distance kernels give', () => {
+    // The batch functions inline the distance loop; a search mixes both (entry point, then batches).
+    fc.assert(
+      fc.property(
+        fc.constantFrom(1, 4, 15, 16, 17, 100, 128, 784),
+        fc.integer({ min: 1, max: 20 }),
+        fc.integer({ min: 0, max: 1_000_000 }),
+        (dim, n, seed) => {
+          const store = VectorStore.create({ dim, initialSlots: n });
+          let x = seed;
+          const next = (): number => ((x = (x * 1103515245 + 12345) >>> 0) / 2 ** 32) * 2 - 1;
+          for (let s = 0; s < n; s++) store.add(Array.from({ length: dim }, next));
+          const q = store.loadQuery(Array.from({ length: dim }, next));
+          const w = wasmKernel(store.memory);
+          const { ids, out, idsI32, outF32 } = store.lane;
+          for (let s = 0; s < n; s++) idsI32[s] = (s * 7) % n;
+          for (const kind of ['l2', 'ip'] as const) {
+            w.fns(kind).batch(q, store.vectorsBase, store.strideBytes, ids, n, out, store.paddedDim);
+            for (let s = 0; s < n; s++) {
+              if (!Object.is(outF32[s], w.fns(kind).dist(q, store.offsetOf(idsI32[s]), store.paddedDim))) return false;
+            }
+          }
+          return true;
+        },
+      ),
+      { seed: 7, numRuns: 80 },
+    );
+  });
+
   it('computes squared L2 and negative inner product exactly on small integers', () => {
     const store = VectorStore.create({ dim: 5 });
     const a = store.add([1, 2, 3, 4, 5]);
