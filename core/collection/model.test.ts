@@ -216,7 +216,25 @@ async function checkAll(db: Database, m: Model, rnd: () => number): Promise<void
     const ids = [...c.points.keys()].filter((i) => matches(c.points.get(i)!, filter)).sort();
     expect(seen, `fetch ${n}`).toEqual(ids.map((i) => ({ id: i, payload: c.points.get(i)!.payload, vector: c.points.get(i)!.vector })));
     for (let s = 0; s < 2; s++) await checkSearch(db, c, rnd);
+    await checkSparse(db, c, rnd);
   }
+}
+
+/** The sparse and BM25 rankings hold exactly the live points whose current payload has a query term. */
+async function checkSparse(db: Database, c: MCol, rnd: () => number): Promise<void> {
+  const n = c.spec.name;
+  const first = Math.floor(rnd() * 51);
+  const idx = [first, (first + 1 + Math.floor(rnd() * 50)) % 51];
+  const sparse = (await db.hybridSearch(n, { sparse_indices: idx, sparse_values: [1, 1], k: IDS.length })).hits.map((h) => h.id);
+  const wantSparse = [...c.points].filter(([, p]) => {
+    const sp = p.payload.__svc_sparse__ as { indices: number[] } | undefined;
+    return sp !== undefined && sp.indices.some((i) => idx.includes(i));
+  }).map(([i]) => i);
+  expect(sparse.sort(), `sparse ${n} ${JSON.stringify(idx)}`).toEqual(wantSparse.sort());
+  const text = (await db.hybridSearch(n, { query_text: 'fox', k: IDS.length })).hits.map((h) => h.id);
+  const wantText = [...c.points].filter(([, p]) => p.payload.__svc_sparse__ === undefined
+    && typeof p.payload.__svc_text__ === 'string' && p.payload.__svc_text__.includes('fox')).map(([i]) => i);
+  expect(text.sort(), `text ${n}`).toEqual(wantText.sort());
 }
 
 async function checkSearch(db: Database, c: MCol, rnd: () => number): Promise<void> {
