@@ -30,3 +30,30 @@ describe('recovery replays collection creates and drops', () => {
     await db.close();
   });
 });
+
+describe('point ids survive a reopen unchanged', () => {
+  it('an id the engine accepts is the same id after a reopen (or is refused up front)', async () => {
+    const fs = new FaultyFileSystem(2);
+    fs.yieldEachOp = false;
+    let db = await openOn(fs);
+    await db.createCollection({ name: 'c', dim: 2, metric: 'l2', index: 'flat' });
+    const ids = ['é', '😀', 'a\uD800', '\uDC00b'];
+    const accepted: string[] = [];
+    for (const id of ids) {
+      try {
+        await db.upsert('c', { points: [{ id, vector: [1, 2] }] });
+        accepted.push(id);
+      } catch (e) {
+        expect((e as { code?: string }).code).toBe('invalid_argument');
+      }
+    }
+    expect(accepted).toContain('é');
+    expect(accepted).toContain('😀');
+    const before = (await db.fetch('c', { limit: 10 })).points.map((p) => p.id);
+    await db.close();
+    db = await openOn(fs);
+    expect((await db.fetch('c', { limit: 10 })).points.map((p) => p.id)).toEqual(before);
+    for (const id of accepted) expect((await db.get('c', id)).id).toBe(id);
+    await db.close();
+  });
+});
