@@ -15,5 +15,7 @@ export function checkPointId(id: unknown): string {
   if (typeof id !== 'string' || id.length < 1 || id.length > 256) {
     throw invalidArgument('point id must be a string of 1 to 256 characters');
   }
+  // Ids are stored as UTF-8: a lone surrogate would come back as U+FFFD after a restart.
+  if (/\p{Cs}/u.test(id)) throw invalidArgument('point id must be valid Unicode (it holds a lone surrogate)');
   return id;
 }
