@@ -46,6 +46,8 @@ export interface DatabaseOptions {
   checkpointPoints?: number;
   /** Delta segments a collection may have before a checkpoint compacts them into one. */
   segmentsMax?: number;
+  /** WAL file size at which a new file is started (default 64 MiB); tests make it small to roll and truncate often. */
+  walFileBytesMax?: number;
   embedders?: ReadonlyMap<string, Embedder>;
   rerankers?: ReadonlyMap<string, Reranker>;
   /**
@@ -112,6 +114,7 @@ export class Database {
     const dir = await DataDir.open(fs, opts.dataDir, {
       masterKey: opts.masterKey,
       log: (message, detail) => log('warn', message, detail),
+      segmentBytesMax: opts.walFileBytesMax,
     });
     const db = new Database(dir, opts);
     try {
