@@ -15,7 +15,7 @@ import { buildIndexInline } from './rebuild.js';
  */
 
 const NAMES = ['a', 'b', 'c'] as const;
-const IDS = ['p0', 'p1', 'p2', 'p3', 'p4', 'p5', 'p6', 'p7', 'p8', 'p9', 'p10', 'q'] as const;
+const IDS = ['p0', 'p1', 'p2', 'p3', 'p4', 'p5', 'p6', 'p7', 'p8', 'p10', 'é', '😀', '\uFB00'] as const;
 const METRICS = ['l2', 'cosine', 'dot'] as const;
 const KEY = new Uint8Array(32).fill(9);
 const FILTERABLE = [{ path: 'k', field_type: 'keyword' }, { path: 'n', field_type: 'numeric' }];
@@ -295,14 +295,15 @@ const run = fc.record({
   checkpointPoints: fc.integer({ min: 1, max: 6 }),
   segmentsMax: fc.integer({ min: 1, max: 3 }),
   insecure: fc.boolean(),
+  walFileBytesMax: fc.constantFrom(256, 1024, 4096, 1 << 20),
   steps: fc.array(step, { minLength: 10, maxLength: 30, size: 'max' }),
 });
 
-async function runSteps(r: { fsSeed: number; checkpointPoints: number; segmentsMax: number; insecure: boolean; steps: Step[] }): Promise<void> {
+async function runSteps(r: { fsSeed: number; checkpointPoints: number; segmentsMax: number; insecure: boolean; walFileBytesMax: number; steps: Step[] }): Promise<void> {
   const fs = new FaultyFileSystem(r.fsSeed);
   const open = (): Promise<Database> => Database.open({
     dataDir: '/data', masterKey: r.insecure ? null : KEY, fs, buildIndex: buildIndexInline,
-    checkpointPoints: r.checkpointPoints, segmentsMax: r.segmentsMax, seed: r.fsSeed,
+    checkpointPoints: r.checkpointPoints, segmentsMax: r.segmentsMax, walFileBytesMax: r.walFileBytesMax, seed: r.fsSeed,
   });
   let rndState = r.fsSeed;
   const rnd = (): number => {
