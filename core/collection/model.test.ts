@@ -37,7 +37,11 @@ type Step =
   | WriteOp
   | DbOp
   | { t: 'reopen' }
-  | { t: 'crash'; batch: WriteOp[]; tail: DbOp | null; crashAt: number; writes: WriteFate; namespace: 'keep' | 'drop' | 'random' };
+  | {
+    t: 'crash'; batch: WriteOp[]; tail: DbOp | null; crashAt: number; writes: WriteFate; namespace: 'keep' | 'drop' | 'random';
+    /** A second power loss this many file operations into the recovery (null: none). */
+    recoveryCrashAt: number | null;
+  };
 
 const name = fc.constantFrom(...NAMES);
 const id = fc.constantFrom(...IDS);
@@ -78,6 +82,7 @@ const step: fc.Arbitrary<Step> = fc.oneof(
       crashAt: fc.integer({ min: 0, max: 40 }),
       writes: fc.constantFrom<WriteFate>('keep', 'drop', 'tear', 'random'),
       namespace: fc.constantFrom('keep' as const, 'drop' as const, 'random' as const),
+      recoveryCrashAt: fc.option(fc.integer({ min: 0, max: 60 }), { nil: null }),
     }),
     weight: 2,
   },
@@ -345,6 +350,14 @@ async function runSteps(r: { fsSeed: number; checkpointPoints: number; segmentsM
           const next = clone(candidates[candidates.length - 1]);
           applyEffect(next, e);
           candidates.push(next);
+        }
+        if (s.recoveryCrashAt !== null) {
+          fs.crashAfter(s.recoveryCrashAt, { writes: s.writes, namespace: s.namespace });
+          const first = await open().catch((e: unknown) => e);
+          if (first instanceof Database) await first.close().catch(() => undefined);
+          else expect(fs.crashed, `${at}: the open failed without a crash: ${String(first)}`).toBe(true);
+          await drainEventLoop(50);
+          fs.restart();
         }
         db = await open();
         const j = await whichState(db, candidates);
