@@ -94,6 +94,8 @@ export class Hnsw implements VectorIndex {
   private upperUsed = 0;
   private visited: Uint16Array;
   private epoch = 0;
+  /** Where searchLayer leaves its early loads (see there), so the JIT cannot drop them. */
+  private sink = 0;
   private readonly top = new MaxHeap(256);
   private readonly cand = new MinHeap(256);
   private readonly shrink = new MaxHeap(64);
@@ -448,6 +450,7 @@ export class Hnsw implements VectorIndex {
     cI[0] = ep;
     cn = 1;
     let lowerBound = tn > 0 ? epDist : Infinity;
+    let sink = 0;
     const links = level === 0 ? this.level0 : this.upper;
     const l0Stride = this.l0Stride;
     const mp1 = this.m + 1;
@@ -484,6 +487,9 @@ export class Hnsw implements VectorIndex {
         }
       }
       if (cnt === 0) continue;
+      // Load the head of the likely next expansion's link list now, so its cache miss overlaps the
+      // kernel work below (JavaScript has no prefetch; the loaded word goes to a sink field).
+      if (level === 0 && cn > 0) sink ^= links[cI[0] * l0Stride];
       if (touch !== undefined && cnt > 1) touch(base, stride, ids, cnt, stride);
       batch(q, base, stride, ids, cnt, out, n);
       for (let j = 0; j < cnt; j++) {
@@ -543,6 +549,7 @@ export class Hnsw implements VectorIndex {
     }
     top.size = tn;
     cand.size = 0;
+    this.sink = sink;
   }
 
   /**
