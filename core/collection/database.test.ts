@@ -98,6 +98,8 @@ describe('Database: collections and points', () => {
     expect(await codeOf(db.upsert('c', { points: [{ id: 'b', vector: [1, 1, 1], payload: { s: 'x'.repeat(100) } }] }))).toBe('limit_exceeded');
     expect(await codeOf(db.upsert('c', { points: [{ id: 'b', vector: [1, 1] }] }))).toBe('invalid_argument');
     expect(await codeOf(db.upsert('c', { points: [{ id: 'b', vector: [0, 0, 0] }] }))).toBe('invalid_argument');
+    // float32 distances of such vectors would overflow to Infinity, which JSON cannot carry
+    expect(await codeOf(db.upsert('c', { points: [{ id: 'b', vector: [3e38, 0, 0] }] }))).toBe('invalid_argument');
     expect(await codeOf(db.upsert('c', { points: [{ id: '', vector: [1, 0, 0] }] }))).toBe('invalid_argument');
     expect(await codeOf(db.upsert('c', { points: [{ id: 'ok', vector: [1, 0, 0] }, { id: 'bad', vector: [1, 'x', 0] }] }))).toBe('invalid_argument');
     expect(await codeOf(db.get('c', 'ok'))).toBe('not_found'); // the batch was refused whole

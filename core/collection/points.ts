@@ -7,6 +7,11 @@ import type { PointRecord } from '../storage/codec.js';
 import { docFromPayload } from '../text/sparse-index.js';
 
 const F32_MAX = 3.4028234663852886e38;
+/**
+ * Distances are computed in float32: a squared norm above this could overflow to Infinity in an L2
+ * distance between two such vectors (up to 4x the larger squared norm), and Infinity has no JSON form.
+ */
+const SQUARED_NORM_MAX = 1e37;
 
 /**
  * Turns a caller's vector into the stored float32 form: right length, finite, inside float32 range,
@@ -24,10 +29,11 @@ export function parseVector(v: unknown, dim: number, metric: Metric, limits: Lim
     }
     out[i] = x;
   }
+  let sq = 0;
+  for (let i = 0; i < dim; i++) sq += out[i] * out[i];
+  if (sq > SQUARED_NORM_MAX) throw invalidArgument(`${what} is too long: its squared length must be at most 1e37`);
   if (metric === 'cosine') {
-    let s = 0;
-    for (let i = 0; i < dim; i++) s += out[i] * out[i];
-    if (!(s > 0) || !Number.isFinite(s)) throw invalidArgument(`${what} must not be all zeros for the cosine metric`);
+    if (!(sq > 0)) throw invalidArgument(`${what} must not be all zeros for the cosine metric`);
     normalize(out);
   }
   return out;
