@@ -1,6 +1,5 @@
 import { readFileSync } from 'node:fs';
 import { format } from 'node:util';
-import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { systemClock } from '../../core/base/clock.js';
 import { SvcError } from '../../core/base/errors.js';
 import { openDatabase } from '../../core/index.js';
@@ -14,6 +13,7 @@ import { providersFromConfig } from '../providers.js';
 import { FileAuditSink } from '../log-audit.js';
 import { createLogs, type Logs } from '../log.js';
 import { createMcpServer, withContractErrors } from './server.js';
+import { CappedStdioTransport } from './stdio.js';
 
 /**
  * `svc mcp --data-dir DIR [--config svc.toml]`: the MCP server on stdio, acting as the key in
@@ -123,7 +123,9 @@ registerCommand('mcp', {
     process.stdin.on('end', () => void shutdown('stdin closed'));
     process.on('SIGTERM', () => void shutdown('SIGTERM'));
     process.on('SIGINT', () => void shutdown('SIGINT'));
-    await server.connect(withContractErrors(new StdioServerTransport()));
+    const transport = new CappedStdioTransport({ maxMessageBytes: config.limits.maxRequestBodyBytes });
+    transport.onerror = (e) => log.warn({ err: e.message }, 'stdio');
+    await server.connect(withContractErrors(transport));
     log.info({ key: principal.keyName, role: principal.role, data_dir: config.dataDir }, 'svc mcp ready on stdio');
     return -1; // keep running until stdin closes or a signal arrives
   },
