@@ -469,17 +469,30 @@ export class Hnsw implements VectorIndex {
       const c = cI[0];
       // Pop the nearest candidate: sift the last entry down from the root.
       if (--cn > 0) {
+        // Bottom-up: the hole at the root goes down to a leaf along the nearer children (chosen
+        // without a branch), then the last entry sifts up from there (it rarely climbs far).
         const ld = cD[cn];
         const li = cI[cn];
         let i = 0;
-        for (;;) {
-          let ch = 2 * i + 1;
-          if (ch >= cn) break;
-          if (ch + 1 < cn && cD[ch + 1] < cD[ch]) ch++;
-          if (cD[ch] >= ld) break;
+        let ch = 1;
+        while (ch + 1 < cn) {
+          ch += +(cD[ch + 1] < cD[ch]);
           cD[i] = cD[ch];
           cI[i] = cI[ch];
           i = ch;
+          ch = 2 * i + 1;
+        }
+        if (ch < cn) {
+          cD[i] = cD[ch];
+          cI[i] = cI[ch];
+          i = ch;
+        }
+        while (i > 0) {
+          const p = (i - 1) >> 1;
+          if (cD[p] <= ld) break;
+          cD[i] = cD[p];
+          cI[i] = cI[p];
+          i = p;
         }
         cD[i] = ld;
         cI[i] = li;
@@ -487,12 +500,13 @@ export class Hnsw implements VectorIndex {
       const off = level === 0 ? c * l0Stride : upperOffset[c] + (level - 1) * mp1;
       const deg = links[off];
       let cnt = 0;
+      // Branch-free: whether a neighbour was seen is a coin flip the CPU cannot predict.
       for (let j = 1; j <= deg; j++) {
         const nb = links[off + j];
-        if (visited[nb] !== epoch) {
-          visited[nb] = epoch;
-          idsI32[cnt++] = nb;
-        }
+        const fresh = visited[nb] ^ epoch;
+        visited[nb] = epoch;
+        idsI32[cnt] = nb;
+        cnt += +(fresh !== 0);
       }
       if (cnt === 0) continue;
       // Load the head of the likely next expansion's link list now, so its cache miss overlaps the
@@ -536,16 +550,27 @@ export class Hnsw implements VectorIndex {
               tD[i] = d;
               tI[i] = nb;
             } else {
-              // Replace the worst: sift the new pair down from the root.
+              // Replace the worst, bottom-up as in the pop above.
               let i = 0;
-              for (;;) {
-                let ch = 2 * i + 1;
-                if (ch >= tn) break;
-                if (ch + 1 < tn && tD[ch + 1] > tD[ch]) ch++;
-                if (tD[ch] <= d) break;
+              let ch = 1;
+              while (ch + 1 < tn) {
+                ch += +(tD[ch + 1] > tD[ch]);
                 tD[i] = tD[ch];
                 tI[i] = tI[ch];
                 i = ch;
+                ch = 2 * i + 1;
+              }
+              if (ch < tn) {
+                tD[i] = tD[ch];
+                tI[i] = tI[ch];
+                i = ch;
+              }
+              while (i > 0) {
+                const p = (i - 1) >> 1;
+                if (tD[p] >= d) break;
+                tD[i] = tD[p];
+                tI[i] = tI[p];
+                i = p;
               }
               tD[i] = d;
               tI[i] = nb;
