@@ -46,7 +46,8 @@ export function runDensePlan(store: VectorStore, kind: DistanceKind, graph: Hnsw
   const words = bits.words;
   const cap = bits.capacity;
   const accept = (s: number): boolean => s < cap && (words[s >>> 5] & (1 << (s & 31))) !== 0;
-  const exact = (): SearchResult => flatSearch(store, store.kernel, query, k, kind, bits, accept);
+  // The accept set is the candidate set: the scan walks its words directly (no per-slot callback).
+  const exact = (): SearchResult => flatSearch(store, store.kernel, query, k, kind, bits);
   if (plan.mode === 'exact' || graph === null) return exact();
   const fromGraph = graph.search(query, k, plan.ef, (s) => s < indexedUpTo && accept(s));
   const tailSlots = bitsIn(bits, indexedUpTo, plan.count);

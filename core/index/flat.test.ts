@@ -1,5 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { Bitset } from '../base/bitset.js';
 import { flatSearch } from './flat.js';
 import { VectorStore } from './vector-store.js';
 import { FlatIndex } from './vector-index.js';
@@ -25,23 +26,28 @@ describe('flatSearch', () => {
             q: intVec(dim),
             k: fc.integer({ min: 0, max: 70 }),
             kind: fc.constantFrom('l2' as const, 'ip' as const),
-            mode: fc.constantFrom('all', 'candidates', 'iterable', 'accept'),
+            mode: fc.constantFrom('all', 'candidates', 'iterable', 'bitset', 'accept'),
+            extra: fc.integer({ min: 0, max: 70 }),
             mod: fc.integer({ min: 1, max: 4 }),
             kernel: fc.constantFrom('wasm' as const, 'js' as const),
           }),
         ),
-        ({ vs, q, k, kind, mode, mod, kernel }) => {
+        ({ vs, q, k, kind, mode, mod, kernel, extra }) => {
           const store = VectorStore.create({ dim: q.length, initialSlots: 8, kernel });
           for (const v of vs) store.add(v);
           const keep = (s: number) => mode === 'all' || s % mod === 0;
           const cands = vs.map((_, s) => s).filter((s) => s % mod === 0);
+          // A bitset wider than the store, with bits set past its end: those slots do not exist.
+          const bits = new Bitset(vs.length + extra);
+          for (const s of cands) bits.set(s);
+          for (let s = vs.length; s < vs.length + extra; s++) bits.set(s);
           const res = flatSearch(
             store,
             store.kernel,
             new Float32Array(q),
             k,
             kind,
-            mode === 'candidates' ? Int32Array.from(cands) : mode === 'iterable' ? new Set(cands) : undefined,
+            mode === 'candidates' ? Int32Array.from(cands) : mode === 'iterable' ? new Set(cands) : mode === 'bitset' ? bits : undefined,
             mode === 'accept' ? keep : undefined,
           );
           const want = naive(vs, q, k, kind, keep);
@@ -59,6 +65,11 @@ describe('flatSearch', () => {
     for (let i = 0; i < 3000; i++) store.add([i, 0, 0, 0]);
     const res = flatSearch(store, store.kernel, new Float32Array([2500.2, 0, 0, 0]), 3, 'l2');
     expect(Array.from(res.slots)).toEqual([2500, 2501, 2499]);
+    // A bitset of candidates spanning several batches: every third slot, nearest of those first.
+    const every3 = new Bitset(3000);
+    for (let s = 0; s < 3000; s += 3) every3.set(s);
+    const res3 = flatSearch(store, store.kernel, new Float32Array([2500.2, 0, 0, 0]), 3, 'l2', every3);
+    expect(Array.from(res3.slots)).toEqual([2499, 2502, 2496]);
   });
 });
 

@@ -1,3 +1,4 @@
+import { Bitset } from '../base/bitset.js';
 import { invalidArgument } from '../base/errors.js';
 import { drainAscending, MaxHeap } from './heap.js';
 import type { DistanceKind, Kernel } from './kernels/kernel.js';
@@ -12,8 +13,9 @@ export interface SearchResult {
 
 /**
  * Exact k-nearest search: the oracle for every approximate index and the planner's pre-filter path.
- * With `candidates` only those slots are scored (a selective filter); `accept` drops slots (tombstones,
- * a filter). Ascending distance, ties broken by slot.
+ * With `candidates` only those slots are scored (a selective filter); a Bitset of candidates is walked
+ * word by word straight into the kernel's id batch. `accept` drops slots (tombstones, a filter).
+ * Ascending distance, ties broken by slot.
  */
 export function flatSearch(
   store: VectorStore,
@@ -21,7 +23,7 @@ export function flatSearch(
   query: Float32Array,
   k: number,
   kind: DistanceKind,
-  candidates?: Int32Array | Iterable<number>,
+  candidates?: Int32Array | Bitset | Iterable<number>,
   accept?: (slot: number) => boolean,
 ): SearchResult {
   if (!Number.isInteger(k) || k < 0) throw invalidArgument(`k must be a non-negative integer, got ${k}`);
@@ -58,7 +60,23 @@ export function flatSearch(
 
   if (candidates) {
     if (candidates instanceof Int32Array) for (let i = 0; i < candidates.length; i++) take(candidates[i]);
-    else for (const s of candidates) take(s);
+    else if (candidates instanceof Bitset && accept === undefined) {
+      // Set bits below `count`, lowest first, without a generator or a per-slot callback.
+      const words = candidates.words;
+      const end = Math.min(count, candidates.capacity);
+      const lastWord = Math.min(words.length, (end + 31) >>> 5);
+      for (let w = 0; w < lastWord; w++) {
+        let bits = words[w];
+        if (bits === 0) continue;
+        if ((w << 5) + 32 > end) bits &= (1 << (end & 31)) - 1; // the last word: only slots below end
+        while (bits !== 0) {
+          const t = bits & -bits;
+          idsI32[fill++] = (w << 5) | (31 - Math.clz32(t));
+          bits ^= t;
+          if (fill === BATCH_MAX) flush();
+        }
+      }
+    } else for (const s of candidates) take(s);
     if (fill > 0) flush();
   } else if (accept) {
     for (let s = 0; s < count; s++) take(s);

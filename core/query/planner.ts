@@ -5,7 +5,7 @@
  *
  *   exact cost = matches                                        (one distance per matching slot)
  *   hnsw cost  = hopCost * ef' * log2(n) / s * penalty(s)       (s = matches / n, the selectivity)
- *   ef'        = max(k, min(efMax, ceil(max(ef, k) / s^0.5)))      (exponent: efWidenExponent)
+ *   ef'        = max(k, min(efMax, ceil(max(ef, k) / s^e)))     (e = efWidenExponent, default 0: no widening)
  *   penalty(s) = (degradeBelow / s)^2 when s < degradeBelow, else 1
  *
  * Below `hnswSelectivityMin` (or with at most k matches) the exact scan is always chosen: the graph
@@ -34,7 +34,11 @@ export interface PlannerOptions {
   degradeBelow: number;
   /** Below this selectivity the exact scan is chosen whatever the costs say. */
   hnswSelectivityMin: number;
-  /** ef' = max(ef, k) / s^efWidenExponent (0 disables widening). */
+  /**
+   * ef' = max(ef, k) / s^efWidenExponent (0 disables widening). Default 0: on MNIST 60k the traversal
+   * already collects ef *accepted* nodes, so plain ef 64 kept recall >= 0.9985 from 5% to 50% while
+   * widening (0.5) cost 1.3 to 4 times the time for at most +0.001 recall (docs/filters.md).
+   */
   efWidenExponent: number;
 }
 
@@ -43,7 +47,7 @@ export const DEFAULT_PLANNER_OPTIONS: PlannerOptions = Object.freeze({
   hopCost: 0.3,
   degradeBelow: 0.05,
   hnswSelectivityMin: 0.01,
-  efWidenExponent: 0.5,
+  efWidenExponent: 0,
 });
 
 export type Plan =
