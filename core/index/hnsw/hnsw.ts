@@ -3,7 +3,7 @@ import { invalidArgument } from '../../base/errors.js';
 import { Prng } from '../../base/prng.js';
 import type { SearchResult } from '../flat.js';
 import { drainAscending, MaxHeap, MinHeap } from '../heap.js';
-import type { BatchFn, DistanceKind, DistFn, TouchFn } from '../kernels/kernel.js';
+import type { BatchFn, BelowFn, DistanceKind, DistFn, TouchFn } from '../kernels/kernel.js';
 import type { VectorIndex } from '../vector-index.js';
 import { BATCH_MAX, type VectorStore } from '../vector-store.js';
 
@@ -114,6 +114,7 @@ export class Hnsw implements VectorIndex {
   private orderD = new Float32Array(256);
   private readonly dist: DistFn;
   private readonly batch: BatchFn;
+  private readonly below: BelowFn;
   private readonly touchFn: TouchFn;
 
   constructor(store: VectorStore, opts: HnswOptions) {
@@ -143,6 +144,7 @@ export class Hnsw implements VectorIndex {
     const fns = store.kernel.fns(opts.kind);
     this.dist = fns.dist;
     this.batch = fns.batch;
+    this.below = fns.below;
     this.touchFn = store.kernel.touch;
   }
 
@@ -431,7 +433,7 @@ export class Hnsw implements VectorIndex {
     const base = store.vectorsBase;
     const stride = store.strideBytes;
     const n = store.paddedDim;
-    const batch = this.batch;
+    const below = this.below;
     const touch = this.touchOn && store.count * stride >= TOUCH_MIN_BYTES ? this.touchFn : undefined;
     const visited = this.visited;
     const epoch = this.nextEpoch();
@@ -513,7 +515,9 @@ export class Hnsw implements VectorIndex {
       // kernel work below (JavaScript has no prefetch; the loaded word goes to a sink field).
       if (level === 0 && cn > 0) sink ^= links[cI[0] * l0Stride];
       if (touch !== undefined && cnt > 1) touch(base, stride, ids, cnt, stride);
-      batch(q, base, stride, ids, cnt, out, n);
+      // Only candidates nearer than the current worst result can enter (the bound only tightens), so
+      // the kernel packs those at the front and this loop skips the rest without a branch each.
+      cnt = below(q, base, stride, ids, cnt, out, n, tn < ef ? Infinity : lowerBound);
       for (let j = 0; j < cnt; j++) {
         const d = outF32[j];
         if (tn < ef || d < lowerBound) {

@@ -173,6 +173,104 @@
         (local.set $i (i32.add (local.get $i) (i32.const 1)))
         (br $each))))
 
+  ;; The batch above, keeping only the slots nearer than `bound`: their ids and distances are packed at
+  ;; the front of ids and out (in order), and the count is returned. A search passes its current worst
+  ;; result, so the JavaScript loop after the call sees only the few candidates that can enter.
+  (func (export "l2_batch_below") (param $q i32) (param $base i32) (param $stride i32) (param $ids i32) (param $cnt i32) (param $out i32) (param $n i32) (param $bound f32) (result i32)
+    (local $i i32) (local $k i32) (local $id i32) (local $dist f32) (local $a i32) (local $b i32) (local $end i32) (local $end16 i32) (local $r f32)
+    (local $s0 v128) (local $s1 v128) (local $s2 v128) (local $s3 v128) (local $d v128)
+    (local.set $end (i32.add (local.get $q) (i32.shl (local.get $n) (i32.const 2))))
+    (local.set $end16 (i32.sub (local.get $end) (i32.const 64)))
+    (block $done
+      (loop $each
+        (br_if $done (i32.ge_u (local.get $i) (local.get $cnt)))
+        (local.set $a (local.get $q))
+        (local.set $id (i32.load (i32.add (local.get $ids) (i32.shl (local.get $i) (i32.const 2)))))
+        (local.set $b (i32.add (local.get $base) (i32.mul (local.get $id) (local.get $stride))))
+        (local.set $s0 (v128.const i64x2 0 0))
+        (local.set $s1 (v128.const i64x2 0 0))
+        (local.set $s2 (v128.const i64x2 0 0))
+        (local.set $s3 (v128.const i64x2 0 0))
+        (block $done16
+          (loop $loop16
+            (br_if $done16 (i32.gt_u (local.get $a) (local.get $end16)))
+            (local.set $d (f32x4.sub (v128.load (local.get $a)) (v128.load (local.get $b))))
+            (local.set $s0 (f32x4.add (local.get $s0) (f32x4.mul (local.get $d) (local.get $d))))
+            (local.set $d (f32x4.sub (v128.load offset=16 (local.get $a)) (v128.load offset=16 (local.get $b))))
+            (local.set $s1 (f32x4.add (local.get $s1) (f32x4.mul (local.get $d) (local.get $d))))
+            (local.set $d (f32x4.sub (v128.load offset=32 (local.get $a)) (v128.load offset=32 (local.get $b))))
+            (local.set $s2 (f32x4.add (local.get $s2) (f32x4.mul (local.get $d) (local.get $d))))
+            (local.set $d (f32x4.sub (v128.load offset=48 (local.get $a)) (v128.load offset=48 (local.get $b))))
+            (local.set $s3 (f32x4.add (local.get $s3) (f32x4.mul (local.get $d) (local.get $d))))
+            (local.set $a (i32.add (local.get $a) (i32.const 64)))
+            (local.set $b (i32.add (local.get $b) (i32.const 64)))
+            (br $loop16)))
+        (block $done4
+          (loop $loop4
+            (br_if $done4 (i32.ge_u (local.get $a) (local.get $end)))
+            (local.set $d (f32x4.sub (v128.load (local.get $a)) (v128.load (local.get $b))))
+            (local.set $s0 (f32x4.add (local.get $s0) (f32x4.mul (local.get $d) (local.get $d))))
+            (local.set $a (i32.add (local.get $a) (i32.const 16)))
+            (local.set $b (i32.add (local.get $b) (i32.const 16)))
+            (br $loop4)))
+        (local.set $d (f32x4.add (f32x4.add (local.get $s0) (local.get $s1)) (f32x4.add (local.get $s2) (local.get $s3))))
+        (local.set $r (f32.add
+          (f32.add (f32x4.extract_lane 0 (local.get $d)) (f32x4.extract_lane 1 (local.get $d)))
+          (f32.add (f32x4.extract_lane 2 (local.get $d)) (f32x4.extract_lane 3 (local.get $d)))))
+        (local.set $dist (local.get $r))
+        ;; Compact without a branch: write at k, advance k only when below the bound.
+        (i32.store (i32.add (local.get $ids) (i32.shl (local.get $k) (i32.const 2))) (local.get $id))
+        (f32.store (i32.add (local.get $out) (i32.shl (local.get $k) (i32.const 2))) (local.get $dist))
+        (local.set $k (i32.add (local.get $k) (f32.lt (local.get $dist) (local.get $bound))))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br $each)))
+    (local.get $k))
+
+  (func (export "nip_batch_below") (param $q i32) (param $base i32) (param $stride i32) (param $ids i32) (param $cnt i32) (param $out i32) (param $n i32) (param $bound f32) (result i32)
+    (local $i i32) (local $k i32) (local $id i32) (local $dist f32) (local $a i32) (local $b i32) (local $end i32) (local $end16 i32) (local $r f32)
+    (local $s0 v128) (local $s1 v128) (local $s2 v128) (local $s3 v128) (local $d v128)
+    (local.set $end (i32.add (local.get $q) (i32.shl (local.get $n) (i32.const 2))))
+    (local.set $end16 (i32.sub (local.get $end) (i32.const 64)))
+    (block $done
+      (loop $each
+        (br_if $done (i32.ge_u (local.get $i) (local.get $cnt)))
+        (local.set $a (local.get $q))
+        (local.set $id (i32.load (i32.add (local.get $ids) (i32.shl (local.get $i) (i32.const 2)))))
+        (local.set $b (i32.add (local.get $base) (i32.mul (local.get $id) (local.get $stride))))
+        (local.set $s0 (v128.const i64x2 0 0))
+        (local.set $s1 (v128.const i64x2 0 0))
+        (local.set $s2 (v128.const i64x2 0 0))
+        (local.set $s3 (v128.const i64x2 0 0))
+        (block $done16
+          (loop $loop16
+            (br_if $done16 (i32.gt_u (local.get $a) (local.get $end16)))
+            (local.set $s0 (f32x4.add (local.get $s0) (f32x4.mul (v128.load (local.get $a)) (v128.load (local.get $b)))))
+            (local.set $s1 (f32x4.add (local.get $s1) (f32x4.mul (v128.load offset=16 (local.get $a)) (v128.load offset=16 (local.get $b)))))
+            (local.set $s2 (f32x4.add (local.get $s2) (f32x4.mul (v128.load offset=32 (local.get $a)) (v128.load offset=32 (local.get $b)))))
+            (local.set $s3 (f32x4.add (local.get $s3) (f32x4.mul (v128.load offset=48 (local.get $a)) (v128.load offset=48 (local.get $b)))))
+            (local.set $a (i32.add (local.get $a) (i32.const 64)))
+            (local.set $b (i32.add (local.get $b) (i32.const 64)))
+            (br $loop16)))
+        (block $done4
+          (loop $loop4
+            (br_if $done4 (i32.ge_u (local.get $a) (local.get $end)))
+            (local.set $s0 (f32x4.add (local.get $s0) (f32x4.mul (v128.load (local.get $a)) (v128.load (local.get $b)))))
+            (local.set $a (i32.add (local.get $a) (i32.const 16)))
+            (local.set $b (i32.add (local.get $b) (i32.const 16)))
+            (br $loop4)))
+        (local.set $d (f32x4.add (f32x4.add (local.get $s0) (local.get $s1)) (f32x4.add (local.get $s2) (local.get $s3))))
+        (local.set $r (f32.add
+          (f32.add (f32x4.extract_lane 0 (local.get $d)) (f32x4.extract_lane 1 (local.get $d)))
+          (f32.add (f32x4.extract_lane 2 (local.get $d)) (f32x4.extract_lane 3 (local.get $d)))))
+        (local.set $dist (f32.neg (local.get $r)))
+        ;; Compact without a branch: write at k, advance k only when below the bound.
+        (i32.store (i32.add (local.get $ids) (i32.shl (local.get $k) (i32.const 2))) (local.get $id))
+        (f32.store (i32.add (local.get $out) (i32.shl (local.get $k) (i32.const 2))) (local.get $dist))
+        (local.set $k (i32.add (local.get $k) (f32.lt (local.get $dist) (local.get $bound))))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br $each)))
+    (local.get $k))
+
   ;; out[i] = dist(q, base + (start + i) * stride) for i < cnt: the contiguous flat scan.
   (func (export "l2_range") (param $q i32) (param $base i32) (param $stride i32) (param $start i32) (param $cnt i32) (param $out i32) (param $n i32)
     (local $p i32) (local $end i32)

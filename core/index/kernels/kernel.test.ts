@@ -84,6 +84,44 @@ describe('distance kernels', () => {
     );
   });
 
+  it('the "below" batches keep exactly the distances under the bound, packed in order, in both kernels', () => {
+    fc.assert(
+      fc.property(
+        fc.constantFrom(3, 16, 100, 784),
+        fc.integer({ min: 0, max: 24 }),
+        fc.integer({ min: 0, max: 1_000_000 }),
+        fc.double({ min: -1, max: 1, noNaN: true }),
+        (dim, n, seed, quantile) => {
+          const store = VectorStore.create({ dim, initialSlots: Math.max(1, n) });
+          let x = seed;
+          const next = (): number => ((x = (x * 1103515245 + 12345) >>> 0) / 2 ** 32) * 2 - 1;
+          for (let s = 0; s < n; s++) store.add(Array.from({ length: dim }, next));
+          const q = store.loadQuery(Array.from({ length: dim }, next));
+          const { ids, out, idsI32, outF32 } = store.lane;
+          for (const k of [wasmKernel(store.memory), fallbackKernel(store.memory)]) {
+            for (const kind of ['l2', 'ip'] as const) {
+              const order = Array.from({ length: n }, (_, i) => (i * 5) % Math.max(1, n));
+              idsI32.set(order);
+              k.fns(kind).batch(q, store.vectorsBase, store.strideBytes, ids, n, out, store.paddedDim);
+              const all = order.map((id, i) => [id, outF32[i]] as const);
+              const sorted = all.map(([, d]) => d).sort((a, b) => a - b);
+              const bound = n === 0 ? quantile : sorted[Math.floor(((quantile + 1) / 2) * (n - 1))];
+              const want = all.filter(([, d]) => d < bound);
+              idsI32.set(order);
+              const got = k.fns(kind).below(q, store.vectorsBase, store.strideBytes, ids, n, out, store.paddedDim, bound);
+              if (got !== want.length) return false;
+              for (let i = 0; i < got; i++) if (idsI32[i] !== want[i][0] || !Object.is(outF32[i], want[i][1])) return false;
+              idsI32.set(order);
+              if (k.fns(kind).below(q, store.vectorsBase, store.strideBytes, ids, n, out, store.paddedDim, Infinity) !== n) return false;
+            }
+          }
+          return true;
+        },
+      ),
+      { seed: 11, numRuns: 60 },
+    );
+  });
+
   it('computes squared L2 and negative inner product exactly on small integers', () => {
     const store = VectorStore.create({ dim: 5 });
     const a = store.add([1, 2, 3, 4, 5]);

@@ -8,6 +8,11 @@ export type DistanceKind = 'l2' | 'ip';
 export type DistFn = (a: number, b: number, n: number) => number;
 /** out[i] = dist(q, base + ids[i] * stride) for i < cnt; every argument is a byte offset or a count. */
 export type BatchFn = (q: number, base: number, stride: number, ids: number, cnt: number, out: number, n: number) => void;
+/**
+ * As BatchFn, keeping only distances below `bound`: their ids and distances are packed, in order, at the
+ * front of `ids` and `out`; returns how many.
+ */
+export type BelowFn = (q: number, base: number, stride: number, ids: number, cnt: number, out: number, n: number, bound: number) => number;
 /** out[i] = dist(q, base + (start + i) * stride) for i < cnt. */
 export type RangeFn = (q: number, base: number, stride: number, start: number, cnt: number, out: number, n: number) => void;
 /** Loads every cache line of the listed vectors so their misses overlap (a stand-in for prefetch). */
@@ -16,6 +21,7 @@ export type TouchFn = (base: number, stride: number, ids: number, cnt: number, b
 export interface KindFns {
   readonly dist: DistFn;
   readonly batch: BatchFn;
+  readonly below: BelowFn;
   readonly range: RangeFn;
 }
 
@@ -43,6 +49,8 @@ interface WasmExports {
   nip: DistFn;
   l2_batch: BatchFn;
   nip_batch: BatchFn;
+  l2_batch_below: BelowFn;
+  nip_batch_below: BelowFn;
   l2_range: RangeFn;
   nip_range: RangeFn;
   touch: TouchFn;
@@ -51,8 +59,8 @@ interface WasmExports {
 export function wasmKernel(memory: WasmMemory): Kernel {
   const instance = new Wasm.Instance(wasmModule(), { env: { memory } });
   const e = instance.exports as unknown as WasmExports;
-  const l2: KindFns = { dist: e.l2, batch: e.l2_batch, range: e.l2_range };
-  const ip: KindFns = { dist: e.nip, batch: e.nip_batch, range: e.nip_range };
+  const l2: KindFns = { dist: e.l2, batch: e.l2_batch, below: e.l2_batch_below, range: e.l2_range };
+  const ip: KindFns = { dist: e.nip, batch: e.nip_batch, below: e.nip_batch_below, range: e.nip_range };
   return { isWasm: true, memory, fns: (kind) => (kind === 'l2' ? l2 : ip), touch: e.touch };
 }
 
@@ -94,12 +102,25 @@ export function fallbackKernel(memory: WasmMemory): Kernel {
       f32[(out >>> 2) + i] = d(q, base + id * stride, n);
     }
   };
+  const belowOf = (d: DistFn): BelowFn => (q, base, stride, ids, cnt, out, n, bound) => {
+    refresh();
+    let k = 0;
+    for (let i = 0; i < cnt; i++) {
+      const id = i32[(ids >>> 2) + i];
+      const x = d(q, base + id * stride, n);
+      if (x < bound) {
+        i32[(ids >>> 2) + k] = id;
+        f32[(out >>> 2) + k++] = x;
+      }
+    }
+    return k;
+  };
   const rangeOf = (d: DistFn): RangeFn => (q, base, stride, start, cnt, out, n) => {
     refresh();
     for (let i = 0; i < cnt; i++) f32[(out >>> 2) + i] = d(q, base + (start + i) * stride, n);
   };
-  const l2: KindFns = { dist: l2d, batch: batchOf(l2d), range: rangeOf(l2d) };
-  const ip: KindFns = { dist: nipd, batch: batchOf(nipd), range: rangeOf(nipd) };
+  const l2: KindFns = { dist: l2d, batch: batchOf(l2d), below: belowOf(l2d), range: rangeOf(l2d) };
+  const ip: KindFns = { dist: nipd, batch: batchOf(nipd), below: belowOf(nipd), range: rangeOf(nipd) };
   return { isWasm: false, memory, fns: (kind) => (kind === 'l2' ? l2 : ip), touch: () => 0 };
 }
 
