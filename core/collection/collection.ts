@@ -1,3 +1,4 @@
+import type { Bitset } from '../base/bitset.js';
 import type { Clock } from '../base/clock.js';
 import type { Limits } from '../base/limits.js';
 import type { Payload } from '../base/model.js';
@@ -6,7 +7,7 @@ import { Hnsw, type HnswOptions } from '../index/hnsw/hnsw.js';
 import type { DistanceKind } from '../index/kernels/kernel.js';
 import { VectorStore } from '../index/vector-store.js';
 import type { CompiledFilter } from '../query/filter.js';
-import { PayloadIndex } from '../query/payload-index.js';
+import { filterKey, PayloadIndex } from '../query/payload-index.js';
 import { planFilteredSearch } from '../query/planner.js';
 import type { DocRecord, Op, PointRecord } from '../storage/codec.js';
 import { docFromPayload, SparseIndex, type ScoredSlots } from '../text/sparse-index.js';
@@ -32,6 +33,8 @@ export interface CollectionOptions {
 }
 
 const EMPTY: SearchResult = { slots: new Int32Array(0), dists: new Float32Array(0) };
+/** Distinct filters whose match bitsets a collection keeps between writes. */
+const MATCH_CACHE_ENTRIES = 16;
 
 /**
  * One collection in memory: slots of vectors in a shared VectorStore, their ids and payloads, the
@@ -75,6 +78,9 @@ export class Collection {
   /** Ids changed since the last checkpoint capture: true = upserted, false = deleted. */
   private dirty = new Map<string, boolean>();
   private readonly waiters: (() => void)[] = [];
+  /** Match bitsets of recent filters (least recently used first), valid at `matchCacheAt`. */
+  private readonly matchCache = new Map<string, { bits: Bitset; count: number }>();
+  private matchCacheAt = '';
 
   constructor(opts: CollectionOptions) {
     this.opts = opts;
@@ -320,8 +326,25 @@ export class Collection {
     const universe = this.spec.multivector ? this.heads : this.live;
     const liveBits = universe.bitset();
     if (filter === undefined) return { bits: liveBits, count: universe.count };
+    // Repeated filters reuse their match bitset while no payload (so no live slot) changed: every write
+    // goes through payloadIndex.add/remove, which move its version. Callers only read the bitset.
+    const at = `${this.payloadIndex.version}/${universe.count}/${liveBits.capacity}`;
+    if (at !== this.matchCacheAt) {
+      this.matchCache.clear();
+      this.matchCacheAt = at;
+    }
+    const key = filterKey(filter);
+    const hit = this.matchCache.get(key);
+    if (hit !== undefined) {
+      this.matchCache.delete(key);
+      this.matchCache.set(key, hit);
+      return hit;
+    }
     const bits = this.payloadIndex.match(filter, liveBits);
-    return { bits, count: bits.count() };
+    const entry = { bits, count: bits.count() };
+    if (this.matchCache.size >= MATCH_CACHE_ENTRIES) this.matchCache.delete(this.matchCache.keys().next().value!);
+    this.matchCache.set(key, entry);
+    return entry;
   }
 
   /**

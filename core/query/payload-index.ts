@@ -25,8 +25,22 @@ export interface PayloadIndexOptions {
   numericBufferMin?: number;
 }
 
+/**
+ * A string that is equal for two compiled filters exactly when they select the same condition tree
+ * (cache key for match results). Infinite range bounds are spelled out (JSON would write null).
+ */
+export function filterKey(compiled: CompiledFilter): string {
+  return JSON.stringify(compiled, (_k, v: unknown) => (typeof v === 'number' && !Number.isFinite(v) ? `${v}` : v));
+}
+
 export class PayloadIndex {
   private readonly fields = new Map<string, FieldIndex>();
+  private mutations = 0;
+
+  /** Moves on every add and remove: a match result computed at one version holds until it moves. */
+  get version(): number {
+    return this.mutations;
+  }
 
   constructor(fields: readonly FilterableField[], options: PayloadIndexOptions = {}) {
     for (const f of fields) {
@@ -41,6 +55,7 @@ export class PayloadIndex {
 
   add(slot: number, payload: Payload | undefined): void {
     assert(Number.isInteger(slot) && slot >= 0, `slot ${slot} must be a non-negative integer`);
+    this.mutations++;
     for (const f of this.fields.values()) {
       if (f.type === 'keyword') {
         const keys = keywordKeysAt(payload, f.parts);
@@ -58,6 +73,7 @@ export class PayloadIndex {
 
   /** `payload` must be the one `add` was given for this slot. */
   remove(slot: number, payload: Payload | undefined): void {
+    this.mutations++;
     for (const f of this.fields.values()) {
       if (f.type === 'keyword') {
         const keys = keywordKeysAt(payload, f.parts);
