@@ -76,6 +76,10 @@ const CONSISTENCY: ReadonlySet<unknown> = new Set((schemas.queryBody.properties 
  * equal to the schema check over random messages.
  */
 export function searchQuery(r: pb.SearchRequest): SearchQuery {
+  // As ajv's `number` type: a non-finite float (which protobuf can carry and JSON cannot) is refused here too.
+  for (let i = 0; i < r.vector.length; i++) {
+    if (!Number.isFinite(r.vector[i])) throw invalidArgument(`body/vector/${i} must be number`);
+  }
   const q: Record<string, unknown> = { vector: r.vector };
   if (r.k !== undefined) q.k = r.k;
   if (r.filter !== undefined) q.filter = r.filter;
