@@ -352,6 +352,15 @@ export class Collection {
    * matching slots or a filtered graph traversal; either way the result holds min(k, matches) hits.
    */
   searchDense(query: Float32Array, k: number, ef: number, filter?: CompiledFilter): SearchResult {
+    // The common case, in this thread: no filter, no tombstone anywhere and no unindexed tail, so every
+    // graph node is an answer and the traversal needs no accept test per node.
+    const graph = this.graph;
+    const n = this.store.count;
+    if (filter === undefined && graph !== null && this.spec.index !== 'flat' && !this.spec.multivector
+      && this.live.count === n && this.indexedUpTo === n && n > Math.max(ef, k)) {
+      const r = graph.search(query, k, Math.max(ef, k));
+      if (r.slots.length >= Math.min(k, n)) return r;
+    }
     const plan = this.planDense(k, ef, filter);
     return plan === null ? EMPTY : runDensePlan(this.store, this.kind, this.graph, query, plan);
   }
