@@ -4,7 +4,8 @@
  */
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
+import { createServer as createHttpServer, type IncomingMessage } from 'node:http';
+import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 
@@ -117,4 +118,28 @@ export function makeCerts(dir: string): void {
   leaf('server', 'ca', true);
   leaf('client', 'ca', false);
   leaf('stranger', 'other-ca', false);
+}
+
+/** A local HTTP stand-in that answers JSON (provider protocols and the like): `handle` gets the request and its body. */
+export class JsonStandIn {
+  port = 0;
+  private readonly server = createHttpServer((req, res) => {
+    let raw = '';
+    req.on('data', (chunk: Buffer) => (raw += String(chunk)));
+    req.on('end', () => void Promise.resolve(this.handle(req, raw)).then(([code, body]) => {
+      res.writeHead(code, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(body));
+    }));
+  });
+
+  constructor(private readonly handle: (req: IncomingMessage, raw: string) => [number, unknown] | Promise<[number, unknown]>) {}
+
+  async start(): Promise<void> {
+    await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
+    this.port = (this.server.address() as AddressInfo).port;
+  }
+
+  close(): Promise<void> {
+    return new Promise((r) => this.server.close(() => r()));
+  }
 }

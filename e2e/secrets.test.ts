@@ -8,14 +8,12 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { chmodSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { createServer, type IncomingMessage, type Server as HttpServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
 import { credentials } from '@grpc/grpc-js';
 import { Agent, fetch as undiciFetch } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SvcGrpc } from './grpc-client.js';
-import { makeCerts, serve, tempDir, type Server } from './harness.js';
+import { JsonStandIn, makeCerts, serve, tempDir, type Server } from './harness.js';
 
 const ADMIN = `adm-${randomBytes(12).toString('hex')}`;
 const SCOPED = `team-${randomBytes(12).toString('hex')}`;
@@ -26,29 +24,16 @@ const EMBED_SECRET = `sk-embed-${randomBytes(12).toString('hex')}`;
 const DIM = 4;
 
 /** A provider stand-in: embeddings by word hash; when `fail` it answers 503 echoing the key it was sent. */
-class StandIn {
+class StandIn extends JsonStandIn {
   fail = false;
   seenAuth: string[] = [];
-  private server!: HttpServer;
-  port = 0;
-  async start(): Promise<void> {
-    this.server = createServer((req, res) => void this.handle(req).then(([code, body]) => {
-      res.writeHead(code, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(body));
-    }));
-    await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
-    this.port = (this.server.address() as AddressInfo).port;
-  }
-  private async handle(req: IncomingMessage): Promise<[number, unknown]> {
-    let raw = '';
-    for await (const chunk of req) raw += String(chunk);
-    this.seenAuth.push(req.headers.authorization ?? '');
-    if (this.fail) return [503, { error: `overloaded; you sent ${req.headers.authorization}`, echo: raw }];
-    const input = (JSON.parse(raw) as { input: string[] }).input;
-    return [200, { data: input.map((t, index) => ({ index, embedding: [1, t.length % 7, 0.5, 0.25] })) }];
-  }
-  close(): Promise<void> {
-    return new Promise((r) => this.server.close(() => r()));
+  constructor() {
+    super((req, raw) => {
+      this.seenAuth.push(req.headers.authorization ?? '');
+      if (this.fail) return [503, { error: `overloaded; you sent ${req.headers.authorization}`, echo: raw }];
+      const input = (JSON.parse(raw) as { input: string[] }).input;
+      return [200, { data: input.map((t, index) => ({ index, embedding: [1, t.length % 7, 0.5, 0.25] })) }];
+    });
   }
 }
 

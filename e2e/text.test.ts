@@ -4,13 +4,12 @@
  * protocol and the embed/rerank protocol (CONTRACT.md section 8). Over REST and over gRPC.
  */
 import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { createServer, type IncomingMessage, type Server as HttpServer } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { IncomingMessage } from 'node:http';
 import { join } from 'node:path';
 import { status } from '@grpc/grpc-js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fromStruct, SvcGrpc, toStruct, type Reply } from './grpc-client.js';
-import { api, cleanEnv, MASTER, run, serve, tempDir, type Server } from './harness.js';
+import { api, cleanEnv, JsonStandIn, MASTER, run, serve, tempDir, type Server } from './harness.js';
 
 const ADMIN = 'text-admin-key';
 const EMBED_SECRET = 'sk-embed-4f1c0ffee-DO-NOT-LEAK';
@@ -35,24 +34,15 @@ function words(text: string): Set<string> {
 interface Seen { path: string; auth: string | undefined; body: any }
 
 /** One stand-in provider: records every request; `fail` answers 503 echoing the caller's credentials. */
-class StandIn {
+class StandIn extends JsonStandIn {
   readonly seen: Seen[] = [];
   fail = false;
-  private server!: HttpServer;
-  port = 0;
 
-  async start(): Promise<void> {
-    this.server = createServer((req, res) => void this.handle(req).then(([code, body]) => {
-      res.writeHead(code, { 'content-type': 'application/json' });
-      res.end(JSON.stringify(body));
-    }));
-    await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
-    this.port = (this.server.address() as AddressInfo).port;
+  constructor() {
+    super((req, raw) => this.answer(req, raw));
   }
 
-  private async handle(req: IncomingMessage): Promise<[number, unknown]> {
-    let raw = '';
-    for await (const chunk of req) raw += String(chunk);
+  private answer(req: IncomingMessage, raw: string): [number, unknown] {
     const body = JSON.parse(raw);
     const auth = req.headers.authorization;
     this.seen.push({ path: req.url ?? '', auth, body });
@@ -78,10 +68,6 @@ class StandIn {
 
   requests(path: string): Seen[] {
     return this.seen.filter((s) => s.path === path);
-  }
-
-  close(): Promise<void> {
-    return new Promise((r) => this.server.close(() => r()));
   }
 }
 
