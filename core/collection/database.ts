@@ -380,8 +380,11 @@ export class Database {
     const filter = this.compile(col, q.filter);
     const withPayload = parseBool(q.with_payload, 'with_payload', true);
     const withVector = parseBool(q.with_vector, 'with_vector', false);
-    await this.beforeRead(col, parseConsistency(q.consistency));
-    const r = await this.searchDense(col, vector, k, ef, filter);
+    const consistency = parseConsistency(q.consistency);
+    // The common path stays synchronous: no promise hop for an eventual read answered in this thread.
+    if (consistency === 'strong') await col.settle();
+    else col.onRead();
+    const r = this.pool === null ? col.searchDense(vector, k, ef, filter) : await this.searchDense(col, vector, k, ef, filter);
     return { hits: this.denseHits(col, r, withPayload, withVector) };
   }
 
