@@ -9,6 +9,18 @@ export function crc(...parts: Uint8Array[]): number {
   return c >>> 0;
 }
 
+/** Every storage file starts with these bytes: an 8-byte magic naming its kind, the format version, a CRC. */
+export const FILE_HEADER_BYTES = 16;
+
+/** The header of a file of the kind `magic` names (8 bytes, e.g. 'SVCWAL\0\x01'). */
+export function fileHeader(magic: Buffer): Buffer {
+  const b = Buffer.alloc(FILE_HEADER_BYTES);
+  magic.copy(b, 0, 0, 8);
+  b.writeUInt32LE(FORMAT_VERSION, 8);
+  b.writeUInt32LE(crc(b.subarray(0, 12)), 12);
+  return b;
+}
+
 /** Builds an AAD from tagged fields so no two different positions can produce the same bytes. */
 export function aad(kind: string, fields: (string | number)[]): Uint8Array {
   const parts: Buffer[] = [Buffer.from(`svc/${kind}/v${FORMAT_VERSION}`)];

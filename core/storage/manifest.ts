@@ -1,6 +1,6 @@
 import type { Sealer } from '../crypto/sealer.js';
 import { StorageCorruption } from './errors.js';
-import { FORMAT_VERSION, aad, crc } from './format.js';
+import { FILE_HEADER_BYTES, FORMAT_VERSION, aad, fileHeader } from './format.js';
 import { writeFileAtomic, type FileSystem } from './fs.js';
 
 /**
@@ -33,16 +33,10 @@ export interface Manifest {
 }
 
 const MAGIC = Buffer.from('SVCMAN\0\x01', 'latin1');
-const HEADER_BYTES = 16;
+const HEADER_BYTES = FILE_HEADER_BYTES;
 const manifestAad = () => aad('manifest', []);
 
-function header(): Buffer {
-  const b = Buffer.alloc(HEADER_BYTES);
-  MAGIC.copy(b, 0);
-  b.writeUInt32LE(FORMAT_VERSION, 8);
-  b.writeUInt32LE(crc(b.subarray(0, 12)), 12);
-  return b;
-}
+const header = (): Buffer => fileHeader(MAGIC);
 
 export function encodeManifest(m: Manifest, sealer: Sealer): Uint8Array {
   return Buffer.concat([header(), sealer.seal(Buffer.from(JSON.stringify(m)), manifestAad())]);

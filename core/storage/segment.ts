@@ -2,7 +2,7 @@ import { assert } from '../base/assert.js';
 import type { Sealer } from '../crypto/sealer.js';
 import { CodecError, decodeOp, encodeOp, isDbOp, type Op } from './codec.js';
 import { StorageCorruption } from './errors.js';
-import { ChunkReader, FORMAT_VERSION, aad, crc } from './format.js';
+import { ChunkReader, FILE_HEADER_BYTES, aad, fileHeader } from './format.js';
 import { dirName, type FileHandle, type FileSystem } from './fs.js';
 
 /**
@@ -14,20 +14,14 @@ import { dirName, type FileHandle, type FileSystem } from './fs.js';
 
 export const SEGMENT_BLOCK_BYTES = 64 << 10;
 const MAGIC = Buffer.from('SVCSEG\0\x01', 'latin1');
-const HEADER_BYTES = 16;
+const HEADER_BYTES = FILE_HEADER_BYTES;
 const KIND_BLOCK = 1;
 const KIND_FOOTER = 2;
 const FRAME_PREFIX_BYTES = 5;
 const FOOTER_PLAIN_BYTES = 20;
 const FRAME_BYTES_MAX = 1 << 30;
 
-function header(): Buffer {
-  const b = Buffer.alloc(HEADER_BYTES);
-  MAGIC.copy(b, 0);
-  b.writeUInt32LE(FORMAT_VERSION, 8);
-  b.writeUInt32LE(crc(b.subarray(0, 12)), 12);
-  return b;
-}
+const header = (): Buffer => fileHeader(MAGIC);
 
 const blockAad = (uid: string, segId: number, index: number) => aad('segment', [uid, segId, index]);
 const footerAad = (uid: string, segId: number) => aad('segment-footer', [uid, segId]);

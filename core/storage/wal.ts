@@ -2,7 +2,7 @@ import { assert } from '../base/assert.js';
 import { SvcError } from '../base/errors.js';
 import type { Sealer } from '../crypto/sealer.js';
 import { StorageCorruption } from './errors.js';
-import { ChunkReader, FORMAT_VERSION, aad, crc } from './format.js';
+import { ChunkReader, FILE_HEADER_BYTES, aad, crc, fileHeader } from './format.js';
 import { joinPath, mkdirDurable, type FileHandle, type FileSystem } from './fs.js';
 
 /**
@@ -36,7 +36,6 @@ export interface WalRecord {
 
 export const WAL_SEGMENT_BYTES_DEFAULT = 64 << 20;
 const FILE_MAGIC = Buffer.from('SVCWAL\0\x01', 'latin1');
-const FILE_HEADER_BYTES = 16;
 const FRAME_HEADER_BYTES = 24;
 const GROUP_RECORDS_MAX = 8192;
 const GROUP_BYTES_MAX = 16 << 20;
@@ -45,13 +44,7 @@ const RECORD_BYTES_MAX = 1 << 30;
 const fileName = (firstSeq: number): string => `${String(firstSeq).padStart(20, '0')}.wal`;
 const FILE_RE = /^(\d{20})\.wal$/;
 
-function fileHeader(): Uint8Array {
-  const b = Buffer.alloc(FILE_HEADER_BYTES);
-  FILE_MAGIC.copy(b, 0);
-  b.writeUInt32LE(FORMAT_VERSION, 8);
-  b.writeUInt32LE(crc(b.subarray(0, 12)), 12);
-  return b;
-}
+const walHeader = (): Buffer => fileHeader(FILE_MAGIC);
 
 function recordAad(keyId: string, seq: number): Uint8Array {
   return aad('wal', [keyId, seq]);
@@ -109,7 +102,7 @@ async function* scanFrames(
     if (isLast) return { kind: 'torn', end: 0, reason: 'file header incomplete', nextSeq: firstSeq };
     throw new StorageCorruption(path, 0, 'file header incomplete');
   }
-  if (!Buffer.from(head).equals(fileHeader())) throw new StorageCorruption(path, 0, 'bad file header');
+  if (!Buffer.from(head).equals(walHeader())) throw new StorageCorruption(path, 0, 'bad file header');
   let offset = FILE_HEADER_BYTES;
   let seq = firstSeq;
   const torn = (reason: string): ScanEnd & { nextSeq: number } => {
@@ -231,7 +224,7 @@ export class Wal {
         this.opts.log('wal: truncating a torn final record', { file: path, offset: end.end, reason: end.reason });
         if (end.end < FILE_HEADER_BYTES) {
           await h.truncate(0);
-          await h.write(fileHeader(), 0);
+          await h.write(walHeader(), 0);
           end.end = FILE_HEADER_BYTES;
         } else {
           await h.truncate(end.end);
@@ -250,7 +243,7 @@ export class Wal {
     const path = joinPath(this.dir, name);
     if (await this.fs.stat(path)) await this.fs.unlink(path);
     const h = await this.fs.open(path, 'create');
-    await h.write(fileHeader(), 0);
+    await h.write(walHeader(), 0);
     await h.sync();
     await this.fs.fsyncDir(this.dir);
     this.files.push({ name, firstSeq, bytes: FILE_HEADER_BYTES });
