@@ -1,7 +1,8 @@
 /**
  * Recall@10 against QPS over an ef sweep, one thread, one query at a time; build time; memory.
- * Every peer is built first, then each ef is swept in alternating passes over the peers (best pass kept),
- * so load from other processes on a shared machine falls on all engines alike.
+ * Every peer is built first, then each ef is swept: the peers take turns over chunks of 25 queries for
+ * several passes and each chunk keeps its fastest time, so load from other processes on a shared
+ * machine falls on all engines alike and a burst of it spoils no figure.
  */
 import type { Dataset } from '../lib/data.js';
 import { recallAt, row } from '../lib/data.js';
@@ -39,19 +40,44 @@ export interface AnnOptions {
   log: (line: string) => void;
 }
 
-async function timeQueries(p: Peer, d: Dataset): Promise<{ qps: number; recall: number; lat: number[] }> {
-  const lat = new Array<number>(d.nq);
-  let recall = 0;
-  const t0 = performance.now();
-  for (let q = 0; q < d.nq; q++) {
-    const s = performance.now();
-    let r = p.search(row(d.queries, d.dim, q), d.k);
-    if (r instanceof Promise) r = await r;
-    lat[q] = performance.now() - s;
-    recall += recallAt(d, q, r);
+/** Queries a timing chunk holds: passes keep each chunk's fastest time, so a burst of load spoils no figure. */
+const CHUNK = 25;
+
+/**
+ * One ef of the sweep: every peer answers every query once untimed (recall), then the queries are
+ * timed in chunks, the peers taking turns chunk by chunk (in alternating order) for `passes` passes;
+ * QPS is the number of queries over the sum of each chunk's fastest time, latencies are every timed
+ * query's.
+ */
+async function sweepEf(peers: Peer[], d: Dataset, passes: number): Promise<Map<Peer, { qps: number; recall: number; lat: number[] }>> {
+  const recall = new Map<Peer, number>();
+  for (const p of peers) {
+    let r = 0;
+    for (let q = 0; q < d.nq; q++) r += recallAt(d, q, await p.search(row(d.queries, d.dim, q), d.k));
+    recall.set(p, r / d.nq);
   }
-  const ms = performance.now() - t0;
-  return { qps: (d.nq * 1000) / ms, recall: recall / d.nq, lat };
+  const chunks = Math.ceil(d.nq / CHUNK);
+  const best = new Map(peers.map((p) => [p, new Array<number>(chunks).fill(Infinity)]));
+  const lat = new Map(peers.map((p) => [p, [] as number[]]));
+  for (let pass = 0; pass < passes; pass++) {
+    for (let c = 0; c < chunks; c++) {
+      for (const p of (pass + c) % 2 === 0 ? peers : [...peers].reverse()) {
+        const l = lat.get(p)!;
+        const t0 = performance.now();
+        for (let q = c * CHUNK; q < Math.min(d.nq, (c + 1) * CHUNK); q++) {
+          const s = performance.now();
+          const r = p.search(row(d.queries, d.dim, q), d.k);
+          if (r instanceof Promise) await r;
+          l.push(performance.now() - s);
+        }
+        const b = best.get(p)!;
+        b[c] = Math.min(b[c], performance.now() - t0);
+      }
+    }
+  }
+  return new Map(peers.map((p) => [p, {
+    qps: (d.nq * 1000) / best.get(p)!.reduce((x, y) => x + y, 0), recall: recall.get(p)!, lat: lat.get(p)!,
+  }]));
 }
 
 export async function runAnn(d: Dataset, factories: [string, PeerFactory][], o: AnnOptions): Promise<AnnResult> {
@@ -83,21 +109,25 @@ export async function runAnn(d: Dataset, factories: [string, PeerFactory][], o: 
   }
   const bruteForce = (p: Peer) => p.name === 'orama';
   for (const ef of o.efs) {
-    const best = new Map<Peer, { qps: number; recall: number; lat: number[] }>();
-    for (let pass = 0; pass < o.passes; pass++) {
-      for (const { peer, res } of built) {
-        if (res.error || (bruteForce(peer) && ef !== o.efs[0])) continue;
-        try {
-          await peer.setEf(ef);
-          for (let w = 0; w < Math.min(20, d.nq); w++) await peer.search(row(d.queries, d.dim, w), d.k); // warm-up
-          const r = await timeQueries(peer, d);
-          const prev = best.get(peer);
-          if (prev === undefined || r.qps > prev.qps) best.set(peer, r);
-        } catch (e) {
-          res.error = `ef ${ef}: ${(e as Error).message}`;
-          o.log(`  ${d.name}: ${res.name} failed at ef ${ef}: ${res.error}`);
-        }
+    const active: Peer[] = [];
+    for (const { peer, res } of built) {
+      if (res.error || (bruteForce(peer) && ef !== o.efs[0])) continue;
+      try {
+        await peer.setEf(ef);
+        for (let w = 0; w < Math.min(20, d.nq); w++) await peer.search(row(d.queries, d.dim, w), d.k); // warm-up
+        active.push(peer);
+      } catch (e) {
+        res.error = `ef ${ef}: ${(e as Error).message}`;
+        o.log(`  ${d.name}: ${res.name} failed at ef ${ef}: ${res.error}`);
       }
+    }
+    let best = new Map<Peer, { qps: number; recall: number; lat: number[] }>();
+    try {
+      best = await sweepEf(active, d, o.passes);
+    } catch (e) {
+      // Which peer failed is not known here: every peer of this ef is marked.
+      for (const { peer, res } of built) if (active.includes(peer)) res.error = `ef ${ef}: ${(e as Error).message}`;
+      o.log(`  ${d.name}: ef ${ef} failed: ${(e as Error).message}`);
     }
     for (const { peer, res } of built) {
       const r = best.get(peer);

@@ -48,6 +48,20 @@ describe.each(['l2', 'ip'] as const)('Hnsw (%s)', (kind) => {
     for (let i = 0; i < K; i++) expect(res.dists[i]).toBeCloseTo(byslot.get(res.slots[i])!, 4);
   });
 
+  it('answers k as the k nearest of the same traversal\'s ef results, for every k up to ef', () => {
+    for (const q of f.queries.slice(0, 10)) {
+      const all = f.graph.search(q, 40, 40);
+      expect(all.slots.length).toBe(40);
+      for (let i = 1; i < 40; i++) expect(all.dists[i]).toBeGreaterThanOrEqual(all.dists[i - 1]);
+      for (const k of [1, 2, 7, 10, 39, 40]) {
+        const top = f.graph.search(q, k, 40);
+        expect(Array.from(top.dists)).toEqual(Array.from(all.dists.subarray(0, k)));
+        // Slots may differ only among equal distances.
+        for (let i = 0; i < k; i++) if (top.slots[i] !== all.slots[i]) expect(top.dists[i]).toBe(all.dists[i]);
+      }
+    }
+  });
+
   it.each([
     [1, 64],
     [0.5, 64],
