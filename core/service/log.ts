@@ -4,6 +4,8 @@ export interface ServiceLogger {
   info(obj: object, msg?: string): void;
   warn(obj: object, msg?: string): void;
   error(obj: object, msg?: string): void;
+  /** Whether a level is logged (pino's); without it every level is assumed on. */
+  isLevelEnabled?(level: 'debug' | 'info' | 'warn' | 'error'): boolean;
 }
 
 export const silentLogger: ServiceLogger = {
