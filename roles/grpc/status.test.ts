@@ -28,20 +28,20 @@ describe('gRPC status table', () => {
     const e = toServiceError(new SvcError('limit_exceeded', 'k is 20000, above SVC_MAX_K=10000'), 'req-1');
     expect(e.code).toBe(status.INVALID_ARGUMENT);
     expect(e.details).toBe('k is 20000, above SVC_MAX_K=10000');
-    expect(e.metadata?.get('svc-error-code')).toEqual(['limit_exceeded']);
-    expect(e.metadata?.get('x-request-id')).toEqual(['req-1']);
+    expect(e.metadata['svc-error-code']).toBe('limit_exceeded');
+    expect(e.metadata['x-request-id']).toBe('req-1');
   });
 
   it('tells a rate-limited client when to retry', () => {
     const e = toServiceError(new SvcError('rate_limited', 'rate limit of this key exceeded', { retryAfterSeconds: 1.2 }), 'r');
     expect(e.code).toBe(status.RESOURCE_EXHAUSTED);
-    expect(e.metadata?.get('retry-after')).toEqual(['2']);
+    expect(e.metadata['retry-after']).toBe('2');
   });
 
   it('never shows the cause of an internal error, only the request id', () => {
     const e = toServiceError(new SvcError('internal', 'internal error', { cause: 'TypeError at /secret/path.ts' }), 'req-9');
     expect(e.code).toBe(status.INTERNAL);
     expect(e.details).toBe('internal error (request id req-9)');
-    expect(JSON.stringify(e.metadata?.toJSON())).not.toContain('secret');
+    expect(JSON.stringify(e.metadata)).not.toContain('secret');
   });
 });

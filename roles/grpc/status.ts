@@ -1,5 +1,6 @@
-import { Metadata, status, type ServiceError } from '@grpc/grpc-js';
+import { status } from '@grpc/grpc-js';
 import type { ErrorCode, SvcError } from '../../core/base/errors.js';
+import type { GrpcStatus } from './transport.js';
 
 /**
  * CONTRACT.md section 2: the gRPC status of each error code. The one table for gRPC;
@@ -28,12 +29,10 @@ export const REQUEST_ID_KEY = 'x-request-id';
  * construction; `internal` says only that it was a bug, with the request id to find it in the log),
  * and trailing metadata with the contract's code, the request id and, when rate limited, `retry-after`.
  */
-export function toServiceError(err: SvcError, requestId: string): Partial<ServiceError> {
-  const metadata = new Metadata();
-  metadata.set(ERROR_CODE_KEY, err.code);
-  metadata.set(REQUEST_ID_KEY, requestId);
+export function toServiceError(err: SvcError, requestId: string): GrpcStatus {
+  const metadata: Record<string, string> = { [ERROR_CODE_KEY]: err.code, [REQUEST_ID_KEY]: requestId };
   const retryAfter = err.detail.retryAfterSeconds;
-  if (typeof retryAfter === 'number') metadata.set('retry-after', String(Math.ceil(retryAfter)));
+  if (typeof retryAfter === 'number') metadata['retry-after'] = String(Math.ceil(retryAfter));
   const details = err.code === 'internal' ? `internal error (request id ${requestId})` : err.message;
   return { code: GRPC_STATUS[err.code], details, metadata };
 }

@@ -1,0 +1,180 @@
+import { connect, constants, type ClientHttp2Session } from 'node:http2';
+import { credentials, makeGenericClientConstructor, Metadata, status, type Client, type ServiceError } from '@grpc/grpc-js';
+import { afterEach, describe, expect, it } from 'vitest';
+import { createGrpcTransport, encodeGrpcMessage, GrpcStatusError, parseGrpcTimeout, type GrpcTransport, type MethodHandler } from './transport.js';
+
+// The protocol half of the gRPC server, against grpc-js's client (what most callers use) and against raw
+// HTTP/2 frames for what a well-behaved client never sends.
+
+const id = (b: Buffer) => b;
+const SERVICE = {
+  echo: { path: '/t.T/Echo', requestStream: false, responseStream: false, requestSerialize: id, requestDeserialize: id, responseSerialize: id, responseDeserialize: id },
+  slow: { path: '/t.T/Slow', requestStream: false, responseStream: false, requestSerialize: id, requestDeserialize: id, responseSerialize: id, responseDeserialize: id },
+  fail: { path: '/t.T/Fail', requestStream: false, responseStream: false, requestSerialize: id, requestDeserialize: id, responseSerialize: id, responseDeserialize: id },
+  tail: { path: '/t.T/Tail', requestStream: false, responseStream: true, requestSerialize: id, requestDeserialize: id, responseSerialize: id, responseDeserialize: id },
+};
+type TestClient = Client & Record<string, (...a: unknown[]) => unknown>;
+
+let transport: GrpcTransport | undefined;
+let port = 0;
+const aborted: string[] = [];
+
+async function start(): Promise<void> {
+  const methods = new Map<string, MethodHandler>([
+    ['/t.T/Echo', { kind: 'unary', handle: async (call, m) => ({ message: Buffer.concat([Buffer.from('echo:'), m]), trailers: { 'x-seen': String(call.headers['x-tag'] ?? '') } }) }],
+    ['/t.T/Slow', {
+      kind: 'unary',
+      handle: (call) => new Promise((_resolve, reject) => {
+        call.signal.addEventListener('abort', () => { aborted.push('slow'); reject(new Error('aborted')); });
+      }),
+    }],
+    ['/t.T/Fail', { kind: 'unary', handle: async () => { throw new GrpcStatusError({ code: status.NOT_FOUND, details: 'no such thing: ünïcode 100%', metadata: { 'svc-error-code': 'not_found' } }); } }],
+    ['/t.T/Tail', {
+      kind: 'serverStream',
+      handle: async (call, m, send) => {
+        for (let i = 0; i < Number(m.toString()); i++) await send(Buffer.from(`event ${i}`));
+        // Then a live tail: waits until the call ends.
+        await new Promise<void>((resolve) => call.signal.addEventListener('abort', () => { aborted.push('tail'); resolve(); }));
+      },
+    }],
+  ]);
+  transport = createGrpcTransport({ methods, maxReceiveBytes: 1000, onUnexpected: () => ({ code: status.INTERNAL, details: 'bug', metadata: {} }) });
+  port = await transport.listen('127.0.0.1', 0);
+}
+
+function grpcClient(): TestClient {
+  const Ctor = makeGenericClientConstructor(SERVICE, 'T');
+  return new Ctor(`127.0.0.1:${port}`, credentials.createInsecure()) as unknown as TestClient;
+}
+
+function unary(c: TestClient, method: string, msg: Buffer, opts: { md?: Metadata; deadlineMs?: number } = {}): Promise<{ res?: Buffer; err?: ServiceError; trailers?: Metadata }> {
+  return new Promise((resolve) => {
+    let trailers: Metadata | undefined;
+    const call = c[method](msg, opts.md ?? new Metadata(), opts.deadlineMs ? { deadline: Date.now() + opts.deadlineMs } : {}, (err: ServiceError | null, res?: Buffer) => {
+      setImmediate(() => resolve(err ? { err } : { res, trailers }));
+    }) as { on(e: string, f: (s: { metadata: Metadata }) => void): void };
+    call.on('status', (s) => { trailers = s.metadata; });
+  });
+}
+
+/** One raw HTTP/2 request: the reply's headers, body and trailers. */
+function raw(headers: Record<string, string>, body: Buffer): Promise<{ headers: Record<string, unknown>; body: Buffer; trailers: Record<string, unknown> }> {
+  const session: ClientHttp2Session = connect(`http://127.0.0.1:${port}`);
+  return new Promise((resolve, reject) => {
+    const s = session.request({ [constants.HTTP2_HEADER_METHOD]: 'POST', 'content-type': 'application/grpc', te: 'trailers', ...headers });
+    let h: Record<string, unknown> = {};
+    let t: Record<string, unknown> = {};
+    const chunks: Buffer[] = [];
+    s.on('response', (x) => { h = x; });
+    s.on('trailers', (x) => { t = x; });
+    s.on('data', (c: Buffer) => chunks.push(c));
+    s.on('error', () => undefined);
+    s.on('close', () => { session.close(); resolve({ headers: h, body: Buffer.concat(chunks), trailers: t }); });
+    session.on('error', reject);
+    s.end(body);
+  });
+}
+
+const framed = (m: Buffer, flag = 0) => Buffer.concat([Buffer.from([flag]), Buffer.from([0, 0, 0, 0].map((_, i) => (m.length >>> (24 - 8 * i)) & 0xff)), m]);
+
+afterEach(async () => {
+  await transport?.close(200);
+  transport = undefined;
+  aborted.length = 0;
+});
+
+describe('gRPC transport', () => {
+  it('answers a unary call with the message and its trailing metadata, to grpc-js', async () => {
+    await start();
+    const c = grpcClient();
+    const md = new Metadata();
+    md.set('x-tag', 'abc');
+    const r = await unary(c, 'echo', Buffer.from('hi'), { md });
+    expect(r.err).toBeUndefined();
+    expect(r.res?.toString()).toBe('echo:hi');
+    expect(r.trailers?.get('x-seen')).toEqual(['abc']);
+    c.close();
+  });
+
+  it('sends a handler\'s status with its message (percent-encoded on the wire) and metadata', async () => {
+    await start();
+    const c = grpcClient();
+    const r = await unary(c, 'fail', Buffer.from(''));
+    expect(r.err?.code).toBe(status.NOT_FOUND);
+    expect(r.err?.details).toBe('no such thing: ünïcode 100%');
+    expect(r.err?.metadata.get('svc-error-code')).toEqual(['not_found']);
+    c.close();
+    expect(encodeGrpcMessage('a%b\n')).toBe('a%25b%0A');
+  });
+
+  it('ends a call at its deadline with DEADLINE_EXCEEDED and aborts the handler', async () => {
+    await start();
+    const c = grpcClient();
+    const r = await unary(c, 'slow', Buffer.from(''), { deadlineMs: 150 });
+    expect(r.err?.code).toBe(status.DEADLINE_EXCEEDED);
+    await new Promise((res) => setTimeout(res, 100));
+    expect(aborted).toContain('slow');
+    c.close();
+    expect(parseGrpcTimeout('150m')).toBe(150);
+    expect(parseGrpcTimeout('2S')).toBe(2000);
+    expect(parseGrpcTimeout('123456789m')).toBeUndefined();
+  });
+
+  it('aborts the handler when the client cancels', async () => {
+    await start();
+    const c = grpcClient();
+    const call = c.slow(Buffer.from(''), new Metadata(), () => undefined) as { cancel(): void };
+    await new Promise((res) => setTimeout(res, 100));
+    call.cancel();
+    await new Promise((res) => setTimeout(res, 100));
+    expect(aborted).toEqual(['slow']);
+    c.close();
+  });
+
+  it('streams messages, and ends a live stream with UNAVAILABLE when the server shuts down', async () => {
+    await start();
+    const c = grpcClient();
+    const got: string[] = [];
+    const ended = new Promise<ServiceError | undefined>((resolve) => {
+      const call = c.tail(Buffer.from('3'), new Metadata()) as NodeJS.EventEmitter;
+      call.on('data', (b: Buffer) => got.push(b.toString()));
+      call.on('error', (e: ServiceError) => resolve(e));
+      call.on('end', () => resolve(undefined));
+    });
+    while (got.length < 3) await new Promise((res) => setTimeout(res, 10));
+    const closed = transport!.close(2000);
+    const err = await ended;
+    await closed;
+    transport = undefined;
+    expect(got).toEqual(['event 0', 'event 1', 'event 2']);
+    expect(err?.code).toBe(status.UNAVAILABLE);
+    expect(aborted).toEqual(['tail']);
+    c.close();
+  });
+
+  it('refuses an unknown method, a compressed message, a missing or second message, a large message and a non-gRPC body', async () => {
+    await start();
+    const unknown = await raw({ [constants.HTTP2_HEADER_PATH]: '/t.T/Nope' }, framed(Buffer.from('x')));
+    expect(unknown.headers['grpc-status']).toBe(String(status.UNIMPLEMENTED));
+
+    const compressed = await raw({ [constants.HTTP2_HEADER_PATH]: '/t.T/Echo', 'grpc-encoding': 'gzip' }, framed(Buffer.from('x'), 1));
+    expect(compressed.headers['grpc-status']).toBe(String(status.UNIMPLEMENTED));
+    expect(compressed.headers['grpc-accept-encoding']).toBe('identity');
+
+    const none = await raw({ [constants.HTTP2_HEADER_PATH]: '/t.T/Echo' }, Buffer.alloc(0));
+    expect(none.headers['grpc-status']).toBe(String(status.INTERNAL));
+    const two = await raw({ [constants.HTTP2_HEADER_PATH]: '/t.T/Echo' }, Buffer.concat([framed(Buffer.from('a')), framed(Buffer.from('b'))]));
+    expect(two.headers['grpc-status']).toBe(String(status.INTERNAL));
+
+    const large = await raw({ [constants.HTTP2_HEADER_PATH]: '/t.T/Echo' }, framed(Buffer.alloc(5000)));
+    expect(large.headers['grpc-status']).toBe(String(status.RESOURCE_EXHAUSTED));
+
+    const json = await raw({ [constants.HTTP2_HEADER_PATH]: '/t.T/Echo', 'content-type': 'application/json' }, Buffer.from('{}'));
+    expect(json.headers[constants.HTTP2_HEADER_STATUS]).toBe(415);
+
+    // And the transport still answers properly afterwards.
+    const ok = await raw({ [constants.HTTP2_HEADER_PATH]: '/t.T/Echo' }, framed(Buffer.from('z')));
+    expect(ok.body.subarray(5).toString()).toBe('echo:z');
+    expect(ok.trailers['grpc-status']).toBe('0');
+  });
+});
