@@ -23,8 +23,14 @@ export interface OpenOptions {
   insecure?: boolean;
   limits?: Partial<Limits>;
   snapshotDir?: string;
-  /** Worker threads for dense searches (default 0: on the calling thread; `svc serve` uses one per core). */
+  /** Worker threads for dense searches (default 0: on the calling thread; SVC_SEARCH_WORKERS for `svc serve`). */
   searchWorkers?: number;
+  /**
+   * Whether a search right after a bulk load (more new points than the graph absorbs in place) waits
+   * for the background graph build rather than scanning the new points exactly. Default true; the
+   * server roles pass false so that their reads never wait unless they ask for `consistency: 'strong'`.
+   */
+  waitForBulkBuild?: boolean;
   /** Server-side embedding and reranking per collection (the `[embedding.<c>]` / `[rerank.<c>]` tables). */
   providers?: ProvidersOptions;
 }
@@ -79,6 +85,7 @@ export async function openDatabase(options: OpenOptions): Promise<Database> {
     embedders,
     rerankers,
     searchWorkers: options.searchWorkers,
+    waitForBulkBuild: options.waitForBulkBuild,
   });
   try {
     await checkProviderDims(db, embedders);

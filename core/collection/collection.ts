@@ -101,7 +101,7 @@ export class Collection {
   }
 
   /** Current: the graph holds every live slot and no tombstone the rebuild has not accounted for. */
-  private isCurrent(): boolean {
+  isCurrent(): boolean {
     if (this.spec.index === 'flat') return true;
     return !this.stale && this.indexedUpTo >= this.store.count;
   }
@@ -210,6 +210,11 @@ export class Collection {
     const tail = this.store.count - this.indexedUpTo;
     if (this.stale || (tail > this.absorbMax() && this.live.count > 0)) void this.rebuild();
     else this.scheduleAbsorb();
+  }
+
+  /** Whether more new points wait for the graph than it absorbs in place (a bulk load): a rebuild's job. */
+  bulkTailPending(): boolean {
+    return this.spec.index !== 'flat' && this.store.count - this.indexedUpTo > this.absorbMax() && this.live.count > 0;
   }
 
   /** Resolves when the graph holds every write applied before the call (consistency: strong). */

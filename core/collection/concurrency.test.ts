@@ -201,3 +201,57 @@ describe('concurrent operations', () => {
     await db.close();
   });
 });
+
+describe('an eventual read right after a bulk load', () => {
+  /** A collection with a graph, then a bulk load of 30 points: more than the 20 it absorbs in place. */
+  async function loaded(waitForBulkBuild?: boolean) {
+    const fs = new FaultyFileSystem(18);
+    fs.yieldEachOp = false;
+    const gate = gatedBuilder();
+    const db = await openOn(fs, { buildIndex: gate.build, absorbMax: 20, ...(waitForBulkBuild === undefined ? {} : { waitForBulkBuild }) });
+    await db.createCollection({ name: 'c', dim: 2, metric: 'l2', index: 'hnsw' });
+    await db.upsert('c', { points: [{ id: 'first', vector: [9, 9] }] });
+    await db.search('c', { vector: [0, 0], k: 1, consistency: 'strong' });
+    await db.bulkUpsert('c', { points: Array.from({ length: 30 }, (_, i) => ({ id: `p${i}`, vector: [i + 1, 0] })) });
+    return { db, gate };
+  }
+
+  it('waits for the graph that holds the load in the embedded API (the default)', async () => {
+    const { db, gate } = await loaded();
+    let answered = false;
+    const search = db.search('c', { vector: [0, 0], k: 2 }).then((r) => { answered = true; return r; });
+    await ticks(10);
+    expect(gate.started()).toBe(1);
+    expect(answered).toBe(false);
+    expect((await db.collectionInfo('c')).index_state).toBe('stale');
+    gate.release();
+    expect((await search).hits.map((h) => h.id)).toEqual(['p0', 'p1']);
+    expect((await db.collectionInfo('c')).index_state).toBe('current');
+    await db.close();
+  });
+
+  it('is answered at once, from the prior graph and an exact scan of the load, when the opener says not to wait (the server roles)', async () => {
+    const { db, gate } = await loaded(false);
+    const r = await db.search('c', { vector: [0, 0], k: 2 });
+    expect(r.hits.map((h) => h.id)).toEqual(['p0', 'p1']);
+    expect(gate.started()).toBe(1);
+    expect((await db.collectionInfo('c')).index_state).toBe('stale');
+    gate.release();
+    await db.close();
+  });
+
+  it('does not wait when only a delete made the graph stale: it is searched with the point filtered out', async () => {
+    const { db, gate } = await loaded();
+    const built = db.search('c', { vector: [0, 0], k: 1, consistency: 'strong' });
+    await ticks(5);
+    gate.release();
+    await built;
+    expect((await db.collectionInfo('c')).index_state).toBe('current');
+    await db.delete('c', 'p0');
+    const r = await db.search('c', { vector: [0, 0], k: 2 });
+    expect(r.hits.map((h) => h.id)).toEqual(['p1', 'p2']);
+    expect((await db.collectionInfo('c')).index_state).toBe('stale');
+    gate.release();
+    await db.close();
+  });
+});

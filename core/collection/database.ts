@@ -42,6 +42,8 @@ export interface DatabaseOptions {
   seed?: number;
   /** How graphs are rebuilt: in a worker thread (default) or inline (tests of the state machine). */
   buildIndex?: IndexBuilder;
+  /** Longest unindexed tail inserted in place on the main thread; longer ones are a rebuild's (default 5,000). */
+  absorbMax?: number;
   /** Dirty points that trigger a checkpoint of a collection into a segment. */
   checkpointPoints?: number;
   /** Delta segments a collection may have before a checkpoint compacts them into one. */
@@ -55,6 +57,14 @@ export interface DatabaseOptions {
    * default, searches on the calling thread (the embedded API); `svc serve` uses one per core.
    */
   searchWorkers?: number;
+  /**
+   * Whether an eventual read of a collection with a bulk load not yet in its graph (an unindexed tail
+   * longer than absorbMax) waits for the build rather than scanning the new points exactly (default
+   * true: the embedded API, where the spec has in-process searches rebuild synchronously, and where a
+   * search right after loading should run at graph speed). `svc serve` and `svc mcp` pass false: a
+   * server read never waits unless it asks for `consistency: 'strong'`. Reads see every write either way.
+   */
+  waitForBulkBuild?: boolean;
   /** Collections with fewer live points than this are searched on the calling thread (default 2000). */
   searchPoolMinPoints?: number;
   /**
@@ -94,6 +104,7 @@ export class Database {
   private closed = false;
   private readonly ready: Promise<void>;
   private readonly pool: SearchPool | null;
+  private readonly waitForBulkBuild: boolean;
   private lastDenseAt = -Infinity;
 
   private constructor(dir: DataDir, opts: DatabaseOptions) {
@@ -103,6 +114,7 @@ export class Database {
     this.clock = opts.clock ?? systemClock;
     this.log = opts.log ?? (() => undefined);
     this.ready = Promise.resolve();
+    this.waitForBulkBuild = opts.waitForBulkBuild ?? true;
     const workers = opts.searchWorkers ?? 0;
     if (!Number.isInteger(workers) || workers < 0) throw invalidArgument(`searchWorkers must be a non-negative integer, got ${workers}`);
     this.pool = workers > 0 ? new SearchPool({ workers }) : null;
@@ -159,6 +171,7 @@ export class Database {
       clock: this.clock,
       seed: this.opts.seed ?? 0x5eed,
       buildIndex: this.opts.buildIndex ?? buildIndexInWorker,
+      ...(this.opts.absorbMax !== undefined ? { absorbMax: this.opts.absorbMax } : {}),
       onIndexError: (e) => this.log('error', 'index build failed; the prior index stays in use', {
         collection: spec.name, error: e instanceof Error ? e.message : String(e),
       }),
@@ -382,8 +395,9 @@ export class Database {
     const withVector = parseBool(q.with_vector, 'with_vector', false);
     const consistency = parseConsistency(q.consistency);
     // The common path stays synchronous: no promise hop for an eventual read answered in this thread.
-    if (consistency === 'strong') await col.settle();
-    else col.onRead();
+    if (consistency === 'strong' || (this.waitForBulkBuild && col.bulkTailPending())) {
+      if (!col.isCurrent()) await col.settle();
+    } else col.onRead();
     const r = this.pool === null ? col.searchDense(vector, k, ef, filter) : await this.searchDense(col, vector, k, ef, filter);
     return { hits: this.denseHits(col, r, withPayload, withVector) };
   }
@@ -408,8 +422,9 @@ export class Database {
   }
 
   private async beforeRead(col: Collection, consistency: 'eventual' | 'strong'): Promise<void> {
-    if (consistency === 'strong') await col.settle();
-    else col.onRead();
+    if (consistency === 'strong' || (this.waitForBulkBuild && col.bulkTailPending())) {
+      if (!col.isCurrent()) await col.settle();
+    } else col.onRead();
   }
 
   private denseHits(col: Collection, r: SearchResult, withPayload: boolean, withVector: boolean): Hit[] {

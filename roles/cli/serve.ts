@@ -84,6 +84,8 @@ async function openAndServe(
     ...(config.snapshotDir !== null ? { snapshotDir: config.snapshotDir } : {}),
     providers,
     searchWorkers: config.searchWorkers,
+    // Server reads never wait for a rebuild unless they ask for strong (the spec's freshness states).
+    waitForBulkBuild: false,
   });
   const engine: EngineApi = db;
   const fileSink = config.auditLog !== null ? new FileAuditSink(config.auditLog) : null;

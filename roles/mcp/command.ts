@@ -97,6 +97,8 @@ registerCommand('mcp', {
         limits: config.limits,
         ...(config.snapshotDir !== null ? { snapshotDir: config.snapshotDir } : {}),
         providers: providersFromConfig(config, env),
+        // A server role: reads never wait for a rebuild unless a tool call asks for strong, as over REST and gRPC.
+        waitForBulkBuild: false,
       });
     } catch (e) {
       log.error({ err: (e as Error).message, code: (e as { code?: string }).code }, 'svc mcp failed to open the data directory');
