@@ -111,7 +111,7 @@ for (const sel of SELS) {
   const tCount = time(() => bits.count());
   const plan = planFilteredSearch({ matches, live: N, k: K, ef: EF }, { efMax: 4096 });
   const wideEf = widenedEf(matches / N, K, EF, 4096, DEFAULT_PLANNER_OPTIONS.efWidenExponent);
-  const mk = (mode: 'exact' | 'graph', ef: number): DensePlan => ({ mode, bits, k: K, ef, want: Math.min(K, matches), indexedUpTo: N, count: N });
+  const mk = (mode: 'exact' | 'graph', ef: number): DensePlan => ({ mode, bits, acceptAll: false, k: K, ef, want: Math.min(K, matches), indexedUpTo: N, count: N });
   const truth = Array.from({ length: NQ }, (_, i) => runDensePlan(store, 'l2', graph, q(i), mk('exact', 0)));
   const tExact = time((i) => runDensePlan(store, 'l2', graph, q(i), mk('exact', 0)));
   const slots = Int32Array.from(bits);
@@ -133,7 +133,7 @@ for (const sel of SELS) {
     const b = pidx.match(filter, live);
     const m = b.count();
     const p = planFilteredSearch({ matches: m, live: N, k: K, ef: EF }, { efMax: 4096 });
-    const dp: DensePlan = { mode: p.kind === 'exact' ? 'exact' : 'graph', bits: b, k: K, ef: p.kind === 'hnsw' ? p.ef : 0, want: Math.min(K, m), indexedUpTo: N, count: N };
+    const dp: DensePlan = { mode: p.kind === 'exact' ? 'exact' : 'graph', bits: b, acceptAll: false, k: K, ef: p.kind === 'hnsw' ? p.ef : 0, want: Math.min(K, m), indexedUpTo: N, count: N };
     return runDensePlan(store, 'l2', graph, q(i), dp);
   });
   console.log(`| ${sel * 100}% | ${matches} | ${f3(tMatch)} | ${f3(tCount)} | ${plan.kind} | ${wideEf} | ${f3(tExact)} | ${f3(tSlots)} | ${f3(tWide)}, ${rWide.toFixed(4)} | ${f3(tPlain)}, ${rPlain.toFixed(4)} | ${f3(tEnd)} (${Math.round(1000 / tEnd)}) |`);

@@ -42,6 +42,10 @@ export function summarise(r: RunResults): Record<string, number | string | null>
   }
   const ratios = (r.server?.ratios_at_recall_095 ?? {}) as Record<string, number | null>;
   for (const k of ['svc_REST_vs_pgvector_x8', 'svc_gRPC_vs_pgvector_x8']) if (k in ratios) s[`server QPS at recall 0.95, 8 clients: ${k}`] = ratios[k];
+  const native = (r.server?.ratios_native_clients_at_recall_095 ?? {}) as Record<string, number | null>;
+  for (const k of ['svc_REST_vs_pgvector_native_clients_x8', 'svc_gRPC_vs_pgvector_native_clients_x8']) {
+    if (k in native) s[`server QPS at recall 0.95, 8 clients (h2load / pgbench): ${k}`] = native[k];
+  }
   for (const f of r.filtered) {
     const svc = f.peers.find((p) => p.name === 'svc');
     if (svc && svc.rows.length) {

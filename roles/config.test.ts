@@ -2,7 +2,8 @@ import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { ConfigError, loadConfig } from './config.js';
+import { availableParallelism } from 'node:os';
+import { autoSearchWorkers, ConfigError, loadConfig } from './config.js';
 
 const KEY = 'ab'.repeat(32);
 const base = { SVC_API_KEYS: 's1', SVC_ENCRYPTION_KEY: KEY };
@@ -41,6 +42,16 @@ describe('config', () => {
     const e = loadConfig({ ...base, SVC_REST_ADDR: '127.0.0.1:7001', SVC_MAX_K: '60' }, { cwd });
     expect([e.restAddr.port, e.limits.maxK]).toEqual([7001, 60]);
     expect(Object.isFrozen(e) && Object.isFrozen(e.limits) && Object.isFrozen(e.apiKeys[0])).toBe(true);
+  });
+
+  it('search workers: none by default, auto (cores - 1, at most 4, none on 2 cores), a count, or a refusal', () => {
+    expect([1, 2, 3, 4, 8, 64].map(autoSearchWorkers)).toEqual([0, 0, 2, 3, 4, 4]);
+    expect(loadConfig(base, { cwd: dir() }).searchWorkers).toBe(0);
+    expect(loadConfig({ ...base, SVC_SEARCH_WORKERS: 'auto' }, { cwd: dir() }).searchWorkers).toBe(autoSearchWorkers(availableParallelism()));
+    expect(loadConfig({ ...base, SVC_SEARCH_WORKERS: '1' }, { cwd: dir() }).searchWorkers).toBe(1);
+    expect(loadConfig({ ...base, SVC_SEARCH_WORKERS: '0' }, { cwd: dir() }).searchWorkers).toBe(0);
+    expect(refusal({ ...base, SVC_SEARCH_WORKERS: '9' })).toBe('SVC_SEARCH_WORKERS');
+    expect(refusal({ ...base, SVC_SEARCH_WORKERS: 'many' })).toBe('SVC_SEARCH_WORKERS');
   });
 
   it('reads [[api_keys]], provider tables and names env keys env:<i>', () => {

@@ -46,9 +46,12 @@ export interface SvcConfig {
   readonly limits: Limits;
   readonly rateLimit: { requestsPerSecond: number; burst: number };
   /**
-   * SVC_SEARCH_WORKERS: threads running dense searches (0: on the event loop, the default). The pool
-   * (core/collection/search-pool.ts) cut the main thread's time per search 2-3x, but on the shared 2-core
-   * bench box the server's QPS fell with it (thread hand-offs), so it is opt-in until measured otherwise.
+   * SVC_SEARCH_WORKERS: threads running dense searches over the shared vectors (core/collection/
+   * search-pool.ts); 0, the default, runs them on the event loop; `auto` is one per core but one, at
+   * most 4 (none on two cores). Opt-in because of what bench/suites/server.ts measured on the 2-core
+   * box: with a native load generator (h2load) and 8 clients two workers raised REST QPS by 5-30%, but
+   * a lone client's searches went to a worker too (0.25 -> 0.66 ms), and with a Node.js client on the
+   * same two cores QPS fell by about 20% (client, event loop and workers contend).
    */
   readonly searchWorkers: number;
   readonly embedding: Readonly<Record<string, ProviderTable>>;
@@ -59,8 +62,13 @@ export interface SvcConfig {
   readonly warnings: readonly string[];
 }
 
-/** SVC_SEARCH_WORKERS=auto: one search worker per core, at most this many. */
+/** SVC_SEARCH_WORKERS=auto: one search worker per core but the event loop's, at most this many. */
 const SEARCH_WORKERS_MAX = 4;
+
+/** SVC_SEARCH_WORKERS=auto: cores - 1 workers up to SEARCH_WORKERS_MAX, none on 2 cores or fewer. */
+export function autoSearchWorkers(cores: number): number {
+  return cores <= 2 ? 0 : Math.min(SEARCH_WORKERS_MAX, cores - 1);
+}
 /** Most search workers: with the main thread and up to 4 build workers they fit a store's 16 scratch lanes. */
 const SEARCH_WORKERS_LIMIT = 8;
 
@@ -133,7 +141,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, op
 
   const workersVar = get('SVC_SEARCH_WORKERS');
   const searchWorkers = workersVar === undefined ? 0 : workersVar.trim() === 'auto'
-    ? Math.min(SEARCH_WORKERS_MAX, availableParallelism()) : parseInteger('SVC_SEARCH_WORKERS', workersVar, 0);
+    ? autoSearchWorkers(availableParallelism()) : parseInteger('SVC_SEARCH_WORKERS', workersVar, 0);
   if (searchWorkers > SEARCH_WORKERS_LIMIT) {
     throw new ConfigError('SVC_SEARCH_WORKERS', `${searchWorkers} is more than ${SEARCH_WORKERS_LIMIT}. Fix: about one per core, or auto (0 searches on the event loop)`);
   }

@@ -24,7 +24,8 @@ export interface SvcServer {
   stop(): Promise<void>;
 }
 
-export async function startSvc(): Promise<SvcServer> {
+/** `svc serve` on free ports; `env` adds variables (SVC_SEARCH_WORKERS, say). */
+export async function startSvc(env: Record<string, string> = {}): Promise<SvcServer> {
   const dir = mkdtempSync(join(tmpdir(), 'svc-bench-server-'));
   const restPort = await freePort();
   const grpcPort = await freePort();
@@ -32,7 +33,7 @@ export async function startSvc(): Promise<SvcServer> {
     cwd: ROOT_DIR,
     env: {
       PATH: process.env.PATH, SVC_API_KEYS: BENCH_API_KEY, SVC_ENCRYPTION_KEY: BENCH_MASTER_KEY, SVC_DATA_DIR: join(dir, 'data'),
-      SVC_REST_ADDR: `127.0.0.1:${restPort}`, SVC_GRPC_ADDR: `127.0.0.1:${grpcPort}`, RUST_LOG: 'warn',
+      SVC_REST_ADDR: `127.0.0.1:${restPort}`, SVC_GRPC_ADDR: `127.0.0.1:${grpcPort}`, RUST_LOG: 'warn', ...env,
     },
     stdio: ['ignore', 'ignore', 'pipe'],
   });

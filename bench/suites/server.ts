@@ -11,6 +11,8 @@
  * measured twice: with a lean client (node:http2 and the generated codec of proto/svc.proto: the wire
  * protocol and nothing else, the analogue of pg for PostgreSQL) and with @grpc/grpc-js's own client,
  * whose per-call work costs about as much CPU as the server's and so is reported on its own row.
+ * Then both servers again under native load generators (h2load for svc, pgbench for pgvector, one
+ * fixed query): on this box a Node.js client takes most of a core, and these take little.
  */
 import { connect, constants, type ClientHttp2Session } from 'node:http2';
 import { connect as netConnect } from 'node:net';
@@ -18,10 +20,11 @@ import * as grpcJs from '@grpc/grpc-js';
 import pg from 'pg';
 import { Pool } from 'undici';
 import { mnist, random, recallAt, row, type Dataset } from '../lib/data.js';
-import { BENCH_API_KEY, startSvc } from '../lib/server-proc.js';
+import { BENCH_API_KEY, startSvc, type SvcServer } from '../lib/server-proc.js';
 import { SearchRequest, SearchResponse, SvcService } from '../../proto/gen/svc.js';
 import { closedLoop, round } from '../lib/stats.js';
-import { loadPgvector, nativePgvectorProblem, pgSearchSql, startPostgres, vecLiteral } from '../peers/pgvector.js';
+import { h2load, pgbench, tool, type NativeLoadResult } from '../lib/native-load.js';
+import { loadPgvector, nativePgvectorProblem, pgOps, pgSearchSql, startPostgres, vecLiteral } from '../peers/pgvector.js';
 import { b64 } from '../peers/svc.js';
 import type { Mode } from '../run.js';
 
@@ -159,11 +162,14 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
   const levels = [1, 8, 32];
   const out: Record<string, unknown> = { dataset: d.name, queries: d.nq, k: d.k, seconds_per_level: seconds, target_recall: TARGET };
   const rows: Record<string, unknown>[] = [];
+  /** The same servers under native load generators (bench/lib/native-load.ts): one fixed query. */
+  const nativeRows: (Record<string, unknown> & NativeLoadResult)[] = [];
   const ids = (hits: { id: string }[]) => Int32Array.from(hits, (h) => Number(h.id));
 
   if (peers.includes('svc')) {
-    const srv = await startSvc();
-    try {
+    const path = '/v1/collections/b/query';
+    const query = (q: Float32Array, ef: number) => ({ vector: Array.from(q), k: d.k, ef_search: ef, with_payload: false });
+    const load = async (srv: SvcServer) => {
       await srv.call('POST', '/v1/collections', { name: 'b', dim: d.dim, metric: d.metric, index_params: { m: 16, ef_construction: 200 } });
       // About 8 MB of base64 a request, well under SVC_MAX_REQUEST_BODY_BYTES (32 MiB) at any dim.
       const chunk = Math.max(1, Math.floor(6_000_000 / (d.dim * 4)));
@@ -171,13 +177,40 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
         const points = Array.from({ length: Math.min(chunk, d.n - i) }, (_, j) => ({ id: String(i + j), vector_b64: b64(row(d.base, d.dim, i + j)) }));
         await srv.call('POST', '/v1/collections/b/points:bulk', { points });
       }
-      await srv.call('POST', '/v1/collections/b/query', { vector: Array.from(row(d.queries, d.dim, 0)), k: 1, consistency: 'strong' });
-      const query = (q: Float32Array, ef: number) => ({ vector: Array.from(q), k: d.k, ef_search: ef, with_payload: false });
-      const path = '/v1/collections/b/query';
+      await srv.call('POST', path, { vector: Array.from(row(d.queries, d.dim, 0)), k: 1, consistency: 'strong' });
+    };
+    /** h2load against svc's REST and gRPC ports: one fixed query (the first), at every level. */
+    const nativeSvc = async (srv: SvcServer, threads: string, ef: number, recall: number) => {
+      const q0 = row(d.queries, d.dim, 0);
+      const auth = { authorization: `Bearer ${BENCH_API_KEY}` };
+      const grpcBody = encodeSearch({ collection: 'b', vector: q0, k: d.k, ef_search: ef, with_payload: false, filter: undefined });
+      const framed = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), grpcBody]);
+      framed.writeUInt32BE(grpcBody.length, 1);
+      for (const clients of levels) {
+        const rest = await h2load({
+          url: `${srv.rest}${path}`, body: Buffer.from(JSON.stringify(query(q0, ef))), http1: true, clients, seconds,
+          headers: { ...auth, 'content-type': 'application/json' },
+        });
+        nativeRows.push({ engine: 'svc', protocol: `REST (h2load --h1, ${clients} connections; searches on: ${threads})`, ef, recall, ...rest });
+        const grpc = await h2load({
+          url: `http://${srv.grpcAddr}${SvcService.search.path}`, body: framed, http1: false, clients, seconds,
+          headers: { ...auth, 'content-type': 'application/grpc', te: 'trailers' },
+        });
+        nativeRows.push({ engine: 'svc', protocol: `gRPC (h2load, ${clients} HTTP/2 connections; searches on: ${threads})`, ef, recall, ...grpc });
+        log(`  server: svc (searches on: ${threads}) native clients x${clients}: REST ${rest.qps} QPS (mean ${rest.mean_ms} ms), gRPC ${grpc.qps} QPS (mean ${grpc.mean_ms} ms)`);
+      }
+    };
+    let svcEf = 0;
+    let svcRecall = 0;
+    const srv = await startSvc();
+    try {
+      await load(srv);
       const setupPool = new Pool(srv.rest, { connections: 1 });
       const { ef, recall } = await pickEf(d, async (q, e) => ids((await restSearchOver(setupPool, path, query(q, e))).hits));
       await setupPool.close();
       log(`  server: svc ef ${ef} gives recall ${recall}`);
+      svcEf = ef;
+      svcRecall = recall;
       const qOf = (c: number, i: number) => row(d.queries, d.dim, (c * 7919 + i) % d.nq);
       for (const clients of levels) {
         const pool = new Pool(srv.rest, { connections: clients, pipelining: 1 });
@@ -204,11 +237,26 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
           log(`  server: svc gRPC (${clientName}) x${clients}: ${r.qps} QPS p50 ${r.p50_ms} p99 ${r.p99_ms} ms`);
         }
       }
+      if (tool('h2load') === null) out.native_svc_skipped = 'h2load is not installed (Debian: nghttp2-client)';
+      else await nativeSvc(srv, 'event loop', ef, recall);
     } catch (e) {
       out.svc_error = (e as Error).message;
       log(`  server: svc failed: ${out.svc_error}`);
     } finally {
       await srv.stop();
+    }
+    if (tool('h2load') !== null && out.svc_error === undefined) {
+      // The same server with two search workers: on this box only a native client leaves them a core.
+      const srv2 = await startSvc({ SVC_SEARCH_WORKERS: '2' });
+      try {
+        await load(srv2);
+        await nativeSvc(srv2, '2 search workers', svcEf, svcRecall);
+      } catch (e) {
+        out.svc_workers_error = (e as Error).message;
+        log(`  server: svc with search workers failed: ${out.svc_workers_error}`);
+      } finally {
+        await srv2.stop();
+      }
     }
   }
 
@@ -239,6 +287,16 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
           rows.push({ engine: 'pgvector', protocol: `PostgreSQL wire (pg, prepared, ${clients} connections)`, ef, recall, ...r });
           log(`  server: pgvector x${clients}: ${r.qps} QPS p50 ${r.p50_ms} p99 ${r.p99_ms} ms`);
         }
+        if (tool('pgbench') === null) out.native_pgvector_skipped = 'pgbench is not installed';
+        else {
+          // The same one query as h2load sends svc, as a literal in a prepared statement.
+          const sql = `SELECT id FROM b ORDER BY embedding ${pgOps(d.metric).op} '${vecLiteral(row(d.queries, d.dim, 0))}' LIMIT ${d.k}`;
+          for (const clients of levels) {
+            const r = await pgbench({ port: cluster.port, sql, clients, seconds, options: `-c hnsw.ef_search=${ef}` });
+            nativeRows.push({ engine: 'pgvector', protocol: `PostgreSQL wire (pgbench, prepared, ${clients} connections)`, ef, recall, ...r });
+            log(`  server: pgvector pgbench x${clients}: ${r.qps} QPS (mean ${r.mean_ms} ms)`);
+          }
+        }
       } finally {
         await cluster.stop();
       }
@@ -256,5 +314,17 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
     }
   }
   out.ratios_at_recall_095 = ratios;
+  out.native_rows = nativeRows;
+  const nativeQps = (engine: string, proto: string, clients: number) =>
+    nativeRows.find((r) => r.engine === engine && String(r.protocol).startsWith(proto) && r.clients === clients)?.qps;
+  const nativeRatios: Record<string, number | null> = {};
+  for (const clients of levels) {
+    const pgq = nativeQps('pgvector', 'PostgreSQL', clients);
+    for (const name of ['REST', 'gRPC']) {
+      const sq = nativeQps('svc', name, clients);
+      nativeRatios[`svc_${name}_vs_pgvector_native_clients_x${clients}`] = sq && pgq ? round(sq / pgq, 2) : null;
+    }
+  }
+  out.ratios_native_clients_at_recall_095 = nativeRatios;
   return out;
 }

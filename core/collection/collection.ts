@@ -378,7 +378,9 @@ export class Collection {
     const { bits, count } = this.matching(filter);
     if (count === 0 || k === 0) return null;
     const want = Math.min(k, count);
-    const base = { bits, k, want, indexedUpTo: this.indexedUpTo, count: this.store.count };
+    // Every slot below count is an answer: no filter, no tombstone, no multi-vector head set.
+    const acceptAll = filter === undefined && !this.spec.multivector && this.live.count === this.store.count;
+    const base = { bits, acceptAll, k, want, indexedUpTo: this.indexedUpTo, count: this.store.count };
     if (this.graph === null || this.spec.index === 'flat') return { ...base, mode: 'exact', ef: 0 };
     let graphEf = Math.max(ef, k);
     if (filter !== undefined) {

@@ -14,6 +14,11 @@ export interface DensePlan {
   mode: 'exact' | 'graph';
   /** The accept set: live slots (or the filter's matches among them) when the plan was made. */
   bits: Bitset;
+  /**
+   * Every slot below `count` is in `bits` (no filter, no tombstone): the graph needs no per-node test
+   * but its bound, and a search worker is not sent the bitset.
+   */
+  acceptAll: boolean;
   k: number;
   /** The beam for a graph plan (already widened by the planner for a filter). */
   ef: number;
@@ -47,10 +52,12 @@ export function runDensePlan(store: VectorStore, kind: DistanceKind, graph: Hnsw
   const cap = bits.capacity;
   const accept = (s: number): boolean => s < cap && (words[s >>> 5] & (1 << (s & 31))) !== 0;
   // The accept set is the candidate set: the scan walks its words directly (no per-slot callback).
-  const exact = (): SearchResult => flatSearch(store, store.kernel, query, k, kind, bits);
+  const exact = (): SearchResult => (plan.acceptAll
+    ? flatSearch(store, store.kernel, query, k, kind, undefined, (s) => s < plan.count)
+    : flatSearch(store, store.kernel, query, k, kind, bits));
   if (plan.mode === 'exact' || graph === null) return exact();
-  const fromGraph = graph.search(query, k, plan.ef, (s) => s < indexedUpTo && accept(s));
-  const tailSlots = bitsIn(bits, indexedUpTo, plan.count);
+  const fromGraph = graph.search(query, k, plan.ef, plan.acceptAll ? (s) => s < indexedUpTo : (s) => s < indexedUpTo && accept(s));
+  const tailSlots = plan.acceptAll ? Int32Array.from({ length: Math.max(0, plan.count - indexedUpTo) }, (_, i) => indexedUpTo + i) : bitsIn(bits, indexedUpTo, plan.count);
   const fromTail = tailSlots.length === 0 ? EMPTY : flatSearch(store, store.kernel, query, k, kind, tailSlots);
   const merged = mergeResults(fromGraph, fromTail, k);
   return merged.slots.length < plan.want ? exact() : merged;

@@ -49,7 +49,7 @@ function handle(msg: PoolMessage): void {
     const bits = new Bitset(msg.cap, new Uint32Array(msg.buf, wordsAt, (msg.cap + 31) >>> 5));
     if (v.graph !== null) v.graph.adoptTop(msg.entry, msg.maxLevel, msg.size);
     const r = runDensePlan(v.store, msg.kind, v.graph, f32, {
-      mode: msg.mode, bits, k: msg.k, ef: msg.ef, want: msg.want, indexedUpTo: msg.indexedUpTo, count: msg.count,
+      mode: msg.mode, bits, acceptAll: msg.acceptAll, k: msg.k, ef: msg.ef, want: msg.want, indexedUpTo: msg.indexedUpTo, count: msg.count,
     });
     const outAt = wordsAt + ((msg.cap + 31) >>> 5) * 4;
     new Int32Array(msg.buf, outAt, r.slots.length).set(r.slots);

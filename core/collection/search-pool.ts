@@ -35,7 +35,9 @@ export type PoolMessage =
       kind: DistanceKind;
       /** [query: dim f32][accept words: ceil(cap/32) u32][result slots: k i32][result dists: k f32] */
       buf: SharedArrayBuffer;
+      /** Bits in the accept set (0 when acceptAll: none are sent). */
       cap: number;
+      acceptAll: boolean;
       mode: DensePlan['mode'];
       k: number;
       ef: number;
@@ -150,19 +152,20 @@ export class SearchPool {
       return Promise.resolve(runHere());
     }
     const dim = col.store.dim;
-    const cap = plan.bits.capacity;
+    // Accept-all plans send no bitset: copying a million-slot live set would cost more than the search.
+    const cap = plan.acceptAll ? 0 : plan.bits.capacity;
     const nWords = (cap + 31) >>> 5;
     const wordsAt = dim * 4;
     const outAt = wordsAt + nWords * 4;
     const buf = this.take(outAt + plan.k * 8);
     new Float32Array(buf, 0, dim).set(query.subarray(0, dim));
-    new Uint32Array(buf, wordsAt, nWords).set(plan.bits.words.subarray(0, nWords));
+    if (nWords > 0) new Uint32Array(buf, wordsAt, nWords).set(plan.bits.words.subarray(0, nWords));
     this.publish(w, col);
     const graph = col.searchGraph;
     const top = graph === null ? { entry: -1, maxLevel: -1, size: 0 } : graph.serialize();
     const id = this.nextId++;
     const msg: PoolMessage = {
-      t: 'search', id, uid: col.uid, kind: col.kind, buf, cap, mode: plan.mode, k: plan.k, ef: plan.ef, want: plan.want,
+      t: 'search', id, uid: col.uid, kind: col.kind, buf, cap, acceptAll: plan.acceptAll, mode: plan.mode, k: plan.k, ef: plan.ef, want: plan.want,
       indexedUpTo: plan.indexedUpTo, count: plan.count, entry: top.entry, maxLevel: top.maxLevel, size: top.size,
     };
     this.counters.dispatched++;

@@ -12,6 +12,7 @@ import {
   constants, createSecureServer, createServer,
   type Http2SecureServer, type Http2Server, type IncomingHttpHeaders, type SecureServerOptions, type ServerHttp2Session, type ServerHttp2Stream,
 } from 'node:http2';
+import type { Socket } from 'node:net';
 
 /** gRPC status codes the transport itself sends (the service's come from status.ts). */
 export const GRPC_CODE = {
@@ -131,6 +132,8 @@ export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
     session.on('connect', () => session.setLocalWindowSize(1 << 24));
   });
   server.on('sessionError', () => undefined);
+  // A reply's frames go out at once: without this, Nagle holds a small reply behind the peer's ACK.
+  server.on('connection', (socket: Socket) => socket.setNoDelay(true));
   server.on('stream', onStream);
 
   function onStream(stream: ServerHttp2Stream, headers: IncomingHttpHeaders): void {

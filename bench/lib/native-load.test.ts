@@ -1,0 +1,43 @@
+import { describe, expect, it } from 'vitest';
+import { parseH2load, parsePgbench } from './native-load.js';
+
+// Outputs as h2load 1.52 (nghttp2-client, Debian bookworm) and pgbench 15 print them.
+const H2LOAD = `finished in 2.00s, 22488.00 req/s, 2.66MB/s
+requests: 22488 total, 22488 started, 22488 done, 22480 succeeded, 3 failed, 5 errored, 0 timeout
+status codes: 22470 2xx, 0 3xx, 10 4xx, 0 5xx
+traffic: 2.66MB (2788512) total, 3.37MB (3535332) headers (space savings 0.00%), 79.37KB (81272) data
+                     min         max         mean         sd        +/- sd
+time for request:       20us      1.71ms        88us        42us    91.94%
+time for connect:        0us         0us         0us         0us     0.00%
+`;
+
+const PGBENCH = `pgbench (15.20 (Debian 15.20-0+deb12u1))
+transaction type: /tmp/svc-pgbench-x/q.sql
+scaling factor: 1
+query mode: prepared
+number of clients: 8
+number of threads: 1
+maximum number of tries: 1
+duration: 2 s
+number of transactions actually processed: 16766
+number of failed transactions: 2 (0.012%)
+latency average = 0.954 ms
+initial connection time = 12.345 ms
+tps = 8383.123456 (without initial connection time)
+`;
+
+describe('native load generator output', () => {
+  it('reads h2load: rate, mean latency in any unit, answered requests, and every failure', () => {
+    expect(parseH2load(H2LOAD, 8)).toEqual({ clients: 8, qps: 22488, mean_ms: 0.088, requests: 22480, errors: 10 + 3 + 5 });
+    expect(parseH2load(H2LOAD.replace('88us', '1.25ms'), 8).mean_ms).toBe(1.25);
+  });
+
+  it('reads pgbench: tps without connection time, mean latency, transactions and failures', () => {
+    expect(parsePgbench(PGBENCH, 8)).toEqual({ clients: 8, qps: 8383, mean_ms: 0.954, requests: 16766, errors: 2 });
+  });
+
+  it('refuses output it does not understand rather than reporting zeros', () => {
+    expect(() => parseH2load('connect error', 1)).toThrow(/h2load output/);
+    expect(() => parsePgbench('FATAL: role does not exist', 1)).toThrow(/pgbench output/);
+  });
+});
