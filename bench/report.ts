@@ -89,7 +89,7 @@ export function toMarkdown(r: RunResults): string {
     L.push('');
   }
   for (const a of r.ann) {
-    L.push(`## ${a.dataset}: recall@${a.k} vs QPS (${a.metric}, ${a.queries} queries, one thread, best of ${a.passes})`, '');
+    L.push(`## ${a.dataset}: recall@${a.k} vs QPS (${a.metric}, ${a.queries} queries, one thread, each 25-query chunk at its fastest of ${a.passes} passes)`, '');
     L.push('| engine | build s | B/vector (RSS) | QPS at recall 0.95 | svc ratio | sweep (ef: recall / QPS) |', '|---|---|---|---|---|---|');
     for (const p of a.peers) {
       const ratio = p.name === 'svc' || p.name === 'svc-core' ? '' : fmt(a.ratio_at_095[p.name]?.svc);
