@@ -48,10 +48,11 @@ export interface SvcConfig {
   /**
    * SVC_SEARCH_WORKERS: threads running dense searches over the shared vectors (core/collection/
    * search-pool.ts); 0, the default, runs them on the event loop; `auto` is one per core but one, at
-   * most 4 (none on two cores). Opt-in because of what bench/suites/server.ts measured on the 2-core
-   * box: with a native load generator (h2load) and 8 clients two workers raised REST QPS by 5-30%, but
-   * a lone client's searches went to a worker too (0.25 -> 0.66 ms), and with a Node.js client on the
-   * same two cores QPS fell by about 20% (client, event loop and workers contend).
+   * most 4 (none on two cores). A search goes to a worker only when one is in flight there or another
+   * started in the same event-loop turn, so a lone client's searches stay on the event loop. Opt-in
+   * because of what bench/suites/server.ts measured on the 2-core box: with a native load generator
+   * (h2load) and 8 clients, two workers gave between +0% and +30% REST QPS from run to run; with a
+   * Node.js client on the same two cores, QPS fell by about 20% (client, event loop and workers contend).
    */
   readonly searchWorkers: number;
   readonly embedding: Readonly<Record<string, ProviderTable>>;

@@ -68,9 +68,10 @@ export interface DatabaseOptions {
   /** Collections with fewer live points than this are searched on the calling thread (default 2000). */
   searchPoolMinPoints?: number;
   /**
-   * A search that arrives when none is running in a worker and the previous one started longer ago than
-   * this (milliseconds, default 0.5) runs on the calling thread: with one request at a time the thread is
-   * idle anyway and the two thread hand-offs only add latency. Infinity: always the pool.
+   * A search runs on the calling thread when none is running in a worker, no other search started in
+   * this turn of the event loop (no requests queued behind each other) and the previous one started
+   * longer ago than this many milliseconds (default 0): with one request at a time the thread is idle
+   * anyway and the two thread hand-offs only add latency. Infinity: always the pool.
    */
   searchPoolIdleMs?: number;
 }
@@ -106,6 +107,10 @@ export class Database {
   private readonly pool: SearchPool | null;
   private readonly waitForBulkBuild: boolean;
   private lastDenseAt = -Infinity;
+  /** Turns of the event loop (counted only while searches run; see sameLoopTurn). */
+  private loopTurn = 0;
+  private turnArmed = false;
+  private lastSearchTurn = -1;
 
   private constructor(dir: DataDir, opts: DatabaseOptions) {
     this.dir = dir;
@@ -411,7 +416,7 @@ export class Database {
     const pool = this.pool;
     if (pool === null || col.liveCount < (this.opts.searchPoolMinPoints ?? 2000)) return col.searchDense(vector, k, ef, filter);
     const now = this.clock.monotonicMs();
-    const idle = pool.inFlight === 0 && now - this.lastDenseAt > (this.opts.searchPoolIdleMs ?? 0.5);
+    const idle = pool.inFlight === 0 && !this.sameLoopTurn() && now - this.lastDenseAt > (this.opts.searchPoolIdleMs ?? 0);
     this.lastDenseAt = now;
     if (idle) return col.searchDense(vector, k, ef, filter);
     const plan = col.planDense(k, ef, filter);
@@ -419,6 +424,24 @@ export class Database {
     const r = await pool.search(col, vector, plan, () => runDensePlan(col.store, col.kind, col.searchGraph, vector, plan));
     for (const s of r.slots) if (!col.isLive(s)) return col.searchDense(vector, k, ef, filter);
     return r;
+  }
+
+  /**
+   * Whether another dense search already started in this turn of the event loop: several requests were
+   * ready at once, so they are queuing behind each other and a worker should take this one. A lone
+   * client's requests each arrive in a turn of their own.
+   */
+  private sameLoopTurn(): boolean {
+    if (!this.turnArmed) {
+      this.turnArmed = true;
+      setImmediate(() => {
+        this.loopTurn++;
+        this.turnArmed = false;
+      });
+    }
+    const same = this.lastSearchTurn === this.loopTurn;
+    this.lastSearchTurn = this.loopTurn;
+    return same;
   }
 
   private async beforeRead(col: Collection, consistency: 'eventual' | 'strong'): Promise<void> {
