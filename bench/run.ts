@@ -47,7 +47,7 @@ interface Sizes { mnist: number; glove: number; queries: number; small: number; 
 
 const SIZES: Record<Mode, Sizes> = {
   tiny: { mnist: 0, glove: 0, queries: 50, small: 2000, smallQueries: 50, efs: [16, 64], passes: 1, filteredN: 2000, filteredQ: 30 },
-  quick: { mnist: 5_000, glove: 10_000, queries: 100, small: 2000, smallQueries: 100, efs: [10, 16, 32, 64, 128, 256], passes: 3, filteredN: 5_000, filteredQ: 50 },
+  quick: { mnist: 5_000, glove: 10_000, queries: 200, small: 2000, smallQueries: 200, efs: [10, 16, 32, 64, 128, 256], passes: 3, filteredN: 5_000, filteredQ: 50 },
   full: { mnist: 60_000, glove: 400_000, queries: 1000, small: 10_000, smallQueries: 200, efs: [10, 16, 24, 32, 48, 64, 96, 128, 256], passes: 3, filteredN: 60_000, filteredQ: 200 },
 };
 
