@@ -11,6 +11,7 @@ const SERVICE = {
   echo: { path: '/t.T/Echo', requestStream: false, responseStream: false, requestSerialize: id, requestDeserialize: id, responseSerialize: id, responseDeserialize: id },
   slow: { path: '/t.T/Slow', requestStream: false, responseStream: false, requestSerialize: id, requestDeserialize: id, responseSerialize: id, responseDeserialize: id },
   fail: { path: '/t.T/Fail', requestStream: false, responseStream: false, requestSerialize: id, requestDeserialize: id, responseSerialize: id, responseDeserialize: id },
+  late: { path: '/t.T/Late', requestStream: false, responseStream: false, requestSerialize: id, requestDeserialize: id, responseSerialize: id, responseDeserialize: id },
   tail: { path: '/t.T/Tail', requestStream: false, responseStream: true, requestSerialize: id, requestDeserialize: id, responseSerialize: id, responseDeserialize: id },
 };
 type TestClient = Client & Record<string, (...a: unknown[]) => unknown>;
@@ -28,6 +29,7 @@ async function start(): Promise<void> {
         call.signal.addEventListener('abort', () => { aborted.push('slow'); reject(new Error('aborted')); });
       }),
     }],
+    ['/t.T/Late', { kind: 'unary', handle: () => new Promise((resolve) => setTimeout(() => resolve({ message: Buffer.from('late') }), 150)) }],
     ['/t.T/Fail', { kind: 'unary', handle: async () => { throw new GrpcStatusError({ code: status.NOT_FOUND, details: 'no such thing: ünïcode 100%', metadata: { 'svc-error-code': 'not_found' } }); } }],
     ['/t.T/Tail', {
       kind: 'serverStream',
@@ -128,6 +130,18 @@ describe('gRPC transport', () => {
     call.cancel();
     await new Promise((res) => setTimeout(res, 100));
     expect(aborted).toEqual(['slow']);
+    c.close();
+  });
+
+  it('drops the answer of a call the client cancelled, and keeps serving', async () => {
+    await start();
+    const c = grpcClient();
+    const call = c.late(Buffer.from(''), new Metadata(), () => undefined) as { cancel(): void };
+    await new Promise((res) => setTimeout(res, 50));
+    call.cancel();
+    await new Promise((res) => setTimeout(res, 200)); // the handler resolves after the reset
+    const r = await unary(c, 'echo', Buffer.from('still'));
+    expect(r.res?.toString()).toBe('echo:still');
     c.close();
   });
 

@@ -224,7 +224,8 @@ export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
       (r) => {
         if (isDone()) return;
         finish();
-        if (stream.destroyed) return;
+        // Reset by the client a moment ago ('close' not emitted yet): nobody to answer.
+        if (stream.destroyed || stream.closed) return;
         const trailers = { ...r.trailers, 'grpc-status': '0' };
         stream.respond({ [HTTP2_HEADER_STATUS]: 200, [HTTP2_HEADER_CONTENT_TYPE]: 'application/grpc' }, { waitForTrailers: true });
         stream.once('wantTrailers', () => stream.sendTrailers(trailers));
@@ -235,12 +236,17 @@ export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
         finish();
         sendStatus(stream, failure(e));
       },
-    );
+    ).catch(() => abandon(stream));
+  }
+
+  /** A reply that could not be written (the stream went away in between): the stream is dropped, never the process. */
+  function abandon(stream: ServerHttp2Stream): void {
+    if (!stream.destroyed) stream.destroy();
   }
 
   function runStream(stream: ServerHttp2Stream, call: GrpcCall, handle: StreamMethodHandler, message: Buffer, isDone: () => boolean, finish: () => void): void {
     const send = async (msg: Buffer): Promise<void> => {
-      if (call.signal.aborted || stream.destroyed) throw new GrpcStatusError(status(GRPC_CODE.CANCELLED, 'the call ended'));
+      if (call.signal.aborted || stream.destroyed || stream.closed) throw new GrpcStatusError(status(GRPC_CODE.CANCELLED, 'the call ended'));
       if (!stream.headersSent) {
         stream.respond({ [HTTP2_HEADER_STATUS]: 200, [HTTP2_HEADER_CONTENT_TYPE]: 'application/grpc' }, { waitForTrailers: true });
         stream.once('wantTrailers', () => stream.sendTrailers(statusHeaders(finalStatus.get(stream) ?? status(GRPC_CODE.OK, ''))));
@@ -265,21 +271,25 @@ export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
       if (isDone()) return;
       finish();
       sendStatus(stream, s);
-    });
+    }).catch(() => abandon(stream));
   }
 
   /** The status of a call: in trailers once messages went out, else as a Trailers-Only reply. */
   function sendStatus(stream: ServerHttp2Stream, s: GrpcStatus): void {
     if (stream.destroyed || stream.closed) return;
-    if (stream.headersSent) {
-      // 'wantTrailers' (set when the first message went out) sends it when the data ends.
-      finalStatus.set(stream, s);
-      stream.end();
-      return;
+    try {
+      if (stream.headersSent) {
+        // 'wantTrailers' (set when the first message went out) sends it when the data ends.
+        finalStatus.set(stream, s);
+        stream.end();
+        return;
+      }
+      stream.respond({ [HTTP2_HEADER_STATUS]: 200, [HTTP2_HEADER_CONTENT_TYPE]: 'application/grpc', ...statusHeaders(s) }, { endStream: true });
+      // The reply is complete: a client still sending is told to stop (RST_STREAM NO_ERROR after it).
+      if (!stream.readableEnded) stream.close(NGHTTP2_NO_ERROR);
+    } catch {
+      abandon(stream);
     }
-    stream.respond({ [HTTP2_HEADER_STATUS]: 200, [HTTP2_HEADER_CONTENT_TYPE]: 'application/grpc', ...statusHeaders(s) }, { endStream: true });
-    // The reply is complete: a client still sending is told to stop (RST_STREAM NO_ERROR after it).
-    if (!stream.readableEnded) stream.close(NGHTTP2_NO_ERROR);
   }
 
   return {
