@@ -192,6 +192,7 @@ export async function startGrpcServer(opts: GrpcServerOptions): Promise<GrpcServ
       log.error({ request_id: requestId, err: e instanceof Error ? e.message : String(e) }, 'internal error in gRPC transport');
       return toServiceError(new SvcError('internal', 'internal error'), requestId);
     },
+    onServerError: (e) => log.error({ err: e.message }, 'gRPC server could not accept a connection'),
   });
   const { host, port: wanted } = splitAddress(opts.address);
   let port: number;

@@ -34,7 +34,13 @@ async function start(): Promise<void> {
     ['/t.T/Tail', {
       kind: 'serverStream',
       handle: async (call, m, send) => {
-        for (let i = 0; i < Number(m.toString()); i++) await send(Buffer.from(`event ${i}`));
+        const big = m.toString() === 'big';
+        try {
+          for (let i = 0; i < (big ? 10_000 : Number(m.toString())); i++) await send(big ? Buffer.alloc(64 << 10, 1) : Buffer.from(`event ${i}`));
+        } catch (e) {
+          aborted.push(`tail send: ${(e as Error).message}`);
+          throw e;
+        }
         // Then a live tail: waits until the call ends.
         await new Promise<void>((resolve) => call.signal.addEventListener('abort', () => { aborted.push('tail'); resolve(); }));
       },
@@ -164,6 +170,26 @@ describe('gRPC transport', () => {
     expect(err?.code).toBe(status.UNAVAILABLE);
     expect(aborted).toEqual(['tail']);
     c.close();
+  });
+
+  it('at shutdown, ends a stream whose client stopped reading without waiting for it, then cuts the connection at the grace period', async () => {
+    await start();
+    const session = connect(`http://127.0.0.1:${port}`);
+    session.on('error', () => undefined);
+    const s = session.request({ [constants.HTTP2_HEADER_METHOD]: 'POST', [constants.HTTP2_HEADER_PATH]: '/t.T/Tail', 'content-type': 'application/grpc', te: 'trailers' });
+    s.on('error', () => undefined);
+    s.pause(); // never reads: the server's writes back up
+    s.end(framed(Buffer.from('big')));
+    await new Promise((res) => setTimeout(res, 300));
+    const t0 = performance.now();
+    const closed = transport!.close(1500);
+    transport = undefined;
+    await new Promise((res) => setTimeout(res, 200));
+    // The handler was not left waiting for a 'drain' that never comes: its send failed at once.
+    expect(aborted).toEqual(['tail send: the call ended']);
+    await closed; // the stuck connection itself is cut when the grace period ends
+    expect(performance.now() - t0).toBeLessThan(3000);
+    session.destroy();
   });
 
   it('refuses an unknown method, a compressed message, a missing or second message, a large message and a non-gRPC body', async () => {

@@ -60,6 +60,8 @@ export interface GrpcTransportOptions {
   tls?: { cert: Buffer; key: Buffer; clientCa?: Buffer };
   /** A handler that throws something other than GrpcStatusError: the status to send (logged by the caller). */
   onUnexpected(e: unknown): GrpcStatus;
+  /** The listening server failed to accept a connection (it keeps listening). */
+  onServerError?(e: Error): void;
 }
 
 export interface GrpcTransport {
@@ -105,6 +107,7 @@ const status = (code: number, details: string, metadata: Record<string, string> 
 
 export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
   const sessions = new Set<ServerHttp2Session>();
+  const sockets = new Set<Socket>();
   const streams = new Set<AbortController>();
   /** The status a streaming call ends with, read when its trailers are due. */
   const finalStatus = new WeakMap<ServerHttp2Stream, GrpcStatus>();
@@ -126,6 +129,7 @@ export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
 
   server.on('session', (session: ServerHttp2Session) => {
     sessions.add(session);
+    if (closing) session.close(); // its TLS handshake finished after close() began: GOAWAY at once
     session.on('close', () => sessions.delete(session));
     session.on('error', () => undefined); // a broken connection fails its own calls
     // A connection-level window as large as a stream's, so one big message is not paced by updates.
@@ -133,7 +137,12 @@ export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
   });
   server.on('sessionError', () => undefined);
   // A reply's frames go out at once: without this, Nagle holds a small reply behind the peer's ACK.
-  server.on('connection', (socket: Socket) => socket.setNoDelay(true));
+  server.on('connection', (socket: Socket) => {
+    socket.setNoDelay(true);
+    // Raw sockets too: one still in its TLS handshake is no session yet, and close() must cut it.
+    sockets.add(socket);
+    socket.once('close', () => sockets.delete(socket));
+  });
   server.on('stream', onStream);
 
   function onStream(stream: ServerHttp2Stream, headers: IncomingHttpHeaders): void {
@@ -256,10 +265,13 @@ export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
           const go = (): void => {
             stream.off('drain', go);
             stream.off('close', go);
+            call.signal.removeEventListener('abort', go);
             resolve();
           };
           stream.on('drain', go);
           stream.on('close', go);
+          // Shutdown or cancellation does not wait for a reader that stopped reading.
+          call.signal.addEventListener('abort', go, { once: true });
         });
       }
     };
@@ -299,6 +311,8 @@ export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
         server.once('error', onError);
         server.listen(port, host, () => {
           server.off('error', onError);
+          // An accept failure (EMFILE, say) must not become an uncaught exception; the server keeps listening.
+          server.on('error', (e: Error) => opts.onServerError?.(e));
           resolve((server.address() as { port: number }).port);
         });
       });
@@ -310,6 +324,7 @@ export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
       return new Promise((resolve) => {
         const timer = setTimeout(() => {
           for (const s of sessions) s.destroy();
+          for (const k of sockets) k.destroy();
         }, graceMs);
         server.close(() => {
           clearTimeout(timer);
