@@ -38,6 +38,11 @@ describe('the cockpit screen', () => {
     }), { numRuns: 300 });
   });
 
+  it('fits the narrowest screen it draws while the server is unreachable (a counterexample fast-check found)', () => {
+    const s: CockpitState = { ...initialState('http://127.0.0.1:6333', 'SVC_API_KEY'), problem: { kind: 'unreachable', detail: '' } };
+    for (const l of render(s, 24, 8)) expect(l.length).toBeLessThanOrEqual(24);
+  });
+
   it('always shows the connection state first, even when narrow', () => {
     fc.assert(fc.property(state, fc.integer({ min: 24, max: 300 }), fc.integer({ min: 8, max: 100 }), (s, cols, rows) => {
       const first = render(s, cols, rows)[0];

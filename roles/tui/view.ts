@@ -93,7 +93,7 @@ export function render(s: CockpitState, cols: number, rows: number): string[] {
   if (s.queryStatus !== null) query.push(fit(s.queryStatus, cols));
   if (s.hits !== null) {
     query.push(fit(`Hits: ${s.hitsTitle}`, cols));
-    if (s.hits.length === 0) query.push('  (no hits)');
+    if (s.hits.length === 0) query.push(fit('  (no hits)', cols));
     for (const h of s.hits) {
       const score = Number.isFinite(h.score) ? h.score.toFixed(4) : String(h.score);
       const payload = h.payload === undefined ? '' : `  ${JSON.stringify(h.payload)}`;
@@ -109,7 +109,7 @@ export function render(s: CockpitState, cols: number, rows: number): string[] {
   const listRoom = rows - fixed - queryShown.length;
   const list: string[] = [];
   const cs = s.collections;
-  if (cs === null) list.push(s.problem === null ? 'loading collections...' : 'collections: not available');
+  if (cs === null) list.push(fit(s.problem === null ? 'loading collections...' : 'collections: not available', cols));
   else {
     list.push(fit(`Collections (${cs.length})`, cols));
     if (cs.length === 0) list.push(fit('  (none yet: create one over REST, or svc admin import)', cols));
