@@ -8,10 +8,10 @@
  */
 import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { cpus, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { Agent, Pool, request } from 'undici';
+import { freePort } from '../roles/testing/free-port.js';
 import { grpcJsSearch, leanGrpcSearch, type SearchClient } from './suites/server.js';
 
 const ROOT = resolve(import.meta.dirname, '..');
@@ -26,10 +26,6 @@ const MASTER = 'b2'.repeat(32);
 let seed = 12345;
 const rnd = () => { seed = (seed * 1103515245 + 12345) % 2 ** 31; return seed / 2 ** 31; };
 const vec = () => Array.from({ length: DIM }, () => rnd() * 2 - 1);
-
-async function freePort(): Promise<number> {
-  return new Promise((res) => { const s = createServer(); s.listen(0, '127.0.0.1', () => { const p = (s.address() as { port: number }).port; s.close(() => res(p)); }); });
-}
 
 function pct(sorted: number[], p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];

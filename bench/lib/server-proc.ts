@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import { Agent, request } from 'undici';
-import { freePort } from '../peers/pgvector.js';
+import { freePort } from '../../roles/testing/free-port.js';
 import { BENCH_MASTER_KEY } from '../peers/svc.js';
 import { ROOT_DIR } from './on-demand.js';
 

@@ -6,25 +6,17 @@
  */
 import { execFileSync } from 'node:child_process';
 import { chownSync, existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
 import type { BenchMetric, Dataset } from '../lib/data.js';
 import { row } from '../lib/data.js';
 import { BENCH_DIR, importOnDemand, requireOnDemand } from '../lib/on-demand.js';
+import { freePort } from '../../roles/testing/free-port.js';
 import { EF_CONSTRUCTION, M, type BucketFilter, type Peer } from './types.js';
 
 const PG_BIN = '/usr/lib/postgresql/15/bin';
 const CONTROL = '/usr/share/postgresql/15/extension/vector.control';
-
-export async function freePort(): Promise<number> {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.on('error', rej);
-    s.listen(0, '127.0.0.1', () => { const p = (s.address() as { port: number }).port; s.close(() => res(p)); });
-  });
-}
 
 export interface PgCluster {
   port: number;

@@ -38,7 +38,7 @@ describe('server suite clients', () => {
         rateLimit: { requestsPerSecond: 0, burst: 1 }, audit: { append: () => undefined }, clock: { nowMs: () => 0, monotonicMs: () => 0 },
         metrics: { requestFinished: () => undefined, authFailure: () => undefined, rateLimited: () => undefined }, log: silentLogger,
       });
-      server = await startGrpcServer({ service, address: '127.0.0.1:0', limits: DEFAULT_LIMITS, log: silentLogger });
+      server = await startGrpcServer({ service, host: '127.0.0.1', port: 0, limits: DEFAULT_LIMITS, log: silentLogger });
     });
     afterAll(async () => { await server.close(); });
 

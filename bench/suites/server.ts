@@ -22,6 +22,7 @@ import { Pool } from 'undici';
 import { mnist, random, recallAt, row, type Dataset } from '../lib/data.js';
 import { BENCH_API_KEY, startSvc, type SvcServer } from '../lib/server-proc.js';
 import { SearchRequest, SearchResponse, SvcService } from '../../proto/gen/svc.js';
+import { frameGrpcMessage } from '../../roles/grpc/transport.js';
 import { closedLoop, round } from '../lib/stats.js';
 import { h2load, pgbench, tool, type NativeLoadResult } from '../lib/native-load.js';
 import { loadPgvector, nativePgvectorProblem, pgOps, pgSearchSql, startPostgres, vecLiteral } from '../peers/pgvector.js';
@@ -82,11 +83,7 @@ export function leanGrpcSearch(address: string, apiKey: string, connections: num
   };
   return {
     search: (req) => new Promise((resolve, reject) => {
-      const msg = encodeSearch(req);
-      const frame = Buffer.allocUnsafe(5 + msg.length);
-      frame[0] = 0;
-      frame.writeUInt32BE(msg.length, 1);
-      frame.set(msg, 5);
+      const frame = frameGrpcMessage(encodeSearch(req));
       const stream = sessions[next++ % sessions.length].request(headers);
       const chunks: Buffer[] = [];
       let status: string | undefined;
@@ -183,9 +180,7 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
     const nativeSvc = async (srv: SvcServer, threads: string, ef: number, recall: number) => {
       const q0 = row(d.queries, d.dim, 0);
       const auth = { authorization: `Bearer ${BENCH_API_KEY}` };
-      const grpcBody = encodeSearch({ collection: 'b', vector: q0, k: d.k, ef_search: ef, with_payload: false, filter: undefined });
-      const framed = Buffer.concat([Buffer.from([0, 0, 0, 0, 0]), grpcBody]);
-      framed.writeUInt32BE(grpcBody.length, 1);
+      const framed = frameGrpcMessage(encodeSearch({ collection: 'b', vector: q0, k: d.k, ef_search: ef, with_payload: false, filter: undefined }));
       for (const clients of levels) {
         const rest = await h2load({
           url: `${srv.rest}${path}`, body: Buffer.from(JSON.stringify(query(q0, ef))), http1: true, clients, seconds,

@@ -400,9 +400,8 @@ export class Database {
     const withVector = parseBool(q.with_vector, 'with_vector', false);
     const consistency = parseConsistency(q.consistency);
     // The common path stays synchronous: no promise hop for an eventual read answered in this thread.
-    if (consistency === 'strong' || (this.waitForBulkBuild && col.bulkTailPending())) {
-      if (!col.isCurrent()) await col.settle();
-    } else col.onRead();
+    const wait = this.prepareRead(col, consistency);
+    if (wait !== undefined) await wait;
     const r = this.pool === null ? col.searchDense(vector, k, ef, filter) : await this.searchDense(col, vector, k, ef, filter);
     return { hits: this.denseHits(col, r, withPayload, withVector) };
   }
@@ -444,10 +443,17 @@ export class Database {
     return same;
   }
 
-  private async beforeRead(col: Collection, consistency: 'eventual' | 'strong'): Promise<void> {
+  /**
+   * Before a read: what it must wait for (a strong read, or a bulk load the embedded API waits for, on a
+   * collection whose graph is behind), or undefined after starting what an eventual read starts. The
+   * common path gives no promise, so a search answered at once takes no microtask hop.
+   */
+  private prepareRead(col: Collection, consistency: 'eventual' | 'strong'): Promise<void> | undefined {
     if (consistency === 'strong' || (this.waitForBulkBuild && col.bulkTailPending())) {
-      if (!col.isCurrent()) await col.settle();
-    } else col.onRead();
+      return col.isCurrent() ? undefined : col.settle();
+    }
+    col.onRead();
+    return undefined;
   }
 
   private denseHits(col: Collection, r: SearchResult, withPayload: boolean, withVector: boolean): Hit[] {
@@ -485,7 +491,7 @@ export class Database {
     if (dense === null && sparse === null && terms === null) {
       throw invalidArgument('a hybrid query needs a vector, sparse_indices/sparse_values or query_text');
     }
-    await this.beforeRead(col, parseConsistency(q.consistency));
+    await this.prepareRead(col, parseConsistency(q.consistency));
     const depth = this.fusionDepth(k);
     const lists: { ids: ArrayLike<number> }[] = [];
     if (dense !== null) lists.push({ ids: col.searchDense(dense, depth, Math.max(ef, depth), filter).slots });
@@ -571,7 +577,7 @@ export class Database {
     }
     const [qv] = await embedder.embed([q.text], 'query');
     const vector = parseVector(Array.from(qv), col.spec.dim, col.spec.metric, this.limits, 'embedded query');
-    await this.beforeRead(col, parseConsistency(q.consistency));
+    await this.prepareRead(col, parseConsistency(q.consistency));
     const want = reranker === undefined ? k : pool;
     const depth = this.fusionDepth(want);
     const lists: { ids: ArrayLike<number> }[] = [{ ids: col.searchDense(vector, depth, Math.max(depth, col.spec.index_params.ef_search), filter).slots }];
@@ -638,7 +644,7 @@ export class Database {
     const filter = this.compile(col, q.filter);
     const withPayload = parseBool(q.with_payload, 'with_payload', true);
     const withVector = parseBool(q.with_vector, 'with_vector', false);
-    await this.beforeRead(col, parseConsistency(q.consistency));
+    await this.prepareRead(col, parseConsistency(q.consistency));
     const r = col.searchMulti(tokens, k, ef, filter);
     return {
       hits: r.ids.map((id, rank) => {

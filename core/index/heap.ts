@@ -161,3 +161,32 @@ export function drainAscending(heap: MaxHeap): { slots: Int32Array; dists: Float
   }
   return { slots, dists };
 }
+
+/**
+ * The k nearest entries of a max-heap (a search's ef results), nearest first, by insertion into a
+ * sorted k-array in one pass over the heap's arrays (empties the heap): popping the ef - k others one
+ * by one cost about 5% of a GloVe-100 query at ef 128. Ties keep the entry met first.
+ */
+export function nearestAscending(top: MaxHeap, k: number): { slots: Int32Array; dists: Float32Array } {
+  const n = top.size;
+  const m = Math.min(k, n);
+  const slots = new Int32Array(m);
+  const dists = new Float32Array(m);
+  const hd = top.d;
+  const hi = top.id;
+  let len = 0;
+  for (let i = 0; i < n; i++) {
+    const d = hd[i];
+    if (len === m && d >= dists[m - 1]) continue;
+    let j = len < m ? len++ : m - 1;
+    while (j > 0 && dists[j - 1] > d) {
+      dists[j] = dists[j - 1];
+      slots[j] = slots[j - 1];
+      j--;
+    }
+    dists[j] = d;
+    slots[j] = hi[i];
+  }
+  top.size = 0;
+  return { slots, dists };
+}

@@ -119,7 +119,7 @@ async function startGrpc(config: SvcConfig, service: Service, logs: Logs, metric
     ...(config.tls.clientCa ? { clientCa: readFileSync(config.tls.clientCa) } : {}),
   };
   const start = (port: number) => startGrpcServer({
-    service, address: `${config.grpcAddr.host.includes(':') ? `[${config.grpcAddr.host}]` : config.grpcAddr.host}:${port}`,
+    service, host: config.grpcAddr.host, port,
     tls, limits: config.limits, log: logs.target('svc::grpc'), metrics,
   });
   try {

@@ -83,7 +83,7 @@ async function startHarness(opts: { limits?: Limits; tls?: GrpcTls; replication?
     keys: KEYS, insecure: false, limits, rateLimit: { requestsPerSecond: 0, burst: 0 },
     audit: { append: () => undefined }, clock: { nowMs: () => 0, monotonicMs: () => 0 }, metrics, log,
   });
-  const server = await startGrpcServer({ service, address: '127.0.0.1:0', limits, log, metrics, tls: opts.tls, replication: opts.replication, shutdownGraceMs: 1000 });
+  const server = await startGrpcServer({ service, host: '127.0.0.1', port: 0, limits, log, metrics, tls: opts.tls, replication: opts.replication, shutdownGraceMs: 1000 });
   return { server, calls, finished, errors };
 }
 

@@ -47,8 +47,9 @@ export function serviceReplication(service: Service): ReplicationSource {
 
 export interface GrpcServerOptions {
   service: Service;
-  /** host:port; port 0 picks a free one (see the returned `port`). */
-  address: string;
+  /** Where to listen (an IPv6 host without brackets); port 0 picks a free one (see the returned `port`). */
+  host: string;
+  port: number;
   tls?: GrpcTls;
   limits: Limits;
   log: ServiceLogger;
@@ -95,14 +96,6 @@ function header(h: IncomingHttpHeaders, key: string): string | undefined {
 function requestIdOf(h: IncomingHttpHeaders): string {
   const v = header(h, REQUEST_ID_KEY);
   return v !== undefined && /^[\w.:-]{1,128}$/.test(v) ? v : randomUUID();
-}
-
-/** host:port, [v6]:port or a bare port (every interface). */
-function splitAddress(address: string): { host: string; port: number } {
-  const m = /^(?:\[([^\]]+)\]|([^:]*)):(\d+)$/.exec(address) ?? /^()()(\d+)$/.exec(address);
-  if (m === null) throw new SvcError('invalid_argument', `cannot listen for gRPC on ${address}: expected host:port`);
-  const host = m[1] || m[2] || '0.0.0.0';
-  return { host: host === 'localhost' ? '127.0.0.1' : host, port: Number(m[3]) };
 }
 
 export async function startGrpcServer(opts: GrpcServerOptions): Promise<GrpcServerHandle> {
@@ -194,13 +187,13 @@ export async function startGrpcServer(opts: GrpcServerOptions): Promise<GrpcServ
     },
     onServerError: (e) => log.error({ err: e.message }, 'gRPC server could not accept a connection'),
   });
-  const { host, port: wanted } = splitAddress(opts.address);
+  const address = `${opts.host.includes(':') ? `[${opts.host}]` : opts.host}:${opts.port}`;
   let port: number;
   try {
-    port = await transport.listen(host, wanted);
+    port = await transport.listen(opts.host, opts.port);
   } catch (e) {
-    throw new SvcError('invalid_argument', `cannot listen for gRPC on ${opts.address}: ${(e as Error).message}`);
+    throw new SvcError('invalid_argument', `cannot listen for gRPC on ${address}: ${(e as Error).message}`);
   }
-  log.info({ address: opts.address, port, tls: opts.tls !== undefined, mtls: opts.tls?.clientCa !== undefined }, 'gRPC server listening');
+  log.info({ address, port, tls: opts.tls !== undefined, mtls: opts.tls?.clientCa !== undefined }, 'gRPC server listening');
   return { port, close: () => transport.close(opts.shutdownGraceMs ?? 10_000) };
 }

@@ -91,11 +91,12 @@ export function parseGrpcTimeout(v: unknown): number | undefined {
   return m ? Number(m[1]) * TIMEOUT_UNITS[m[2]] : undefined;
 }
 
-function frame(message: Buffer): Buffer {
+/** One Length-Prefixed-Message: the uncompressed flag, the big-endian length, the bytes. */
+export function frameGrpcMessage(message: Uint8Array): Buffer {
   const out = Buffer.allocUnsafe(5 + message.length);
   out[0] = 0;
   out.writeUInt32BE(message.length, 1);
-  message.copy(out, 5);
+  out.set(message, 5);
   return out;
 }
 
@@ -238,7 +239,7 @@ export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
         const trailers = { ...r.trailers, 'grpc-status': '0' };
         stream.respond({ [HTTP2_HEADER_STATUS]: 200, [HTTP2_HEADER_CONTENT_TYPE]: 'application/grpc' }, { waitForTrailers: true });
         stream.once('wantTrailers', () => stream.sendTrailers(trailers));
-        stream.end(frame(r.message));
+        stream.end(frameGrpcMessage(r.message));
       },
       (e: unknown) => {
         if (isDone()) return;
@@ -260,7 +261,7 @@ export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
         stream.respond({ [HTTP2_HEADER_STATUS]: 200, [HTTP2_HEADER_CONTENT_TYPE]: 'application/grpc' }, { waitForTrailers: true });
         stream.once('wantTrailers', () => stream.sendTrailers(statusHeaders(finalStatus.get(stream) ?? status(GRPC_CODE.OK, ''))));
       }
-      if (!stream.write(frame(msg))) {
+      if (!stream.write(frameGrpcMessage(msg))) {
         await new Promise<void>((resolve) => {
           const go = (): void => {
             stream.off('drain', go);

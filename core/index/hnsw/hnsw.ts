@@ -2,7 +2,7 @@ import { assert } from '../../base/assert.js';
 import { invalidArgument } from '../../base/errors.js';
 import { Prng } from '../../base/prng.js';
 import type { SearchResult } from '../flat.js';
-import { drainAscending, MaxHeap, MinHeap } from '../heap.js';
+import { MaxHeap, MinHeap, nearestAscending } from '../heap.js';
 import type { BatchFn, BelowFn, DistanceKind, DistFn, TouchFn } from '../kernels/kernel.js';
 import type { VectorIndex } from '../vector-index.js';
 import { BATCH_MAX, type VectorStore } from '../vector-store.js';
@@ -43,34 +43,6 @@ export interface HnswData {
 
 const MAX_LEVEL = 30;
 
-/**
- * The k nearest of a search's ef results, nearest first, by insertion into a sorted k-array in one
- * pass over the heap's arrays: popping the ef - k others off the heap one by one cost about 5% of a
- * GloVe-100 query at ef 128. Ties keep the entry met first.
- */
-function nearestOf(top: MaxHeap, k: number): SearchResult {
-  const n = top.size;
-  const m = Math.min(k, n);
-  const slots = new Int32Array(m);
-  const dists = new Float32Array(m);
-  const hd = top.d;
-  const hi = top.id;
-  let len = 0;
-  for (let i = 0; i < n; i++) {
-    const d = hd[i];
-    if (len === m && d >= dists[m - 1]) continue;
-    let j = len < m ? len++ : m - 1;
-    while (j > 0 && dists[j - 1] > d) {
-      dists[j] = dists[j - 1];
-      slots[j] = slots[j - 1];
-      j--;
-    }
-    dists[j] = d;
-    slots[j] = hi[i];
-  }
-  top.size = 0;
-  return { slots, dists };
-}
 /**
  * Below this many bytes of vectors the touch pass is skipped. GloVe-100 (cosine, M 16) here: without
  * it +3-4% QPS at 2,000 vectors (0.8 MB), even at 10,000 (4 MB), -50% at 100,000 (40 MB).
@@ -329,13 +301,13 @@ export class Hnsw implements VectorIndex {
     if (!Number.isInteger(k) || k < 0) throw invalidArgument(`k must be a non-negative integer, got ${k}`);
     const top = this.top;
     top.clear();
-    if (this.entry < 0 || k === 0) return drainAscending(top);
+    if (this.entry < 0 || k === 0) return nearestAscending(top, k);
     const q = this.store.loadQuery(query);
     let cur = this.entry;
     let curDist = this.dist(q, this.store.offsetOf(cur), this.store.paddedDim);
     if (this.maxLevel > 0) [cur, curDist] = this.greedy(q, cur, curDist, this.maxLevel, 1);
     this.searchLayer(q, cur, curDist, Math.max(ef, k), 0, accept);
-    return nearestOf(top, k);
+    return nearestAscending(top, k);
   }
 
   /** Neighbours of a slot at a level (for tests and diagnostics). */

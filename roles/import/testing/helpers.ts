@@ -1,6 +1,5 @@
 /** Test helpers: run the import command in-process with captured output, read a collection back. */
 import { mkdtempSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { openDatabase } from '../../../core/index.js';
@@ -17,16 +16,7 @@ export function removeDir(d: string): void {
   rmSync(d, { recursive: true, force: true });
 }
 
-export async function freePort(): Promise<number> {
-  return new Promise((res, rej) => {
-    const s = createServer();
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as { port: number }).port;
-      s.close(() => res(port));
-    });
-    s.on('error', rej);
-  });
-}
+export { freePort } from '../../testing/free-port.js';
 
 export interface Captured {
   code: number;
