@@ -44,9 +44,9 @@ describe('config', () => {
     expect(Object.isFrozen(e) && Object.isFrozen(e.limits) && Object.isFrozen(e.apiKeys[0])).toBe(true);
   });
 
-  it('search workers: none by default, auto (cores - 1, at most 4, none on 2 cores), a count, or a refusal', () => {
-    expect([1, 2, 3, 4, 8, 64].map(autoSearchWorkers)).toEqual([0, 0, 2, 3, 4, 4]);
-    expect(loadConfig(base, { cwd: dir() }).searchWorkers).toBe(0);
+  it('search workers: auto by default (cores - 1, at most 4, none on one core), a count, or a refusal', () => {
+    expect([1, 2, 3, 4, 8, 64].map(autoSearchWorkers)).toEqual([0, 1, 2, 3, 4, 4]);
+    expect(loadConfig(base, { cwd: dir() }).searchWorkers).toBe(autoSearchWorkers(availableParallelism()));
     expect(loadConfig({ ...base, SVC_SEARCH_WORKERS: 'auto' }, { cwd: dir() }).searchWorkers).toBe(autoSearchWorkers(availableParallelism()));
     expect(loadConfig({ ...base, SVC_SEARCH_WORKERS: '1' }, { cwd: dir() }).searchWorkers).toBe(1);
     expect(loadConfig({ ...base, SVC_SEARCH_WORKERS: '0' }, { cwd: dir() }).searchWorkers).toBe(0);

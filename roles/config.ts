@@ -47,12 +47,11 @@ export interface SvcConfig {
   readonly rateLimit: { requestsPerSecond: number; burst: number };
   /**
    * SVC_SEARCH_WORKERS: threads running dense searches over the shared vectors (core/collection/
-   * search-pool.ts); 0, the default, runs them on the event loop; `auto` is one per core but one, at
-   * most 4 (none on two cores). A search goes to a worker only when one is in flight there or another
-   * started in the same event-loop turn, so a lone client's searches stay on the event loop. Opt-in
-   * because of what bench/suites/server.ts measured on the 2-core box: with a native load generator
-   * (h2load) and 8 clients, two workers gave between +0% and +30% REST QPS from run to run; with a
-   * Node.js client on the same two cores, QPS fell by about 20% (client, event loop and workers contend).
+   * search-pool.ts). `auto`, the default, is one per core but the event loop's, at most 4 (one on two
+   * cores, none on one); 0 runs every search on the event loop. A search goes to a worker only when
+   * something else waits on the event loop (core/collection/search-dispatch.ts), so a lone client's
+   * searches stay there and skip the hand-off. bench/suites/server.ts on the 2-core box, 8 clients,
+   * h2load: REST QPS +58% with one worker; a lone client's QPS unchanged.
    */
   readonly searchWorkers: number;
   readonly embedding: Readonly<Record<string, ProviderTable>>;
@@ -66,9 +65,9 @@ export interface SvcConfig {
 /** SVC_SEARCH_WORKERS=auto: one search worker per core but the event loop's, at most this many. */
 const SEARCH_WORKERS_MAX = 4;
 
-/** SVC_SEARCH_WORKERS=auto: cores - 1 workers up to SEARCH_WORKERS_MAX, none on 2 cores or fewer. */
+/** SVC_SEARCH_WORKERS=auto: cores - 1 workers up to SEARCH_WORKERS_MAX (none on one core). */
 export function autoSearchWorkers(cores: number): number {
-  return cores <= 2 ? 0 : Math.min(SEARCH_WORKERS_MAX, cores - 1);
+  return Math.max(0, Math.min(SEARCH_WORKERS_MAX, cores - 1));
 }
 /** Most search workers: with the main thread and up to 4 build workers they fit a store's 16 scratch lanes. */
 const SEARCH_WORKERS_LIMIT = 8;
@@ -141,10 +140,10 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, op
   };
 
   const workersVar = get('SVC_SEARCH_WORKERS');
-  const searchWorkers = workersVar === undefined ? 0 : workersVar.trim() === 'auto'
+  const searchWorkers = workersVar === undefined || workersVar.trim() === 'auto'
     ? autoSearchWorkers(availableParallelism()) : parseInteger('SVC_SEARCH_WORKERS', workersVar, 0);
   if (searchWorkers > SEARCH_WORKERS_LIMIT) {
-    throw new ConfigError('SVC_SEARCH_WORKERS', `${searchWorkers} is more than ${SEARCH_WORKERS_LIMIT}. Fix: about one per core, or auto (0 searches on the event loop)`);
+    throw new ConfigError('SVC_SEARCH_WORKERS', `${searchWorkers} is more than ${SEARCH_WORKERS_LIMIT}. Fix: about one per core, or auto (0: every search on the event loop)`);
   }
 
   const auditLog = get('SVC_AUDIT_LOG');

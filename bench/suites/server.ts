@@ -16,12 +16,14 @@
  */
 import { connect, constants, type ClientHttp2Session } from 'node:http2';
 import { connect as netConnect } from 'node:net';
+import { availableParallelism } from 'node:os';
 import * as grpcJs from '@grpc/grpc-js';
 import pg from 'pg';
 import { Pool } from 'undici';
 import { mnist, random, recallAt, row, type Dataset } from '../lib/data.js';
 import { BENCH_API_KEY, startSvc, type SvcServer } from '../lib/server-proc.js';
 import { SearchRequest, SearchResponse, SvcService } from '../../proto/gen/svc.js';
+import { autoSearchWorkers } from '../../roles/config.js';
 import { frameGrpcMessage } from '../../roles/grpc/transport.js';
 import { closedLoop, round } from '../lib/stats.js';
 import { h2load, pgbench, tool, type NativeLoadResult } from '../lib/native-load.js';
@@ -195,6 +197,8 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
         log(`  server: svc (searches on: ${threads}) native clients x${clients}: REST ${rest.qps} QPS (mean ${rest.mean_ms} ms), gRPC ${grpc.qps} QPS (mean ${grpc.mean_ms} ms)`);
       }
     };
+    const workers = autoSearchWorkers(availableParallelism());
+    const defaultSearchThreads = `event loop + ${workers} search worker${workers === 1 ? '' : 's'} (default)`;
     let svcEf = 0;
     let svcRecall = 0;
     const srv = await startSvc();
@@ -233,7 +237,7 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
         }
       }
       if (tool('h2load') === null) out.native_svc_skipped = 'h2load is not installed (Debian: nghttp2-client)';
-      else await nativeSvc(srv, 'event loop', ef, recall);
+      else await nativeSvc(srv, defaultSearchThreads, ef, recall);
     } catch (e) {
       out.svc_error = (e as Error).message;
       log(`  server: svc failed: ${out.svc_error}`);
@@ -241,11 +245,11 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
       await srv.stop();
     }
     if (tool('h2load') !== null && out.svc_error === undefined) {
-      // The same server with two search workers: on this box only a native client leaves them a core.
-      const srv2 = await startSvc({ SVC_SEARCH_WORKERS: '2' });
+      // The same server without search workers: what the pool adds under native clients.
+      const srv2 = await startSvc({ SVC_SEARCH_WORKERS: '0' });
       try {
         await load(srv2);
-        await nativeSvc(srv2, '2 search workers', svcEf, svcRecall);
+        await nativeSvc(srv2, 'event loop only (SVC_SEARCH_WORKERS=0)', svcEf, svcRecall);
       } catch (e) {
         out.svc_workers_error = (e as Error).message;
         log(`  server: svc with search workers failed: ${out.svc_workers_error}`);

@@ -22,6 +22,7 @@ import {
   checkObject, decodeCursor, encodeCursor, parseBool, parseConsistency, parseEf, parseFetchLimit, parseK, parseRrfK0,
 } from './queries.js';
 import { buildIndexInWorker } from './rebuild.js';
+import { SearchDispatch } from './search-dispatch.js';
 import { SearchPool } from './search-pool.js';
 import { runDensePlan } from './search-pool-plan.js';
 import { replicationStream, type ReplicationView } from './replication.js';
@@ -68,10 +69,9 @@ export interface DatabaseOptions {
   /** Collections with fewer live points than this are searched on the calling thread (default 2000). */
   searchPoolMinPoints?: number;
   /**
-   * A search runs on the calling thread when none is running in a worker, no other search started in
-   * this turn of the event loop (no requests queued behind each other) and the previous one started
-   * longer ago than this many milliseconds (default 0): with one request at a time the thread is idle
-   * anyway and the two thread hand-offs only add latency. Infinity: always the pool.
+   * With a pool, a search runs on the calling thread only when nothing else waits there
+   * (search-dispatch.ts) and the previous search started longer ago than this many milliseconds
+   * (default 0). Infinity: always the pool.
    */
   searchPoolIdleMs?: number;
 }
@@ -106,11 +106,7 @@ export class Database {
   private readonly ready: Promise<void>;
   private readonly pool: SearchPool | null;
   private readonly waitForBulkBuild: boolean;
-  private lastDenseAt = -Infinity;
-  /** Turns of the event loop (counted only while searches run; see sameLoopTurn). */
-  private loopTurn = 0;
-  private turnArmed = false;
-  private lastSearchTurn = -1;
+  private readonly dispatch: SearchDispatch;
 
   private constructor(dir: DataDir, opts: DatabaseOptions) {
     this.dir = dir;
@@ -123,6 +119,7 @@ export class Database {
     const workers = opts.searchWorkers ?? 0;
     if (!Number.isInteger(workers) || workers < 0) throw invalidArgument(`searchWorkers must be a non-negative integer, got ${workers}`);
     this.pool = workers > 0 ? new SearchPool({ workers }) : null;
+    this.dispatch = new SearchDispatch({ quietMs: opts.searchPoolIdleMs });
   }
 
   static async open(opts: DatabaseOptions): Promise<Database> {
@@ -414,33 +411,12 @@ export class Database {
   private async searchDense(col: Collection, vector: Float32Array, k: number, ef: number, filter: CompiledFilter | undefined): Promise<SearchResult> {
     const pool = this.pool;
     if (pool === null || col.liveCount < (this.opts.searchPoolMinPoints ?? 2000)) return col.searchDense(vector, k, ef, filter);
-    const now = this.clock.monotonicMs();
-    const idle = pool.inFlight === 0 && !this.sameLoopTurn() && now - this.lastDenseAt > (this.opts.searchPoolIdleMs ?? 0);
-    this.lastDenseAt = now;
-    if (idle) return col.searchDense(vector, k, ef, filter);
+    if (this.dispatch.runHere(pool.inFlight, this.clock.monotonicMs())) return col.searchDense(vector, k, ef, filter);
     const plan = col.planDense(k, ef, filter);
     if (plan === null) return { slots: new Int32Array(0), dists: new Float32Array(0) };
     const r = await pool.search(col, vector, plan, () => runDensePlan(col.store, col.kind, col.searchGraph, vector, plan));
     for (const s of r.slots) if (!col.isLive(s)) return col.searchDense(vector, k, ef, filter);
     return r;
-  }
-
-  /**
-   * Whether another dense search already started in this turn of the event loop: several requests were
-   * ready at once, so they are queuing behind each other and a worker should take this one. A lone
-   * client's requests each arrive in a turn of their own.
-   */
-  private sameLoopTurn(): boolean {
-    if (!this.turnArmed) {
-      this.turnArmed = true;
-      setImmediate(() => {
-        this.loopTurn++;
-        this.turnArmed = false;
-      });
-    }
-    const same = this.lastSearchTurn === this.loopTurn;
-    this.lastSearchTurn = this.loopTurn;
-    return same;
   }
 
   /**
