@@ -27,11 +27,12 @@ import { autoSearchWorkers } from '../../roles/config.js';
 import { frameGrpcMessage } from '../../roles/grpc/transport.js';
 import { closedLoop, round } from '../lib/stats.js';
 import { h2load, pgbench, tool, type NativeLoadResult } from '../lib/native-load.js';
+import { startNodeFloor } from '../lib/node-floor.js';
 import { loadPgvector, nativePgvectorProblem, pgOps, pgSearchSql, startPostgres, vecLiteral } from '../peers/pgvector.js';
 import { b64 } from '../peers/svc.js';
 import type { Mode } from '../run.js';
 
-const EFS = [10, 16, 24, 32, 48, 64, 96, 128, 256, 512];
+const EFS = [10, 12, 14, 16, 20, 24, 32, 48, 64, 96, 128, 256, 512];
 const TARGET = 0.95;
 /** HTTP/2 connections a gRPC load level opens: one per client up to this, then calls share them. */
 const GRPC_CONNECTIONS_MAX = 8;
@@ -252,9 +253,21 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
         await nativeSvc(srv2, 'event loop only (SVC_SEARCH_WORKERS=0)', svcEf, svcRecall);
       } catch (e) {
         out.svc_workers_error = (e as Error).message;
-        log(`  server: svc with search workers failed: ${out.svc_workers_error}`);
+        log(`  server: svc without search workers failed: ${out.svc_workers_error}`);
       } finally {
         await srv2.stop();
+      }
+      // What one Node.js event loop can answer at all: the same body, JSON-parsed, ten fixed hits back.
+      const floor = await startNodeFloor();
+      try {
+        const body = Buffer.from(JSON.stringify({ vector: Array.from(row(d.queries, d.dim, 0)), k: d.k, ef_search: svcEf, with_payload: false }));
+        for (const clients of levels) {
+          const r = await h2load({ url: `${floor.url}${path}`, body, http1: true, clients, seconds, headers: { 'content-type': 'application/json' } });
+          nativeRows.push({ engine: 'node:http floor', protocol: `bare node:http, one event loop: JSON.parse of the body, 10 fixed hits, no search (h2load --h1, ${clients} connections)`, ef: 0, recall: 0, ...r });
+          log(`  server: bare node:http floor x${clients}: ${r.qps} QPS (mean ${r.mean_ms} ms)`);
+        }
+      } finally {
+        await floor.stop();
       }
     }
   }
@@ -323,6 +336,11 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
       const sq = nativeQps('svc', name, clients);
       nativeRatios[`svc_${name}_vs_pgvector_native_clients_x${clients}`] = sq && pgq ? round(sq / pgq, 2) : null;
     }
+  }
+  for (const clients of levels) {
+    const pgq = nativeQps('pgvector', 'PostgreSQL', clients);
+    const fq = nativeQps('node:http floor', 'bare', clients);
+    nativeRatios[`node_http_floor_vs_pgvector_native_clients_x${clients}`] = fq && pgq ? round(fq / pgq, 2) : null;
   }
   out.ratios_native_clients_at_recall_095 = nativeRatios;
   return out;
