@@ -29,7 +29,14 @@ async function start(): Promise<void> {
         call.signal.addEventListener('abort', () => { aborted.push('slow'); reject(new Error('aborted')); });
       }),
     }],
-    ['/t.T/Late', { kind: 'unary', handle: () => new Promise((resolve) => setTimeout(() => resolve({ message: Buffer.from('late') }), 150)) }],
+    ['/t.T/Late', {
+      kind: 'unary',
+      // Looks at its signal only when done: a cancel that came before must show there all the same.
+      handle: (call) => new Promise((resolve) => setTimeout(() => {
+        aborted.push(`late: aborted ${call.signal.aborted}`);
+        resolve({ message: Buffer.from('late') });
+      }, 150)),
+    }],
     ['/t.T/Fail', { kind: 'unary', handle: async () => { throw new GrpcStatusError({ code: status.NOT_FOUND, details: 'no such thing: ünïcode 100%', metadata: { 'svc-error-code': 'not_found' } }); } }],
     ['/t.T/Tail', {
       kind: 'serverStream',
@@ -146,8 +153,12 @@ describe('gRPC transport', () => {
     await new Promise((res) => setTimeout(res, 50));
     call.cancel();
     await new Promise((res) => setTimeout(res, 200)); // the handler resolves after the reset
+    expect(aborted).toContain('late: aborted true');
     const r = await unary(c, 'echo', Buffer.from('still'));
     expect(r.res?.toString()).toBe('echo:still');
+    const fine = await unary(c, 'late', Buffer.from(''));
+    expect(fine.res?.toString()).toBe('late');
+    expect(aborted).toContain('late: aborted false');
     c.close();
   });
 

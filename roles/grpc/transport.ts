@@ -109,7 +109,8 @@ const status = (code: number, details: string, metadata: Record<string, string> 
 export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
   const sessions = new Set<ServerHttp2Session>();
   const sockets = new Set<Socket>();
-  const streams = new Set<AbortController>();
+  /** Aborts the server-streaming calls in flight (close() ends them at once). */
+  const streams = new Set<() => void>();
   /** The status a streaming call ends with, read when its trailers are due. */
   const finalStatus = new WeakMap<ServerHttp2Stream, GrpcStatus>();
   let closing = false;
@@ -164,7 +165,21 @@ export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
       return;
     }
 
-    const abort = new AbortController();
+    // The signal is made when a handler first asks for it (a unary search never does: an
+    // AbortController a call was measurable); an abort before that is remembered and applied then.
+    let controller: AbortController | undefined;
+    let aborted = false;
+    const signal = (): AbortSignal => {
+      if (controller === undefined) {
+        controller = new AbortController();
+        if (aborted) controller.abort();
+      }
+      return controller.signal;
+    };
+    const abort = (): void => {
+      aborted = true;
+      controller?.abort();
+    };
     let done = false;
     let timer: NodeJS.Timeout | undefined;
     const finish = (): void => {
@@ -175,7 +190,7 @@ export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
     stream.on('close', () => {
       if (!done) {
         finish();
-        abort.abort();
+        abort();
       }
     });
     const timeoutMs = parseGrpcTimeout(headers['grpc-timeout']);
@@ -183,14 +198,14 @@ export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
       timer = setTimeout(() => {
         if (done) return;
         finish();
-        abort.abort();
+        abort();
         sendStatus(stream, status(GRPC_CODE.DEADLINE_EXCEEDED, 'deadline exceeded'));
       }, timeoutMs);
     }
     if (method.kind === 'serverStream') streams.add(abort);
     const socket = stream.session?.socket;
     const peer = socket?.remoteAddress?.includes(':') ? `[${socket.remoteAddress}]:${socket.remotePort}` : `${socket?.remoteAddress}:${socket?.remotePort}`;
-    const call: GrpcCall = { path, headers, peer, signal: abort.signal };
+    const call: GrpcCall = { path, headers, peer, get signal() { return signal(); } };
 
     const chunks: Buffer[] = [];
     let received = 0;
@@ -199,7 +214,7 @@ export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
       received += chunk.length;
       if (received > opts.maxReceiveBytes + 5) {
         finish();
-        abort.abort();
+        abort();
         chunks.length = 0;
         sendStatus(stream, status(GRPC_CODE.RESOURCE_EXHAUSTED, `received message larger than max (${received - 5} vs. ${opts.maxReceiveBytes})`));
         return;
@@ -321,7 +336,7 @@ export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
     close(graceMs) {
       closing = true;
       // Streams (Replicate's live tail) never end on their own: they end now, with UNAVAILABLE.
-      for (const a of streams) a.abort();
+      for (const abortStream of streams) abortStream();
       return new Promise((resolve) => {
         const timer = setTimeout(() => {
           for (const s of sessions) s.destroy();
