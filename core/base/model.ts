@@ -136,7 +136,11 @@ export const SPARSE_KEY = '__svc_sparse__';
 export interface DatabaseStats {
   collections: number;
   total_points: number;
-  per_collection: { name: string; count: number; index: string; index_state: string }[];
+  /**
+   * `vector_bytes`: the collection's vectors in memory (every slot written, padded, until compaction);
+   * `graph_bytes`: its search graph's arrays as allocated. Payloads, ids and text postings are not counted.
+   */
+  per_collection: { name: string; count: number; index: string; index_state: string; vector_bytes: number; graph_bytes: number }[];
   snapshot_status: { manifest_version: number; disk_bytes: number };
 }
 

@@ -393,6 +393,15 @@ export class Collection {
     return { ...base, mode: 'graph', ef: graphEf };
   }
 
+  /**
+   * Bytes of vectors (every slot written, at the store's padded width, until a compaction drops the
+   * dead ones) and of the graph searches read (0 without one). Payloads, ids and the text index live
+   * on the JavaScript heap and are not counted.
+   */
+  memoryBytes(): { vectors: number; graph: number } {
+    return { vectors: this.store.count * this.store.strideBytes, graph: this.graph?.memoryBytes() ?? 0 };
+  }
+
   /** The graph searches read (null before the first build), for the search pool. */
   get searchGraph(): Hnsw | null {
     return this.graph;

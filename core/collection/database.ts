@@ -666,7 +666,10 @@ export class Database {
     return {
       collections: cols.length,
       total_points: cols.reduce((n, c) => n + c.count, 0),
-      per_collection: cols.map((c) => ({ name: c.spec.name, count: c.count, index: c.spec.index, index_state: c.indexState })),
+      per_collection: cols.map((c) => {
+        const bytes = c.memoryBytes();
+        return { name: c.spec.name, count: c.count, index: c.spec.index, index_state: c.indexState, vector_bytes: bytes.vectors, graph_bytes: bytes.graph };
+      }),
       snapshot_status: { manifest_version: s.manifest_version, disk_bytes: s.disk_bytes },
     };
   }

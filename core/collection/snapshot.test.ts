@@ -244,8 +244,16 @@ describe('snapshot under concurrent writes', () => {
       });
       expect(s.snapshot_status.manifest_version).toBeGreaterThan(empty.snapshot_status.manifest_version);
       expect(s.snapshot_status.disk_bytes).toBeGreaterThan(empty.snapshot_status.disk_bytes);
+      await db.whenIndexed();
+      const [y, z] = (await db.stats()).per_collection;
+      // 2-d vectors are padded to 4 floats: 16 bytes a slot.
+      expect([y.vector_bytes, z.vector_bytes]).toEqual([16, 32]);
+      expect(y.graph_bytes).toBe(0);
+      expect(z.graph_bytes).toBeGreaterThan(0);
       await db.delete('z', '1');
-      expect((await db.stats()).total_points).toBe(2);
+      const after = await db.stats();
+      expect(after.total_points).toBe(2);
+      expect(after.per_collection[1].vector_bytes).toBe(32); // a deleted point's slot stays until compaction
     } finally {
       await db.close();
     }

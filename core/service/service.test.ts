@@ -41,7 +41,10 @@ function fakeEngine(): { engine: EngineApi; calls: string[] } {
     replicate: () => (async function* () { calls.push('replicate'); yield { seq: 1, record: new Uint8Array(4) }; })(),
     stats: rec('stats', {
       collections: 2, total_points: 5,
-      per_collection: [{ name: 'a.x', count: 2, index: 'flat', index_state: 'current' }, { name: 'b.y', count: 3, index: 'flat', index_state: 'current' }],
+      per_collection: [
+        { name: 'a.x', count: 2, index: 'flat', index_state: 'current', vector_bytes: 32, graph_bytes: 0 },
+        { name: 'b.y', count: 3, index: 'flat', index_state: 'current', vector_bytes: 48, graph_bytes: 0 },
+      ],
       snapshot_status: { manifest_version: 1, disk_bytes: 10 },
     }),
     snapshot: rec('snapshot', { name: 's', path: '/x', manifest_version: 1, disk_bytes: 1 }),

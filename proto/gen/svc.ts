@@ -332,6 +332,9 @@ export interface CollectionSummary {
   count: number;
   index: string;
   index_state: string;
+  /** The vectors in memory (every slot written, padded, until compaction) and the search graph's arrays. */
+  vector_bytes: number;
+  graph_bytes: number;
 }
 
 export interface SnapshotStatus {
@@ -3473,7 +3476,7 @@ export const StatsRequest: MessageFns<StatsRequest> = {
 };
 
 function createBaseCollectionSummary(): CollectionSummary {
-  return { name: "", count: 0, index: "", index_state: "" };
+  return { name: "", count: 0, index: "", index_state: "", vector_bytes: 0, graph_bytes: 0 };
 }
 
 export const CollectionSummary: MessageFns<CollectionSummary> = {
@@ -3489,6 +3492,12 @@ export const CollectionSummary: MessageFns<CollectionSummary> = {
     }
     if (message.index_state !== "") {
       writer.uint32(34).string(message.index_state);
+    }
+    if (message.vector_bytes !== 0) {
+      writer.uint32(40).uint64(message.vector_bytes);
+    }
+    if (message.graph_bytes !== 0) {
+      writer.uint32(48).uint64(message.graph_bytes);
     }
     return writer;
   },
@@ -3538,6 +3547,22 @@ export const CollectionSummary: MessageFns<CollectionSummary> = {
             message.index_state = reader.string();
             continue;
           }
+          case 5: {
+            if (tag !== 40) {
+              break;
+            }
+
+            message.vector_bytes = longToNumber(reader.uint64());
+            continue;
+          }
+          case 6: {
+            if (tag !== 48) {
+              break;
+            }
+
+            message.graph_bytes = longToNumber(reader.uint64());
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3559,6 +3584,8 @@ export const CollectionSummary: MessageFns<CollectionSummary> = {
     message.count = object.count ?? 0;
     message.index = object.index ?? "";
     message.index_state = object.index_state ?? "";
+    message.vector_bytes = object.vector_bytes ?? 0;
+    message.graph_bytes = object.graph_bytes ?? 0;
     return message;
   },
 };

@@ -215,7 +215,9 @@ export function databaseStats(s: DatabaseStats): pb.DatabaseStats {
   return {
     collections: s.collections,
     total_points: s.total_points,
-    per_collection: s.per_collection.map((p) => ({ name: p.name, count: p.count, index: p.index, index_state: p.index_state })),
+    per_collection: s.per_collection.map((p) => ({
+      name: p.name, count: p.count, index: p.index, index_state: p.index_state, vector_bytes: p.vector_bytes, graph_bytes: p.graph_bytes,
+    })),
     snapshot_status: { ...s.snapshot_status },
   };
 }

@@ -43,7 +43,14 @@ function recordingEngine(calls: Calls, override: Partial<Record<keyof EngineApi,
     upsertDocuments: { upserted: 1 },
     searchMultiVector: { hits: [] },
     deleteDocument: { deleted: false },
-    stats: { collections: 2, total_points: 3, per_collection: [{ name: 'docs', count: 1, index: 'hnsw', index_state: 'current' }, { name: 'secret', count: 2, index: 'hnsw', index_state: 'current' }], snapshot_status: { manifest_version: 4, disk_bytes: 100 } },
+    stats: {
+      collections: 2, total_points: 3,
+      per_collection: [
+        { name: 'docs', count: 1, index: 'hnsw', index_state: 'current', vector_bytes: 16, graph_bytes: 8196 },
+        { name: 'secret', count: 2, index: 'hnsw', index_state: 'current', vector_bytes: 32, graph_bytes: 8196 },
+      ],
+      snapshot_status: { manifest_version: 4, disk_bytes: 100 },
+    },
     snapshot: { name: 's1', path: '/snap/s1', manifest_version: 4, disk_bytes: 100 },
   };
   const engine: Record<string, unknown> = { close: async () => undefined };
@@ -139,7 +146,10 @@ describe('gRPC server over the service', () => {
       ['upsertDocuments', { collection: 'docs', documents: [{ id: 'd', vectors: [{ values: [1, 0] }] }] }, 'upsertDocuments', ['docs', { documents: [{ id: 'd', vectors: [[1, 0]] }] }], { upserted: 1 }],
       ['searchMultiVector', { collection: 'docs', vectors: [{ values: [1, 0] }], k: 2 }, 'searchMultiVector', ['docs', { vectors: [[1, 0]], k: 2 }], { hits: [] }],
       ['deleteDocument', { collection: 'docs', id: 'd' }, 'deleteDocument', ['docs', 'd'], { deleted: false }],
-      ['stats', {}, 'stats', [], { collections: 2, total_points: 3, snapshot_status: { manifest_version: 4, disk_bytes: 100 } }],
+      ['stats', {}, 'stats', [], {
+        collections: 2, total_points: 3, snapshot_status: { manifest_version: 4, disk_bytes: 100 },
+        per_collection: [{ name: 'docs', vector_bytes: 16, graph_bytes: 8196 }, { name: 'secret', vector_bytes: 32, graph_bytes: 8196 }],
+      }],
       ['snapshot', { name: 's1' }, 'snapshot', [{ name: 's1' }], { name: 's1', path: '/snap/s1', manifest_version: 4, disk_bytes: 100 }],
     ];
     for (const [method, req, op, args, want] of cases) {

@@ -45,6 +45,8 @@ export function createPromMetrics(): PromMetrics {
   gauge('svc_collections', 'Collections in the database', (s) => s.collections);
   gauge('svc_points', 'Points in all collections', (s) => s.total_points);
   gauge('svc_collections_stale', 'Collections whose index is stale (a rebuild pending or running)', (s) => s.per_collection.filter((c) => c.index_state === 'stale').length);
+  gauge('svc_vector_bytes', 'Bytes of vectors in memory, all collections', (s) => s.per_collection.reduce((n, c) => n + c.vector_bytes, 0));
+  gauge('svc_graph_bytes', 'Bytes of search graphs in memory, all collections', (s) => s.per_collection.reduce((n, c) => n + c.graph_bytes, 0));
   gauge('svc_disk_bytes', 'Bytes of the data directory at the last manifest', (s) => s.snapshot_status.disk_bytes);
   gauge('svc_manifest_version', 'Manifest version', (s) => s.snapshot_status.manifest_version);
 

@@ -169,6 +169,8 @@ describe('REST', () => {
     expect(text).toContain('svc_http_request_errors_total{method="GET",route="/v1/collections/{name}/points/{id}"} 1');
     expect(text).toContain('svc_auth_failures_total 1');
     expect(text).toMatch(/svc_collections 0/);
+    expect(text).toMatch(/svc_vector_bytes 0/);
+    expect(text).toMatch(/svc_graph_bytes 0/);
     expect(text).not.toContain('secret-name');
   });
 

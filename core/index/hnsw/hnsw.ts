@@ -310,6 +310,15 @@ export class Hnsw implements VectorIndex {
     return nearestAscending(top, k);
   }
 
+  /**
+   * Bytes this graph holds: its link arrays as allocated (capacity grows by doubling, so up to twice
+   * what the nodes use), the upper-level links in use, and the visited marks. The vectors are the
+   * store's.
+   */
+  memoryBytes(): number {
+    return this.level0.byteLength + this.levels.byteLength + this.upperOffset.byteLength + this.upperUsed * 4 + this.visited.byteLength;
+  }
+
   /** Neighbours of a slot at a level (for tests and diagnostics). */
   neighbors(slot: number, level = 0): Int32Array {
     if (!this.has(slot) || this.levels[slot] < level) return new Int32Array(0);
