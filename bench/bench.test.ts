@@ -36,6 +36,9 @@ describe('bench suite smoke', () => {
       }
       // At ef 64 on 2,000 points of 32-d, any working HNSW finds nearly all true neighbours.
       expect(p.sweep[1].recall).toBeGreaterThan(0.9);
+      // Its own account of the index: at least the 128 bytes of each 32-d vector, plus links.
+      expect(p.index_bytes_per_vector).toBeGreaterThan(128);
+      expect(p.index_bytes_per_vector).toBeLessThan(2000);
     }
     expect(Object.keys(ann.ratio_at_095)).toEqual(['hnswlib-node']);
 

@@ -90,12 +90,12 @@ export function toMarkdown(r: RunResults): string {
   }
   for (const a of r.ann) {
     L.push(`## ${a.dataset}: recall@${a.k} vs QPS (${a.metric}, ${a.queries} queries, one thread, each 25-query chunk at its fastest of ${a.passes} passes)`, '');
-    L.push('| engine | build s | B/vector (RSS) | QPS at recall 0.95 | svc ratio | sweep (ef: recall / QPS) |', '|---|---|---|---|---|---|');
+    L.push('| engine | build s | index B/vector (own account) | B/vector (RSS) | QPS at recall 0.95 | svc ratio | sweep (ef: recall / QPS) |', '|---|---|---|---|---|---|---|');
     for (const p of a.peers) {
       const ratio = p.name === 'svc' || p.name === 'svc-core' ? '' : fmt(a.ratio_at_095[p.name]?.svc);
       const sweep = p.error && p.sweep.length === 0 ? `not run: ${p.error}` : p.sweep.map((s) => `${s.ef}: ${s.recall} / ${s.qps}`).join('; ');
       const detail = p.build_detail ? ` (${Object.entries(p.build_detail).map(([k, v]) => `${k} ${v}`).join(', ')})` : '';
-      L.push(`| ${p.name} | ${p.build_s}${detail} | ${p.bytes_per_vector} | ${fmt(p.qps_at_recall_095)} | ${ratio} | ${sweep} |`);
+      L.push(`| ${p.name} | ${p.build_s}${detail} | ${p.index_bytes_per_vector ?? '-'} | ${p.bytes_per_vector} | ${fmt(p.qps_at_recall_095)} | ${ratio} | ${sweep} |`);
     }
     L.push('', ...a.peers.map((p) => `- ${p.name}: ${p.note || p.error}`), '');
   }

@@ -1,5 +1,8 @@
 /** hnswlib-node 3 (the C++ hnswlib through N-API, compiled here by node-gyp). */
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import type { BenchMetric, Dataset } from '../lib/data.js';
 import { row } from '../lib/data.js';
 import { EF_CONSTRUCTION, M, type BucketFilter, type Peer } from './types.js';
@@ -25,6 +28,16 @@ export async function hnswlib(metric: BenchMetric): Promise<Peer> {
       const bk = buckets;
       const f = filter && bk ? (label: number) => bk[label] < filter.below : undefined;
       return index!.searchKnn(Array.from(q), k, f).neighbors;
+    },
+    indexBytes() {
+      // hnswlib's file is its memory image: level-0 blocks (vector, links, label) and the upper links.
+      const dir = mkdtempSync(join(tmpdir(), 'svc-bench-hnswlib-'));
+      try {
+        index!.writeIndexSync(join(dir, 'index'));
+        return statSync(join(dir, 'index')).size;
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
     },
     async close() { index = undefined; },
   };

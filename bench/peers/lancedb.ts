@@ -4,7 +4,7 @@
  * over scalar-quantised vectors) at Lance's own graph defaults; the sweep sets the query's ef. Filters run
  * as LanceDB's prefilter (its default) over a btree index on `bucket`.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { BenchMetric, Dataset } from '../lib/data.js';
@@ -36,6 +36,15 @@ interface Lance {
   Index: { hnswSq(o: object): unknown; btree(): unknown };
 }
 
+/** Bytes of every file under `dir` (a Lance dataset: its data files and its index). */
+function treeBytes(dir: string): number {
+  let n = 0;
+  for (const e of readdirSync(dir, { withFileTypes: true, recursive: true })) {
+    if (e.isFile()) n += statSync(join(e.parentPath ?? e.path, e.name)).size;
+  }
+  return n;
+}
+
 export async function lancedb(metric: BenchMetric): Promise<Peer> {
   const lance = await importOnDemand<Lance>('@lancedb/lancedb');
   const dir = mkdtempSync(join(tmpdir(), 'svc-bench-lance-'));
@@ -64,6 +73,7 @@ export async function lancedb(metric: BenchMetric): Promise<Peer> {
       const r = await query.toArray();
       return Int32Array.from(r, (x) => x.id);
     },
+    indexBytes: () => treeBytes(dir),
     async close() { table?.close(); conn.close(); rmSync(dir, { recursive: true, force: true }); },
   };
 }

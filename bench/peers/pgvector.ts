@@ -168,6 +168,11 @@ export async function pgvector(metric: BenchMetric): Promise<Peer> {
       const r = await sql.query(pgSearchSql(metric, filter !== undefined), values);
       return Int32Array.from(r.rows, (x: { id: number }) => x.id);
     },
+    async indexBytes() {
+      // pgvector's HNSW index keeps a copy of each vector in its tuples beside the neighbour lists.
+      const r = await sql.query("SELECT pg_relation_size('b_hnsw') AS n");
+      return Number((r.rows[0] as { n: string | number }).n);
+    },
     async close() {
       await sql.close();
       await cluster?.stop();

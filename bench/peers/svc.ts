@@ -56,6 +56,10 @@ export async function svcEmbedded(metric: BenchMetric): Promise<Peer> {
       for (let i = 0; i < hits.length; i++) out[i] = Number(hits[i].id);
       return out;
     },
+    async indexBytes() {
+      const c = (await db.stats()).per_collection.find((p) => p.name === 'b');
+      return c === undefined ? 0 : c.vector_bytes + c.graph_bytes;
+    },
     async close() {
       await db.close();
       rmSync(dir, { recursive: true, force: true });
@@ -66,6 +70,7 @@ export async function svcEmbedded(metric: BenchMetric): Promise<Peer> {
 
 export async function svcCore(metric: BenchMetric): Promise<Peer> {
   let index: Hnsw | undefined;
+  let store: VectorStore | undefined;
   let ef = 64;
   let buckets: Int32Array | undefined;
   return {
@@ -73,7 +78,7 @@ export async function svcCore(metric: BenchMetric): Promise<Peer> {
     note: 'core/index HNSW alone over a VectorStore (WASM SIMD kernel), one thread',
     async build(d: Dataset, b?: Int32Array) {
       buckets = b;
-      const store = VectorStore.create({ dim: d.dim, initialSlots: d.n });
+      store = VectorStore.create({ dim: d.dim, initialSlots: d.n });
       for (let i = 0; i < d.n; i++) store.add(row(d.base, d.dim, i));
       const slots = Int32Array.from({ length: d.n }, (_, i) => i);
       index = Hnsw.build(store, slots, { m: M, efConstruction: EF_CONSTRUCTION, kind: metric === 'l2' ? 'l2' : 'ip', seed: 100 });
@@ -84,6 +89,7 @@ export async function svcCore(metric: BenchMetric): Promise<Peer> {
       const accept = filter && bk ? (s: number) => bk[s] < filter.below : undefined;
       return index!.search(q, k, Math.max(ef, k), accept).slots;
     },
+    indexBytes: () => store!.count * store!.strideBytes + index!.memoryBytes(),
     async close() { index = undefined; },
   };
 }

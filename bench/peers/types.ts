@@ -19,6 +19,11 @@ export interface Peer {
   setEf(ef: number): Promise<void> | void;
   search(q: Float32Array, k: number, filter?: BucketFilter): ArrayLike<number> | Promise<ArrayLike<number>>;
   close(): Promise<void>;
+  /**
+   * Bytes the engine itself says its index holds (vectors and graph): its own accounting, its saved
+   * index file, or its relation's size. Absent when it has none to give.
+   */
+  indexBytes?(): Promise<number> | number;
 }
 
 export type PeerFactory = (metric: BenchMetric) => Promise<Peer>;

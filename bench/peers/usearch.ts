@@ -2,7 +2,7 @@
  * USearch (prebuilt binary inside the npm package). Its expansion_search is fixed per Index object, so
  * the built graph is saved once and loaded into one Index per ef (loading is not timed).
  */
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -58,6 +58,7 @@ export async function usearch(metric: BenchMetric): Promise<Peer> {
       for (let i = 0; i < out.length; i++) out[i] = Number(r.keys[i]);
       return out;
     },
+    indexBytes: () => statSync(file).size,
     async close() { index = undefined; rmSync(dir, { recursive: true, force: true }); },
   };
 }

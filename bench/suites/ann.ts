@@ -16,6 +16,8 @@ export interface AnnPeerResult {
   build_detail?: Record<string, number>;
   rss_delta_bytes: number;
   bytes_per_vector: number;
+  /** The engine's own account of its index (Peer.indexBytes) over the vectors; null when it gives none. */
+  index_bytes_per_vector: number | null;
   sweep: (SweepPoint & { p50_ms: number; p99_ms: number })[];
   qps_at_recall_095: number | null;
   error?: string;
@@ -84,7 +86,7 @@ export async function runAnn(d: Dataset, factories: [string, PeerFactory][], o: 
   const built: { peer: Peer; res: AnnPeerResult }[] = [];
   const failed: AnnPeerResult[] = [];
   for (const [name, make] of factories) {
-    const res: AnnPeerResult = { name, note: '', build_s: 0, rss_delta_bytes: 0, bytes_per_vector: 0, sweep: [], qps_at_recall_095: null };
+    const res: AnnPeerResult = { name, note: '', build_s: 0, rss_delta_bytes: 0, bytes_per_vector: 0, index_bytes_per_vector: null, sweep: [], qps_at_recall_095: null };
     let peer: Peer | undefined;
     try {
       const before = rssAfterGc();
@@ -98,7 +100,8 @@ export async function runAnn(d: Dataset, factories: [string, PeerFactory][], o: 
       if (detail) res.build_detail = Object.fromEntries(Object.entries(detail).map(([k, v]) => [k, round(v)]));
       res.rss_delta_bytes = Math.max(0, rssAfterGc() - before);
       res.bytes_per_vector = Math.round(res.rss_delta_bytes / d.n);
-      o.log(`  ${d.name}: ${res.name} built in ${res.build_s} s (${res.bytes_per_vector} B/vector RSS)`);
+      if (peer.indexBytes) res.index_bytes_per_vector = Math.round((await peer.indexBytes()) / d.n);
+      o.log(`  ${d.name}: ${res.name} built in ${res.build_s} s (${res.bytes_per_vector} B/vector RSS, ${res.index_bytes_per_vector ?? '-'} B/vector by its own account)`);
       built.push({ peer, res });
     } catch (e) {
       res.error = (e as Error).message;
