@@ -67,6 +67,9 @@ export function fetchQuery(r: pb.FetchRequest): FetchQuery {
   });
 }
 
+/** A SearchRequest as the server decodes it: the vector may be a Float32Array (packed-vector.ts). */
+export type SearchRequestIn = Omit<pb.SearchRequest, 'vector'> & { vector: number[] | Float32Array };
+
 const CONSISTENCY: ReadonlySet<unknown> = new Set((schemas.queryBody.properties as { consistency: { enum: string[] } }).consistency.enum);
 
 /**
@@ -75,7 +78,7 @@ const CONSISTENCY: ReadonlySet<unknown> = new Set((schemas.queryBody.properties 
  * guarantee is only `consistency` among its values; the message is REST's. convert.test.ts holds this
  * equal to the schema check over random messages.
  */
-export function searchQuery(r: pb.SearchRequest): SearchQuery {
+export function searchQuery(r: SearchRequestIn): SearchQuery {
   // As ajv's `number` type: a non-finite float (which protobuf can carry and JSON cannot) is refused here too.
   for (let i = 0; i < r.vector.length; i++) {
     if (!Number.isFinite(r.vector[i])) throw invalidArgument(`body/vector/${i} must be number`);

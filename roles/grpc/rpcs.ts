@@ -3,14 +3,16 @@
  * refuse an RPC without a binding, and each binding is one line of conversion around one service call.
  */
 import type { CallContext, OperationName, SvcApi } from '../../core/service/api.js';
-import type { SvcService } from '../../proto/gen/svc.js';
+import { SearchRequest, type SvcService } from '../../proto/gen/svc.js';
 import * as c from './convert.js';
+import { decodeWithPackedFloats } from './packed-vector.js';
 
 type Def = typeof SvcService;
 export type Method = keyof Def;
 /** The RPCs answered with one message (every one but Replicate). */
 export type UnaryMethod = { [M in Method]: Def[M]['responseStream'] extends false ? M : never }[Method];
-export type RequestOf<M extends Method> = ReturnType<Def[M]['requestDeserialize']>;
+/** What a handler receives: the decoded message (Search's vector may be a Float32Array, see REQUEST_DECODERS). */
+export type RequestOf<M extends Method> = M extends 'search' ? c.SearchRequestIn : ReturnType<Def[M]['requestDeserialize']>;
 export type ResponseOf<M extends Method> = Parameters<Def[M]['responseSerialize']>[0];
 
 export interface Binding<M extends UnaryMethod> {
@@ -20,6 +22,15 @@ export interface Binding<M extends UnaryMethod> {
   collection(req: RequestOf<M>): unknown;
   invoke(s: SvcApi, ctx: CallContext, req: RequestOf<M>): Promise<ResponseOf<M>>;
 }
+
+/**
+ * Decoders that replace the generated one for a method: Search, the hot path, takes its vector as one
+ * Float32Array copy (packed-vector.ts). Hybrid search keeps the generated decoder: its body goes
+ * through REST's JSON schema, which wants an array.
+ */
+export const REQUEST_DECODERS: { readonly [M in UnaryMethod]?: (bytes: Uint8Array) => RequestOf<M> } = {
+  search: (bytes) => decodeWithPackedFloats(bytes, 2, (b) => SearchRequest.decode(b)),
+};
 
 export const UNARY_BINDINGS: { readonly [M in UnaryMethod]: Binding<M> } = {
   createCollection: {

@@ -139,7 +139,8 @@ describe('gRPC server over the service', () => {
       ['getPoint', { collection: 'docs', id: 'a', with_vector: true }, 'get', ['docs', 'a', { with_vector: true }], { id: 'a', vector: [], payload: { n: 1 } }],
       ['deletePoint', { collection: 'docs', id: 'a' }, 'delete', ['docs', 'a'], { deleted: true }],
       ['fetch', { collection: 'docs', limit: 5 }, 'fetch', ['docs', { limit: 5 }], { points: [{ id: 'a', vector: [], payload: {} }] }],
-      ['search', { collection: 'docs', vector: [1, 2], k: 3, filter: { eq: { field: 'n', value: 1 } } }, 'search', ['docs', { vector: [1, 2], k: 3, filter: { eq: { field: 'n', value: 1 } } }], { hits: [{ id: 'a', rank: 0, score: 0.5, payload: { n: 1 }, vector: [] }] }],
+      // The search vector reaches the service as the Float32Array it was on the wire (packed-vector.ts).
+      ['search', { collection: 'docs', vector: [1, 2], k: 3, filter: { eq: { field: 'n', value: 1 } } }, 'search', ['docs', { vector: Float32Array.of(1, 2), k: 3, filter: { eq: { field: 'n', value: 1 } } }], { hits: [{ id: 'a', rank: 0, score: 0.5, payload: { n: 1 }, vector: [] }] }],
       ['hybridSearch', { collection: 'docs', vector: [], sparse: { indices: [1], values: [2] }, query_text: 'x' }, 'hybridSearch', ['docs', { sparse_indices: [1], sparse_values: [2], query_text: 'x' }], { hits: [] }],
       ['upsertText', { collection: 'docs', points: [{ id: 't', text: 'hello' }] }, 'upsertText', ['docs', { points: [{ id: 't', text: 'hello' }] }], { upserted: 2 }],
       ['searchText', { collection: 'docs', text: 'hello', rerank: true }, 'searchText', ['docs', { text: 'hello', rerank: true }], { hits: [] }],

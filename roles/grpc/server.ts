@@ -14,7 +14,7 @@ import type { ServiceLogger } from '../../core/service/log.js';
 import { noopMetrics, type Metrics } from '../../core/service/metrics.js';
 import type { Service } from '../../core/service/service.js';
 import { SvcService, type ReplicationEvent } from '../../proto/gen/svc.js';
-import { UNARY_BINDINGS, type UnaryMethod } from './rpcs.js';
+import { REQUEST_DECODERS, UNARY_BINDINGS, type UnaryMethod } from './rpcs.js';
 import { REQUEST_ID_KEY, toServiceError } from './status.js';
 import { createGrpcTransport, GrpcStatusError, type GrpcCall, type MethodHandler } from './transport.js';
 
@@ -116,7 +116,7 @@ export async function startGrpcServer(opts: GrpcServerOptions): Promise<GrpcServ
   function unary<M extends UnaryMethod>(m: M): MethodHandler {
     const binding = UNARY_BINDINGS[m];
     const def = SvcService[m];
-    const decode = decoder(m, def.requestDeserialize as (b: Buffer) => Parameters<typeof binding.invoke>[2], limits);
+    const decode = decoder(m, (REQUEST_DECODERS[m] ?? def.requestDeserialize) as (b: Buffer) => Parameters<typeof binding.invoke>[2], limits);
     const encode = def.responseSerialize as (v: unknown) => Buffer;
     return {
       kind: 'unary',
