@@ -19,7 +19,7 @@ import { connect as netConnect } from 'node:net';
 import { availableParallelism } from 'node:os';
 import * as grpcJs from '@grpc/grpc-js';
 import pg from 'pg';
-import { Pool } from 'undici';
+import { Pool, request } from 'undici';
 import { mnist, random, recallAt, row, type Dataset } from '../lib/data.js';
 import { BENCH_API_KEY, startSvc, type SvcServer } from '../lib/server-proc.js';
 import { SearchRequest, SearchResponse, SvcService } from '../../proto/gen/svc.js';
@@ -145,6 +145,13 @@ async function restSearchOver(pool: Pool, path: string, body: unknown): Promise<
   return out;
 }
 
+/** svc's count of dense searches its search workers answered, from /metrics. */
+async function workerSearches(rest: string): Promise<number> {
+  const text = await (await request(`${rest}/metrics`)).body.text();
+  const line = text.split('\n').find((l) => l.startsWith('svc_search_worker_searches_total '));
+  return line === undefined ? 0 : Number(line.split(' ')[1]);
+}
+
 async function pickEf(d: Dataset, search: (q: Float32Array, ef: number) => Promise<ArrayLike<number>>): Promise<{ ef: number; recall: number }> {
   let last = { ef: EFS[0], recall: 0 };
   for (const ef of EFS) {
@@ -238,7 +245,15 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
         }
       }
       if (tool('h2load') === null) out.native_svc_skipped = 'h2load is not installed (Debian: nghttp2-client)';
-      else await nativeSvc(srv, defaultSearchThreads, ef, recall);
+      else {
+        const before = await workerSearches(srv.rest);
+        const rowsBefore = nativeRows.length;
+        await nativeSvc(srv, defaultSearchThreads, ef, recall);
+        // How much of that load the pool took: the worker's count over every request h2load made
+        // (its warm-up second included, so a share near 1 is all of them).
+        const sent = nativeRows.slice(rowsBefore).reduce((n, r) => n + r.requests, 0);
+        out.search_worker_searches_native = { worker: (await workerSearches(srv.rest)) - before, measured_requests: sent };
+      }
     } catch (e) {
       out.svc_error = (e as Error).message;
       log(`  server: svc failed: ${out.svc_error}`);

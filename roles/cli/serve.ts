@@ -98,6 +98,7 @@ async function openAndServe(
     audit, auditLog: logs.target('svc::audit'), clock: systemClock, metrics, log: logs.target('svc::span'), tracer,
   });
   metrics.setStatsSource(() => engine.stats());
+  metrics.setSearchPoolSource(() => db.searchPoolStats());
   try {
     const grpc = await startGrpc(config, service, logs, metrics, fallback);
     // Readiness (spec): storage open and every collection's index built from it.

@@ -10,6 +10,16 @@ export interface PromMetrics extends Metrics {
   readonly registry: Registry;
   /** Where the engine gauges come from; null until the database is open. */
   setStatsSource(source: (() => Promise<DatabaseStats>) | null): void;
+  /** The search pool's counters (Database.searchPoolStats); null, or a source answering null, without a pool. */
+  setSearchPoolSource(source: (() => SearchPoolStats | null) | null): void;
+}
+
+/** What the search pool counts (core/collection/search-pool.ts), as Database.searchPoolStats gives it. */
+export interface SearchPoolStats {
+  workers: number;
+  dispatched: number;
+  overflow: number;
+  fallbacks: number;
 }
 
 export function createPromMetrics(): PromMetrics {
@@ -50,9 +60,32 @@ export function createPromMetrics(): PromMetrics {
   gauge('svc_disk_bytes', 'Bytes of the data directory at the last manifest', (s) => s.snapshot_status.disk_bytes);
   gauge('svc_manifest_version', 'Manifest version', (s) => s.snapshot_status.manifest_version);
 
+  let poolSource: (() => SearchPoolStats | null) | null = null;
+  new Gauge({
+    name: 'svc_search_workers', help: 'Search worker threads alive (SVC_SEARCH_WORKERS)', registers: [registry],
+    collect() { this.set(poolSource?.()?.workers ?? 0); },
+  });
+  // Counters the pool keeps itself, brought up to its figures at each scrape.
+  const poolCounter = (name: string, help: string, read: (s: SearchPoolStats) => number): void => {
+    let seen = 0;
+    new Counter({
+      name, help, registers: [registry],
+      collect() {
+        const s = poolSource?.();
+        const now = s ? read(s) : seen;
+        if (now > seen) this.inc(now - seen);
+        seen = now;
+      },
+    });
+  };
+  poolCounter('svc_search_worker_searches_total', 'Dense searches a search worker answered', (s) => s.dispatched);
+  poolCounter('svc_search_worker_overflow_total', 'Dense searches run on the event loop because every worker was full', (s) => s.overflow);
+  poolCounter('svc_search_worker_fallbacks_total', 'Dense searches answered on the event loop because their worker died', (s) => s.fallbacks);
+
   return {
     registry,
     setStatsSource(s) { source = s; },
+    setSearchPoolSource(s) { poolSource = s; },
     requestFinished(l, status, seconds) {
       const key = `${l.method} ${l.route}`;
       let c = children.get(key);
