@@ -46,6 +46,8 @@ export function summarise(r: RunResults): Record<string, number | string | null>
   for (const k of ['svc_REST_vs_pgvector_native_clients_x8', 'svc_gRPC_vs_pgvector_native_clients_x8']) {
     if (k in native) s[`server QPS at recall 0.95, 8 clients (h2load / pgbench): ${k}`] = native[k];
   }
+  const floor = 'node_http_floor_vs_pgvector_native_clients_x8';
+  if (floor in native) s[`for scale, 8 clients (h2load / pgbench): bare node:http, no search: ${floor}`] = native[floor];
   for (const f of r.filtered) {
     const svc = f.peers.find((p) => p.name === 'svc');
     if (svc && svc.rows.length) {
