@@ -28,7 +28,7 @@ describe('server suite clients', () => {
     const seen: unknown[] = [];
     beforeAll(async () => {
       const engine = {
-        search: async (_c: string, q: { vector: number[]; k?: number }) => {
+        search: async (_c: string, q: { vector: Float32Array; k?: number }) => {
           seen.push(q);
           return { hits: Array.from({ length: q.k ?? 10 }, (_, rank) => ({ id: `p${rank}`, rank, score: q.vector[0] + rank })) };
         },
@@ -47,7 +47,8 @@ describe('server suite clients', () => {
         const client = make(`127.0.0.1:${server.port}`, 'k1', 3);
         const answers = await Promise.all([1, 2, 3, 4, 5].map((i) => client.search({ collection: 'c', vector: Float32Array.of(i, 0.5), k: i })));
         expect(answers.map((a) => a.hits.map((h) => [h.id, h.score]))).toEqual([1, 2, 3, 4, 5].map((i) => Array.from({ length: i }, (_, r) => [`p${r}`, i + r])));
-        expect(seen.slice(-5)).toEqual(expect.arrayContaining([{ vector: [3, 0.5], k: 3 }]));
+        // The server hands the vector on as the Float32Array it decoded (roles/grpc/packed-vector.ts).
+        expect(seen.slice(-5)).toEqual(expect.arrayContaining([{ vector: Float32Array.of(3, 0.5), k: 3 }]));
         await client.close();
         const wrong = make(`127.0.0.1:${server.port}`, 'nope', 1);
         await expect(wrong.search({ collection: 'c', vector: Float32Array.of(1) })).rejects.toThrow(/unknown API key/);
