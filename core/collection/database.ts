@@ -403,6 +403,11 @@ export class Database {
     return { hits: this.denseHits(col, r, withPayload, withVector) };
   }
 
+  /** A dense ranking for a fused query: in a search worker when the pool takes it, else here. */
+  private denseRanking(col: Collection, vector: Float32Array, k: number, ef: number, filter: CompiledFilter | undefined): SearchResult | Promise<SearchResult> {
+    return this.pool === null ? col.searchDense(vector, k, ef, filter) : this.searchDense(col, vector, k, ef, filter);
+  }
+
   /**
    * A dense search, in a search worker when there is a pool and the collection is large enough. The
    * plan is made here; a hit whose point was deleted or replaced while the worker ran (its slot no
@@ -470,7 +475,9 @@ export class Database {
     await this.prepareRead(col, parseConsistency(q.consistency));
     const depth = this.fusionDepth(k);
     const lists: { ids: ArrayLike<number> }[] = [];
-    if (dense !== null) lists.push({ ids: col.searchDense(dense, depth, Math.max(ef, depth), filter).slots });
+    // The dense ranking first: it may run in a search worker; the others are computed after it, in
+    // the same synchronous stretch as the fusion, so every ranking sees the same live points.
+    if (dense !== null) lists.push({ ids: (await this.denseRanking(col, dense, depth, Math.max(ef, depth), filter)).slots });
     if (sparse !== null) lists.push({ ids: col.searchSparseDot(sparse.terms, sparse.weights, depth, filter).slots });
     if (terms !== null) lists.push({ ids: col.searchBm25(terms, depth, filter).slots });
     return { hits: this.fusedHits(col, lists, k, k0, withPayload, withVector) };
@@ -556,7 +563,7 @@ export class Database {
     await this.prepareRead(col, parseConsistency(q.consistency));
     const want = reranker === undefined ? k : pool;
     const depth = this.fusionDepth(want);
-    const lists: { ids: ArrayLike<number> }[] = [{ ids: col.searchDense(vector, depth, Math.max(depth, col.spec.index_params.ef_search), filter).slots }];
+    const lists: { ids: ArrayLike<number> }[] = [{ ids: (await this.denseRanking(col, vector, depth, Math.max(depth, col.spec.index_params.ef_search), filter)).slots }];
     if (col.sparse.stats().n > 0) lists.push({ ids: col.searchBm25(terms, depth, filter).slots });
     const fused = rrf(lists, DEFAULT_RRF_K0).slice(0, want);
     if (reranker === undefined) {

@@ -229,7 +229,7 @@ describe('Database with search workers', () => {
     const [plain, pooled] = await Promise.all([open(0), open(2)]);
     const prng = new Prng(21);
     const vectors = clustered(prng, 2500);
-    const points = vectors.map((v, i) => ({ id: `p${i}`, vector: Array.from(v), payload: { r: i % 1000 } }));
+    const points = vectors.map((v, i) => ({ id: `p${i}`, vector: Array.from(v), payload: { r: i % 1000, __svc_text__: `word${i % 7} common` } }));
     for (const db of [plain, pooled]) {
       await db.createCollection({ name: 'c', dim: DIM, metric: 'l2', filterable: [{ path: 'r', field_type: 'numeric' }] });
       await db.bulkUpsert('c', { points });
@@ -244,6 +244,15 @@ describe('Database with search workers', () => {
     }
     expect(plain.searchPoolStats()).toBeNull();
     expect(pooled.searchPoolStats()!.dispatched).toBeGreaterThanOrEqual(60);
+    // Hybrid queries send their dense ranking to the pool too, and fuse the same answer.
+    const before = pooled.searchPoolStats()!.dispatched;
+    for (const q of clustered(prng, 5)) {
+      for (const filter of [undefined, { lt: { field: 'r', value: 100 } }]) {
+        const body = { vector: Array.from(q), query_text: 'word3', k: 10, filter, consistency: 'eventual' as const };
+        expect(await pooled.hybridSearch('c', body)).toEqual(await plain.hybridSearch('c', body));
+      }
+    }
+    expect(pooled.searchPoolStats()!.dispatched - before).toBe(10);
     await Promise.all([plain.close(), pooled.close()]);
     expect(pooled.searchPoolStats()!.workers).toBe(0);
   });
