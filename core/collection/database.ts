@@ -21,7 +21,7 @@ import { parsePayload, parsePoints, parseVector } from './points.js';
 import {
   checkObject, decodeCursor, encodeCursor, parseBool, parseConsistency, parseEf, parseFetchLimit, parseK, parseRrfK0,
 } from './queries.js';
-import { buildIndexInWorker } from './rebuild.js';
+import { buildIndexInWorker, prewarmIndexBuilds } from './rebuild.js';
 import { SearchDispatch } from './search-dispatch.js';
 import { SearchPool } from './search-pool.js';
 import { runDensePlan } from './search-pool-plan.js';
@@ -123,6 +123,8 @@ export class Database {
   }
 
   static async open(opts: DatabaseOptions): Promise<Database> {
+    // A build worker starts while storage opens, so the first graph build does not wait for one.
+    if (opts.buildIndex === undefined) prewarmIndexBuilds();
     const fs = opts.fs ?? new NodeFileSystem();
     const log = opts.log ?? (() => undefined);
     const dir = await DataDir.open(fs, opts.dataDir, {

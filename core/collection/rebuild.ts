@@ -1,6 +1,6 @@
 import { availableParallelism } from 'node:os';
 import { Hnsw, type HnswOptions } from '../index/hnsw/hnsw.js';
-import { buildInWorker, buildParallel } from '../index/hnsw/build-worker.js';
+import { buildInWorker, buildParallel, prewarmBuildWorker } from '../index/hnsw/build-worker.js';
 import type { VectorStore } from '../index/vector-store.js';
 import type { IndexBuilder } from './collection.js';
 
@@ -21,6 +21,11 @@ export const buildIndexInWorker: IndexBuilder = (store: VectorStore, slots: Int3
   if (workers >= 2 && slots.length >= PARALLEL_BUILD_MIN_SLOTS) return buildParallel(store, slots, opts, workers);
   return buildInWorker(store, slots, opts);
 };
+
+/** Starts a build worker ahead of the first build (build-worker.ts keeps it for a while). */
+export function prewarmIndexBuilds(): void {
+  prewarmBuildWorker();
+}
 
 /** Inline builds, for tests that drive the freshness state machine step by step. */
 export const buildIndexInline: IndexBuilder = async (store, slots, opts) => Hnsw.build(store, slots, opts);

@@ -1,30 +1,32 @@
-// Worker thread entry. Re-opens the shared vector store (its own scratch lane) and either builds a
-// whole graph and posts it back, or takes its share of a parallel build into a graph shared with the
-// other threads. Graph arrays are SharedArrayBuffer-backed, so posting them copies nothing.
-import { parentPort, workerData } from 'node:worker_threads';
+// Build worker thread. Each request re-opens the shared vector store (its own scratch lane) and either
+// builds a whole graph and posts it back, or takes its share of a parallel build into a graph shared
+// with the other threads. Graph arrays are SharedArrayBuffer-backed, so posting them copies nothing.
+// The thread stays for the next request (build-worker.ts keeps idle workers for a while).
+import { parentPort } from 'node:worker_threads';
 import { VectorStore } from '../vector-store.js';
 import { Hnsw } from './hnsw.js';
 import type { WorkerRequest } from './build-worker.js';
 
-const req = workerData as WorkerRequest;
-const store = VectorStore.open(req.store);
-let reply: unknown;
-try {
-  if (req.type === 'build') {
-    const h = Hnsw.build(store, req.slots, req.opts);
-    reply = { ok: true, data: h.serialize() };
-  } else {
+function handle(req: WorkerRequest): unknown {
+  const store = VectorStore.open(req.store);
+  try {
+    if (req.type === 'build') {
+      const h = Hnsw.build(store, req.slots, req.opts);
+      return { ok: true, data: h.serialize() };
+    }
     const h = Hnsw.deserialize(store, req.data);
     for (let i = req.from + req.worker; i < req.slots.length; i += req.workers) {
       h.insertConcurrent(req.slots[i], req.levels[i], req.sync);
     }
-    reply = { ok: true };
+    return { ok: true };
+  } catch (e) {
+    return { ok: false, error: e instanceof Error ? e.message : String(e) };
+  } finally {
+    // Released before replying, so a lane is never held by a worker that is idle or being stopped.
+    store.close();
   }
-} catch (e) {
-  reply = { ok: false, error: e instanceof Error ? e.message : String(e) };
-} finally {
-  // Released before replying: the parent terminates the worker as soon as the reply arrives, which can
-  // stop this thread before a later close ran and leak the lane (16 rebuilds later, none could start).
-  store.close();
 }
-parentPort!.postMessage(reply);
+
+parentPort!.on('message', (req: WorkerRequest) => {
+  parentPort!.postMessage(handle(req));
+});

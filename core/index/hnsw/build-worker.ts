@@ -20,25 +20,94 @@ export type WorkerRequest =
 
 type WorkerReply = { ok: true; data?: HnswData } | { ok: false; error: string };
 
-/** Runs one request in a fresh worker thread and resolves to its reply. */
-function runWorker(req: WorkerRequest): Promise<HnswData | undefined> {
+/**
+ * How long a build worker stays after its last job. Starting one (thread, module graph, WASM) took
+ * 80-150 ms here: more than building a 2,000-vector graph. Kept workers make every rebuild after the
+ * first start at once; idle ones never keep the process alive.
+ */
+const WORKER_IDLE_MS = 15_000;
+
+interface Kept {
+  worker: Worker;
+  timer: NodeJS.Timeout | undefined;
+}
+
+const idle: Kept[] = [];
+/** Threads started and jobs run, for tests. */
+const counts = { started: 0, jobs: 0 };
+
+export function buildWorkerCounts(): { started: number; jobs: number; idle: number } {
+  return { ...counts, idle: idle.length };
+}
+
+function startWorker(): Kept {
   const entry = workerEntry(import.meta.url, 'build-worker-main');
+  counts.started++;
+  return { worker: new Worker(entry.filename, { eval: entry.eval }), timer: undefined };
+}
+
+/** An idle worker, or a new one; it keeps the process alive while it works. */
+function acquire(): Kept {
+  const k = idle.pop() ?? startWorker();
+  if (k.timer !== undefined) clearTimeout(k.timer);
+  k.timer = undefined;
+  k.worker.ref();
+  return k;
+}
+
+function release(k: Kept): void {
+  k.worker.unref();
+  k.timer = setTimeout(() => {
+    const at = idle.indexOf(k);
+    if (at >= 0) idle.splice(at, 1);
+    void k.worker.terminate();
+  }, WORKER_IDLE_MS);
+  k.timer.unref();
+  idle.push(k);
+}
+
+/**
+ * Starts a build worker now, so that the first build does not wait for one. It is kept like any
+ * other (WORKER_IDLE_MS) and keeps nothing alive.
+ */
+export function prewarmBuildWorker(): void {
+  if (idle.length === 0) release(startWorker());
+}
+
+/** Runs one request in a build worker and resolves to its reply. A worker that fails is not kept. */
+function runWorker(req: WorkerRequest): Promise<HnswData | undefined> {
+  const k = acquire();
+  counts.jobs++;
   return new Promise((resolve, reject) => {
-    const worker = new Worker(entry.filename, { workerData: req, eval: entry.eval });
-    let settled = false;
-    worker.once('message', (reply: WorkerReply) => {
-      settled = true;
-      if (reply.ok) resolve(reply.data);
-      else reject(new SvcError('internal', `index build failed in a worker: ${reply.error}`));
-      void worker.terminate();
-    });
-    worker.once('error', (e) => {
-      settled = true;
+    const w = k.worker;
+    const done = (): void => {
+      w.off('message', onMessage);
+      w.off('error', onError);
+      w.off('exit', onExit);
+    };
+    const onMessage = (reply: WorkerReply): void => {
+      done();
+      if (reply.ok) {
+        release(k);
+        resolve(reply.data);
+      } else {
+        void w.terminate();
+        reject(new SvcError('internal', `index build failed in a worker: ${reply.error}`));
+      }
+    };
+    const onError = (e: Error): void => {
+      done();
+      void w.terminate();
       reject(new SvcError('internal', `index build worker crashed: ${e.message}`));
-    });
-    worker.once('exit', (code) => {
-      if (!settled) reject(new SvcError('internal', `index build worker exited with code ${code}`));
-    });
+    };
+    const onExit = (code: number): void => {
+      done();
+      reject(new SvcError('internal', `index build worker exited with code ${code}`));
+    };
+    w.on('message', onMessage);
+    w.once('error', onError);
+    w.once('exit', onExit);
+    w.postMessage(req);
   });
 }
 
