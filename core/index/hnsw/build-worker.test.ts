@@ -3,7 +3,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { Prng } from '../../base/prng.js';
 import { VectorStore } from '../vector-store.js';
-import { buildInWorker, buildParallel, buildWorkerCounts } from './build-worker.js';
+import { buildInWorker, buildParallel, buildWorkerCounts, idleBuildWorkersForTests } from './build-worker.js';
 import { Hnsw } from './hnsw.js';
 
 function store(n: number, dim = 8): VectorStore {
@@ -38,6 +38,17 @@ describe('build workers', () => {
     const g = await buildInWorker(s, range(50), opts);
     expect(g.size).toBe(50);
     expect(buildWorkerCounts().started - started).toBeLessThanOrEqual(2);
+  });
+
+  it('a kept worker that dies while idle leaves the pool, and the next build gets a live one', async () => {
+    const s = store(100);
+    await buildInWorker(s, range(100), opts);
+    const kept = idleBuildWorkersForTests();
+    expect(kept.length).toBeGreaterThanOrEqual(1);
+    await Promise.all(kept.map((w) => w.terminate()));
+    expect(buildWorkerCounts().idle).toBe(0);
+    const g = await buildInWorker(s, range(100), opts);
+    expect(g.size).toBe(100);
   });
 
   it('an idle kept worker does not keep the process alive', async () => {

@@ -21,15 +21,17 @@ export type WorkerRequest =
 type WorkerReply = { ok: true; data?: HnswData } | { ok: false; error: string };
 
 /**
- * How long a build worker stays after its last job. Starting one (thread, module graph, WASM) took
- * 80-150 ms here: more than building a 2,000-vector graph. Kept workers make every rebuild after the
- * first start at once; idle ones never keep the process alive.
+ * How long a build worker stays after its last job. Starting one (thread, module graph, WASM) takes
+ * about 40 ms from dist/ here and 130 ms under tsx: a good part of building a 2,000-vector graph. Kept
+ * workers make every rebuild after the first start at once; idle ones never keep the process alive.
  */
 const WORKER_IDLE_MS = 15_000;
 
 interface Kept {
   worker: Worker;
   timer: NodeJS.Timeout | undefined;
+  /** Exited or crashed: never handed out again. */
+  dead: boolean;
 }
 
 const idle: Kept[] = [];
@@ -40,15 +42,34 @@ export function buildWorkerCounts(): { started: number; jobs: number; idle: numb
   return { ...counts, idle: idle.length };
 }
 
+/** The idle workers' threads, for tests that make one die while it waits. */
+export function idleBuildWorkersForTests(): Worker[] {
+  return idle.map((k) => k.worker);
+}
+
+function forget(k: Kept): void {
+  k.dead = true;
+  if (k.timer !== undefined) clearTimeout(k.timer);
+  const at = idle.indexOf(k);
+  if (at >= 0) idle.splice(at, 1);
+}
+
 function startWorker(): Kept {
   const entry = workerEntry(import.meta.url, 'build-worker-main');
   counts.started++;
-  return { worker: new Worker(entry.filename, { eval: entry.eval }), timer: undefined };
+  const k: Kept = { worker: new Worker(entry.filename, { eval: entry.eval }), timer: undefined, dead: false };
+  // For the worker's whole life, not only its jobs: one that dies while idle leaves the pool (and an
+  // 'error' without a listener would be thrown in this thread).
+  k.worker.on('error', () => forget(k));
+  k.worker.once('exit', () => forget(k));
+  return k;
 }
 
 /** An idle worker, or a new one; it keeps the process alive while it works. */
 function acquire(): Kept {
-  const k = idle.pop() ?? startWorker();
+  let k = idle.pop();
+  while (k !== undefined && k.dead) k = idle.pop();
+  k ??= startWorker();
   if (k.timer !== undefined) clearTimeout(k.timer);
   k.timer = undefined;
   k.worker.ref();
@@ -56,10 +77,10 @@ function acquire(): Kept {
 }
 
 function release(k: Kept): void {
+  if (k.dead) return;
   k.worker.unref();
   k.timer = setTimeout(() => {
-    const at = idle.indexOf(k);
-    if (at >= 0) idle.splice(at, 1);
+    forget(k);
     void k.worker.terminate();
   }, WORKER_IDLE_MS);
   k.timer.unref();
@@ -91,12 +112,14 @@ function runWorker(req: WorkerRequest): Promise<HnswData | undefined> {
         release(k);
         resolve(reply.data);
       } else {
+        forget(k);
         void w.terminate();
         reject(new SvcError('internal', `index build failed in a worker: ${reply.error}`));
       }
     };
     const onError = (e: Error): void => {
       done();
+      forget(k);
       void w.terminate();
       reject(new SvcError('internal', `index build worker crashed: ${e.message}`));
     };
