@@ -25,6 +25,7 @@ import { BENCH_API_KEY, startSvc, type SvcServer } from '../lib/server-proc.js';
 import { SearchRequest, SearchResponse, SvcService } from '../../proto/gen/svc.js';
 import { autoSearchWorkers } from '../../roles/config.js';
 import { frameGrpcMessage } from '../../roles/grpc/transport.js';
+import { parsePrometheus } from '../../roles/tui/client.js';
 import { closedLoop, round } from '../lib/stats.js';
 import { h2load, pgbench, tool, type NativeLoadResult } from '../lib/native-load.js';
 import { startNodeFloor } from '../lib/node-floor.js';
@@ -147,9 +148,7 @@ async function restSearchOver(pool: Pool, path: string, body: unknown): Promise<
 
 /** svc's count of dense searches its search workers answered, from /metrics. */
 async function workerSearches(rest: string): Promise<number> {
-  const text = await (await request(`${rest}/metrics`)).body.text();
-  const line = text.split('\n').find((l) => l.startsWith('svc_search_worker_searches_total '));
-  return line === undefined ? 0 : Number(line.split(' ')[1]);
+  return parsePrometheus(await (await request(`${rest}/metrics`)).body.text()).get('svc_search_worker_searches_total') ?? 0;
 }
 
 async function pickEf(d: Dataset, search: (q: Float32Array, ef: number) => Promise<ArrayLike<number>>): Promise<{ ef: number; recall: number }> {

@@ -23,7 +23,7 @@ import {
 } from './queries.js';
 import { buildIndexInWorker, prewarmIndexBuilds } from './rebuild.js';
 import { SearchDispatch } from './search-dispatch.js';
-import { SearchPool } from './search-pool.js';
+import { SearchPool, type SearchPoolStats } from './search-pool.js';
 import { runDensePlan } from './search-pool-plan.js';
 import { replicationStream, type ReplicationView } from './replication.js';
 
@@ -401,29 +401,28 @@ export class Database {
     // The common path stays synchronous: no promise hop for an eventual read answered in this thread.
     const wait = this.prepareRead(col, consistency);
     if (wait !== undefined) await wait;
-    const r = this.pool === null ? col.searchDense(vector, k, ef, filter) : await this.searchDense(col, vector, k, ef, filter);
+    const found = this.searchDense(col, vector, k, ef, filter);
+    const r = found instanceof Promise ? await found : found;
     return { hits: this.denseHits(col, r, withPayload, withVector) };
   }
 
-  /** A dense ranking for a fused query: in a search worker when the pool takes it, else here. */
-  private denseRanking(col: Collection, vector: Float32Array, k: number, ef: number, filter: CompiledFilter | undefined): SearchResult | Promise<SearchResult> {
-    return this.pool === null ? col.searchDense(vector, k, ef, filter) : this.searchDense(col, vector, k, ef, filter);
-  }
-
   /**
-   * A dense search, in a search worker when there is a pool and the collection is large enough. The
-   * plan is made here; a hit whose point was deleted or replaced while the worker ran (its slot no
-   * longer live) makes the search run again here, so no answer holds a dead point.
+   * A dense search: here, or in a search worker when there is a pool, the collection is large enough
+   * and the dispatcher hands it off (then a promise). The plan is made here; a hit whose point was
+   * deleted or replaced while the worker ran (its slot no longer live) makes the search run again here,
+   * so no answer holds a dead point.
    */
-  private async searchDense(col: Collection, vector: Float32Array, k: number, ef: number, filter: CompiledFilter | undefined): Promise<SearchResult> {
+  private searchDense(col: Collection, vector: Float32Array, k: number, ef: number, filter: CompiledFilter | undefined): SearchResult | Promise<SearchResult> {
     const pool = this.pool;
-    if (pool === null || col.liveCount < (this.opts.searchPoolMinPoints ?? 2000)) return col.searchDense(vector, k, ef, filter);
-    if (this.dispatch.runHere(pool.inFlight, this.clock.monotonicMs())) return col.searchDense(vector, k, ef, filter);
+    if (pool === null || col.liveCount < (this.opts.searchPoolMinPoints ?? 2000) || this.dispatch.runHere(pool.inFlight, this.clock.monotonicMs())) {
+      return col.searchDense(vector, k, ef, filter);
+    }
     const plan = col.planDense(k, ef, filter);
     if (plan === null) return { slots: new Int32Array(0), dists: new Float32Array(0) };
-    const r = await pool.search(col, vector, plan, () => runDensePlan(col.store, col.kind, col.searchGraph, vector, plan));
-    for (const s of r.slots) if (!col.isLive(s)) return col.searchDense(vector, k, ef, filter);
-    return r;
+    return pool.search(col, vector, plan, () => runDensePlan(col.store, col.kind, col.searchGraph, vector, plan)).then((r) => {
+      for (const s of r.slots) if (!col.isLive(s)) return col.searchDense(vector, k, ef, filter);
+      return r;
+    });
   }
 
   /**
@@ -479,7 +478,7 @@ export class Database {
     const lists: { ids: ArrayLike<number> }[] = [];
     // The dense ranking first: it may run in a search worker; the others are computed after it, in
     // the same synchronous stretch as the fusion, so every ranking sees the same live points.
-    if (dense !== null) lists.push({ ids: (await this.denseRanking(col, dense, depth, Math.max(ef, depth), filter)).slots });
+    if (dense !== null) lists.push({ ids: (await this.searchDense(col, dense, depth, Math.max(ef, depth), filter)).slots });
     if (sparse !== null) lists.push({ ids: col.searchSparseDot(sparse.terms, sparse.weights, depth, filter).slots });
     if (terms !== null) lists.push({ ids: col.searchBm25(terms, depth, filter).slots });
     return { hits: this.fusedHits(col, lists, k, k0, withPayload, withVector) };
@@ -565,7 +564,7 @@ export class Database {
     await this.prepareRead(col, parseConsistency(q.consistency));
     const want = reranker === undefined ? k : pool;
     const depth = this.fusionDepth(want);
-    const lists: { ids: ArrayLike<number> }[] = [{ ids: (await this.denseRanking(col, vector, depth, Math.max(depth, col.spec.index_params.ef_search), filter)).slots }];
+    const lists: { ids: ArrayLike<number> }[] = [{ ids: (await this.searchDense(col, vector, depth, Math.max(depth, col.spec.index_params.ef_search), filter)).slots }];
     if (col.sparse.stats().n > 0) lists.push({ ids: col.searchBm25(terms, depth, filter).slots });
     const fused = rrf(lists, DEFAULT_RRF_K0).slice(0, want);
     if (reranker === undefined) {
@@ -712,7 +711,7 @@ export class Database {
   }
 
   /** The search pool's workers and counters (null without a pool), for metrics. */
-  searchPoolStats(): { workers: number; inFlight: number; dispatched: number; overflow: number; fallbacks: number } | null {
+  searchPoolStats(): SearchPoolStats | null {
     const p = this.pool;
     return p === null ? null : { workers: p.size, inFlight: p.inFlight, ...p.counters };
   }

@@ -93,6 +93,20 @@ class PoolWorker {
 
 const SIZE_CLASSES_MIN = 4096;
 
+/** The pool's workers and counters (Database.searchPoolStats; /metrics). */
+export interface SearchPoolStats {
+  /** Workers alive. */
+  workers: number;
+  /** Requests in flight over all workers. */
+  inFlight: number;
+  /** Searches answered by a worker. */
+  dispatched: number;
+  /** Searches run by the caller because every worker was full. */
+  overflow: number;
+  /** Searches answered by the caller because their worker died. */
+  fallbacks: number;
+}
+
 /**
  * Dense searches spread over worker threads that read the collections' shared vector memory and HNSW
  * arrays in place. The main thread keeps owning writes, the payload index and planning: it makes the

@@ -62,6 +62,14 @@ function grpcClient(): TestClient {
   return new Ctor(`127.0.0.1:${port}`, credentials.createInsecure()) as unknown as TestClient;
 }
 
+/** Starts a unary call, cancels it after `ms`, then waits `settleMs` for the server to see the reset. */
+async function cancelAfter(c: TestClient, method: string, ms: number, settleMs: number): Promise<void> {
+  const call = c[method](Buffer.from(''), new Metadata(), () => undefined) as { cancel(): void };
+  await new Promise((res) => setTimeout(res, ms));
+  call.cancel();
+  await new Promise((res) => setTimeout(res, settleMs));
+}
+
 function unary(c: TestClient, method: string, msg: Buffer, opts: { md?: Metadata; deadlineMs?: number } = {}): Promise<{ res?: Buffer; err?: ServiceError; trailers?: Metadata }> {
   return new Promise((resolve) => {
     let trailers: Metadata | undefined;
@@ -138,10 +146,7 @@ describe('gRPC transport', () => {
   it('aborts the handler when the client cancels', async () => {
     await start();
     const c = grpcClient();
-    const call = c.slow(Buffer.from(''), new Metadata(), () => undefined) as { cancel(): void };
-    await new Promise((res) => setTimeout(res, 100));
-    call.cancel();
-    await new Promise((res) => setTimeout(res, 100));
+    await cancelAfter(c, 'slow', 100, 100);
     expect(aborted).toEqual(['slow']);
     c.close();
   });
@@ -149,10 +154,7 @@ describe('gRPC transport', () => {
   it('drops the answer of a call the client cancelled, and keeps serving', async () => {
     await start();
     const c = grpcClient();
-    const call = c.late(Buffer.from(''), new Metadata(), () => undefined) as { cancel(): void };
-    await new Promise((res) => setTimeout(res, 50));
-    call.cancel();
-    await new Promise((res) => setTimeout(res, 200)); // the handler resolves after the reset
+    await cancelAfter(c, 'late', 50, 200); // the handler resolves after the reset
     expect(aborted).toContain('late: aborted true');
     const r = await unary(c, 'echo', Buffer.from('still'));
     expect(r.res?.toString()).toBe('echo:still');

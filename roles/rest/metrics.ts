@@ -1,4 +1,5 @@
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { SearchPoolStats } from '../../core/collection/search-pool.js';
 import type { DatabaseStats } from '../../core/service/api.js';
 import type { Metrics } from '../../core/service/metrics.js';
 
@@ -12,14 +13,6 @@ export interface PromMetrics extends Metrics {
   setStatsSource(source: (() => Promise<DatabaseStats>) | null): void;
   /** The search pool's counters (Database.searchPoolStats); null, or a source answering null, without a pool. */
   setSearchPoolSource(source: (() => SearchPoolStats | null) | null): void;
-}
-
-/** What the search pool counts (core/collection/search-pool.ts), as Database.searchPoolStats gives it. */
-export interface SearchPoolStats {
-  workers: number;
-  dispatched: number;
-  overflow: number;
-  fallbacks: number;
 }
 
 export function createPromMetrics(): PromMetrics {
