@@ -48,6 +48,12 @@ export function summarise(r: RunResults): Record<string, number | string | null>
   }
   const floor = 'node_http_floor_vs_pgvector_native_clients_x8';
   if (floor in native) s[`for scale, 8 clients (h2load / pgbench): bare node:http, no search: ${floor}`] = native[floor];
+  type Cost = { server_us: number | null; main_thread_us: number | null } | null;
+  const cpu = (r.server?.cpu_us_per_request_native_x8 ?? {}) as Record<string, Cost>;
+  for (const [k, label] of [['svc_REST', 'svc REST'], ['svc_gRPC', 'svc gRPC'], ['pgvector', 'pgvector'], ['node_http_floor', 'bare node:http']] as const) {
+    const c = cpu[k];
+    if (c) s[`server CPU per request, 8 clients, µs (${label}: whole server${c.main_thread_us === null ? '' : ' / event loop'})`] = c.main_thread_us === null ? c.server_us : `${c.server_us} / ${c.main_thread_us}`;
+  }
   for (const f of r.filtered) {
     const svc = f.peers.find((p) => p.name === 'svc');
     if (svc && svc.rows.length) {

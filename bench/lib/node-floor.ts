@@ -25,6 +25,7 @@ server.listen(Number(process.env.PORT), '127.0.0.1', () => console.log('listenin
 `;
 
 export interface NodeFloor {
+  pid: number;
   url: string;
   stop(): Promise<void>;
 }
@@ -39,6 +40,7 @@ export async function startNodeFloor(): Promise<NodeFloor> {
     child.once('exit', (code) => reject(new Error(`the node:http floor server exited (${code}): ${err.slice(-300)}`)));
   });
   return {
+    pid: child.pid!,
     url: `http://127.0.0.1:${port}`,
     async stop() {
       if (child.exitCode !== null) return;

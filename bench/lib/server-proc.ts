@@ -17,6 +17,8 @@ import { ROOT_DIR } from './on-demand.js';
 export const BENCH_API_KEY = 'bench-admin-key';
 
 export interface SvcServer {
+  /** The server process (bench/lib/proc-cpu.ts reads its CPU). */
+  pid: number;
   rest: string;
   grpcAddr: string;
   call<T = unknown>(method: 'GET' | 'POST' | 'PUT' | 'DELETE', path: string, body?: unknown): Promise<T>;
@@ -72,7 +74,7 @@ export async function startSvc(env: Record<string, string> = {}): Promise<SvcSer
     client.Search(req, meta, (err: Error | null, out: { hits: { id: string }[] }) => (err ? rej(err) : res(out)));
   });
   return {
-    rest, grpcAddr: `127.0.0.1:${grpcPort}`, call, grpcSearch,
+    pid: child.pid!, rest, grpcAddr: `127.0.0.1:${grpcPort}`, call, grpcSearch,
     async stop() {
       client.close();
       await agent.close();

@@ -28,6 +28,7 @@ import { frameGrpcMessage } from '../../roles/grpc/transport.js';
 import { parsePrometheus } from '../../roles/tui/client.js';
 import { closedLoop, round } from '../lib/stats.js';
 import { h2load, pgbench, tool, type NativeLoadResult } from '../lib/native-load.js';
+import { withCpuCost } from '../lib/proc-cpu.js';
 import { startNodeFloor } from '../lib/node-floor.js';
 import { loadPgvector, nativePgvectorProblem, pgOps, pgSearchSql, startPostgres, vecLiteral } from '../peers/pgvector.js';
 import { b64 } from '../peers/svc.js';
@@ -191,15 +192,15 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
       const auth = { authorization: `Bearer ${BENCH_API_KEY}` };
       const framed = frameGrpcMessage(encodeSearch({ collection: 'b', vector: q0, k: d.k, ef_search: ef, with_payload: false, filter: undefined }));
       for (const clients of levels) {
-        const rest = await h2load({
+        const rest = await withCpuCost(srv.pid, () => h2load({
           url: `${srv.rest}${path}`, body: Buffer.from(JSON.stringify(query(q0, ef))), http1: true, clients, seconds,
           headers: { ...auth, 'content-type': 'application/json' },
-        });
+        }));
         nativeRows.push({ engine: 'svc', protocol: `REST (h2load --h1, ${clients} connections; searches on: ${threads})`, ef, recall, ...rest });
-        const grpc = await h2load({
+        const grpc = await withCpuCost(srv.pid, () => h2load({
           url: `http://${srv.grpcAddr}${SvcService.search.path}`, body: framed, http1: false, clients, seconds,
           headers: { ...auth, 'content-type': 'application/grpc', te: 'trailers' },
-        });
+        }));
         nativeRows.push({ engine: 'svc', protocol: `gRPC (h2load, ${clients} HTTP/2 connections; searches on: ${threads})`, ef, recall, ...grpc });
         log(`  server: svc (searches on: ${threads}) native clients x${clients}: REST ${rest.qps} QPS (mean ${rest.mean_ms} ms), gRPC ${grpc.qps} QPS (mean ${grpc.mean_ms} ms)`);
       }
@@ -276,7 +277,7 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
       try {
         const body = Buffer.from(JSON.stringify({ vector: Array.from(row(d.queries, d.dim, 0)), k: d.k, ef_search: svcEf, with_payload: false }));
         for (const clients of levels) {
-          const r = await h2load({ url: `${floor.url}${path}`, body, http1: true, clients, seconds, headers: { 'content-type': 'application/json' } });
+          const r = await withCpuCost(floor.pid, () => h2load({ url: `${floor.url}${path}`, body, http1: true, clients, seconds, headers: { 'content-type': 'application/json' } }));
           nativeRows.push({ engine: 'node:http floor', protocol: `bare node:http, one event loop: JSON.parse of the body, 10 fixed hits, no search (h2load --h1, ${clients} connections)`, ef: 0, recall: 0, ...r });
           log(`  server: bare node:http floor x${clients}: ${r.qps} QPS (mean ${r.mean_ms} ms)`);
         }
@@ -318,7 +319,7 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
           // The same one query as h2load sends svc, as a literal in a prepared statement.
           const sql = `SELECT id FROM b ORDER BY embedding ${pgOps(d.metric).op} '${vecLiteral(row(d.queries, d.dim, 0))}' LIMIT ${d.k}`;
           for (const clients of levels) {
-            const r = await pgbench({ port: cluster.port, sql, clients, seconds, options: `-c hnsw.ef_search=${ef}` });
+            const r = await withCpuCost(cluster.pid, () => pgbench({ port: cluster.port, sql, clients, seconds, options: `-c hnsw.ef_search=${ef}` }), { withChildren: true });
             nativeRows.push({ engine: 'pgvector', protocol: `PostgreSQL wire (pgbench, prepared, ${clients} connections)`, ef, recall, ...r });
             log(`  server: pgvector pgbench x${clients}: ${r.qps} QPS (mean ${r.mean_ms} ms)`);
           }
@@ -357,5 +358,15 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
     nativeRatios[`node_http_floor_vs_pgvector_native_clients_x${clients}`] = fq && pgq ? round(fq / pgq, 2) : null;
   }
   out.ratios_native_clients_at_recall_095 = nativeRatios;
+  // What a request costs each server in CPU at 8 clients (bench/lib/proc-cpu.ts): the load generator's
+  // share of the two cores is out of it, so it says how the servers would compare with cores to spare.
+  const cost = (engine: string, proto: string) => {
+    const r = nativeRows.find((x) => x.engine === engine && String(x.protocol).startsWith(proto) && x.clients === 8) as
+      (Record<string, unknown> & { server_cpu_us_per_request?: number | null; main_thread_us_per_request?: number | null }) | undefined;
+    return r === undefined ? null : { server_us: r.server_cpu_us_per_request ?? null, main_thread_us: r.main_thread_us_per_request ?? null };
+  };
+  out.cpu_us_per_request_native_x8 = {
+    svc_REST: cost('svc', 'REST'), svc_gRPC: cost('svc', 'gRPC'), node_http_floor: cost('node:http floor', 'bare'), pgvector: cost('pgvector', 'PostgreSQL'),
+  };
   return out;
 }
