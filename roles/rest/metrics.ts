@@ -1,7 +1,7 @@
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { Counter, Gauge, Registry, type Metric } from 'prom-client';
 import type { SearchPoolStats } from '../../core/collection/search-pool.js';
 import type { DatabaseStats } from '../../core/service/api.js';
-import type { Metrics } from '../../core/service/metrics.js';
+import type { Metrics, RequestLabels } from '../../core/service/metrics.js';
 
 /**
  * prom-client implementation of core/service/metrics.ts, plus engine gauges read at scrape time.
@@ -9,6 +9,8 @@ import type { Metrics } from '../../core/service/metrics.js';
  */
 export interface PromMetrics extends Metrics {
   readonly registry: Registry;
+  /** requestFinished for one method and route, looked up once (a route's own onResponse hook). */
+  recorder(labels: RequestLabels): (status: number, durationSeconds: number) => void;
   /** Where the engine gauges come from; null until the database is open. */
   setStatsSource(source: (() => Promise<DatabaseStats>) | null): void;
   /** The search pool's counters (Database.searchPoolStats); null, or a source answering null, without a pool. */
@@ -17,16 +19,17 @@ export interface PromMetrics extends Metrics {
 
 export function createPromMetrics(): PromMetrics {
   const registry = new Registry();
-  const labelNames = ['method', 'route'] as const;
-  const requests = new Counter({ name: 'svc_http_requests_total', help: 'HTTP requests by method and route template', labelNames, registers: [registry] });
-  const errors = new Counter({ name: 'svc_http_request_errors_total', help: 'HTTP responses with status >= 400', labelNames, registers: [registry] });
-  const duration = new Histogram({
-    name: 'svc_http_request_duration_seconds', help: 'HTTP request duration', labelNames, registers: [registry],
-    buckets: [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10],
-  });
-  // The labelled series of each method and route template, looked up once (routes are a fixed set:
-  // templates, never concrete paths).
-  const children = new Map<string, { requests: { inc(): void }; errors: { inc(): void }; duration: { observe(v: number): void } }>();
+  const series = new Map<string, HttpSeries>();
+  const seriesOf = (l: RequestLabels): HttpSeries => {
+    const key = `${l.method} ${l.route}`;
+    let x = series.get(key);
+    if (x === undefined) {
+      x = newSeries(l);
+      series.set(key, x);
+    }
+    return x;
+  };
+  registerHttpSeries(registry, series);
   const authFailures = new Counter({ name: 'svc_auth_failures_total', help: 'Rejected authentications', registers: [registry] });
   const rateLimited = new Counter({ name: 'svc_rate_limited_total', help: 'Requests refused by the per-key rate limit', registers: [registry] });
 
@@ -80,18 +83,96 @@ export function createPromMetrics(): PromMetrics {
     setStatsSource(s) { source = s; },
     setSearchPoolSource(s) { poolSource = s; },
     requestFinished(l, status, seconds) {
-      const key = `${l.method} ${l.route}`;
-      let c = children.get(key);
-      if (c === undefined) {
-        const labels = { method: l.method, route: l.route };
-        c = { requests: requests.labels(labels), errors: errors.labels(labels), duration: duration.labels(labels) };
-        children.set(key, c);
-      }
-      c.requests.inc();
-      if (status >= 400) c.errors.inc();
-      c.duration.observe(seconds);
+      record(seriesOf(l), status, seconds);
+    },
+    recorder(l) {
+      const x = seriesOf(l);
+      return (status, seconds) => record(x, status, seconds);
     },
     authFailure() { authFailures.inc(); },
     rateLimited() { rateLimited.inc(); },
   };
+}
+
+const DURATION_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10] as const;
+
+/**
+ * One method and route template's requests, counted in plain numbers: prom-client's own inc and observe
+ * cost about 6 µs a request inside a server's request handling (measured with h2load, 8 clients), a
+ * tenth of what the event loop spends on a small query. They become prom-client series at scrape time.
+ */
+interface HttpSeries {
+  labels: RequestLabels;
+  requests: number;
+  errors: number;
+  sum: number;
+  /** Requests per duration bucket, not cumulative; the last is above the largest bound (+Inf). */
+  perBucket: Float64Array;
+  /** What the counters were last brought up to. */
+  shown: { requests: number; errors: number };
+}
+
+function newSeries(l: RequestLabels): HttpSeries {
+  return {
+    labels: { method: l.method, route: l.route }, requests: 0, errors: 0, sum: 0,
+    perBucket: new Float64Array(DURATION_BUCKETS.length + 1), shown: { requests: 0, errors: 0 },
+  };
+}
+
+function record(x: HttpSeries, status: number, seconds: number): void {
+  x.requests++;
+  if (status >= 400) x.errors++;
+  x.sum += seconds;
+  let i = 0;
+  while (i < DURATION_BUCKETS.length && seconds > DURATION_BUCKETS[i]) i++;
+  x.perBucket[i]++;
+}
+
+/** svc_http_requests_total, svc_http_request_errors_total and svc_http_request_duration_seconds over `series`. */
+function registerHttpSeries(registry: Registry, series: Map<string, HttpSeries>): void {
+  const labelNames = ['method', 'route'] as const;
+  const counter = (name: string, help: string, field: 'requests' | 'errors'): void => {
+    new Counter({
+      name, help, labelNames, registers: [registry],
+      collect() {
+        for (const x of series.values()) {
+          if (x[field] > x.shown[field]) this.inc(x.labels, x[field] - x.shown[field]);
+          x.shown[field] = x[field];
+        }
+      },
+    });
+  };
+  counter('svc_http_requests_total', 'HTTP requests by method and route template', 'requests');
+  counter('svc_http_request_errors_total', 'HTTP responses with status >= 400', 'errors');
+  // prom-client's Histogram takes observations one at a time only; this is the same family built from
+  // the counts, in the shape prom-client's registry formats (and aggregates) its own histograms.
+  const name = 'svc_http_request_duration_seconds';
+  const help = 'HTTP request duration';
+  const histogram = {
+    name, help, type: 'histogram', aggregator: 'sum',
+    get() {
+      const values: { metricName: string; labels: Readonly<Record<string, string | number>>; value: number }[] = [];
+      for (const x of series.values()) {
+        let cumulative = 0;
+        for (let i = 0; i <= DURATION_BUCKETS.length; i++) {
+          cumulative += x.perBucket[i];
+          values.push({ metricName: `${name}_bucket`, labels: { le: i < DURATION_BUCKETS.length ? DURATION_BUCKETS[i] : '+Inf', ...x.labels }, value: cumulative });
+        }
+        values.push({ metricName: `${name}_sum`, labels: { ...x.labels }, value: x.sum });
+        values.push({ metricName: `${name}_count`, labels: { ...x.labels }, value: x.requests });
+      }
+      return Promise.resolve({ name, help, type: 'histogram', aggregator: 'sum', values });
+    },
+    // Registry.resetMetrics: every figure of every series from zero, the counters' (reset beside it) too.
+    reset() {
+      for (const x of series.values()) {
+        x.requests = 0;
+        x.errors = 0;
+        x.sum = 0;
+        x.perBucket.fill(0);
+        x.shown = { requests: 0, errors: 0 };
+      }
+    },
+  };
+  registry.registerMetric(histogram as unknown as Metric);
 }

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest } from 'fastify';
+import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest, type onResponseHookHandler } from 'fastify';
 import type { Limits } from '../../core/base/limits.js';
 import { SvcError } from '../../core/base/errors.js';
 import type { CallContext } from '../../core/service/api.js';
@@ -75,11 +75,6 @@ export function buildRestApp(state: RestState, opts: RestOptions): FastifyInstan
     done();
   });
 
-  app.addHook('onResponse', (req, reply, done) => {
-    const route = req.routeOptions.config?.template ?? (req.routeOptions.url ? req.routeOptions.url : 'unmatched');
-    opts.metrics.requestFinished({ method: req.method, route }, reply.statusCode, reply.elapsedTime / 1000);
-    done();
-  });
 
   app.setErrorHandler((err, req, reply) => {
     const { reply: r, internal } = toErrorReply(err, opts.limits, req.id);
@@ -90,22 +85,36 @@ export function buildRestApp(state: RestState, opts: RestOptions): FastifyInstan
     return send(reply, r);
   });
 
-  app.setNotFoundHandler((req, reply) => send(reply, errorReply('not_found', `no route ${req.method} ${req.url.split('?')[0]}`)));
+  // Each route counts its own requests in an onResponse hook of its own (a global hook would look the
+  // route up on every request); one that matches no route is counted here.
+  app.setNotFoundHandler((req, reply) => {
+    opts.metrics.requestFinished({ method: req.method, route: 'unmatched' }, 404, reply.elapsedTime / 1000);
+    return send(reply, errorReply('not_found', `no route ${req.method} ${req.url.split('?')[0]}`));
+  });
 
-  app.get('/healthz', async () => ({ status: 'ok' }));
-  app.get('/readyz', async (_req, reply) => (state.service
+  app.get('/healthz', { onResponse: counted(opts.metrics, 'GET', '/healthz') }, async () => ({ status: 'ok' }));
+  app.get('/readyz', { onResponse: counted(opts.metrics, 'GET', '/readyz') }, async (_req, reply) => (state.service
     ? { status: 'ok' }
     : send(reply, errorReply('not_ready', 'storage is not open yet'))));
-  app.get('/metrics', async (_req, reply) => {
+  app.get('/metrics', { onResponse: counted(opts.metrics, 'GET', '/metrics') }, async (_req, reply) => {
     reply.header('content-type', opts.metrics.registry.contentType);
     return opts.metrics.registry.metrics();
   });
 
-  for (const route of REST_ROUTES) registerRoute(app, state, route);
+  for (const route of REST_ROUTES) registerRoute(app, state, route, opts.metrics);
   return app;
 }
 
-function registerRoute(app: FastifyInstance, state: RestState, route: RestRoute): void {
+/** A route's onResponse hook: its request counted under its method and template. */
+function counted(metrics: PromMetrics, method: string, template: string): onResponseHookHandler {
+  const finished = metrics.recorder({ method, route: template });
+  return (_req, reply, done) => {
+    finished(reply.statusCode, reply.elapsedTime / 1000);
+    done();
+  };
+}
+
+function registerRoute(app: FastifyInstance, state: RestState, route: RestRoute, metrics: PromMetrics): void {
   const serviceOf = (): Service => {
     if (state.service === null) throw new SvcError('not_ready', 'storage is not open yet');
     return state.service;
@@ -115,6 +124,7 @@ function registerRoute(app: FastifyInstance, state: RestState, route: RestRoute)
     method: route.method,
     url: fastifyPath(route.template),
     config: { template: route.template, route },
+    onResponse: counted(metrics, route.method, route.template),
     schema: {
       ...(route.body ? { body: route.body } : {}),
       ...(route.query ? { querystring: route.query } : {}),
