@@ -165,10 +165,12 @@ describe('REST', () => {
     await app.inject({ method: 'GET', url: '/v1/collections/secret-name/points/p1', headers: admin });
     await app.inject({ method: 'GET', url: '/v1/stats' });
     await app.inject({ method: 'GET', url: '/healthz' });
+    await app.inject({ method: 'HEAD', url: '/healthz' });
     await app.inject({ method: 'POST', url: '/no/such/secret-route' });
     const text = (await app.inject({ url: '/metrics' })).body;
     expect(text).toContain('svc_http_requests_total{method="GET",route="/v1/collections/{name}/points/{id}"} 1');
     expect(text).toContain('svc_http_requests_total{method="GET",route="/healthz"} 1');
+    expect(text).toContain('svc_http_requests_total{method="HEAD",route="/healthz"} 1');
     expect(text).toContain('svc_http_request_errors_total{method="POST",route="unmatched"} 1');
     expect(text).toContain('svc_http_request_duration_seconds_count{method="GET",route="/v1/stats"} 1');
     expect(text).not.toContain('secret-route');

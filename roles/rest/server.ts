@@ -31,7 +31,6 @@ export interface RestState {
 
 declare module 'fastify' {
   interface FastifyRequest { svcCtx: CallContext | null }
-  interface FastifyContextConfig { template?: string; route?: RestRoute }
 }
 
 function send(reply: FastifyReply, r: ErrorReply): FastifyReply {
@@ -75,7 +74,6 @@ export function buildRestApp(state: RestState, opts: RestOptions): FastifyInstan
     done();
   });
 
-
   app.setErrorHandler((err, req, reply) => {
     const { reply: r, internal } = toErrorReply(err, opts.limits, req.id);
     if (internal) {
@@ -105,11 +103,15 @@ export function buildRestApp(state: RestState, opts: RestOptions): FastifyInstan
   return app;
 }
 
-/** A route's onResponse hook: its request counted under its method and template. */
+/**
+ * A route's onResponse hook: its request counted under its method and template. (fastify also answers
+ * HEAD on a GET route, with the GET route's hooks: that request is counted under HEAD.)
+ */
 function counted(metrics: PromMetrics, method: string, template: string): onResponseHookHandler {
   const finished = metrics.recorder({ method, route: template });
-  return (_req, reply, done) => {
-    finished(reply.statusCode, reply.elapsedTime / 1000);
+  return (req, reply, done) => {
+    if (req.method === method) finished(reply.statusCode, reply.elapsedTime / 1000);
+    else metrics.requestFinished({ method: req.method, route: template }, reply.statusCode, reply.elapsedTime / 1000);
     done();
   };
 }
@@ -123,7 +125,6 @@ function registerRoute(app: FastifyInstance, state: RestState, route: RestRoute,
   app.route({
     method: route.method,
     url: fastifyPath(route.template),
-    config: { template: route.template, route },
     onResponse: counted(metrics, route.method, route.template),
     schema: {
       ...(route.body ? { body: route.body } : {}),
