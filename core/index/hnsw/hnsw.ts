@@ -648,22 +648,32 @@ export class Hnsw implements VectorIndex {
 
   /** Links `slot` to the selected neighbours at `level` and back, shrinking full lists heuristically. */
   private connect(slot: number, level: number, nSel: number): void {
-    const store = this.store;
     const locks = this.locks;
     const [arr, off] = this.linksAt(slot, level);
     // Copy: selectHeuristic below reuses this.selected while shrinking.
     // A concurrent insert can make a node reachable from itself: never link a node to itself.
     const chosen = this.selected.slice(0, nSel).filter((x) => x !== slot);
     nSel = chosen.length;
-    if (locks) spinLock(locks, slot);
-    for (let i = 0; i < nSel; i++) arr[off + 1 + i] = chosen[i];
-    Atomics.store(arr, off, nSel);
-    if (locks) spinUnlock(locks, slot);
     const maxM = level === 0 ? this.maxM0 : this.m;
-    const { ids, out, idsI32, outF32 } = store.lane;
-    const base = store.vectorsBase;
-    const stride = store.strideBytes;
-    const n = store.paddedDim;
+    const { idsI32 } = this.store.lane;
+    if (locks) spinLock(locks, slot);
+    const had = arr[off];
+    if (had === 0) {
+      for (let i = 0; i < nSel; i++) arr[off + 1 + i] = chosen[i];
+      Atomics.store(arr, off, nSel);
+    } else {
+      // Only in a parallel build: an insert that reached this node before its own list was written
+      // linked itself here. Overwriting would drop that link and could leave the other node with no way
+      // in; keep it beside this node's own choice (the heuristic prunes when they are too many).
+      let cnt = 0;
+      for (let i = 0; i < nSel; i++) idsI32[cnt++] = chosen[i];
+      for (let j = 0; j < had; j++) {
+        const x = arr[off + 1 + j];
+        if (x !== slot && !chosen.includes(x)) idsI32[cnt++] = x;
+      }
+      this.keepNearest(slot, arr, off, cnt, maxM);
+    }
+    if (locks) spinUnlock(locks, slot);
     for (let i = 0; i < nSel; i++) {
       const nb = chosen[i];
       const [na, no] = this.linksAt(nb, level);
@@ -675,17 +685,32 @@ export class Hnsw implements VectorIndex {
       } else {
         for (let j = 0; j < deg; j++) idsI32[j] = na[no + 1 + j];
         idsI32[deg] = slot;
-        this.batch(store.offsetOf(nb), base, stride, ids, deg + 1, out, n);
-        const heap = this.shrink;
-        heap.clear();
-        for (let j = 0; j <= deg; j++) heap.push(outF32[j], idsI32[j]);
-        const kept = this.selectHeuristic(heap, maxM);
-        for (let j = 0; j < kept; j++) na[no + 1 + j] = this.selected[j];
-        Atomics.store(na, no, kept);
+        this.keepNearest(nb, na, no, deg + 1, maxM);
       }
       if (locks) spinUnlock(locks, nb);
     }
     this.selected.set(chosen);
+  }
+
+  /**
+   * Writes `node`'s link list at (arr, off) from the `cnt` candidates in the scratch lane's ids: all of
+   * them when they fit in maxM, else the ones hnswlib's heuristic keeps. The caller holds the node's lock.
+   */
+  private keepNearest(node: number, arr: Int32Array, off: number, cnt: number, maxM: number): void {
+    const store = this.store;
+    const { ids, out, idsI32, outF32 } = store.lane;
+    if (cnt <= maxM) {
+      for (let j = 0; j < cnt; j++) arr[off + 1 + j] = idsI32[j];
+      Atomics.store(arr, off, cnt);
+      return;
+    }
+    this.batch(store.offsetOf(node), store.vectorsBase, store.strideBytes, ids, cnt, out, store.paddedDim);
+    const heap = this.shrink;
+    heap.clear();
+    for (let j = 0; j < cnt; j++) heap.push(outF32[j], idsI32[j]);
+    const kept = this.selectHeuristic(heap, maxM);
+    for (let j = 0; j < kept; j++) arr[off + 1 + j] = this.selected[j];
+    Atomics.store(arr, off, kept);
   }
 
   private ensureCapacity(slots: number): void {
