@@ -28,7 +28,7 @@ import { frameGrpcMessage } from '../../roles/grpc/transport.js';
 import { parsePrometheus } from '../../roles/tui/client.js';
 import { closedLoop, round } from '../lib/stats.js';
 import { h2load, pgbench, tool, type NativeLoadResult } from '../lib/native-load.js';
-import { withCpuCost } from '../lib/proc-cpu.js';
+import { withCpuCost, type CpuCost } from '../lib/proc-cpu.js';
 import { startNodeFloor } from '../lib/node-floor.js';
 import { loadPgvector, nativePgvectorProblem, pgOps, pgSearchSql, startPostgres, vecLiteral } from '../peers/pgvector.js';
 import { b64 } from '../peers/svc.js';
@@ -170,7 +170,7 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
   const out: Record<string, unknown> = { dataset: d.name, queries: d.nq, k: d.k, seconds_per_level: seconds, target_recall: TARGET };
   const rows: Record<string, unknown>[] = [];
   /** The same servers under native load generators (bench/lib/native-load.ts): one fixed query. */
-  const nativeRows: (Record<string, unknown> & NativeLoadResult)[] = [];
+  const nativeRows: (Record<string, unknown> & NativeLoadResult & CpuCost)[] = [];
   const ids = (hits: { id: string }[]) => Int32Array.from(hits, (h) => Number(h.id));
 
   if (peers.includes('svc')) {
@@ -361,9 +361,8 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
   // What a request costs each server in CPU at 8 clients (bench/lib/proc-cpu.ts): the load generator's
   // share of the two cores is out of it, so it says how the servers would compare with cores to spare.
   const cost = (engine: string, proto: string) => {
-    const r = nativeRows.find((x) => x.engine === engine && String(x.protocol).startsWith(proto) && x.clients === 8) as
-      (Record<string, unknown> & { server_cpu_us_per_request?: number | null; main_thread_us_per_request?: number | null }) | undefined;
-    return r === undefined ? null : { server_us: r.server_cpu_us_per_request ?? null, main_thread_us: r.main_thread_us_per_request ?? null };
+    const r = nativeRows.find((x) => x.engine === engine && String(x.protocol).startsWith(proto) && x.clients === 8);
+    return r === undefined ? null : { server_us: r.server_cpu_us_per_request, main_thread_us: r.main_thread_us_per_request };
   };
   out.cpu_us_per_request_native_x8 = {
     svc_REST: cost('svc', 'REST'), svc_gRPC: cost('svc', 'gRPC'), node_http_floor: cost('node:http floor', 'bare'), pgvector: cost('pgvector', 'PostgreSQL'),

@@ -657,22 +657,17 @@ export class Hnsw implements VectorIndex {
     const maxM = level === 0 ? this.maxM0 : this.m;
     const { idsI32 } = this.store.lane;
     if (locks) spinLock(locks, slot);
+    let cnt = 0;
+    for (let i = 0; i < nSel; i++) idsI32[cnt++] = chosen[i];
+    // The list is empty here but in a parallel build, where an insert that reached this node before its
+    // own list was written linked itself in. Overwriting would drop that link and could leave the other
+    // node with no way in; it stays beside this node's own choice (the heuristic prunes when too many).
     const had = arr[off];
-    if (had === 0) {
-      for (let i = 0; i < nSel; i++) arr[off + 1 + i] = chosen[i];
-      Atomics.store(arr, off, nSel);
-    } else {
-      // Only in a parallel build: an insert that reached this node before its own list was written
-      // linked itself here. Overwriting would drop that link and could leave the other node with no way
-      // in; keep it beside this node's own choice (the heuristic prunes when they are too many).
-      let cnt = 0;
-      for (let i = 0; i < nSel; i++) idsI32[cnt++] = chosen[i];
-      for (let j = 0; j < had; j++) {
-        const x = arr[off + 1 + j];
-        if (x !== slot && !chosen.includes(x)) idsI32[cnt++] = x;
-      }
-      this.keepNearest(slot, arr, off, cnt, maxM);
+    for (let j = 0; j < had; j++) {
+      const x = arr[off + 1 + j];
+      if (x !== slot && !chosen.includes(x)) idsI32[cnt++] = x;
     }
+    this.keepNearest(slot, arr, off, cnt, maxM);
     if (locks) spinUnlock(locks, slot);
     for (let i = 0; i < nSel; i++) {
       const nb = chosen[i];
