@@ -46,11 +46,16 @@ export function summarise(r: RunResults): Record<string, number | string | null>
   for (const k of ['svc_REST_vs_pgvector_native_clients_x8', 'svc_gRPC_vs_pgvector_native_clients_x8']) {
     if (k in native) s[`server QPS at recall 0.95, 8 clients (h2load / pgbench): ${k}`] = native[k];
   }
+  const all = 'svc_REST_vs_pgvector_native_clients_all_queries_x8';
+  if (all in native) s[`server QPS at recall 0.95, 8 clients, every query in turn (wrk / pgbench): ${all}`] = native[all];
   const floor = 'node_http_floor_vs_pgvector_native_clients_x8';
   if (floor in native) s[`for scale, 8 clients (h2load / pgbench): bare node:http, no search: ${floor}`] = native[floor];
   type Cost = { server_us: number | null; main_thread_us: number | null } | null;
   const cpu = (r.server?.cpu_us_per_request_native_x8 ?? {}) as Record<string, Cost>;
-  for (const [k, label] of [['svc_REST', 'svc REST'], ['svc_gRPC', 'svc gRPC'], ['pgvector', 'pgvector'], ['node_http_floor', 'bare node:http']] as const) {
+  for (const [k, label] of [
+    ['svc_REST', 'svc REST'], ['svc_gRPC', 'svc gRPC'], ['pgvector', 'pgvector'], ['node_http_floor', 'bare node:http'],
+    ['svc_REST_all_queries', 'svc REST, every query in turn'], ['pgvector_all_queries', 'pgvector, every query in turn'],
+  ] as const) {
     const c = cpu[k];
     if (c) s[`server CPU per request, 8 clients, µs (${label}: whole server${c.main_thread_us === null ? '' : ' / event loop'})`] = c.main_thread_us === null ? c.server_us : `${c.server_us} / ${c.main_thread_us}`;
   }

@@ -11,8 +11,10 @@
  * measured twice: with a lean client (node:http2 and the generated codec of proto/svc.proto: the wire
  * protocol and nothing else, the analogue of pg for PostgreSQL) and with @grpc/grpc-js's own client,
  * whose per-call work costs about as much CPU as the server's and so is reported on its own row.
- * Then both servers again under native load generators (h2load for svc, pgbench for pgvector, one
- * fixed query): on this box a Node.js client takes most of a core, and these take little.
+ * Then both servers again under native load generators, which take little of the CPU where a Node.js
+ * client takes most of a core: h2load for svc and pgbench for pgvector with one fixed query (its vectors
+ * stay in cache), then wrk for svc and pgbench for pgvector with every query in turn (read from memory,
+ * as a real load reads them; the recall the ef was picked for is over these same queries).
  */
 import { connect, constants, type ClientHttp2Session } from 'node:http2';
 import { connect as netConnect } from 'node:net';
@@ -27,7 +29,7 @@ import { autoSearchWorkers } from '../../roles/config.js';
 import { frameGrpcMessage } from '../../roles/grpc/transport.js';
 import { parsePrometheus } from '../../roles/tui/client.js';
 import { closedLoop, round } from '../lib/stats.js';
-import { h2load, pgbench, tool, type NativeLoadResult } from '../lib/native-load.js';
+import { h2load, pgbench, tool, wrk, type NativeLoadResult } from '../lib/native-load.js';
 import { withCpuCost, type CpuCost } from '../lib/proc-cpu.js';
 import { startNodeFloor } from '../lib/node-floor.js';
 import { loadPgvector, nativePgvectorProblem, pgOps, pgSearchSql, startPostgres, vecLiteral } from '../peers/pgvector.js';
@@ -169,8 +171,11 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
   const levels = [1, 8, 32];
   const out: Record<string, unknown> = { dataset: d.name, queries: d.nq, k: d.k, seconds_per_level: seconds, target_recall: TARGET };
   const rows: Record<string, unknown>[] = [];
-  /** The same servers under native load generators (bench/lib/native-load.ts): one fixed query. */
-  const nativeRows: (Record<string, unknown> & NativeLoadResult & CpuCost)[] = [];
+  /**
+   * The same servers under native load generators (bench/lib/native-load.ts). `queries`: how many
+   * different queries the load sends (1: the first, every request; d.nq: all of them in turn).
+   */
+  const nativeRows: (Record<string, unknown> & NativeLoadResult & CpuCost & { queries: number })[] = [];
   const ids = (hits: { id: string }[]) => Int32Array.from(hits, (h) => Number(h.id));
 
   if (peers.includes('svc')) {
@@ -196,13 +201,23 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
           url: `${srv.rest}${path}`, body: Buffer.from(JSON.stringify(query(q0, ef))), http1: true, clients, seconds,
           headers: { ...auth, 'content-type': 'application/json' },
         }));
-        nativeRows.push({ engine: 'svc', protocol: `REST (h2load --h1, ${clients} connections; searches on: ${threads})`, ef, recall, ...rest });
+        nativeRows.push({ engine: 'svc', protocol: `REST (h2load --h1, ${clients} connections; searches on: ${threads})`, ef, recall, queries: 1, ...rest });
         const grpc = await withCpuCost(srv.pid, () => h2load({
           url: `http://${srv.grpcAddr}${SvcService.search.path}`, body: framed, http1: false, clients, seconds,
           headers: { ...auth, 'content-type': 'application/grpc', te: 'trailers' },
         }));
-        nativeRows.push({ engine: 'svc', protocol: `gRPC (h2load, ${clients} HTTP/2 connections; searches on: ${threads})`, ef, recall, ...grpc });
+        nativeRows.push({ engine: 'svc', protocol: `gRPC (h2load, ${clients} HTTP/2 connections; searches on: ${threads})`, ef, recall, queries: 1, ...grpc });
         log(`  server: svc (searches on: ${threads}) native clients x${clients}: REST ${rest.qps} QPS (mean ${rest.mean_ms} ms), gRPC ${grpc.qps} QPS (mean ${grpc.mean_ms} ms)`);
+      }
+      if (tool('wrk') === null) {
+        out.native_svc_rotating_skipped = 'wrk is not installed (Debian: wrk)';
+        return;
+      }
+      const bodies = Array.from({ length: d.nq }, (_, i) => JSON.stringify(query(row(d.queries, d.dim, i), ef)));
+      for (const clients of levels) {
+        const rest = await withCpuCost(srv.pid, () => wrk({ url: `${srv.rest}${path}`, bodies, clients, seconds, headers: { ...auth, 'content-type': 'application/json' } }));
+        nativeRows.push({ engine: 'svc', protocol: `REST (wrk, ${clients} connections; searches on: ${threads})`, ef, recall, queries: d.nq, ...rest });
+        log(`  server: svc (searches on: ${threads}) wrk x${clients}, ${d.nq} queries in turn: REST ${rest.qps} QPS (p50 ${rest.p50_ms} ms, p99 ${rest.p99_ms} ms)`);
       }
     };
     const workers = autoSearchWorkers(availableParallelism());
@@ -278,7 +293,7 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
         const body = Buffer.from(JSON.stringify({ vector: Array.from(row(d.queries, d.dim, 0)), k: d.k, ef_search: svcEf, with_payload: false }));
         for (const clients of levels) {
           const r = await withCpuCost(floor.pid, () => h2load({ url: `${floor.url}${path}`, body, http1: true, clients, seconds, headers: { 'content-type': 'application/json' } }));
-          nativeRows.push({ engine: 'node:http floor', protocol: `bare node:http, one event loop: JSON.parse of the body, 10 fixed hits, no search (h2load --h1, ${clients} connections)`, ef: 0, recall: 0, ...r });
+          nativeRows.push({ engine: 'node:http floor', protocol: `bare node:http, one event loop: JSON.parse of the body, 10 fixed hits, no search (h2load --h1, ${clients} connections)`, ef: 0, recall: 0, queries: 1, ...r });
           log(`  server: bare node:http floor x${clients}: ${r.qps} QPS (mean ${r.mean_ms} ms)`);
         }
       } finally {
@@ -320,8 +335,17 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
           const sql = `SELECT id FROM b ORDER BY embedding ${pgOps(d.metric).op} '${vecLiteral(row(d.queries, d.dim, 0))}' LIMIT ${d.k}`;
           for (const clients of levels) {
             const r = await withCpuCost(cluster.pid, () => pgbench({ port: cluster.port, sql, clients, seconds, options: `-c hnsw.ef_search=${ef}` }), { withChildren: true });
-            nativeRows.push({ engine: 'pgvector', protocol: `PostgreSQL wire (pgbench, prepared, ${clients} connections)`, ef, recall, ...r });
+            nativeRows.push({ engine: 'pgvector', protocol: `PostgreSQL wire (pgbench, prepared, ${clients} connections)`, ef, recall, queries: 1, ...r });
             log(`  server: pgvector pgbench x${clients}: ${r.qps} QPS (mean ${r.mean_ms} ms)`);
+          }
+          // Every query in turn, as wrk sends svc: a random query id a request, its vector read from a
+          // table by primary key inside the statement (pgbench has no way to pass a vector), so
+          // PostgreSQL parses no vector text a request where svc parses JSON.
+          const rotating = await rotatingPgvectorScript(conn, d);
+          for (const clients of levels) {
+            const r = await withCpuCost(cluster.pid, () => pgbench({ port: cluster.port, sql: rotating, clients, seconds, options: `-c hnsw.ef_search=${ef}` }), { withChildren: true });
+            nativeRows.push({ engine: 'pgvector', protocol: `PostgreSQL wire (pgbench, prepared, ${clients} connections; query vector by id from a table)`, ef, recall, queries: d.nq, ...r });
+            log(`  server: pgvector pgbench x${clients}, ${d.nq} queries in turn: ${r.qps} QPS (mean ${r.mean_ms} ms)`);
           }
         }
       } finally {
@@ -342,8 +366,10 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
   }
   out.ratios_at_recall_095 = ratios;
   out.native_rows = nativeRows;
-  const nativeQps = (engine: string, proto: string, clients: number) =>
-    nativeRows.find((r) => r.engine === engine && String(r.protocol).startsWith(proto) && r.clients === clients)?.qps;
+  /** The first row (the default server's) of an engine, protocol and load. */
+  const nativeRow = (engine: string, proto: string, clients: number, queries = 1) =>
+    nativeRows.find((r) => r.engine === engine && String(r.protocol).startsWith(proto) && r.clients === clients && r.queries === queries);
+  const nativeQps = (engine: string, proto: string, clients: number, queries = 1) => nativeRow(engine, proto, clients, queries)?.qps;
   const nativeRatios: Record<string, number | null> = {};
   for (const clients of levels) {
     const pgq = nativeQps('pgvector', 'PostgreSQL', clients);
@@ -353,6 +379,11 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
     }
   }
   for (const clients of levels) {
+    const pgq = nativeQps('pgvector', 'PostgreSQL', clients, d.nq);
+    const sq = nativeQps('svc', 'REST', clients, d.nq);
+    nativeRatios[`svc_REST_vs_pgvector_native_clients_all_queries_x${clients}`] = sq && pgq ? round(sq / pgq, 2) : null;
+  }
+  for (const clients of levels) {
     const pgq = nativeQps('pgvector', 'PostgreSQL', clients);
     const fq = nativeQps('node:http floor', 'bare', clients);
     nativeRatios[`node_http_floor_vs_pgvector_native_clients_x${clients}`] = fq && pgq ? round(fq / pgq, 2) : null;
@@ -360,12 +391,36 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
   out.ratios_native_clients_at_recall_095 = nativeRatios;
   // What a request costs each server in CPU at 8 clients (bench/lib/proc-cpu.ts): the load generator's
   // share of the two cores is out of it, so it says how the servers would compare with cores to spare.
-  const cost = (engine: string, proto: string) => {
-    const r = nativeRows.find((x) => x.engine === engine && String(x.protocol).startsWith(proto) && x.clients === 8);
+  const cost = (engine: string, proto: string, queries = 1) => {
+    const r = nativeRow(engine, proto, 8, queries);
     return r === undefined ? null : { server_us: r.server_cpu_us_per_request, main_thread_us: r.main_thread_us_per_request };
   };
   out.cpu_us_per_request_native_x8 = {
     svc_REST: cost('svc', 'REST'), svc_gRPC: cost('svc', 'gRPC'), node_http_floor: cost('node:http floor', 'bare'), pgvector: cost('pgvector', 'PostgreSQL'),
+    svc_REST_all_queries: cost('svc', 'REST', d.nq), pgvector_all_queries: cost('pgvector', 'PostgreSQL', d.nq),
   };
   return out;
+}
+
+/**
+ * A pgbench script that runs every query in turn: the queries go into a table `bq` (id, vector), and
+ * each transaction draws an id and searches with that row's vector. Refuses to return one whose plan
+ * does not search the HNSW index (a sequential scan would make the comparison meaningless).
+ */
+async function rotatingPgvectorScript(conn: pg.ClientConfig, d: Dataset): Promise<string> {
+  const c = new pg.Client(conn);
+  c.on('error', () => undefined);
+  await c.connect();
+  try {
+    await c.query('DROP TABLE IF EXISTS bq');
+    await c.query(`CREATE TABLE bq (qid int PRIMARY KEY, v vector(${d.dim}))`);
+    for (let i = 0; i < d.nq; i++) await c.query('INSERT INTO bq VALUES ($1, $2)', [i, vecLiteral(row(d.queries, d.dim, i))]);
+    await c.query('ANALYZE bq');
+    const select = `SELECT id FROM b ORDER BY embedding ${pgOps(d.metric).op} (SELECT v FROM bq WHERE qid = :q) LIMIT ${d.k}`;
+    const plan = (await c.query(`EXPLAIN ${select.replace(':q', '0')}`)).rows.map((r: Record<string, string>) => r['QUERY PLAN']).join('\n');
+    if (!/Index Scan using b_hnsw on b\b/.test(plan)) throw new Error(`pgvector: the rotating query does not use the HNSW index:\n${plan}`);
+    return `\\set q random(0, ${d.nq - 1})\n${select};\n`;
+  } finally {
+    await c.end();
+  }
 }
