@@ -81,8 +81,11 @@ describe('wrk with every body in turn (.ci/run installs wrk)', () => {
       const r = await wrk({ url: `http://127.0.0.1:${port}/q`, bodies, headers: { authorization: 'Bearer t', 'content-type': 'application/json' }, clients: 1, seconds: 1 });
       expect(unauthorised).toBe(0);
       expect(seen.length).toBeGreaterThan(50);
-      // One connection: each request is the one after the last, round the list.
-      for (let i = 1; i < seen.length; i++) expect(seen[i]).toBe((seen[i - 1] + 1) % bodies.length);
+      // One connection: each request is the one after the last, round the list, except once, where the
+      // measured run starts over after the warm-up.
+      const breaks = seen.filter((q, i) => i > 0 && q !== (seen[i - 1] + 1) % bodies.length).length;
+      expect(breaks).toBeLessThanOrEqual(1);
+      expect(new Set(seen).size).toBe(bodies.length);
       expect(r.errors).toBeGreaterThan(0);
       // The measured run is the last part of what the server saw (a warm-up second came first).
       expect(r.requests + r.errors).toBeLessThanOrEqual(seen.length);
