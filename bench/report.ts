@@ -48,6 +48,11 @@ export function summarise(r: RunResults): Record<string, number | string | null>
   }
   const all = 'svc_REST_vs_pgvector_native_clients_all_queries_x8';
   if (all in native) s[`server QPS at recall 0.95, 8 clients, every query in turn (wrk / pgbench): ${all}`] = native[all];
+  const paired = r.server?.paired_all_queries_x8 as { median_ratio: number; min_ratio: number; max_ratio: number; rounds: unknown[] } | undefined;
+  if (paired) {
+    s[`server QPS at recall 0.95, 8 clients, every query in turn, ${paired.rounds.length} paired rounds (wrk / pgbench): median (min to max)`] =
+      `${paired.median_ratio} (${paired.min_ratio} to ${paired.max_ratio})`;
+  }
   const floor = 'node_http_floor_vs_pgvector_native_clients_x8';
   if (floor in native) s[`for scale, 8 clients (h2load / pgbench): bare node:http, no search: ${floor}`] = native[floor];
   type Cost = { server_us: number | null; main_thread_us: number | null } | null;

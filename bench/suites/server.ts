@@ -14,7 +14,9 @@
  * Then both servers again under native load generators, which take little of the CPU where a Node.js
  * client takes most of a core: h2load for svc and pgbench for pgvector with one fixed query (its vectors
  * stay in cache), then wrk for svc and pgbench for pgvector with every query in turn (read from memory,
- * as a real load reads them; the recall the ef was picked for is over these same queries).
+ * as a real load reads them; the recall the ef was picked for is over these same queries). Last, that
+ * figure in paired rounds (both servers up, back-to-back runs in alternating order), whose median
+ * ratio drifting background load moves less than any single pair of runs.
  */
 import { connect, constants, type ClientHttp2Session } from 'node:http2';
 import { connect as netConnect } from 'node:net';
@@ -32,7 +34,7 @@ import { closedLoop, round } from '../lib/stats.js';
 import { h2load, pgbench, tool, wrk, type NativeLoadResult } from '../lib/native-load.js';
 import { withCpuCost, type CpuCost } from '../lib/proc-cpu.js';
 import { startNodeFloor } from '../lib/node-floor.js';
-import { loadPgvector, nativePgvectorProblem, pgOps, pgSearchSql, startPostgres, vecLiteral } from '../peers/pgvector.js';
+import { loadPgvector, nativePgvectorProblem, pgOps, pgSearchSql, startPostgres, vecLiteral, type PgCluster } from '../peers/pgvector.js';
 import { b64 } from '../peers/svc.js';
 import type { Mode } from '../run.js';
 
@@ -178,19 +180,68 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
   const nativeRows: (Record<string, unknown> & NativeLoadResult & CpuCost & { queries: number })[] = [];
   const ids = (hits: { id: string }[]) => Int32Array.from(hits, (h) => Number(h.id));
 
-  if (peers.includes('svc')) {
-    const path = '/v1/collections/b/query';
-    const query = (q: Float32Array, ef: number) => ({ vector: Array.from(q), k: d.k, ef_search: ef, with_payload: false });
-    const load = async (srv: SvcServer) => {
-      await srv.call('POST', '/v1/collections', { name: 'b', dim: d.dim, metric: d.metric, index_params: { m: 16, ef_construction: 200 } });
-      // About 8 MB of base64 a request, well under SVC_MAX_REQUEST_BODY_BYTES (32 MiB) at any dim.
-      const chunk = Math.max(1, Math.floor(6_000_000 / (d.dim * 4)));
-      for (let i = 0; i < d.n; i += chunk) {
-        const points = Array.from({ length: Math.min(chunk, d.n - i) }, (_, j) => ({ id: String(i + j), vector_b64: b64(row(d.base, d.dim, i + j)) }));
-        await srv.call('POST', '/v1/collections/b/points:bulk', { points });
+  const path = '/v1/collections/b/query';
+  const query = (q: Float32Array, ef: number) => ({ vector: Array.from(q), k: d.k, ef_search: ef, with_payload: false });
+  /** The ef each server reaches recall 0.95 at (0 until measured). */
+  let svcEf = 0;
+  let svcRecall = 0;
+  let pgEf = 0;
+  const load = async (srv: SvcServer) => {
+    await srv.call('POST', '/v1/collections', { name: 'b', dim: d.dim, metric: d.metric, index_params: { m: 16, ef_construction: 200 } });
+    // About 8 MB of base64 a request, well under SVC_MAX_REQUEST_BODY_BYTES (32 MiB) at any dim.
+    const chunk = Math.max(1, Math.floor(6_000_000 / (d.dim * 4)));
+    for (let i = 0; i < d.n; i += chunk) {
+      const points = Array.from({ length: Math.min(chunk, d.n - i) }, (_, j) => ({ id: String(i + j), vector_b64: b64(row(d.base, d.dim, i + j)) }));
+      await srv.call('POST', '/v1/collections/b/points:bulk', { points });
+    }
+    await srv.call('POST', path, { vector: Array.from(row(d.queries, d.dim, 0)), k: 1, consistency: 'strong' });
+  };
+  /**
+   * The headline figure again, robust to this shared box's drifting load: svc and pgvector up side by
+   * side, every query in turn at 8 clients, in alternating order for `rounds` rounds; each round's
+   * ratio comes from two runs a few seconds apart, and the median of the rounds is reported.
+   */
+  const pairedRounds = async (rounds: number) => {
+    const srv = await startSvc();
+    let cluster: PgCluster | null = null;
+    try {
+      cluster = await startPostgres();
+      const pgPid = cluster.pid;
+      const pgPort = cluster.port;
+      await load(srv);
+      const conn = { host: '127.0.0.1', port: pgPort, user: 'postgres', database: 'postgres' };
+      const c = new pg.Client(conn);
+      c.on('error', () => undefined);
+      await c.connect();
+      await loadPgvector({ query: (t, v) => c.query(t, v), close: () => c.end() }, d, d.metric);
+      await c.end();
+      const script = await rotatingPgvectorScript(conn, d);
+      const bodies = Array.from({ length: d.nq }, (_, i) => JSON.stringify(query(row(d.queries, d.dim, i), svcEf)));
+      const runSvc = () => withCpuCost(srv.pid, () => wrk({ url: `${srv.rest}${path}`, bodies, clients: 8, seconds, headers: { authorization: `Bearer ${BENCH_API_KEY}`, 'content-type': 'application/json' } }));
+      const runPg = () => withCpuCost(pgPid, () => pgbench({ port: pgPort, sql: script, clients: 8, seconds, options: `-c hnsw.ef_search=${pgEf}` }), { withChildren: true });
+      const pairs: Record<string, number | null>[] = [];
+      for (let r = 0; r < rounds; r++) {
+        const svcFirst = r % 2 === 0;
+        const a = svcFirst ? await runSvc() : await runPg();
+        const b = svcFirst ? await runPg() : await runSvc();
+        const [sv, pv] = svcFirst ? [a, b] : [b, a];
+        pairs.push({
+          round: r + 1, svc_qps: sv.qps, pgvector_qps: pv.qps, ratio: round(sv.qps / pv.qps, 2), errors: sv.errors + pv.errors,
+          svc_cpu_us_per_request: sv.server_cpu_us_per_request, pgvector_cpu_us_per_request: pv.server_cpu_us_per_request,
+        });
+        log(`  server: paired round ${r + 1}, every query in turn x8: svc ${sv.qps} QPS, pgvector ${pv.qps} QPS (${round(sv.qps / pv.qps, 2)}x)`);
       }
-      await srv.call('POST', path, { vector: Array.from(row(d.queries, d.dim, 0)), k: 1, consistency: 'strong' });
-    };
+      const ratios = pairs.map((p) => p.ratio as number).sort((x, y) => x - y);
+      return {
+        svc_ef: svcEf, pgvector_ef: pgEf, rounds: pairs,
+        median_ratio: ratios[Math.floor((ratios.length - 1) / 2)], min_ratio: ratios[0], max_ratio: ratios[ratios.length - 1],
+      };
+    } finally {
+      await cluster?.stop();
+      await srv.stop();
+    }
+  };
+  if (peers.includes('svc')) {
     /** h2load against svc's REST and gRPC ports: one fixed query (the first), at every level. */
     const nativeSvc = async (srv: SvcServer, threads: string, ef: number, recall: number) => {
       const q0 = row(d.queries, d.dim, 0);
@@ -222,8 +273,6 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
     };
     const workers = autoSearchWorkers(availableParallelism());
     const defaultSearchThreads = `event loop + ${workers} search worker${workers === 1 ? '' : 's'} (default)`;
-    let svcEf = 0;
-    let svcRecall = 0;
     const srv = await startSvc();
     try {
       await load(srv);
@@ -321,6 +370,7 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
         });
         await c.end();
         log(`  server: pgvector ef ${ef} gives recall ${recall}`);
+        pgEf = ef;
         for (const clients of levels) {
           const pool = new pg.Pool({ ...conn, max: clients, options: `-c hnsw.ef_search=${ef}` });
           pool.on('error', () => undefined); // idle connections see the cluster's shutdown
@@ -352,6 +402,10 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
         await cluster.stop();
       }
     }
+  }
+  if (peers.includes('svc') && peers.includes('pgvector') && svcEf > 0 && pgEf > 0 && out.svc_error === undefined) {
+    if (tool('wrk') === null || tool('pgbench') === null) out.paired_skipped = 'wrk or pgbench is not installed';
+    else out.paired_all_queries_x8 = await pairedRounds(mode === 'full' ? 5 : mode === 'quick' ? 3 : 1);
   }
   out.rows = rows;
   const qpsOf = (engine: string, proto: string, clients: number) =>
