@@ -79,8 +79,9 @@ export function parseWrk(out: string, clients: number): NativeLoadResult & { p50
 }
 
 /**
- * wrk's script: every request is the next of the bodies (one JSON document a line in $BODIES), each
- * connection's thread starting elsewhere in the list; requests are formatted once, up front.
+ * wrk's script: every request is the next of the bodies (one JSON document a line in $BODIES), over all
+ * connections of the run's one thread, from a place LuaJIT's unseeded math.random picks (the same
+ * place every run); requests are formatted once, up front.
  */
 function wrkScript(headers: Record<string, string>): string {
   const lua = (x: string) => JSON.stringify(x); // ASCII header names and values: a JSON string is a Lua string
@@ -158,7 +159,7 @@ export async function h2load(o: {
 
 /**
  * `seconds` of pgbench running `sql` (prepared) at `clients` connections, on one thread. `sql` is one
- * statement, or a whole script (meta-commands such as \\set included) when it has more than one line.
+ * statement, or a whole script (meta-commands such as `\set` included) when it has more than one line.
  */
 export async function pgbench(o: { port: number; sql: string; clients: number; seconds: number; options?: string }): Promise<NativeLoadResult> {
   const bin = tool('pgbench');
