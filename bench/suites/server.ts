@@ -196,6 +196,16 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
     }
     await srv.call('POST', path, { vector: Array.from(row(d.queries, d.dim, 0)), k: 1, consistency: 'strong' });
   };
+  /** wrk against svc's REST search, every query in turn at `ef`. */
+  const wrkAllQueries = (srv: SvcServer, ef: number, clients: number) => {
+    const bodies = Array.from({ length: d.nq }, (_, i) => JSON.stringify(query(row(d.queries, d.dim, i), ef)));
+    return withCpuCost(srv.pid, () => wrk({
+      url: `${srv.rest}${path}`, bodies, clients, seconds, headers: { authorization: `Bearer ${BENCH_API_KEY}`, 'content-type': 'application/json' },
+    }));
+  };
+  /** pgbench running rotatingPgvectorScript's `script` at `ef`. */
+  const pgbenchAllQueries = (cluster: PgCluster, script: string, ef: number, clients: number) =>
+    withCpuCost(cluster.pid, () => pgbench({ port: cluster.port, sql: script, clients, seconds, options: `-c hnsw.ef_search=${ef}` }), { withChildren: true });
   /**
    * The headline figure again, robust to this shared box's drifting load: svc and pgvector up side by
    * side, every query in turn at 8 clients, in alternating order for `rounds` rounds; each round's
@@ -206,20 +216,18 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
     let cluster: PgCluster | null = null;
     try {
       cluster = await startPostgres();
-      const pgPid = cluster.pid;
-      const pgPort = cluster.port;
+      const pgc = cluster;
       await load(srv);
-      const conn = { host: '127.0.0.1', port: pgPort, user: 'postgres', database: 'postgres' };
+      const conn = { host: '127.0.0.1', port: pgc.port, user: 'postgres', database: 'postgres' };
       const c = new pg.Client(conn);
       c.on('error', () => undefined);
       await c.connect();
       await loadPgvector({ query: (t, v) => c.query(t, v), close: () => c.end() }, d, d.metric);
       await c.end();
       const script = await rotatingPgvectorScript(conn, d);
-      const bodies = Array.from({ length: d.nq }, (_, i) => JSON.stringify(query(row(d.queries, d.dim, i), svcEf)));
-      const runSvc = () => withCpuCost(srv.pid, () => wrk({ url: `${srv.rest}${path}`, bodies, clients: 8, seconds, headers: { authorization: `Bearer ${BENCH_API_KEY}`, 'content-type': 'application/json' } }));
-      const runPg = () => withCpuCost(pgPid, () => pgbench({ port: pgPort, sql: script, clients: 8, seconds, options: `-c hnsw.ef_search=${pgEf}` }), { withChildren: true });
-      const pairs: Record<string, number | null>[] = [];
+      const runSvc = () => wrkAllQueries(srv, svcEf, 8);
+      const runPg = () => pgbenchAllQueries(pgc, script, pgEf, 8);
+      const pairs: { round: number; svc_qps: number; pgvector_qps: number; ratio: number; errors: number; svc_cpu_us_per_request: number | null; pgvector_cpu_us_per_request: number | null }[] = [];
       for (let r = 0; r < rounds; r++) {
         const svcFirst = r % 2 === 0;
         const a = svcFirst ? await runSvc() : await runPg();
@@ -231,7 +239,7 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
         });
         log(`  server: paired round ${r + 1}, every query in turn x8: svc ${sv.qps} QPS, pgvector ${pv.qps} QPS (${round(sv.qps / pv.qps, 2)}x)`);
       }
-      const ratios = pairs.map((p) => p.ratio as number).sort((x, y) => x - y);
+      const ratios = pairs.map((p) => p.ratio).sort((x, y) => x - y);
       return {
         svc_ef: svcEf, pgvector_ef: pgEf, rounds: pairs,
         median_ratio: ratios[Math.floor((ratios.length - 1) / 2)], min_ratio: ratios[0], max_ratio: ratios[ratios.length - 1],
@@ -264,9 +272,8 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
         out.native_svc_rotating_skipped = 'wrk is not installed (Debian: wrk)';
         return;
       }
-      const bodies = Array.from({ length: d.nq }, (_, i) => JSON.stringify(query(row(d.queries, d.dim, i), ef)));
       for (const clients of levels) {
-        const rest = await withCpuCost(srv.pid, () => wrk({ url: `${srv.rest}${path}`, bodies, clients, seconds, headers: { ...auth, 'content-type': 'application/json' } }));
+        const rest = await wrkAllQueries(srv, ef, clients);
         nativeRows.push({ engine: 'svc', protocol: `REST (wrk, ${clients} connections; searches on: ${threads})`, ef, recall, queries: d.nq, ...rest });
         log(`  server: svc (searches on: ${threads}) wrk x${clients}, ${d.nq} queries in turn: REST ${rest.qps} QPS (p50 ${rest.p50_ms} ms, p99 ${rest.p99_ms} ms)`);
       }
@@ -393,7 +400,7 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
           // PostgreSQL parses no vector text a request where svc parses JSON.
           const rotating = await rotatingPgvectorScript(conn, d);
           for (const clients of levels) {
-            const r = await withCpuCost(cluster.pid, () => pgbench({ port: cluster.port, sql: rotating, clients, seconds, options: `-c hnsw.ef_search=${ef}` }), { withChildren: true });
+            const r = await pgbenchAllQueries(cluster, rotating, ef, clients);
             nativeRows.push({ engine: 'pgvector', protocol: `PostgreSQL wire (pgbench, prepared, ${clients} connections; query vector by id from a table)`, ef, recall, queries: d.nq, ...r });
             log(`  server: pgvector pgbench x${clients}, ${d.nq} queries in turn: ${r.qps} QPS (mean ${r.mean_ms} ms)`);
           }
