@@ -5,6 +5,7 @@ import type { Payload } from '../base/model.js';
 import { flatSearch, type SearchResult } from '../index/flat.js';
 import { Hnsw, type HnswOptions } from '../index/hnsw/hnsw.js';
 import type { DistanceKind } from '../index/kernels/kernel.js';
+import { ScalarCodes } from '../index/scalar-codes.js';
 import { VectorStore } from '../index/vector-store.js';
 import type { CompiledFilter } from '../query/filter.js';
 import { filterKey, PayloadIndex } from '../query/payload-index.js';
@@ -33,6 +34,11 @@ export interface CollectionOptions {
 }
 
 const EMPTY: SearchResult = { slots: new Int32Array(0), dists: new Float32Array(0) };
+/**
+ * Scalar quantization learns each dimension's range once a collection holds this many live vectors
+ * (searches traverse the float vectors before), and again from every rebuild's slots.
+ */
+export const SCALAR_TRAIN_MIN = 1024;
 /** Distinct filters whose match bitsets a collection keeps between writes. */
 const MATCH_CACHE_ENTRIES = 16;
 
@@ -67,6 +73,9 @@ export class Collection {
   /** Multi-vector collections: the live first-token slots, one per document (the filter universe). */
   private readonly heads = new LiveSet();
   private graph: Hnsw | null = null;
+  /** Scalar quantization: the codes graph searches traverse, written for every slot below `codedUpTo`. */
+  private codes: ScalarCodes | null = null;
+  private codedUpTo = 0;
   private indexedUpTo = 0;
   private stale = false;
   /** Counts writes the graph cannot absorb in place; a rebuild that saw it move leaves the collection stale. */
@@ -128,7 +137,48 @@ export class Collection {
     }
     if (bulk) this.markUnabsorbable();
     if (seq > this.appliedSeq) this.appliedSeq = seq;
+    this.syncCodes();
     this.scheduleAbsorb();
+  }
+
+  /**
+   * Scalar quantization: learns the ranges once there are enough vectors, writes the codes of every
+   * new slot (before any graph can hold it) and has the graph traverse them.
+   */
+  private syncCodes(): void {
+    if (this.spec.quantization !== 'scalar') return;
+    const n = this.store.count;
+    if (this.codes === null) {
+      if (this.live.count < SCALAR_TRAIN_MIN) return;
+      this.codes = ScalarCodes.train(this.store, this.live.slotsIn(0, n), this.kind);
+      this.codedUpTo = 0;
+    }
+    if (this.codedUpTo < n) {
+      this.codes.encodeRange(this.store, this.codedUpTo, n);
+      this.codedUpTo = n;
+    }
+    if (this.graph !== null && this.graph.scalarCodes !== this.codes) this.graph.attachCodes(this.codes);
+  }
+
+  /**
+   * A rebuild's codes: ranges learned again from the slots it indexes, written in slices of the event
+   * loop while the graph is built in a worker. Slots appended meanwhile are written at the swap.
+   */
+  private async retrainCodes(slots: Int32Array, upTo: number): Promise<ScalarCodes | null> {
+    if (this.spec.quantization !== 'scalar' || slots.length < SCALAR_TRAIN_MIN) return this.codes;
+    const codes = ScalarCodes.train(this.store, slots, this.kind);
+    const sliceMs = this.opts.absorbSliceMs ?? 4;
+    let at = 0;
+    while (at < upTo && !this.dropped) {
+      const until = this.opts.clock.monotonicMs() + sliceMs;
+      while (at < upTo) {
+        codes.encode(at, this.store.view(at));
+        at++;
+        if ((at & 63) === 0 && this.opts.clock.monotonicMs() >= until) break;
+      }
+      if (at < upTo) await new Promise<void>((resolve) => setImmediate(resolve));
+    }
+    return codes;
   }
 
   private put(p: PointRecord): void {
@@ -239,9 +289,19 @@ export class Collection {
     const opts: HnswOptions = { m: o.m, efConstruction: o.ef_construction, kind: this.kind, seed: this.opts.seed };
     this.rebuilding = (async () => {
       try {
-        const graph = await this.opts.buildIndex(this.store, slots, opts);
+        const built = this.opts.buildIndex(this.store, slots, opts);
+        const codes = await this.retrainCodes(slots, captured);
+        const graph = await built;
         if (this.dropped) return;
         // The swap: a few assignments, no await between them.
+        if (codes !== null) {
+          if (codes !== this.codes) {
+            codes.encodeRange(this.store, captured, this.store.count);
+            this.codes = codes;
+            this.codedUpTo = this.store.count;
+          }
+          graph.attachCodes(codes);
+        }
         this.graph = graph;
         this.indexedUpTo = captured;
         this.stale = this.writeCounter !== counterAtStart;
@@ -281,6 +341,7 @@ export class Collection {
       if (this.graph === null) {
         const o = this.spec.index_params;
         this.graph = new Hnsw(this.store, { m: o.m, efConstruction: o.ef_construction, kind: this.kind, seed: this.opts.seed });
+        this.graph.attachCodes(this.codes);
       }
       const until = this.opts.clock.monotonicMs() + sliceMs;
       while (this.indexedUpTo < this.store.count) {
@@ -395,11 +456,13 @@ export class Collection {
 
   /**
    * Bytes of vectors (every slot written, at the store's padded width, until a compaction drops the
-   * dead ones) and of the graph searches read (0 without one). Payloads, ids and the text index live
-   * on the JavaScript heap and are not counted.
+   * dead ones) and of the index searches read besides them: the graph (0 without one) and, with scalar
+   * quantization, the codes. Payloads, ids and the text index live on the JavaScript heap and are not
+   * counted.
    */
   memoryBytes(): { vectors: number; graph: number } {
-    return { vectors: this.store.count * this.store.strideBytes, graph: this.graph?.memoryBytes() ?? 0 };
+    const codes = this.codes === null ? 0 : this.codes.bytesFor(this.codedUpTo);
+    return { vectors: this.store.count * this.store.strideBytes, graph: (this.graph?.memoryBytes() ?? 0) + codes };
   }
 
   /** The graph searches read (null before the first build), for the search pool. */

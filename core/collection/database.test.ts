@@ -279,3 +279,76 @@ describe('Database: index freshness', () => {
     await db.close();
   });
 });
+
+describe('Database: scalar quantization', () => {
+  /** Exact score of a hit by the contract (Euclidean distance or cosine similarity), from the test's own vectors. */
+  const scoreOf = (metric: 'l2' | 'cosine', q: number[], v: number[]): number => {
+    if (metric === 'l2') return Math.sqrt(v.reduce((s, x, i) => s + (x - q[i]) ** 2, 0));
+    const n = (a: number[]) => Math.sqrt(a.reduce((s, x) => s + x * x, 0));
+    return v.reduce((s, x, i) => s + x * q[i], 0) / (n(v) * n(q));
+  };
+
+  it.each(['l2', 'cosine'] as const)('keeps recall@10 >= 0.95 with exact scores, through updates, deletes, a rebuild and a reopen (%s)', async (metric) => {
+    const prng = new Prng(31);
+    const dir = tempDir();
+    let db = await open(dir);
+    const info = await db.createCollection({ name: 'q', dim: 32, metric, quantization: 'scalar' });
+    expect(info.quantization).toBe('scalar');
+    const vecs = clustered(prng, 4000, 32);
+    const all = new Map<string, number[]>();
+    // Small batches: the codes are learned once 1,024 vectors are in, and later points are absorbed.
+    for (let b = 0; b < vecs.length; b += 250) {
+      const points = vecs.slice(b, b + 250).map((v, i) => ({ id: `p${b + i}`, vector: v }));
+      for (const p of points) all.set(p.id, p.vector);
+      await db.upsert('q', { points });
+    }
+    const queries = clustered(new Prng(32), 40, 32);
+    const check = async (label: string) => {
+      await db.search('q', { vector: vecs[0], k: 1, consistency: 'strong' });
+      let hit = 0;
+      for (const q of queries) {
+        const got = (await db.search('q', { vector: q, k: 10, with_payload: false })).hits;
+        const want = exactTopK(all, q, 10, metric);
+        hit += got.filter((h) => want.includes(h.id)).length;
+        for (const h of got) {
+          expect(all.has(h.id), `${label}: ${h.id} was deleted`).toBe(true);
+          expect(h.score).toBeCloseTo(scoreOf(metric, q, all.get(h.id)!), 3);
+        }
+      }
+      expect(hit / (queries.length * 10), label).toBeGreaterThanOrEqual(0.95);
+    };
+    await check('after inserts');
+    const stats = (await db.stats()).per_collection[0];
+    // The codes are counted with the graph: at least one row (32 codes + 16 bytes) per point.
+    expect(stats.graph_bytes).toBeGreaterThan(4000 * 48);
+    // Updates (moved far off) and deletes leave the graph stale; the next read rebuilds it and the codes.
+    for (let i = 0; i < 300; i++) {
+      const id = `p${i * 7}`;
+      if (i % 2 === 0) {
+        await db.delete('q', id);
+        all.delete(id);
+      } else {
+        const v = vecs[i * 7].map((x) => x * 3 + 5);
+        await db.upsert('q', { points: [{ id, vector: v }] });
+        all.set(id, v);
+      }
+    }
+    await check('after updates and deletes');
+    expect((await db.collectionInfo('q')).index_state).toBe('current');
+    await db.close();
+    db = await open(dir);
+    expect((await db.collectionInfo('q')).quantization).toBe('scalar');
+    await check('after a reopen');
+    await db.close();
+  });
+
+  it('refuses the quantization kinds this version does not build, and scalar on a flat index', async () => {
+    const db = await open(tempDir());
+    for (const quantization of ['product', 'binary', 'int4'] as const) {
+      expect(await codeOf(db.createCollection({ name: 'x', dim: 4, quantization: quantization as 'product' }))).toBe('invalid_argument');
+    }
+    expect(await codeOf(db.createCollection({ name: 'x', dim: 4, index: 'flat', quantization: 'scalar' }))).toBe('invalid_argument');
+    expect((await db.listCollections()).collections).toEqual([]);
+    await db.close();
+  });
+});

@@ -71,8 +71,11 @@ export function parseCollectionParams(body: unknown, limits: Limits): Collection
       : intIn(ipr.ef_search, 'index_params.ef_search', 1, limits.maxEfSearch),
   };
   const quantization = p.quantization ?? 'none';
-  if (quantization !== 'none') {
-    throw invalidArgument(`quantization '${String(quantization)}' is not available in this version of svc (available: none)`);
+  if (quantization !== 'none' && quantization !== 'scalar') {
+    throw invalidArgument(`quantization '${String(quantization)}' is not available in this version of svc (available: none, scalar)`);
+  }
+  if (quantization === 'scalar' && index !== 'hnsw') {
+    throw invalidArgument(`quantization 'scalar' needs index 'hnsw' (a flat index scans the full-precision vectors)`);
   }
   let pq_subspaces: number | null = null;
   if (p.pq_subspaces !== undefined && p.pq_subspaces !== null) {
@@ -84,7 +87,7 @@ export function parseCollectionParams(body: unknown, limits: Limits): Collection
   }
   const filterable = checkFilterableFields(p.filterable ?? []);
   return {
-    name, dim: p.dim, metric: metric as Metric, index: index as IndexKind, index_params, quantization: 'none',
+    name, dim: p.dim, metric: metric as Metric, index: index as IndexKind, index_params, quantization,
     pq_subspaces, filterable, multivector, vector_encryption: null,
   };
 }

@@ -5,6 +5,7 @@
 import { parentPort } from 'node:worker_threads';
 import { Bitset } from '../base/bitset.js';
 import { Hnsw } from '../index/hnsw/hnsw.js';
+import { ScalarCodes } from '../index/scalar-codes.js';
 import { VectorStore } from '../index/vector-store.js';
 import { runDensePlan } from './search-pool-plan.js';
 import type { PoolMessage, PoolReply } from './search-pool.js';
@@ -24,16 +25,27 @@ function handle(msg: PoolMessage): void {
   }
   if (msg.t === 'graph') {
     const v = views.get(msg.uid);
-    if (v !== undefined) v.graph = msg.data === null ? null : Hnsw.deserialize(v.store, msg.data);
+    if (v === undefined) return;
+    // Scalar codes travel with the graph; a view of the same codes is kept (it holds a scratch lane).
+    const had = v.graph?.scalarCodes ?? null;
+    const want = msg.data?.codes ?? null;
+    const codes = want === null ? null : had !== null && had.memory === want.memory ? had : ScalarCodes.open(want);
+    if (had !== null && had !== codes) had.close();
+    v.graph = msg.data === null ? null : Hnsw.deserialize(v.store, msg.data);
+    v.graph?.attachCodes(codes);
     return;
   }
   if (msg.t === 'forget') {
+    views.get(msg.uid)?.graph?.scalarCodes?.close();
     views.get(msg.uid)?.store.close();
     views.delete(msg.uid);
     return;
   }
   if (msg.t === 'close') {
-    for (const v of views.values()) v.store.close();
+    for (const v of views.values()) {
+      v.graph?.scalarCodes?.close();
+      v.store.close();
+    }
     views.clear();
     port.postMessage({ t: 'closed' } satisfies PoolReply);
     port.close();

@@ -6,6 +6,7 @@ import { systemClock } from '../base/clock.js';
 import { resolveLimits } from '../base/limits.js';
 import { Prng } from '../base/prng.js';
 import type { SearchResult } from '../index/flat.js';
+import { ScalarCodes } from '../index/scalar-codes.js';
 import { VectorStore } from '../index/vector-store.js';
 import { compileFilter } from '../query/filter.js';
 import { Collection, type IndexBuilder } from './collection.js';
@@ -23,8 +24,8 @@ function clustered(prng: Prng, n: number, clusters = 20): Float32Array[] {
   return Array.from({ length: n }, () => Float32Array.from(centers[prng.int(clusters)], (x) => x + prng.gaussian()));
 }
 
-function makeCollection(uid: string, buildIndex: IndexBuilder, absorbMax?: number): Collection {
-  const spec = parseCollectionParams({ name: uid, dim: DIM, metric: 'l2', filterable: [{ path: 'r', field_type: 'numeric' }] }, limits);
+function makeCollection(uid: string, buildIndex: IndexBuilder, absorbMax?: number, quantization: 'none' | 'scalar' = 'none'): Collection {
+  const spec = parseCollectionParams({ name: uid, dim: DIM, metric: 'l2', quantization, filterable: [{ path: 'r', field_type: 'numeric' }] }, limits);
   return new Collection({ uid, spec, limits, clock: systemClock, seed: 7, buildIndex, absorbMax });
 }
 
@@ -45,17 +46,21 @@ async function viaPool(pool: SearchPool, col: Collection, q: Float32Array, k: nu
 
 const asPlain = (r: SearchResult) => ({ slots: Array.from(r.slots), dists: Array.from(r.dists) });
 
-/** Lanes left on a store: opens views until the store refuses, then releases them. */
-function freeLanes(store: VectorStore): number {
-  const views: VectorStore[] = [];
+/** Lanes left on a shared memory: opens views until it refuses, then releases them. */
+function freeLanesOf(open: () => { close(): void }): number {
+  const views: { close(): void }[] = [];
   try {
-    for (;;) views.push(VectorStore.open(store.handle(), { kernel: 'js' }));
+    for (;;) views.push(open());
   } catch {
     // every lane taken
   }
   for (const v of views) v.close();
   return views.length;
 }
+
+const freeLanes = (store: VectorStore): number => freeLanesOf(() => VectorStore.open(store.handle(), { kernel: 'js' }));
+/** Lanes left on scalar codes (each worker view holds one). */
+const freeCodeLanes = (codes: ScalarCodes): number => freeLanesOf(() => ScalarCodes.open(codes.handle(), { kernel: 'js' }));
 
 describe('SearchPool', () => {
   let pool: SearchPool;
@@ -97,6 +102,43 @@ describe('SearchPool', () => {
     expect(pool.counters.dispatched).toBeGreaterThan(0);
     col.drop();
     pool.forget('same');
+  });
+
+  it('with scalar quantization, workers traverse the same codes and follow a rebuild to the new ones', async () => {
+    const prng = new Prng(14);
+    const col = makeCollection('sq8', buildIndexInWorker, undefined, 'scalar');
+    upsert(col, 0, clustered(prng, 3000));
+    await col.rebuild();
+    const first = col.searchGraph!.scalarCodes;
+    expect(first).not.toBeNull();
+    const queries = clustered(prng, 20);
+    const same = async () => {
+      for (const q of queries) {
+        expect(asPlain(await viaPool(pool, col, q, 10, 32))).toEqual(asPlain(col.searchDense(q, 10, 32)));
+        expect(asPlain(await viaPool(pool, col, q, 10, 32, 50))).toEqual(asPlain(col.searchDense(q, 10, 32, filterBelow(col, 50))));
+      }
+    };
+    await same();
+    // Points far outside the learned ranges, then a rebuild: the ranges are learned again.
+    upsert(col, 3000, clustered(prng, 500).map((v) => v.map((x) => x * 4)));
+    col.apply({ t: 'delete', ids: ['p1', 'p2'] }, ++seq);
+    await col.rebuild();
+    const second = col.searchGraph!.scalarCodes;
+    expect(second).not.toBeNull();
+    expect(second).not.toBe(first);
+    await same();
+    // Each worker holds a view (one scratch lane) of the codes in use and has released the old ones.
+    expect(freeCodeLanes(second!)).toBe(16 - 1 - 2);
+    expect(freeCodeLanes(first!)).toBe(16 - 1);
+    col.drop();
+    pool.forget('sq8');
+    // Two searches at once reach both workers (the least loaded is picked), after the forget.
+    const other = makeCollection('other', buildIndexInline);
+    upsert(other, 0, clustered(prng, 50));
+    await Promise.all([viaPool(pool, other, queries[0], 1, 8), viaPool(pool, other, queries[1], 1, 8)]);
+    expect(freeCodeLanes(second!)).toBe(16 - 1);
+    other.drop();
+    pool.forget('other');
   });
 
   it('answers from the prior graph during a rebuild and from the new one after the swap', async () => {

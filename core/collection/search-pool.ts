@@ -69,6 +69,8 @@ interface Epoch {
   levels: Int8Array | null;
   upperOffset: Int32Array | null;
   upper: Int32Array | null;
+  /** The scalar codes' memory searches traverse (null: none). */
+  codes: object | null;
 }
 
 class PoolWorker {
@@ -235,9 +237,13 @@ export class SearchPool {
     const data = graph === null ? null : graph.serialize();
     if (
       cur === undefined || cur.graph !== graph || (data !== null &&
-        (cur.level0 !== data.level0 || cur.levels !== data.levels || cur.upperOffset !== data.upperOffset || cur.upper !== data.upper))
+        (cur.level0 !== data.level0 || cur.levels !== data.levels || cur.upperOffset !== data.upperOffset || cur.upper !== data.upper
+          || cur.codes !== (data.codes?.memory ?? null)))
     ) {
-      cur = { graph, level0: data?.level0 ?? null, levels: data?.levels ?? null, upperOffset: data?.upperOffset ?? null, upper: data?.upper ?? null };
+      cur = {
+        graph, level0: data?.level0 ?? null, levels: data?.levels ?? null, upperOffset: data?.upperOffset ?? null, upper: data?.upper ?? null,
+        codes: data?.codes?.memory ?? null,
+      };
       this.current.set(col.uid, cur);
     }
     const seen = w.epochs.get(col.uid);

@@ -140,17 +140,7 @@ export class VectorStore {
 
   /** Makes room for `slots` slots in total, growing the memory geometrically. */
   reserve(slots: number): void {
-    const need = this.vectorsBase + slots * this.strideBytes;
-    const have = this.memory.buffer.byteLength;
-    if (need <= have) return;
-    const maxBytes = this.maxPages() * PAGE_BYTES;
-    if (need > maxBytes) {
-      throw new SvcError('limit_exceeded', `vector store is full: ${slots} slots need ${need} B, maximum ${maxBytes} B`, {
-        maxBytes,
-      });
-    }
-    const target = Math.min(maxBytes, Math.max(need, have * 2));
-    this.memory.grow(Math.ceil((target - have) / PAGE_BYTES));
+    growMemory(this.memory, this.vectorsBase + slots * this.strideBytes, this.maxPages(), `vector store is full: ${slots} slots`);
   }
 
   /** A fresh view of a slot's `dim` floats over the current buffer (views never outlive a grow). */
@@ -185,30 +175,53 @@ export class VectorStore {
   }
 
   private claimLane(): Lane {
-    for (let i = 0; i < LANES; i++) {
-      const bits = Atomics.load(this.header, H_LANE_BITS);
-      const bit = 1 << i;
-      if ((bits & bit) === 0 && Atomics.compareExchange(this.header, H_LANE_BITS, bits, bits | bit) === bits) {
-        const laneBytes = this.header[H_LANE_BYTES];
-        const q = HEADER_BYTES + i * laneBytes;
-        const ids = q + roundUp(this.paddedDim * 4, 64);
-        const out = ids + BATCH_MAX * 4;
-        const buf = this.memory.buffer;
-        return {
-          index: i,
-          q,
-          ids,
-          out,
-          qF32: new Float32Array(buf, q, this.paddedDim),
-          idsI32: new Int32Array(buf, ids, BATCH_MAX),
-          outF32: new Float32Array(buf, out, BATCH_MAX),
-        };
-      }
-      if ((bits & bit) !== 0) continue;
-      i--; // lost a race for this lane: look again
-    }
-    throw new SvcError('limit_exceeded', `every ${LANES} scratch lanes of the vector store are in use`, { lanes: LANES });
+    const i = claimLaneBit(this.header, H_LANE_BITS, 'vector store');
+    const laneBytes = this.header[H_LANE_BYTES];
+    const q = HEADER_BYTES + i * laneBytes;
+    const ids = q + roundUp(this.paddedDim * 4, 64);
+    const out = ids + BATCH_MAX * 4;
+    const buf = this.memory.buffer;
+    return {
+      index: i,
+      q,
+      ids,
+      out,
+      qF32: new Float32Array(buf, q, this.paddedDim),
+      idsI32: new Int32Array(buf, ids, BATCH_MAX),
+      outF32: new Float32Array(buf, out, BATCH_MAX),
+    };
   }
+}
+
+/**
+ * Grows a shared memory to hold `need` bytes, geometrically (at least doubling), up to `maxPages`;
+ * beyond that a limit_exceeded error starting with `what`.
+ */
+export function growMemory(memory: WasmMemory, need: number, maxPages: number, what: string): void {
+  const have = memory.buffer.byteLength;
+  if (need <= have) return;
+  const maxBytes = maxPages * PAGE_BYTES;
+  if (need > maxBytes) throw new SvcError('limit_exceeded', `${what} need ${need} B, maximum ${maxBytes} B`, { maxBytes });
+  const target = Math.min(maxBytes, Math.max(need, have * 2));
+  memory.grow(Math.ceil((target - have) / PAGE_BYTES));
+}
+
+/** Scratch lanes per shared memory: one per open view (main thread + workers). */
+export const LANES_PER_MEMORY = LANES;
+
+/**
+ * Claims a free lane in the bitmap word `word` of a shared header (lock-free, compare-and-exchange)
+ * and returns its index; release with `Atomics.and(header, word, ~(1 << index))`.
+ */
+export function claimLaneBit(header: Int32Array, word: number, what: string): number {
+  for (let i = 0; i < LANES; i++) {
+    const bits = Atomics.load(header, word);
+    const bit = 1 << i;
+    if ((bits & bit) === 0 && Atomics.compareExchange(header, word, bits, bits | bit) === bits) return i;
+    if ((bits & bit) !== 0) continue;
+    i--; // lost a race for this lane: look again
+  }
+  throw new SvcError('limit_exceeded', `every ${LANES} scratch lanes of the ${what} are in use`, { lanes: LANES });
 }
 
 /** Scales a vector to unit length in place (cosine collections store and query unit vectors). */

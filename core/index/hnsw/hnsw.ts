@@ -4,6 +4,7 @@ import { Prng } from '../../base/prng.js';
 import type { SearchResult } from '../flat.js';
 import { MaxHeap, MinHeap, nearestAscending } from '../heap.js';
 import type { BatchFn, BelowFn, DistanceKind, DistFn, TouchFn } from '../kernels/kernel.js';
+import type { CodeSpace, ScalarCodes, ScalarCodesHandle } from '../scalar-codes.js';
 import type { VectorIndex } from '../vector-index.js';
 import { BATCH_MAX, type VectorStore } from '../vector-store.js';
 
@@ -39,6 +40,14 @@ export interface HnswData {
   /** Start of each slot's upper-level links in `upper` (levels 1..L, m + 1 ints each). */
   upperOffset: Int32Array;
   upper: Int32Array;
+  /** The scalar codes searches traverse (null: the float vectors). */
+  codes?: ScalarCodesHandle | null;
+}
+
+/** What a traversal reads: a scratch lane, the rows' layout and the kernel that scores them. */
+interface Space extends CodeSpace {
+  readonly below: BelowFn;
+  readonly touch: TouchFn;
 }
 
 const MAX_LEVEL = 30;
@@ -115,8 +124,10 @@ export class Hnsw implements VectorIndex {
   private orderD = new Float32Array(256);
   private readonly dist: DistFn;
   private readonly batch: BatchFn;
-  private readonly below: BelowFn;
-  private readonly touchFn: TouchFn;
+  /** The float vectors: builds always, searches without codes. */
+  private readonly f32: Space;
+  private codes: ScalarCodes | null = null;
+  private codeSpace: Space | null = null;
 
   constructor(store: VectorStore, opts: HnswOptions) {
     const { m, efConstruction } = opts;
@@ -145,8 +156,26 @@ export class Hnsw implements VectorIndex {
     const fns = store.kernel.fns(opts.kind);
     this.dist = fns.dist;
     this.batch = fns.batch;
-    this.below = fns.below;
-    this.touchFn = store.kernel.touch;
+    const lane = store.lane;
+    this.f32 = {
+      ids: lane.ids, out: lane.out, idsI32: lane.idsI32, outF32: lane.outF32,
+      base: store.vectorsBase, stride: store.strideBytes, n: store.paddedDim, below: fns.below, touch: store.kernel.touch,
+    };
+  }
+
+  /**
+   * Searches from now on traverse `codes` (scalar quantization; null: the float vectors) and re-score
+   * their ef candidates exactly. Every slot the graph holds must have its codes written first.
+   */
+  attachCodes(codes: ScalarCodes | null): void {
+    assert(codes === null || (codes.dim === this.store.dim && codes.kind === this.kind), 'scalar codes do not match the graph');
+    this.codes = codes;
+    this.codeSpace = codes === null ? null : { ...codes.space, below: codes.kernel.sq8, touch: codes.kernel.touch };
+  }
+
+  /** The codes searches traverse, if any. */
+  get scalarCodes(): ScalarCodes | null {
+    return this.codes;
   }
 
   /** Nodes in the graph. */
@@ -281,9 +310,9 @@ export class Hnsw implements VectorIndex {
     const q = this.store.offsetOf(slot);
     let cur = entry;
     let curDist = this.dist(q, this.store.offsetOf(cur), this.store.paddedDim);
-    if (level < maxLevel) [cur, curDist] = this.greedy(q, cur, curDist, maxLevel, level + 1);
+    if (level < maxLevel) [cur, curDist] = this.greedy(this.f32, q, cur, curDist, maxLevel, level + 1);
     for (let l = Math.min(level, maxLevel); l >= 0; l--) {
-      this.searchLayer(q, cur, curDist, this.efConstruction, l, undefined);
+      this.searchLayer(this.f32, q, cur, curDist, this.efConstruction, l, undefined);
       const nSel = this.selectHeuristic(this.top, this.m);
       this.connect(slot, l, nSel);
       // hnswlib continues from the closest selected neighbour.
@@ -302,12 +331,30 @@ export class Hnsw implements VectorIndex {
     const top = this.top;
     top.clear();
     if (this.entry < 0 || k === 0) return nearestAscending(top, k);
-    const q = this.store.loadQuery(query);
+    const codes = this.codes;
+    const sp = this.codeSpace ?? this.f32;
+    const q = codes === null ? this.store.loadQuery(query) : codes.loadQuery(query);
     let cur = this.entry;
-    let curDist = this.dist(q, this.store.offsetOf(cur), this.store.paddedDim);
-    if (this.maxLevel > 0) [cur, curDist] = this.greedy(q, cur, curDist, this.maxLevel, 1);
-    this.searchLayer(q, cur, curDist, Math.max(ef, k), 0, accept);
+    sp.idsI32[0] = cur;
+    sp.below(q, sp.base, sp.stride, sp.ids, 1, sp.out, sp.n, Infinity);
+    let curDist = sp.outF32[0];
+    if (this.maxLevel > 0) [cur, curDist] = this.greedy(sp, q, cur, curDist, this.maxLevel, 1);
+    this.searchLayer(sp, q, cur, curDist, Math.max(ef, k), 0, accept);
+    if (codes !== null) this.rescore(query);
     return nearestAscending(top, k);
+  }
+
+  /** Replaces the approximate distances in `this.top` by exact ones over the float vectors. */
+  private rescore(query: Float32Array): void {
+    const top = this.top;
+    const n = top.size;
+    const store = this.store;
+    const { ids, out, idsI32, outF32 } = store.lane;
+    const q = store.loadQuery(query);
+    for (let i = 0; i < n; i++) idsI32[i] = top.id[i];
+    this.batch(q, store.vectorsBase, store.strideBytes, ids, n, out, store.paddedDim);
+    top.clear();
+    for (let i = 0; i < n; i++) top.push(outF32[i], idsI32[i]);
   }
 
   /**
@@ -340,6 +387,7 @@ export class Hnsw implements VectorIndex {
       levels: this.levels,
       upperOffset: this.upperOffset,
       upper: this.upper,
+      codes: this.codes?.handle() ?? null,
     };
   }
 
@@ -388,12 +436,8 @@ export class Hnsw implements VectorIndex {
   }
 
   /** Greedy descent with ef = 1 from level `from` down to level `to`. */
-  private greedy(q: number, cur: number, curDist: number, from: number, to: number): [number, number] {
-    const store = this.store;
-    const { ids, out, idsI32, outF32 } = store.lane;
-    const base = store.vectorsBase;
-    const stride = store.strideBytes;
-    const n = store.paddedDim;
+  private greedy(sp: Space, q: number, cur: number, curDist: number, from: number, to: number): [number, number] {
+    const { ids, out, idsI32, outF32, base, stride, n, below } = sp;
     const upper = this.upper;
     const mp1 = this.m + 1;
     for (let level = from; level >= to; level--) {
@@ -403,8 +447,8 @@ export class Hnsw implements VectorIndex {
         const off = this.upperOffset[cur] + (level - 1) * mp1;
         const cnt = upper[off];
         for (let j = 0; j < cnt; j++) idsI32[j] = upper[off + 1 + j];
-        this.batch(q, base, stride, ids, cnt, out, n);
-        for (let j = 0; j < cnt; j++) {
+        const got = below(q, base, stride, ids, cnt, out, n, curDist);
+        for (let j = 0; j < got; j++) {
           if (outF32[j] < curDist) {
             curDist = outF32[j];
             cur = idsI32[j];
@@ -430,6 +474,7 @@ export class Hnsw implements VectorIndex {
    * where a query spends its time, and at low dimension the heap work costs as much as the distances.
    */
   private searchLayer(
+    sp: Space,
     q: number,
     ep: number,
     epDist: number,
@@ -437,13 +482,8 @@ export class Hnsw implements VectorIndex {
     level: number,
     accept: ((slot: number) => boolean) | undefined,
   ): void {
-    const store = this.store;
-    const { ids, out, idsI32, outF32 } = store.lane;
-    const base = store.vectorsBase;
-    const stride = store.strideBytes;
-    const n = store.paddedDim;
-    const below = this.below;
-    const touch = this.touchOn && store.count * stride >= TOUCH_MIN_BYTES ? this.touchFn : undefined;
+    const { ids, out, idsI32, outF32, base, stride, n, below } = sp;
+    const touch = this.touchOn && this.store.count * stride >= TOUCH_MIN_BYTES ? sp.touch : undefined;
     const visited = this.visited;
     const epoch = this.nextEpoch();
     const top = this.top;

@@ -295,4 +295,49 @@
         (local.set $p (i32.add (local.get $p) (local.get $stride)))
         (local.set $out (i32.add (local.get $out) (i32.const 4)))
         (br $each))))
+
+;; Scalar-quantized (8-bit) rows, for a ScalarCodes memory (core/index/scalar-codes.ts). A row is `n`
+;; int8 codes (n a multiple of 16) then an f32 term; the query at `q` is two f32 coefficients a and b,
+;; 8 bytes of padding, then `n` int16 weights. dist = a * term + b * sum(weight * code), exact integer
+;; dot products (i32x4.dot_i16x8_s) and two float operations per row. Like *_batch_below: ids and
+;; distances below `bound` are packed at the front of `ids` and `out`; returns how many.
+  (func (export "sq8_below") (param $q i32) (param $base i32) (param $stride i32) (param $ids i32) (param $cnt i32) (param $out i32) (param $n i32) (param $bound f32) (result i32)
+    (local $i i32) (local $k i32) (local $id i32) (local $a i32) (local $b i32) (local $w i32) (local $end i32)
+    (local $c v128) (local $s0 v128) (local $s1 v128) (local $ca f32) (local $cb f32) (local $dist f32)
+    (local.set $ca (f32.load (local.get $q)))
+    (local.set $cb (f32.load offset=4 (local.get $q)))
+    (local.set $w (i32.add (local.get $q) (i32.const 16)))
+    (local.set $end (i32.add (local.get $w) (i32.shl (local.get $n) (i32.const 1))))
+    (block $done
+      (loop $each
+        (br_if $done (i32.ge_u (local.get $i) (local.get $cnt)))
+        (local.set $id (i32.load (i32.add (local.get $ids) (i32.shl (local.get $i) (i32.const 2)))))
+        (local.set $b (i32.add (local.get $base) (i32.mul (local.get $id) (local.get $stride))))
+        (local.set $a (local.get $w))
+        (local.set $s0 (v128.const i64x2 0 0))
+        (local.set $s1 (v128.const i64x2 0 0))
+        (block $d16
+          (loop $l16
+            (br_if $d16 (i32.ge_u (local.get $a) (local.get $end)))
+            (local.set $c (v128.load (local.get $b)))
+            (local.set $s0 (i32x4.add (local.get $s0)
+              (i32x4.dot_i16x8_s (v128.load (local.get $a)) (i16x8.extend_low_i8x16_s (local.get $c)))))
+            (local.set $s1 (i32x4.add (local.get $s1)
+              (i32x4.dot_i16x8_s (v128.load offset=16 (local.get $a)) (i16x8.extend_high_i8x16_s (local.get $c)))))
+            (local.set $a (i32.add (local.get $a) (i32.const 32)))
+            (local.set $b (i32.add (local.get $b) (i32.const 16)))
+            (br $l16)))
+        (local.set $s0 (i32x4.add (local.get $s0) (local.get $s1)))
+        ;; $b now points at the row's f32 term.
+        (local.set $dist (f32.add
+          (f32.mul (local.get $ca) (f32.load (local.get $b)))
+          (f32.mul (local.get $cb) (f32.convert_i32_s (i32.add
+            (i32.add (i32x4.extract_lane 0 (local.get $s0)) (i32x4.extract_lane 1 (local.get $s0)))
+            (i32.add (i32x4.extract_lane 2 (local.get $s0)) (i32x4.extract_lane 3 (local.get $s0))))))))
+        (i32.store (i32.add (local.get $ids) (i32.shl (local.get $k) (i32.const 2))) (local.get $id))
+        (f32.store (i32.add (local.get $out) (i32.shl (local.get $k) (i32.const 2))) (local.get $dist))
+        (local.set $k (i32.add (local.get $k) (f32.lt (local.get $dist) (local.get $bound))))
+        (local.set $i (i32.add (local.get $i) (i32.const 1)))
+        (br $each)))
+    (local.get $k))
 )

@@ -34,6 +34,8 @@ export interface Kernel {
   readonly memory: WasmMemory;
   fns(kind: DistanceKind): KindFns;
   readonly touch: TouchFn;
+  /** Scalar-quantized rows (core/index/scalar-codes.ts): `n` int8 codes per row against int16 query weights. */
+  readonly sq8: BelowFn;
 }
 
 let compiled: WasmModule | undefined;
@@ -54,6 +56,7 @@ interface WasmExports {
   l2_range: RangeFn;
   nip_range: RangeFn;
   touch: TouchFn;
+  sq8_below: BelowFn;
 }
 
 export function wasmKernel(memory: WasmMemory): Kernel {
@@ -61,7 +64,7 @@ export function wasmKernel(memory: WasmMemory): Kernel {
   const e = instance.exports as unknown as WasmExports;
   const l2: KindFns = { dist: e.l2, batch: e.l2_batch, below: e.l2_batch_below, range: e.l2_range };
   const ip: KindFns = { dist: e.nip, batch: e.nip_batch, below: e.nip_batch_below, range: e.nip_range };
-  return { isWasm: true, memory, fns: (kind) => (kind === 'l2' ? l2 : ip), touch: e.touch };
+  return { isWasm: true, memory, fns: (kind) => (kind === 'l2' ? l2 : ip), touch: e.touch, sq8: e.sq8_below };
 }
 
 /** The plain TypeScript kernel with the same contract. Views are re-created when the memory grows. */
@@ -69,11 +72,15 @@ export function fallbackKernel(memory: WasmMemory): Kernel {
   let buf = memory.buffer;
   let f32 = new Float32Array(buf);
   let i32 = new Int32Array(buf);
+  let i16 = new Int16Array(buf);
+  let i8 = new Int8Array(buf);
   const refresh = (): void => {
     if (memory.buffer.byteLength !== buf.byteLength) {
       buf = memory.buffer;
       f32 = new Float32Array(buf);
       i32 = new Int32Array(buf);
+      i16 = new Int16Array(buf);
+      i8 = new Int8Array(buf);
     }
   };
   const l2d: DistFn = (a, b, n) => {
@@ -121,7 +128,25 @@ export function fallbackKernel(memory: WasmMemory): Kernel {
   };
   const l2: KindFns = { dist: l2d, batch: batchOf(l2d), below: belowOf(l2d), range: rangeOf(l2d) };
   const ip: KindFns = { dist: nipd, batch: batchOf(nipd), below: belowOf(nipd), range: rangeOf(nipd) };
-  return { isWasm: false, memory, fns: (kind) => (kind === 'l2' ? l2 : ip), touch: () => 0 };
+  const sq8: BelowFn = (q, base, stride, ids, cnt, out, n, bound) => {
+    refresh();
+    const a = f32[q >>> 2];
+    const b = f32[(q + 4) >>> 2];
+    const w = (q + 16) >>> 1;
+    let k = 0;
+    for (let i = 0; i < cnt; i++) {
+      const id = i32[(ids >>> 2) + i];
+      const row = base + id * stride;
+      let dot = 0;
+      for (let d = 0; d < n; d++) dot += i16[w + d] * i8[row + d];
+      const x = Math.fround(Math.fround(a * f32[(row + n) >>> 2]) + Math.fround(b * dot));
+      i32[(ids >>> 2) + k] = id;
+      f32[(out >>> 2) + k] = x;
+      k += +(x < bound);
+    }
+    return k;
+  };
+  return { isWasm: false, memory, fns: (kind) => (kind === 'l2' ? l2 : ip), touch: () => 0, sq8 };
 }
 
 /** WASM SIMD when the engine supports it, else the fallback. */
