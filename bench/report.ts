@@ -36,6 +36,9 @@ export function summarise(r: RunResults): Record<string, number | string | null>
     const core = a.peers.find((p) => p.name === 'svc-core');
     const lib = a.peers.find((p) => p.name === 'hnswlib-node');
     s[`${a.dataset}: svc QPS at recall 0.95 / hnswlib-node`] = a.ratio_at_095['hnswlib-node']?.svc ?? null;
+    if (a.peers.some((p) => p.name === 'svc-sq8')) {
+      s[`${a.dataset}: svc-sq8 (scalar quantization) QPS at recall 0.95 / hnswlib-node`] = a.ratio_at_095['hnswlib-node']?.['svc-sq8'] ?? null;
+    }
     s[`${a.dataset}: svc-core QPS at recall 0.95 / hnswlib-node`] = a.ratio_at_095['hnswlib-node']?.['svc-core'] ?? null;
     if (svc && lib && lib.build_s > 0) s[`${a.dataset}: svc build time / hnswlib-node`] = +(svc.build_s / lib.build_s).toFixed(2);
     if (core && lib && lib.build_s > 0) s[`${a.dataset}: svc-core build time / hnswlib-node`] = +(core.build_s / lib.build_s).toFixed(2);
@@ -48,10 +51,18 @@ export function summarise(r: RunResults): Record<string, number | string | null>
   }
   const all = 'svc_REST_vs_pgvector_native_clients_all_queries_x8';
   if (all in native) s[`server QPS at recall 0.95, 8 clients, every query in turn (wrk / pgbench): ${all}`] = native[all];
-  const paired = r.server?.paired_all_queries_x8 as { median_ratio: number; min_ratio: number; max_ratio: number; rounds: unknown[] } | undefined;
+  const sq8 = 'svc_sq8_REST_vs_pgvector_native_clients_all_queries_x8';
+  if (native[sq8] !== undefined && native[sq8] !== null) s[`server QPS at recall 0.95, 8 clients, every query in turn, scalar quantization (wrk / pgbench): ${sq8}`] = native[sq8];
+  const paired = r.server?.paired_all_queries_x8 as {
+    median_ratio: number; min_ratio: number; max_ratio: number; rounds: unknown[];
+    median_ratio_sq8?: number | null; min_ratio_sq8?: number | null; max_ratio_sq8?: number | null;
+  } | undefined;
   if (paired) {
-    s[`server QPS at recall 0.95, 8 clients, every query in turn, ${paired.rounds.length} paired rounds (wrk / pgbench): median (min to max)`] =
-      `${paired.median_ratio} (${paired.min_ratio} to ${paired.max_ratio})`;
+    const head = `server QPS at recall 0.95, 8 clients, every query in turn, ${paired.rounds.length} paired rounds (wrk / pgbench): median (min to max)`;
+    s[head] = `${paired.median_ratio} (${paired.min_ratio} to ${paired.max_ratio})`;
+    if (paired.median_ratio_sq8 != null) {
+      s[`${head}, svc-sq8 (scalar quantization)`] = `${paired.median_ratio_sq8} (${paired.min_ratio_sq8} to ${paired.max_ratio_sq8})`;
+    }
   }
   const floor = 'node_http_floor_vs_pgvector_native_clients_x8';
   if (floor in native) s[`for scale, 8 clients (h2load / pgbench): bare node:http, no search: ${floor}`] = native[floor];
@@ -59,7 +70,8 @@ export function summarise(r: RunResults): Record<string, number | string | null>
   const cpu = (r.server?.cpu_us_per_request_native_x8 ?? {}) as Record<string, Cost>;
   for (const [k, label] of [
     ['svc_REST', 'svc REST'], ['svc_gRPC', 'svc gRPC'], ['pgvector', 'pgvector'], ['node_http_floor', 'bare node:http'],
-    ['svc_REST_all_queries', 'svc REST, every query in turn'], ['pgvector_all_queries', 'pgvector, every query in turn'],
+    ['svc_REST_all_queries', 'svc REST, every query in turn'], ['svc_sq8_REST_all_queries', 'svc-sq8 REST, every query in turn'],
+    ['pgvector_all_queries', 'pgvector, every query in turn'],
   ] as const) {
     const c = cpu[k];
     if (c) s[`server CPU per request, 8 clients, µs (${label}: whole server${c.main_thread_us === null ? '' : ' / event loop'})`] = c.main_thread_us === null ? c.server_us : `${c.server_us} / ${c.main_thread_us}`;
@@ -110,7 +122,7 @@ export function toMarkdown(r: RunResults): string {
     L.push(`## ${a.dataset}: recall@${a.k} vs QPS (${a.metric}, ${a.queries} queries, one thread, each 25-query chunk at its fastest of ${a.passes} passes)`, '');
     L.push('| engine | build s | index B/vector (own account) | B/vector (RSS) | QPS at recall 0.95 | svc ratio | sweep (ef: recall / QPS) |', '|---|---|---|---|---|---|---|');
     for (const p of a.peers) {
-      const ratio = p.name === 'svc' || p.name === 'svc-core' ? '' : fmt(a.ratio_at_095[p.name]?.svc);
+      const ratio = p.name.startsWith('svc') ? '' : fmt(a.ratio_at_095[p.name]?.svc);
       const sweep = p.error && p.sweep.length === 0 ? `not run: ${p.error}` : p.sweep.map((s) => `${s.ef}: ${s.recall} / ${s.qps}`).join('; ');
       const detail = p.build_detail ? ` (${Object.entries(p.build_detail).map(([k, v]) => `${k} ${v}`).join(', ')})` : '';
       L.push(`| ${p.name} | ${p.build_s}${detail} | ${p.index_bytes_per_vector ?? '-'} | ${p.bytes_per_vector} | ${fmt(p.qps_at_recall_095)} | ${ratio} | ${sweep} |`);

@@ -1,7 +1,7 @@
 /**
  * The benchmark suite (issue 6): svc against hnswlib-node, usearch, LanceDB, Orama and pgvector on real
  * data, in one run. `npm run bench -- [--quick] [--suites ann,filtered,ingest,server,responsiveness]
- * [--peers svc,svc-core,hnswlib-node,usearch,lancedb,orama,pgvector] [--datasets mnist,glove,random]
+ * [--peers svc,svc-sq8,svc-core,hnswlib-node,usearch,lancedb,orama,pgvector] [--datasets mnist,glove,random]
  * [--out dir]`. Writes bench/results/run-<time>.json, latest.json, latest.md and recall-qps.svg.
  * Full mode takes a long while (GloVe 341k builds per engine); --quick a few minutes.
  */
@@ -25,7 +25,8 @@ export type Suite = (typeof SUITES)[number];
 export type Mode = 'tiny' | 'quick' | 'full';
 
 export const PEERS: Record<string, PeerFactory> = {
-  svc: svcEmbedded,
+  svc: (m) => svcEmbedded(m),
+  'svc-sq8': (m) => svcEmbedded(m, 'scalar'),
   'svc-core': svcCore,
   'hnswlib-node': hnswlib,
   usearch: async (m) => (await import('./peers/usearch.js')).usearch(m),
@@ -67,7 +68,7 @@ export async function runBench(o: BenchOptions): Promise<{ results: RunResults; 
     ann: [], filtered: [], skipped: {}, duration_s: 0,
   };
   const K = 10;
-  const ann = ['svc', 'svc-core', 'hnswlib-node', 'usearch', 'lancedb', 'pgvector'];
+  const ann = ['svc', 'svc-sq8', 'svc-core', 'hnswlib-node', 'usearch', 'lancedb', 'pgvector'];
   const has = (s: Suite) => o.suites.includes(s);
 
   if (has('ann')) {

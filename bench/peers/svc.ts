@@ -18,16 +18,21 @@ type Db = Awaited<ReturnType<typeof openDatabase>>;
 
 export const b64 = (v: Float32Array): string => Buffer.from(v.buffer, v.byteOffset, v.byteLength).toString('base64');
 
-export async function svcEmbedded(metric: BenchMetric): Promise<Peer> {
+/**
+ * `quantization: 'scalar'` is the peer `svc-sq8`: the same path, the graph traversing int8 codes and
+ * re-scoring its candidates against the float vectors (core/index/scalar-codes.ts).
+ */
+export async function svcEmbedded(metric: BenchMetric, quantization: 'none' | 'scalar' = 'none'): Promise<Peer> {
   const dir = mkdtempSync(join(tmpdir(), 'svc-bench-'));
   const db: Db = await openDatabase({ dataDir: join(dir, 'data'), encryptionKey: BENCH_MASTER_KEY });
   let ef = 64;
   const peer: Peer & { detail?: Record<string, number> } = {
-    name: 'svc',
-    note: 'embedded API (openDatabase), encrypted, WAL fsync on, graph built by the engine',
+    name: quantization === 'scalar' ? 'svc-sq8' : 'svc',
+    note: `embedded API (openDatabase), encrypted, WAL fsync on, graph built by the engine${
+      quantization === 'scalar' ? '; scalar quantization (int8 traversal, exact re-score)' : ''}`,
     async build(d: Dataset, buckets?: Int32Array) {
       await db.createCollection({
-        name: 'b', dim: d.dim, metric, index_params: { m: M, ef_construction: EF_CONSTRUCTION, ef_search: 64 },
+        name: 'b', dim: d.dim, metric, quantization, index_params: { m: M, ef_construction: EF_CONSTRUCTION, ef_search: 64 },
         filterable: [{ path: 'bucket', field_type: 'numeric' }],
       });
       const chunk = 10_000;

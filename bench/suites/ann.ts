@@ -33,7 +33,7 @@ export interface AnnResult {
   passes: number;
   peers: AnnPeerResult[];
   /** svc's QPS at recall 0.95 over each peer's (interpolated on the sweeps); null when either never reached it. */
-  ratio_at_095: Record<string, { svc: number | null; 'svc-core': number | null }>;
+  ratio_at_095: Record<string, { svc: number | null; 'svc-sq8': number | null; 'svc-core': number | null }>;
 }
 
 export interface AnnOptions {
@@ -152,10 +152,10 @@ export async function runAnn(d: Dataset, factories: [string, PeerFactory][], o: 
   const at = (name: string) => peers.find((p) => p.name === name)?.qps_at_recall_095 ?? null;
   const ratio_at_095: AnnResult['ratio_at_095'] = {};
   for (const p of peers) {
-    if (p.name === 'svc' || p.name === 'svc-core') continue;
+    if (p.name.startsWith('svc')) continue;
     const theirs = p.qps_at_recall_095;
     const r = (ours: number | null) => (ours !== null && theirs ? round(ours / theirs, 2) : null);
-    ratio_at_095[p.name] = { svc: r(at('svc')), 'svc-core': r(at('svc-core')) };
+    ratio_at_095[p.name] = { svc: r(at('svc')), 'svc-sq8': r(at('svc-sq8')), 'svc-core': r(at('svc-core')) };
   }
   return { dataset: d.name, metric: d.metric, dim: d.dim, n: d.n, queries: d.nq, k: d.k, passes: o.passes, peers, ratio_at_095 };
 }

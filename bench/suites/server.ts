@@ -17,6 +17,10 @@
  * as a real load reads them; the recall the ef was picked for is over these same queries). Last, that
  * figure in paired rounds (both servers up, back-to-back runs in alternating order), whose median
  * ratio drifting background load moves less than any single pair of runs.
+ *
+ * svc is also measured with scalar quantization (engine `svc-sq8`: the same data in a second collection
+ * with `quantization: 'scalar'`, at its own ef for recall 0.95, which the hits' exact re-scoring keeps
+ * honest): every query in turn under wrk, and as a third arm of the paired rounds.
  */
 import { connect, constants, type ClientHttp2Session } from 'node:http2';
 import { connect as netConnect } from 'node:net';
@@ -181,26 +185,29 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
   const ids = (hits: { id: string }[]) => Int32Array.from(hits, (h) => Number(h.id));
 
   const path = '/v1/collections/b/query';
+  /** The same data in a collection with scalar quantization (the engine row `svc-sq8`). */
+  const sq8Path = '/v1/collections/bs/query';
   const query = (q: Float32Array, ef: number) => ({ vector: Array.from(q), k: d.k, ef_search: ef, with_payload: false });
   /** The ef each server reaches recall 0.95 at (0 until measured). */
   let svcEf = 0;
   let svcRecall = 0;
+  let sq8Ef = 0;
   let pgEf = 0;
-  const load = async (srv: SvcServer) => {
-    await srv.call('POST', '/v1/collections', { name: 'b', dim: d.dim, metric: d.metric, index_params: { m: 16, ef_construction: 200 } });
+  const load = async (srv: SvcServer, name = 'b', quantization: 'none' | 'scalar' = 'none') => {
+    await srv.call('POST', '/v1/collections', { name, dim: d.dim, metric: d.metric, quantization, index_params: { m: 16, ef_construction: 200 } });
     // About 8 MB of base64 a request, well under SVC_MAX_REQUEST_BODY_BYTES (32 MiB) at any dim.
     const chunk = Math.max(1, Math.floor(6_000_000 / (d.dim * 4)));
     for (let i = 0; i < d.n; i += chunk) {
       const points = Array.from({ length: Math.min(chunk, d.n - i) }, (_, j) => ({ id: String(i + j), vector_b64: b64(row(d.base, d.dim, i + j)) }));
-      await srv.call('POST', '/v1/collections/b/points:bulk', { points });
+      await srv.call('POST', `/v1/collections/${name}/points:bulk`, { points });
     }
-    await srv.call('POST', path, { vector: Array.from(row(d.queries, d.dim, 0)), k: 1, consistency: 'strong' });
+    await srv.call('POST', `/v1/collections/${name}/query`, { vector: Array.from(row(d.queries, d.dim, 0)), k: 1, consistency: 'strong' });
   };
-  /** wrk against svc's REST search, every query in turn at `ef`. */
-  const wrkAllQueries = (srv: SvcServer, ef: number, clients: number) => {
+  /** wrk against svc's REST search at `url` (default: collection b), every query in turn at `ef`. */
+  const wrkAllQueries = (srv: SvcServer, ef: number, clients: number, url = path) => {
     const bodies = Array.from({ length: d.nq }, (_, i) => JSON.stringify(query(row(d.queries, d.dim, i), ef)));
     return withCpuCost(srv.pid, () => wrk({
-      url: `${srv.rest}${path}`, bodies, clients, seconds, headers: { authorization: `Bearer ${BENCH_API_KEY}`, 'content-type': 'application/json' },
+      url: `${srv.rest}${url}`, bodies, clients, seconds, headers: { authorization: `Bearer ${BENCH_API_KEY}`, 'content-type': 'application/json' },
     }));
   };
   /** pgbench running rotatingPgvectorScript's `script` at `ef`. */
@@ -218,6 +225,7 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
       cluster = await startPostgres();
       const pgc = cluster;
       await load(srv);
+      if (sq8Ef > 0) await load(srv, 'bs', 'scalar');
       const conn = { host: '127.0.0.1', port: pgc.port, user: 'postgres', database: 'postgres' };
       const c = new pg.Client(conn);
       c.on('error', () => undefined);
@@ -225,24 +233,39 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
       await loadPgvector({ query: (t, v) => c.query(t, v), close: () => c.end() }, d, d.metric);
       await c.end();
       const script = await rotatingPgvectorScript(conn, d);
-      const runSvc = () => wrkAllQueries(srv, svcEf, 8);
-      const runPg = () => pgbenchAllQueries(pgc, script, pgEf, 8);
-      const pairs: { round: number; svc_qps: number; pgvector_qps: number; ratio: number; errors: number; svc_cpu_us_per_request: number | null; pgvector_cpu_us_per_request: number | null }[] = [];
+      type Run = NativeLoadResult & CpuCost;
+      const arms: [string, () => Promise<Run>][] = [
+        ['svc', () => wrkAllQueries(srv, svcEf, 8)],
+        ['pgvector', () => pgbenchAllQueries(pgc, script, pgEf, 8)],
+      ];
+      if (sq8Ef > 0) arms.push(['svc-sq8', () => wrkAllQueries(srv, sq8Ef, 8, sq8Path)]);
+      const pairs: { round: number; order: string[]; qps: Record<string, number>; cpu_us_per_request: Record<string, number | null>; errors: number; ratio: number; ratio_sq8: number | null }[] = [];
       for (let r = 0; r < rounds; r++) {
-        const svcFirst = r % 2 === 0;
-        const a = svcFirst ? await runSvc() : await runPg();
-        const b = svcFirst ? await runPg() : await runSvc();
-        const [sv, pv] = svcFirst ? [a, b] : [b, a];
+        // Each arm takes each place in the order in turn, so drifting load falls on each alike.
+        const order = arms.map((_, i) => arms[(i + r) % arms.length]);
+        const got: Record<string, Run> = {};
+        for (const [name, run] of order) got[name] = await run();
+        const qps = Object.fromEntries(Object.entries(got).map(([k, v]) => [k, v.qps]));
+        const pg = qps.pgvector;
         pairs.push({
-          round: r + 1, svc_qps: sv.qps, pgvector_qps: pv.qps, ratio: round(sv.qps / pv.qps, 2), errors: sv.errors + pv.errors,
-          svc_cpu_us_per_request: sv.server_cpu_us_per_request, pgvector_cpu_us_per_request: pv.server_cpu_us_per_request,
+          round: r + 1, order: order.map(([n]) => n), qps,
+          cpu_us_per_request: Object.fromEntries(Object.entries(got).map(([k, v]) => [k, v.server_cpu_us_per_request])),
+          errors: Object.values(got).reduce((n, v) => n + v.errors, 0),
+          ratio: round(qps.svc / pg, 2), ratio_sq8: qps['svc-sq8'] === undefined ? null : round(qps['svc-sq8'] / pg, 2),
         });
-        log(`  server: paired round ${r + 1}, every query in turn x8: svc ${sv.qps} QPS, pgvector ${pv.qps} QPS (${round(sv.qps / pv.qps, 2)}x)`);
+        const p = pairs[pairs.length - 1];
+        log(`  server: paired round ${r + 1}, every query in turn x8: ${Object.entries(qps).map(([k, v]) => `${k} ${v} QPS`).join(', ')} (svc ${p.ratio}x${p.ratio_sq8 === null ? '' : `, svc-sq8 ${p.ratio_sq8}x`})`);
       }
-      const ratios = pairs.map((p) => p.ratio).sort((x, y) => x - y);
+      const spread = (xs: number[]) => {
+        const v = [...xs].sort((x, y) => x - y);
+        return { median: v[Math.floor((v.length - 1) / 2)], min: v[0], max: v[v.length - 1] };
+      };
+      const f = spread(pairs.map((p) => p.ratio));
+      const q = sq8Ef > 0 ? spread(pairs.map((p) => p.ratio_sq8!)) : null;
       return {
-        svc_ef: svcEf, pgvector_ef: pgEf, rounds: pairs,
-        median_ratio: ratios[Math.floor((ratios.length - 1) / 2)], min_ratio: ratios[0], max_ratio: ratios[ratios.length - 1],
+        svc_ef: svcEf, svc_sq8_ef: sq8Ef || null, pgvector_ef: pgEf, rounds: pairs,
+        median_ratio: f.median, min_ratio: f.min, max_ratio: f.max,
+        median_ratio_sq8: q?.median ?? null, min_ratio_sq8: q?.min ?? null, max_ratio_sq8: q?.max ?? null,
       };
     } finally {
       await cluster?.stop();
@@ -313,6 +336,20 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
           await client.close();
           rows.push({ engine: 'svc', protocol: `gRPC (${clientName}, ${connections} HTTP/2 connections)`, ef, recall, ...r });
           log(`  server: svc gRPC (${clientName}) x${clients}: ${r.qps} QPS p50 ${r.p50_ms} p99 ${r.p99_ms} ms`);
+        }
+      }
+      // The same data with scalar quantization: its own ef for recall 0.95, every query in turn.
+      await load(srv, 'bs', 'scalar');
+      const sq8Pool = new Pool(srv.rest, { connections: 1 });
+      const sq8 = await pickEf(d, async (q, e) => ids((await restSearchOver(sq8Pool, sq8Path, query(q, e))).hits));
+      await sq8Pool.close();
+      log(`  server: svc-sq8 (scalar quantization) ef ${sq8.ef} gives recall ${sq8.recall}`);
+      if (sq8.recall >= TARGET) sq8Ef = sq8.ef;
+      if (tool('wrk') !== null) {
+        for (const clients of levels) {
+          const rest = await wrkAllQueries(srv, sq8.ef, clients, sq8Path);
+          nativeRows.push({ engine: 'svc-sq8', protocol: `REST (wrk, ${clients} connections; scalar quantization; searches on: ${defaultSearchThreads})`, ef: sq8.ef, recall: sq8.recall, queries: d.nq, ...rest });
+          log(`  server: svc-sq8 wrk x${clients}, ${d.nq} queries in turn: REST ${rest.qps} QPS (p50 ${rest.p50_ms} ms, p99 ${rest.p99_ms} ms)`);
         }
       }
       if (tool('h2load') === null) out.native_svc_skipped = 'h2load is not installed (Debian: nghttp2-client)';
@@ -443,6 +480,8 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
     const pgq = nativeQps('pgvector', 'PostgreSQL', clients, d.nq);
     const sq = nativeQps('svc', 'REST', clients, d.nq);
     nativeRatios[`svc_REST_vs_pgvector_native_clients_all_queries_x${clients}`] = sq && pgq ? round(sq / pgq, 2) : null;
+    const s8 = nativeQps('svc-sq8', 'REST', clients, d.nq);
+    nativeRatios[`svc_sq8_REST_vs_pgvector_native_clients_all_queries_x${clients}`] = s8 && pgq ? round(s8 / pgq, 2) : null;
   }
   for (const clients of levels) {
     const pgq = nativeQps('pgvector', 'PostgreSQL', clients);
@@ -458,7 +497,8 @@ export async function runServer(mode: Mode, peers: string[], log: (l: string) =>
   };
   out.cpu_us_per_request_native_x8 = {
     svc_REST: cost('svc', 'REST'), svc_gRPC: cost('svc', 'gRPC'), node_http_floor: cost('node:http floor', 'bare'), pgvector: cost('pgvector', 'PostgreSQL'),
-    svc_REST_all_queries: cost('svc', 'REST', d.nq), pgvector_all_queries: cost('pgvector', 'PostgreSQL', d.nq),
+    svc_REST_all_queries: cost('svc', 'REST', d.nq), svc_sq8_REST_all_queries: cost('svc-sq8', 'REST', d.nq),
+    pgvector_all_queries: cost('pgvector', 'PostgreSQL', d.nq),
   };
   return out;
 }

@@ -72,6 +72,10 @@ export class ScalarCodes {
   private readonly invStep: Float64Array;
   private readonly laneIndex: number;
   private readonly laneQ: number;
+  /** This view's query: float weights (scratch), then the lane's int16 weights and two coefficients. */
+  private readonly weights: Float64Array;
+  private readonly q16: Int16Array;
+  private readonly coef: Float32Array;
   /** Whole-memory views for encode, re-made after a grow. */
   private rows8: Int8Array;
   private rowsF32: Float32Array;
@@ -93,6 +97,10 @@ export class ScalarCodes {
     this.laneIndex = claimLaneBit(this.header, H_LANE_BITS, 'scalar codes');
     const laneBytes = this.header[H_LANE_BYTES];
     this.laneQ = this.header[H_LANES_BASE] + this.laneIndex * laneBytes;
+    this.weights = new Float64Array(this.dim);
+    // The padding past dim stays zero: only the first dim weights are ever written.
+    this.q16 = new Int16Array(memory.buffer, this.laneQ + 16, this.n).fill(0);
+    this.coef = new Float32Array(memory.buffer, this.laneQ, 2);
     const ids = this.laneQ + roundUp(16 + this.n * 2, 64);
     const out = ids + BATCH_MAX * 4;
     this.space = {
@@ -217,9 +225,8 @@ export class ScalarCodes {
    * offset, for the `sq8` kernel: lower is nearer, ordered as the true distance to the decoded vectors.
    */
   loadQuery(query: ArrayLike<number>): number {
-    const buf = this.memory.buffer;
     const dim = this.dim;
-    const w = new Float64Array(dim);
+    const w = this.weights;
     let max = 0;
     for (let d = 0; d < dim; d++) {
       const x = query[d] * this.step[d];
@@ -229,10 +236,10 @@ export class ScalarCodes {
     }
     const wMax = Math.min(WEIGHT_MAX, Math.floor(16_777_215 / this.n));
     const scale = max > 0 ? max / wMax : 1;
-    const q16 = new Int16Array(buf, this.laneQ + 16, this.n);
-    for (let d = 0; d < dim; d++) q16[d] = Math.round(w[d] / scale);
-    q16.fill(0, dim);
-    const coef = new Float32Array(buf, this.laneQ, 2);
+    const q16 = this.q16;
+    const inv = 1 / scale;
+    for (let d = 0; d < dim; d++) q16[d] = Math.round(w[d] * inv);
+    const coef = this.coef;
     coef[0] = this.kind === 'l2' ? 1 : 0;
     coef[1] = this.kind === 'l2' ? -2 * scale : -scale;
     return this.laneQ;

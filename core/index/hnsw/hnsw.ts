@@ -352,6 +352,9 @@ export class Hnsw implements VectorIndex {
     const { ids, out, idsI32, outF32 } = store.lane;
     const q = store.loadQuery(query);
     for (let i = 0; i < n; i++) idsI32[i] = top.id[i];
+    // The candidates' float rows are scattered: start every miss before the kernel reads them in turn
+    // (MNIST 60k, ef 14: +3%).
+    if (this.touchOn && n > 1 && store.count * store.strideBytes >= TOUCH_MIN_BYTES) this.f32.touch(store.vectorsBase, store.strideBytes, ids, n, store.strideBytes);
     this.batch(q, store.vectorsBase, store.strideBytes, ids, n, out, store.paddedDim);
     top.clear();
     for (let i = 0; i < n; i++) top.push(outF32[i], idsI32[i]);
