@@ -258,7 +258,8 @@ export class Collection {
   onRead(): void {
     if (this.spec.index === 'flat' || this.dropped) return;
     const tail = this.store.count - this.indexedUpTo;
-    if (this.stale || (tail > this.absorbMax() && this.live.count > 0)) void this.rebuild();
+    // A failed build is reported through onIndexError; the read goes on with the prior graph.
+    if (this.stale || (tail > this.absorbMax() && this.live.count > 0)) void this.rebuild().catch(() => undefined);
     else this.scheduleAbsorb();
   }
 
@@ -290,6 +291,8 @@ export class Collection {
     this.rebuilding = (async () => {
       try {
         const built = this.opts.buildIndex(this.store, slots, opts);
+        // Awaited below; a build that fails while the codes are written must not count as unhandled.
+        built.catch(() => undefined);
         const codes = await this.retrainCodes(slots, captured);
         const graph = await built;
         if (this.dropped) return;

@@ -352,3 +352,36 @@ describe('Database: scalar quantization', () => {
     await db.close();
   });
 });
+
+describe('Database: a failing index build', () => {
+  it('is reported, and reads keep answering exactly, with or without scalar codes being written meanwhile', async () => {
+    const errors: string[] = [];
+    const db = await open(tempDir(), {
+      waitForBulkBuild: false,
+      buildIndex: async () => { throw new Error('build worker died'); },
+      log: (level: string, msg: string) => { if (level === 'error') errors.push(msg); },
+    } as Partial<Parameters<typeof Database.open>[0]>);
+    const prng = new Prng(41);
+    // 30,000 x 32: the rebuild's codes take several event-loop slices, so the build fails while they are written.
+    const vecs = clustered(prng, 30_000, 32);
+    const all = new Map<string, number[]>();
+    for (const quantization of ['scalar', 'none'] as const) {
+      const name = `f-${quantization}`;
+      await db.createCollection({ name, dim: 32, metric: 'l2', quantization });
+      for (let b = 0; b < vecs.length; b += 5000) {
+        const points = vecs.slice(b, b + 5000).map((v, i) => ({ id: `p${b + i}`, vector: v }));
+        for (const p of points) all.set(p.id, p.vector);
+        await db.bulkUpsert(name, { points });
+      }
+      for (const q of clustered(new Prng(42), 3, 32)) {
+        const got = (await db.search(name, { vector: q, k: 10, with_payload: false })).hits.map((h) => h.id);
+        expect(got).toEqual(exactTopK(all, q, 10, 'l2'));
+      }
+      // Let the failed rebuilds settle (they run beside the reads).
+      await new Promise((r) => setTimeout(r, 200));
+      expect(await codeOf(db.search(name, { vector: vecs[0], k: 1, consistency: 'strong' }))).not.toBe('ok');
+    }
+    expect(errors.some((m) => m.includes('index build failed'))).toBe(true);
+    await db.close();
+  });
+});
