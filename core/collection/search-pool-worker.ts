@@ -8,7 +8,7 @@ import { Hnsw } from '../index/hnsw/hnsw.js';
 import { ScalarCodes } from '../index/scalar-codes.js';
 import { VectorStore } from '../index/vector-store.js';
 import { runDensePlan } from './search-pool-plan.js';
-import type { PoolMessage, PoolReply } from './search-pool.js';
+import { PLAN_BYTES, PlanWord, type PoolMessage, type PoolReply } from './search-pool.js';
 
 interface View {
   store: VectorStore;
@@ -56,16 +56,20 @@ function handle(msg: PoolMessage): void {
   try {
     if (v === undefined) throw new Error(`collection ${msg.uid} is not open in this worker`);
     const dim = v.store.dim;
-    const f32 = new Float32Array(msg.buf, 0, dim);
-    const wordsAt = dim * 4;
-    const bits = new Bitset(msg.cap, new Uint32Array(msg.buf, wordsAt, (msg.cap + 31) >>> 5));
-    if (v.graph !== null) v.graph.adoptTop(msg.entry, msg.maxLevel, msg.size);
-    const r = runDensePlan(v.store, msg.kind, v.graph, f32, {
-      mode: msg.mode, bits, acceptAll: msg.acceptAll, k: msg.k, ef: msg.ef, want: msg.want, indexedUpTo: msg.indexedUpTo, count: msg.count,
+    const h = new Int32Array(msg.buf, 0, PLAN_BYTES / 4);
+    const cap = h[PlanWord.Cap];
+    const k = h[PlanWord.K];
+    const f32 = new Float32Array(msg.buf, PLAN_BYTES, dim);
+    const wordsAt = PLAN_BYTES + dim * 4;
+    const bits = new Bitset(cap, new Uint32Array(msg.buf, wordsAt, (cap + 31) >>> 5));
+    if (v.graph !== null) v.graph.adoptTop(h[PlanWord.Entry], h[PlanWord.MaxLevel], h[PlanWord.Size]);
+    const r = runDensePlan(v.store, h[PlanWord.Kind] === 0 ? 'l2' : 'ip', v.graph, f32, {
+      mode: h[PlanWord.Mode] === 1 ? 'graph' : 'exact', bits, acceptAll: h[PlanWord.AcceptAll] === 1, k, ef: h[PlanWord.Ef],
+      want: h[PlanWord.Want], indexedUpTo: h[PlanWord.IndexedUpTo], count: h[PlanWord.Count],
     });
-    const outAt = wordsAt + ((msg.cap + 31) >>> 5) * 4;
+    const outAt = wordsAt + ((cap + 31) >>> 5) * 4;
     new Int32Array(msg.buf, outAt, r.slots.length).set(r.slots);
-    new Float32Array(msg.buf, outAt + msg.k * 4, r.dists.length).set(r.dists);
+    new Float32Array(msg.buf, outAt + k * 4, r.dists.length).set(r.dists);
     reply = { t: 'done', id: msg.id, n: r.slots.length };
   } catch (e) {
     reply = { t: 'failed', id: msg.id, error: e instanceof Error ? e.message : String(e) };

@@ -32,22 +32,34 @@ export type PoolMessage =
       t: 'search';
       id: number;
       uid: string;
-      kind: DistanceKind;
-      /** [query: dim f32][accept words: ceil(cap/32) u32][result slots: k i32][result dists: k f32] */
+      /**
+       * [plan: PLAN_WORDS i32, see PlanWord][query: dim f32][accept words: ceil(cap/32) u32]
+       * [result slots: k i32][result dists: k f32]. The plan travels in the shared buffer rather than
+       * as message fields: a message's cost on both threads grows with its fields.
+       */
       buf: SharedArrayBuffer;
-      /** Bits in the accept set (0 when acceptAll: none are sent). */
-      cap: number;
-      acceptAll: boolean;
-      mode: DensePlan['mode'];
-      k: number;
-      ef: number;
-      want: number;
-      indexedUpTo: number;
-      count: number;
-      entry: number;
-      maxLevel: number;
-      size: number;
     };
+
+/** Words of a search buffer's plan header (int32 each). */
+export const PlanWord = {
+  /** 0: l2, 1: ip. */
+  Kind: 0,
+  /** 0: exact, 1: graph. */
+  Mode: 1,
+  /** Bits in the accept set (0 when acceptAll: none are sent). */
+  Cap: 2,
+  AcceptAll: 3,
+  K: 4,
+  Ef: 5,
+  Want: 6,
+  IndexedUpTo: 7,
+  Count: 8,
+  Entry: 9,
+  MaxLevel: 10,
+  Size: 11,
+} as const;
+/** Bytes before the query in a search buffer (the plan header, padded to 16). */
+export const PLAN_BYTES = 64;
 
 /** Worker -> main thread. */
 export type PoolReply = { t: 'done'; id: number; n: number } | { t: 'failed'; id: number; error: string } | { t: 'closed' };
@@ -62,15 +74,11 @@ interface Pending {
   fallback: () => SearchResult;
 }
 
-/** Arrays that identify one published state of a graph: a new set means a new epoch for the workers. */
+/** One published state of a graph (its arrays and codes): a new one means a new epoch for the workers. */
 interface Epoch {
   graph: Hnsw | null;
-  level0: Int32Array | null;
-  levels: Int8Array | null;
-  upperOffset: Int32Array | null;
-  upper: Int32Array | null;
-  /** The scalar codes' memory searches traverse (null: none). */
-  codes: object | null;
+  /** The graph's arraysVersion when published. */
+  version: number;
 }
 
 class PoolWorker {
@@ -171,19 +179,28 @@ export class SearchPool {
     // Accept-all plans send no bitset: copying a million-slot live set would cost more than the search.
     const cap = plan.acceptAll ? 0 : plan.bits.capacity;
     const nWords = (cap + 31) >>> 5;
-    const wordsAt = dim * 4;
+    const wordsAt = PLAN_BYTES + dim * 4;
     const outAt = wordsAt + nWords * 4;
     const buf = this.take(outAt + plan.k * 8);
-    new Float32Array(buf, 0, dim).set(query.subarray(0, dim));
+    new Float32Array(buf, PLAN_BYTES, dim).set(query.subarray(0, dim));
     if (nWords > 0) new Uint32Array(buf, wordsAt, nWords).set(plan.bits.words.subarray(0, nWords));
     this.publish(w, col);
     const graph = col.searchGraph;
-    const top = graph === null ? { entry: -1, maxLevel: -1, size: 0 } : graph.serialize();
+    const h = new Int32Array(buf, 0, PLAN_BYTES / 4);
+    h[PlanWord.Kind] = col.kind === 'l2' ? 0 : 1;
+    h[PlanWord.Mode] = plan.mode === 'graph' ? 1 : 0;
+    h[PlanWord.Cap] = cap;
+    h[PlanWord.AcceptAll] = plan.acceptAll ? 1 : 0;
+    h[PlanWord.K] = plan.k;
+    h[PlanWord.Ef] = plan.ef;
+    h[PlanWord.Want] = plan.want;
+    h[PlanWord.IndexedUpTo] = plan.indexedUpTo;
+    h[PlanWord.Count] = plan.count;
+    h[PlanWord.Entry] = graph === null ? -1 : graph.entryPoint;
+    h[PlanWord.MaxLevel] = graph === null ? -1 : graph.topLevel;
+    h[PlanWord.Size] = graph === null ? 0 : graph.size;
     const id = this.nextId++;
-    const msg: PoolMessage = {
-      t: 'search', id, uid: col.uid, kind: col.kind, buf, cap, acceptAll: plan.acceptAll, mode: plan.mode, k: plan.k, ef: plan.ef, want: plan.want,
-      indexedUpTo: plan.indexedUpTo, count: plan.count, entry: top.entry, maxLevel: top.maxLevel, size: top.size,
-    };
+    const msg: PoolMessage = { t: 'search', id, uid: col.uid, buf };
     this.counters.dispatched++;
     return new Promise((resolve, reject) => {
       w.pending.set(id, { resolve, reject, buf, k: plan.k, outAt, fallback: runHere });
@@ -233,24 +250,17 @@ export class SearchPool {
   /** Sends a worker the collection's store (once) and its current graph arrays when they changed. */
   private publish(w: PoolWorker, col: PoolCollection): void {
     const graph = col.searchGraph;
+    const version = graph === null ? 0 : graph.arraysVersion;
     let cur = this.current.get(col.uid);
-    const data = graph === null ? null : graph.serialize();
-    if (
-      cur === undefined || cur.graph !== graph || (data !== null &&
-        (cur.level0 !== data.level0 || cur.levels !== data.levels || cur.upperOffset !== data.upperOffset || cur.upper !== data.upper
-          || cur.codes !== (data.codes?.memory ?? null)))
-    ) {
-      cur = {
-        graph, level0: data?.level0 ?? null, levels: data?.levels ?? null, upperOffset: data?.upperOffset ?? null, upper: data?.upper ?? null,
-        codes: data?.codes?.memory ?? null,
-      };
+    if (cur === undefined || cur.graph !== graph || cur.version !== version) {
+      cur = { graph, version };
       this.current.set(col.uid, cur);
     }
     const seen = w.epochs.get(col.uid);
     if (seen === cur) return;
     if (seen === undefined) w.worker.postMessage({ t: 'open', uid: col.uid, store: col.store.handle() } satisfies PoolMessage);
     w.epochs.set(col.uid, cur);
-    w.worker.postMessage({ t: 'graph', uid: col.uid, data } satisfies PoolMessage);
+    w.worker.postMessage({ t: 'graph', uid: col.uid, data: graph === null ? null : graph.serialize() } satisfies PoolMessage);
   }
 
   private onReply(w: PoolWorker, r: PoolReply): void {

@@ -50,6 +50,11 @@ interface Space extends CodeSpace {
   readonly touch: TouchFn;
 }
 
+/** Both kinds of Space from one literal, so they share a hidden class and the search loop's loads stay monomorphic. */
+function space(l: CodeSpace, below: BelowFn, touch: TouchFn): Space {
+  return { ids: l.ids, out: l.out, idsI32: l.idsI32, outF32: l.outF32, base: l.base, stride: l.stride, n: l.n, below, touch };
+}
+
 const MAX_LEVEL = 30;
 
 /**
@@ -128,6 +133,8 @@ export class Hnsw implements VectorIndex {
   private readonly f32: Space;
   private codes: ScalarCodes | null = null;
   private codeSpace: Space | null = null;
+  /** Moves whenever an array `serialize` hands out is replaced (see `arraysVersion`). */
+  private arrays = 0;
 
   constructor(store: VectorStore, opts: HnswOptions) {
     const { m, efConstruction } = opts;
@@ -157,10 +164,11 @@ export class Hnsw implements VectorIndex {
     this.dist = fns.dist;
     this.batch = fns.batch;
     const lane = store.lane;
-    this.f32 = {
-      ids: lane.ids, out: lane.out, idsI32: lane.idsI32, outF32: lane.outF32,
-      base: store.vectorsBase, stride: store.strideBytes, n: store.paddedDim, below: fns.below, touch: store.kernel.touch,
-    };
+    this.f32 = space(
+      { ids: lane.ids, out: lane.out, idsI32: lane.idsI32, outF32: lane.outF32, base: store.vectorsBase, stride: store.strideBytes, n: store.paddedDim },
+      fns.below,
+      store.kernel.touch,
+    );
   }
 
   /**
@@ -170,7 +178,8 @@ export class Hnsw implements VectorIndex {
   attachCodes(codes: ScalarCodes | null): void {
     assert(codes === null || (codes.dim === this.store.dim && codes.kind === this.kind), 'scalar codes do not match the graph');
     this.codes = codes;
-    this.codeSpace = codes === null ? null : { ...codes.space, below: codes.kernel.sq8, touch: codes.kernel.touch };
+    this.arrays++;
+    this.codeSpace = codes === null ? null : space(codes.space, codes.kernel.sq8, codes.kernel.touch);
   }
 
   /** The codes searches traverse, if any. */
@@ -181,6 +190,23 @@ export class Hnsw implements VectorIndex {
   /** Nodes in the graph. */
   get size(): number {
     return this.sizeNodes;
+  }
+
+  /**
+   * Changes whenever one of the arrays (or the codes) `serialize` hands out is replaced by a growth: a
+   * reader on another thread holding the old ones needs the new ones (search-pool.ts).
+   */
+  get arraysVersion(): number {
+    return this.arrays;
+  }
+
+  /** The entry point (-1 when empty) and its level: what a reader adopts with `adoptTop`. */
+  get entryPoint(): number {
+    return this.entry;
+  }
+
+  get topLevel(): number {
+    return this.maxLevel;
   }
 
   has(slot: number): boolean {
@@ -207,6 +233,7 @@ export class Hnsw implements VectorIndex {
         const bigger = sharedI32(Math.max(this.upper.length * 2, this.upperUsed + need));
         bigger.set(this.upper);
         this.upper = bigger;
+        this.arrays++;
       }
       this.upperOffset[slot] = this.upperUsed;
       this.upper.fill(0, this.upperUsed, this.upperUsed + need);
@@ -277,6 +304,7 @@ export class Hnsw implements VectorIndex {
     }
     this.ensureCapacity(max + 1);
     this.upper = sharedI32(need);
+    this.arrays++;
     let at = 0;
     for (let i = 0; i < slots.length; i++) {
       if (levels[i] > 0) {
@@ -763,6 +791,7 @@ export class Hnsw implements VectorIndex {
     const uo = sharedI32(cap);
     uo.set(this.upperOffset);
     this.upperOffset = uo;
+    this.arrays++;
     const vis = new Uint16Array(cap);
     vis.set(this.visited);
     this.visited = vis;
