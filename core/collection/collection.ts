@@ -328,6 +328,8 @@ export class Collection {
   /** Inserts the small unindexed tail into the graph on the main thread, in bounded slices. */
   private scheduleAbsorb(): void {
     if (this.spec.index === 'flat' || this.absorbing || this.rebuilding !== null || this.dropped) return;
+    // Every slot the graph may take has its codes first, even after an op that failed partway.
+    this.syncCodes();
     const tail = this.store.count - this.indexedUpTo;
     if (tail === 0) {
       this.wake();

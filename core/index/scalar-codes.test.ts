@@ -175,6 +175,26 @@ describe.each(['l2', 'ip'] as const)('Hnsw over scalar codes (%s)', (kind) => {
     }
   });
 
+  it('re-scores more candidates than a kernel call takes (k and ef above 1,024)', () => {
+    graph.attachCodes(codes);
+    try {
+      const q = queries[0];
+      const r = graph.search(q, 1500, 1500);
+      expect(r.slots.length).toBe(1500);
+      expect(new Set(r.slots).size).toBe(1500);
+      const fns = store.kernel.fns(kind);
+      const qo = store.loadQuery(q);
+      for (let i = 0; i < r.slots.length; i++) {
+        expect(r.slots[i]).toBeGreaterThanOrEqual(0);
+        expect(r.slots[i]).toBeLessThan(n);
+        expect(r.dists[i]).toBe(fns.dist(qo, store.offsetOf(r.slots[i]), store.paddedDim));
+        if (i > 0) expect(r.dists[i]).toBeGreaterThanOrEqual(r.dists[i - 1]);
+      }
+    } finally {
+      graph.attachCodes(null);
+    }
+  });
+
   it('refuses codes of another dimension or metric', () => {
     const other = ScalarCodes.train(store, range(100), kind === 'l2' ? 'ip' : 'l2');
     expect(() => graph.attachCodes(other)).toThrow(/do not match/);
