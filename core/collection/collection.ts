@@ -137,7 +137,6 @@ export class Collection {
     }
     if (bulk) this.markUnabsorbable();
     if (seq > this.appliedSeq) this.appliedSeq = seq;
-    this.syncCodes();
     this.scheduleAbsorb();
   }
 
@@ -327,9 +326,11 @@ export class Collection {
 
   /** Inserts the small unindexed tail into the graph on the main thread, in bounded slices. */
   private scheduleAbsorb(): void {
-    if (this.spec.index === 'flat' || this.absorbing || this.rebuilding !== null || this.dropped) return;
-    // Every slot the graph may take has its codes first, even after an op that failed partway.
+    if (this.dropped) return;
+    // Every slot a graph may take has its codes first (a running absorb takes slots appended since it
+    // started; an op that failed partway still added some).
     this.syncCodes();
+    if (this.spec.index === 'flat' || this.absorbing || this.rebuilding !== null) return;
     const tail = this.store.count - this.indexedUpTo;
     if (tail === 0) {
       this.wake();

@@ -18,6 +18,12 @@ interface View {
 const views = new Map<string, View>();
 const port = parentPort!;
 
+/** Gives back the view's scratch lanes (the store's and the codes'). */
+function release(v: View): void {
+  v.graph?.scalarCodes?.close();
+  v.store.close();
+}
+
 function handle(msg: PoolMessage): void {
   if (msg.t === 'open') {
     if (!views.has(msg.uid)) views.set(msg.uid, { store: VectorStore.open(msg.store), graph: null });
@@ -26,26 +32,22 @@ function handle(msg: PoolMessage): void {
   if (msg.t === 'graph') {
     const v = views.get(msg.uid);
     if (v === undefined) return;
-    // Scalar codes travel with the graph; a view of the same codes is kept (it holds a scratch lane).
-    const had = v.graph?.scalarCodes ?? null;
-    const want = msg.data?.codes ?? null;
-    const codes = want === null ? null : had !== null && had.memory === want.memory ? had : ScalarCodes.open(want);
-    if (had !== null && had !== codes) had.close();
+    // Scalar codes travel with the graph (a posted memory arrives as a new object every time): the old
+    // view's scratch lane is released, a new view opened.
+    v.graph?.scalarCodes?.close();
+    const codes = msg.data?.codes ? ScalarCodes.open(msg.data.codes) : null;
     v.graph = msg.data === null ? null : Hnsw.deserialize(v.store, msg.data);
     v.graph?.attachCodes(codes);
     return;
   }
   if (msg.t === 'forget') {
-    views.get(msg.uid)?.graph?.scalarCodes?.close();
-    views.get(msg.uid)?.store.close();
+    const v = views.get(msg.uid);
+    if (v !== undefined) release(v);
     views.delete(msg.uid);
     return;
   }
   if (msg.t === 'close') {
-    for (const v of views.values()) {
-      v.graph?.scalarCodes?.close();
-      v.store.close();
-    }
+    for (const v of views.values()) release(v);
     views.clear();
     port.postMessage({ t: 'closed' } satisfies PoolReply);
     port.close();

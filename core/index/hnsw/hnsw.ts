@@ -379,10 +379,7 @@ export class Hnsw implements VectorIndex {
   private rescore(query: Float32Array): void {
     const top = this.top;
     const n = top.size;
-    if (this.orderId.length < n) {
-      this.orderId = new Int32Array(n * 2);
-      this.orderD = new Float32Array(n * 2);
-    }
+    this.orderScratch(n);
     const cands = this.orderId;
     cands.set(top.id.subarray(0, n));
     top.clear();
@@ -682,6 +679,13 @@ export class Hnsw implements VectorIndex {
     this.sink = sink;
   }
 
+  /** Makes the ordering scratch arrays hold at least `n` entries. */
+  private orderScratch(n: number): void {
+    if (this.orderId.length >= n) return;
+    this.orderId = new Int32Array(n * 2);
+    this.orderD = new Float32Array(n * 2);
+  }
+
   /**
    * hnswlib's getNeighborsByHeuristic2: walk candidates nearest first and keep one only if it is closer
    * to the base than to every neighbour kept so far. Consumes `heap`; leaves the kept slots, nearest
@@ -691,10 +695,7 @@ export class Hnsw implements VectorIndex {
     const sel = this.selected;
     const store = this.store;
     const cnt = heap.size;
-    if (this.orderId.length < cnt) {
-      this.orderId = new Int32Array(cnt * 2);
-      this.orderD = new Float32Array(cnt * 2);
-    }
+    this.orderScratch(cnt);
     const oId = this.orderId;
     const oD = this.orderD;
     for (let i = cnt - 1; i >= 0; i--) {
