@@ -1,6 +1,7 @@
 import { SvcError, type ErrorCode } from '../../core/base/errors.js';
 import { LIMIT_VARIABLES, type Limits } from '../../core/base/limits.js';
 import { HTTP_STATUS } from '../../core/service/http-status.js';
+import type { ServiceLogger } from '../../core/service/log.js';
 
 /** The reply for any failure: the contract's status, headers and `{"error":{"code","message"}}` body. */
 export interface ErrorReply {
@@ -39,4 +40,10 @@ export function toErrorReply(err: unknown, limits: Limits, requestId: string): {
     return { reply: errorReply('invalid_argument', e.message ?? 'invalid request'), internal: false };
   }
   return { reply: errorReply('internal', `internal error (request id ${requestId})`), internal: true };
+}
+
+/** An internal error's log line: the request id the client saw, the route template, the error and its cause. */
+export function logInternalError(log: ServiceLogger, requestId: string, route: string | undefined, err: unknown): void {
+  const e = err as Error & { detail?: Record<string, unknown> };
+  log.error({ request_id: requestId, route, err: e?.message, cause: e?.detail?.cause, stack: e?.stack }, 'internal error');
 }

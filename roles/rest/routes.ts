@@ -21,6 +21,8 @@ export interface RestRoute {
   query?: Record<string, unknown>;
   /** The reply's JSON schema, when the route's reply has a fixed shape worth a compiled serializer. */
   response?: Record<string, unknown>;
+  /** A search route: answered by the hot path (hot-path.ts) over HTTP, by fastify under inject and as fallback. */
+  hot?: true;
   /** The collection the scope check applies to, read before the body is validated. */
   collection(req: RouteRequest): unknown;
   call(svc: Service, ctx: CallContext, req: RouteRequest): Promise<unknown>;
@@ -42,12 +44,12 @@ export const REST_ROUTES: readonly RestRoute[] = [
     call: (v, c, r) => v.get(c, r.params.name, r.params.id, { with_vector: r.query.with_vector === 'true' }) },
   { method: 'DELETE', template: `${C}/points/{id}`, op: 'delete', collection: byPath, call: (v, c, r) => v.delete(c, r.params.name, r.params.id) },
   { method: 'POST', template: `${C}/points:fetch`, op: 'fetch', body: s.fetchBody, collection: byPath, call: (v, c, r) => v.fetch(c, r.params.name, r.body ?? {}) },
-  { method: 'POST', template: `${C}/query`, op: 'search', body: s.queryBody, response: s.hitsReply, collection: byPath, call: (v, c, r) => v.search(c, r.params.name, r.body) },
-  { method: 'POST', template: `${C}/query/hybrid`, op: 'hybridSearch', body: s.hybridBody, response: s.hitsReply, collection: byPath, call: (v, c, r) => v.hybridSearch(c, r.params.name, r.body) },
+  { method: 'POST', template: `${C}/query`, op: 'search', hot: true, body: s.queryBody, response: s.hitsReply, collection: byPath, call: (v, c, r) => v.search(c, r.params.name, r.body) },
+  { method: 'POST', template: `${C}/query/hybrid`, op: 'hybridSearch', hot: true, body: s.hybridBody, response: s.hitsReply, collection: byPath, call: (v, c, r) => v.hybridSearch(c, r.params.name, r.body) },
   { method: 'POST', template: `${C}/points:text`, op: 'upsertText', body: s.textPointsBody, collection: byPath, call: (v, c, r) => v.upsertText(c, r.params.name, r.body) },
-  { method: 'POST', template: `${C}/query/text`, op: 'searchText', body: s.textQueryBody, response: s.hitsReply, collection: byPath, call: (v, c, r) => v.searchText(c, r.params.name, r.body) },
+  { method: 'POST', template: `${C}/query/text`, op: 'searchText', hot: true, body: s.textQueryBody, response: s.hitsReply, collection: byPath, call: (v, c, r) => v.searchText(c, r.params.name, r.body) },
   { method: 'PUT', template: `${C}/documents`, op: 'upsertDocuments', body: s.documentsBody, collection: byPath, call: (v, c, r) => v.upsertDocuments(c, r.params.name, r.body) },
-  { method: 'POST', template: `${C}/query/multi`, op: 'searchMultiVector', body: s.multiQueryBody, response: s.hitsReply, collection: byPath, call: (v, c, r) => v.searchMultiVector(c, r.params.name, r.body) },
+  { method: 'POST', template: `${C}/query/multi`, op: 'searchMultiVector', hot: true, body: s.multiQueryBody, response: s.hitsReply, collection: byPath, call: (v, c, r) => v.searchMultiVector(c, r.params.name, r.body) },
   { method: 'DELETE', template: `${C}/documents/{id}`, op: 'deleteDocument', collection: byPath, call: (v, c, r) => v.deleteDocument(c, r.params.name, r.params.id) },
   { method: 'GET', template: '/v1/stats', op: 'stats', collection: none, call: (v, c) => v.stats(c) },
   { method: 'POST', template: '/v1/snapshots', op: 'snapshot', body: s.snapshotBody, collection: none, call: (v, c, r) => v.snapshot(c, r.body) },

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type { EventEmitter } from 'node:events';
 import { readFileSync } from 'node:fs';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest, type onResponseHookHandler } from 'fastify';
 import type { Limits } from '../../core/base/limits.js';
@@ -7,7 +8,8 @@ import type { CallContext } from '../../core/service/api.js';
 import type { ServiceLogger } from '../../core/service/log.js';
 import type { Service } from '../../core/service/service.js';
 import type { TlsFiles } from '../config.js';
-import { errorReply, toErrorReply, type ErrorReply } from './errors.js';
+import { errorReply, logInternalError, toErrorReply, type ErrorReply } from './errors.js';
+import { hotPath } from './hot-path.js';
 import type { PromMetrics } from './metrics.js';
 import { fastifyPath, REST_ROUTES, type RestRoute, type RouteRequest } from './routes.js';
 
@@ -37,10 +39,12 @@ function send(reply: FastifyReply, r: ErrorReply): FastifyReply {
   return reply.code(r.status).headers(r.headers).send(r.body);
 }
 
+const MAX_PARAM_LENGTH = 4096;
+
 export function buildRestApp(state: RestState, opts: RestOptions): FastifyInstance {
   const common = {
     bodyLimit: opts.limits.maxRequestBodyBytes,
-    routerOptions: { maxParamLength: 4096 },
+    routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
     logger: false,
     genReqId: () => randomUUID(),
     ajv: { customOptions: { removeAdditional: false, coerceTypes: false, useDefaults: false, allErrors: false } },
@@ -76,10 +80,7 @@ export function buildRestApp(state: RestState, opts: RestOptions): FastifyInstan
 
   app.setErrorHandler((err, req, reply) => {
     const { reply: r, internal } = toErrorReply(err, opts.limits, req.id);
-    if (internal) {
-      const e = err as Error & { detail?: Record<string, unknown> };
-      opts.log.error({ request_id: req.id, route: req.routeOptions.url, err: e?.message, cause: e?.detail?.cause, stack: e?.stack }, 'internal error');
-    }
+    if (internal) logInternalError(opts.log, req.id, req.routeOptions.url, err);
     return send(reply, r);
   });
 
@@ -100,6 +101,26 @@ export function buildRestApp(state: RestState, opts: RestOptions): FastifyInstan
   });
 
   for (const route of REST_ROUTES) registerRoute(app, state, route, opts.metrics);
+
+  // The search routes skip fastify on the wire (hot-path.ts); fastify keeps the server, its timeouts,
+  // every other request, and inject().
+  let closing = false;
+  app.addHook('preClose', (done) => {
+    closing = true;
+    done();
+  });
+  const hot = hotPath(REST_ROUTES, {
+    service: () => state.service, limits: opts.limits, metrics: opts.metrics, log: opts.log,
+    parseJson: (body, done) => json(undefined as never, body, done as never), closing: () => closing, maxParamLength: MAX_PARAM_LENGTH,
+  });
+  const server = app.server as unknown as EventEmitter;
+  const listeners = server.listeners('request');
+  if (listeners.length !== 1) throw new Error(`expected fastify's one request listener, found ${listeners.length}`);
+  const fastifyHandler = listeners[0] as (req: unknown, res: unknown) => void;
+  server.removeListener('request', fastifyHandler);
+  server.on('request', (req: Parameters<typeof hot>[0], res: Parameters<typeof hot>[1]) => {
+    if (!hot(req, res)) fastifyHandler(req, res);
+  });
   return app;
 }
 
