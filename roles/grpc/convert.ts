@@ -9,7 +9,7 @@ import type { CollectionInfo, CollectionParams, FetchQuery, Hit, HybridQuery, Po
 import type { DatabaseStats, DocumentInput, MultiVectorQuery, SnapshotResult, TextPointInput, TextQuery } from '../../core/service/api.js';
 import type * as pb from '../../proto/gen/svc.js';
 import * as schemas from '../rest/schemas.js';
-import { checkBody } from './validate.js';
+import { checkBody } from '../rest/validate.js';
 
 /**
  * A copy without the keys whose value is undefined: an absent optional field stays absent, so the

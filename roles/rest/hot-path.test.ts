@@ -1,4 +1,5 @@
 import { mkdtempSync, rmSync } from 'node:fs';
+import { Agent, request } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -128,13 +129,37 @@ describe('REST search routes on the hot path', () => {
       { url: q, headers: admin, body: JSON.stringify({ vector: Array(2000).fill(0.5) }) },
       { url: q, headers: { ...admin, 'content-type': 'application/json; charset=utf-8' }, body: JSON.stringify({ vector: [1, 2] }) },
       { url: '/v1/collections/a1/query/multi', headers: admin, body: JSON.stringify({ vectors: [[1, 2]] }) },
+      // The schema before the engine: null is not "not given", and a missing collection is not looked up first.
+      { url: q, headers: admin, body: JSON.stringify({ vector: [1, 2], k: null }) },
+      { url: '/v1/collections/a1/query/multi', headers: admin, body: JSON.stringify({ vectors: [[1, 2]], with_vector: true }) },
+      { url: '/v1/collections/nope/query', headers: admin, body: '{}' },
+      { url: q, headers: admin, body: JSON.stringify({ vector: 'x', k: 20_000 }) },
     ];
     const seen = [];
     for (const c of cases) seen.push(await alike(c));
     expect(seen.map((s) => s.code)).toEqual([
       null, null, null, 'invalid_argument', 'unauthenticated', 'unauthenticated', 'permission_denied', 'not_found', 'invalid_argument', 'invalid_argument',
       'limit_exceeded', 'invalid_argument', 'invalid_argument', 'limit_exceeded', null, 'invalid_argument',
+      'invalid_argument', 'invalid_argument', 'invalid_argument', 'invalid_argument',
     ]);
+  });
+
+  it('close the connection after a body that cannot be parsed, and leave odd names to fastify', async () => {
+    const raw = (path: string, body: string) => new Promise<{ status: number; connection: string | undefined }>((resolve, reject) => {
+      // Options, not a URL string: a URL would drop a '#' and what follows it.
+      const r = request({ host: '127.0.0.1', port: new URL(base).port, path, method: 'POST', headers: { ...admin, 'content-length': String(Buffer.byteLength(body)) }, agent: new Agent({ keepAlive: true }) }, (res) => {
+        res.resume();
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, connection: res.headers.connection }));
+      });
+      r.on('error', reject);
+      r.end(body);
+    });
+    expect(await raw('/v1/collections/a1/query', '{"vector": [1, 2')).toEqual({ status: 400, connection: 'close' });
+    expect(await raw('/v1/collections/a1/query', '{"vector": [1, 2]}')).toEqual({ status: 200, connection: 'keep-alive' });
+    // The router cuts a path at '#': fastify answers (no route), not the hot path with a name "a1#x".
+    const before = fastifySaw;
+    expect((await raw('/v1/collections/a1#x/query', '{"vector": [1, 2]}')).status).toBe(404);
+    expect(fastifySaw).toBe(before + 1);
   });
 
   it('answer not_ready until the engine is open', async () => {
@@ -152,7 +177,12 @@ describe('REST search routes on the hot path', () => {
     const value = fc.oneof(fc.jsonValue({ maxDepth: 2 }), fc.array(fc.double(), { minLength: 2, maxLength: 2 }), fc.integer({ min: -2, max: 60 }));
     const keys = ['vector', 'vectors', 'k', 'filter', 'ef_search', 'with_payload', 'with_vector', 'consistency', 'text', 'query_text',
       'sparse_indices', 'sparse_values', 'rrf_k0', 'rerank', 'rerank_pool', 'extra'];
-    const body = fc.dictionary(fc.constantFrom(...keys), value, { maxKeys: 4 });
+    const fields = fc.dictionary(fc.constantFrom(...keys), fc.oneof(value, fc.constant(null)), { maxKeys: 3 });
+    // Half the bodies carry a valid query, so the other fields decide the answer.
+    const body = fc.tuple(fc.constantFrom('none', 'vector', 'vectors', 'text'), fields).map(([valid, f]) => ({
+      ...(valid === 'vector' ? { vector: [1, 2] } : valid === 'vectors' ? { vectors: [[1, 2]] } : valid === 'text' ? { text: 'wing', query_text: 'wing' } : {}),
+      ...f,
+    }));
     await fc.assert(fc.asyncProperty(fc.constantFrom(...HOT), body, async (url, b) => {
       const r = await alike({ url, headers: admin, body: JSON.stringify(b) });
       expect(r.status).toBeLessThan(500);

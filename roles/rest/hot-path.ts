@@ -9,6 +9,7 @@ import type { Service } from '../../core/service/service.js';
 import { logInternalError, toErrorReply } from './errors.js';
 import type { PromMetrics } from './metrics.js';
 import type { RestRoute, RouteRequest } from './routes.js';
+import { checkBody } from './validate.js';
 
 /**
  * The search routes (`POST /v1/collections/{name}/query[/hybrid|/text|/multi]`) answered straight from the
@@ -18,11 +19,11 @@ import type { RestRoute, RouteRequest } from './routes.js';
  *
  * It does what the fastify route does, in the same order: request id, authentication before the body is
  * read, the body as JSON (fastify's own parser, so the same prototype-poisoning refusal), role and scope,
- * the service call, the reply as JSON.stringify writes it, the route's request metric. Bodies are
- * checked by the engine, as on every other transport; only the wording of a 400 can differ from the
- * schema's. A request it is not certain about (another route, a closing server, a content type other than
- * plain application/json, no content-length or one above the body limit, an escaped or overlong
- * collection name) is not taken: fastify answers it, as before.
+ * the route's JSON schema (the same options and message as fastify's), the service call, the reply as
+ * JSON.stringify writes it, the route's request metric. A request it is not certain about (another
+ * route, a closing server, a content type other than plain application/json, no content-length or one
+ * above the body limit, a collection name with anything the router would decode or cut, or an overlong
+ * one) is not taken: fastify answers it, as before.
  */
 type Req = IncomingMessage | Http2ServerRequest;
 type Res = ServerResponse | Http2ServerResponse;
@@ -43,6 +44,8 @@ export interface HotPathOptions {
 const PREFIX = '/v1/collections/';
 const COLLECTION = '/v1/collections/{name}';
 const JSON_TYPE = 'application/json; charset=utf-8';
+/** A name with nothing for the router to decode or cut (`%`, `?`, `#`, `;`...); others go to fastify. */
+const PLAIN_NAME = /^[A-Za-z0-9._-]+$/;
 
 interface HotRoute {
   route: RestRoute;
@@ -73,7 +76,7 @@ export function hotPath(routes: readonly RestRoute[], opts: HotPathOptions): (re
     const hot = bySuffix.get(query < 0 ? url.slice(slash) : url.slice(slash, query));
     if (hot === undefined) return false;
     const name = url.slice(PREFIX.length, slash);
-    if (name.includes('%') || name.includes('?')) return false;
+    if (!PLAIN_NAME.test(name)) return false;
     const type = req.headers['content-type'];
     if (type === undefined || !isPlainJson(type)) return false;
     const length = Number(req.headers['content-length']);
@@ -97,6 +100,11 @@ export function hotPath(routes: readonly RestRoute[], opts: HotPathOptions): (re
       if (internal) logInternalError(opts.log, id, route.template, err);
       finish(r.status, r.headers, JSON.stringify(r.body));
     };
+    // A body that could not be read or parsed: fastify then closes an HTTP/1.1 connection.
+    const failBody = (err: unknown): void => {
+      if (req.httpVersionMajor === 1 && !res.headersSent) res.setHeader('connection', 'close');
+      fail(err);
+    };
 
     let svc: Service;
     let ctx: CallContext;
@@ -115,12 +123,17 @@ export function hotPath(routes: readonly RestRoute[], opts: HotPathOptions): (re
     let received = 0;
     const onData = (chunk: Buffer): void => {
       received += chunk.length;
+      if (received > length) {
+        detach();
+        failBody(lengthMismatch());
+        return;
+      }
       chunks.push(chunk);
     };
     const onEnd = (): void => {
       detach();
       if (received !== length) {
-        fail(Object.assign(new Error('request body length does not match content-length'), { statusCode: 400 }));
+        failBody(lengthMismatch());
         return;
       }
       const text = chunks.length === 1 ? chunks[0].toString('utf8') : Buffer.concat(chunks, received).toString('utf8');
@@ -131,21 +144,25 @@ export function hotPath(routes: readonly RestRoute[], opts: HotPathOptions): (re
         body = value;
       });
       if (bad !== null) {
-        fail(bad);
+        failBody(bad);
         return;
       }
+      // fastify's order: role and scope (preValidation), the body's schema, the handler.
       const request: RouteRequest = { params: { name }, body, query: {} };
+      let answer: Promise<unknown>;
       try {
         svc.authorize(ctx, route.op, route.collection(request));
+        if (route.body !== undefined) checkBody(route.body, body);
+        answer = route.call(svc, ctx, request);
       } catch (e) {
         fail(e);
         return;
       }
-      route.call(svc, ctx, request).then((result) => finish(route.status ?? 200, {}, JSON.stringify(result))).catch(fail);
+      answer.then((result) => finish(route.status ?? 200, {}, JSON.stringify(result))).catch(fail);
     };
     const onError = (): void => {
       detach();
-      fail(Object.assign(new Error('request body could not be read'), { statusCode: 400 }));
+      failBody(Object.assign(new Error('request body could not be read'), { statusCode: 400 }));
     };
     const detach = (): void => {
       req.removeListener('data', onData);
@@ -157,6 +174,8 @@ export function hotPath(routes: readonly RestRoute[], opts: HotPathOptions): (re
     req.on('error', onError);
   }
 }
+
+const lengthMismatch = (): Error => Object.assign(new Error('request body length does not match content-length'), { statusCode: 400 });
 
 /** `application/json`, alone or with parameters (`; charset=utf-8`), in any case: what fastify's JSON parser takes. */
 function isPlainJson(type: string): boolean {

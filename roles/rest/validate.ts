@@ -2,9 +2,10 @@ import { Ajv, type ValidateFunction } from 'ajv';
 import { invalidArgument } from '../../core/base/errors.js';
 
 /**
- * gRPC bodies, once converted to their REST shape, are checked against the REST routes' JSON schemas
- * with the options fastify uses there (no coercion, no defaults, unknown fields refused), and refused
- * with a message of the same form (`body/metric must be equal to one of the allowed values`).
+ * A body checked against a REST route's JSON schema outside fastify (gRPC bodies once converted to
+ * their REST shape, and the REST hot path), with the options fastify uses (no coercion, no defaults,
+ * unknown fields refused) and refused with a message of the same form (`body/metric must be equal to
+ * one of the allowed values`).
  */
 const ajv = new Ajv({ removeAdditional: false, coerceTypes: false, useDefaults: false, allErrors: false });
 const compiled = new WeakMap<object, ValidateFunction>();
