@@ -66,8 +66,24 @@ export interface Server extends Proc {
   stop(signal?: NodeJS.Signals): Promise<number | null>;
 }
 
-/** Starts `svc serve` on free loopback ports and waits until /readyz answers 200. */
+/**
+ * Starts `svc serve` on free loopback ports and waits until /readyz answers 200. A port found free can be
+ * taken before the server binds it (another test's listener or outgoing connection); a start that fails
+ * with EADDRINUSE is tried again on new ports, a few times.
+ */
 export async function serve(env: Record<string, string>, opts: { cwd?: string; scheme?: string; ready?: (base: string) => Promise<boolean> } = {}): Promise<Server> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await serveOnce(env, opts);
+    } catch (e) {
+      if (!(e instanceof PortTaken) || attempt === 4) throw e;
+    }
+  }
+}
+
+class PortTaken extends Error {}
+
+async function serveOnce(env: Record<string, string>, opts: { cwd?: string; scheme?: string; ready?: (base: string) => Promise<boolean> }): Promise<Server> {
   const port = await freePort();
   const grpcPort = await freePort();
   const fullEnv = cleanEnv({ SVC_REST_ADDR: `127.0.0.1:${port}`, SVC_GRPC_ADDR: `127.0.0.1:${grpcPort}`, ...env });
@@ -77,7 +93,10 @@ export async function serve(env: Record<string, string>, opts: { cwd?: string; s
   void p.exited.then(() => { done = true; });
   const probe = opts.ready ?? (async (b: string) => (await fetch(`${b}/readyz`)).status === 200);
   for (let i = 0; i < 300; i++) {
-    if (done) throw new Error(`server exited early: ${p.stderr()}`);
+    if (done) {
+      const message = `server exited early: ${p.stderr()}`;
+      throw p.stderr().includes('EADDRINUSE') ? new PortTaken(message) : new Error(message);
+    }
     if (await probe(base).catch(() => false)) break;
     if (i === 299) throw new Error(`server not ready: ${p.stderr()}`);
     await new Promise((r) => setTimeout(r, 100));
