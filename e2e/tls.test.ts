@@ -24,11 +24,14 @@ function h1(port: number, extra: https.RequestOptions = {}, path = '/healthz'): 
   });
 }
 
-function h2(port: number, path: string, headers: Record<string, string> = {}, extra: http2.SecureClientSessionOptions = {}): Promise<{ status: number; alpn: string | undefined; body: string }> {
+function h2(
+  port: number, path: string, headers: Record<string, string> = {}, extra: http2.SecureClientSessionOptions = {}, send?: { method: string; body: string },
+): Promise<{ status: number; alpn: string | undefined; body: string }> {
   return new Promise((res, rej) => {
     const session = http2.connect(`https://127.0.0.1:${port}`, { ca: f('ca.pem'), ...extra });
     session.on('error', rej);
-    const req = session.request({ ':path': path, ...headers });
+    const req = session.request({ ':path': path, ...(send ? { ':method': send.method } : {}), ...headers });
+    if (send) req.write(send.body);
     let status = 0;
     let body = '';
     req.on('response', (h) => { status = Number(h[':status']); });
@@ -57,6 +60,24 @@ describe('TLS', () => {
     expect([b.status, b.alpn]).toEqual([200, 'http/1.1']);
     const c = await h2(tls.port, '/v1/collections');
     expect(c.status).toBe(401);
+  });
+
+  it('answers a search over HTTP/2 the same with or without a content-length (hot path or fastify)', async () => {
+    const json = { authorization: 'Bearer k', 'content-type': 'application/json' };
+    const post = (path: string, body: unknown, headers: Record<string, string> = {}, method = 'POST') =>
+      h2(tls.port, path, { ...json, ...headers }, {}, { method, body: typeof body === 'string' ? body : JSON.stringify(body) });
+    expect((await post('/v1/collections', { name: 'h2c', dim: 2, metric: 'l2' })).status).toBe(201);
+    const points = Array.from({ length: 10 }, (_, i) => ({ id: `p${i}`, vector: [i, 1] }));
+    expect((await post('/v1/collections/h2c/points', { points }, {}, 'PUT')).status).toBe(200);
+    const q = JSON.stringify({ vector: [3.2, 1], k: 3, consistency: 'strong' });
+    const withLength = await post('/v1/collections/h2c/query', q, { 'content-length': String(Buffer.byteLength(q)) });
+    const without = await post('/v1/collections/h2c/query', q);
+    expect(withLength.status).toBe(200);
+    expect(JSON.parse(withLength.body).hits.map((h: { id: string }) => h.id)).toEqual(['p3', 'p4', 'p2']);
+    expect(JSON.parse(without.body)).toEqual(JSON.parse(withLength.body));
+    const bad = '{"vector": [1,';
+    const broken = await post('/v1/collections/h2c/query', bad, { 'content-length': String(bad.length) });
+    expect([broken.status, JSON.parse(broken.body).error.code]).toEqual([400, 'invalid_argument']);
   });
 
   it('refuses plain HTTP on the TLS port', async () => {
