@@ -41,6 +41,12 @@ function send(reply: FastifyReply, r: ErrorReply): FastifyReply {
 
 const MAX_PARAM_LENGTH = 4096;
 
+/** The service, or not_ready until the database is open. */
+function openService(state: RestState): Service {
+  if (state.service === null) throw new SvcError('not_ready', 'storage is not open yet');
+  return state.service;
+}
+
 export function buildRestApp(state: RestState, opts: RestOptions): FastifyInstance {
   const common = {
     bodyLimit: opts.limits.maxRequestBodyBytes,
@@ -110,7 +116,7 @@ export function buildRestApp(state: RestState, opts: RestOptions): FastifyInstan
     done();
   });
   const hot = hotPath(REST_ROUTES, {
-    service: () => state.service, limits: opts.limits, metrics: opts.metrics, log: opts.log,
+    service: () => openService(state), limits: opts.limits, metrics: opts.metrics, log: opts.log,
     parseJson: (body, done) => json(undefined as never, body, done as never), closing: () => closing, maxParamLength: MAX_PARAM_LENGTH,
   });
   const server = app.server as unknown as EventEmitter;
@@ -138,10 +144,7 @@ function counted(metrics: PromMetrics, method: string, template: string): onResp
 }
 
 function registerRoute(app: FastifyInstance, state: RestState, route: RestRoute, metrics: PromMetrics): void {
-  const serviceOf = (): Service => {
-    if (state.service === null) throw new SvcError('not_ready', 'storage is not open yet');
-    return state.service;
-  };
+  const serviceOf = (): Service => openService(state);
   const asRoute = (req: FastifyRequest): RouteRequest => req as unknown as RouteRequest;
   app.route({
     method: route.method,
