@@ -13,6 +13,7 @@ export const ERROR_CODES = [
   'rate_limited',
   'provider_error',
   'not_ready',
+  'unavailable',
   'internal',
 ] as const;
 

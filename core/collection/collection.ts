@@ -616,6 +616,11 @@ export class Collection {
     return { t: 'upsert', points: ids.map((id) => this.record(this.idToSlot.get(id)!)) };
   }
 
+  /** Everything applied so far is in the segments (recovery, after reading them). */
+  markCheckpointed(): void {
+    this.dirty.clear();
+  }
+
   get dirtyCount(): number {
     return this.dirty.size;
   }

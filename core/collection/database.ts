@@ -47,7 +47,7 @@ export interface DatabaseOptions {
   absorbMax?: number;
   /** Dirty points that trigger a checkpoint of a collection into a segment. */
   checkpointPoints?: number;
-  /** Delta segments a collection may have before a checkpoint compacts them into one. */
+  /** Delta segments a collection may have before a checkpoint compacts them into one (default 8). */
   segmentsMax?: number;
   /** WAL file size at which a new file is started (default 64 MiB); tests make it small to roll and truncate often. */
   walFileBytesMax?: number;
@@ -85,6 +85,20 @@ const TEXT_QUERY_KEYS = ['text', 'k', 'filter', 'rerank', 'rerank_pool', 'with_p
 const FETCH_KEYS = ['filter', 'limit', 'cursor', 'with_vector'] as const;
 /** Token vectors per multi-vector document or query (not a spec limit: a bound so no request is unbounded). */
 export const MULTIVECTOR_TOKENS_MAX = 4096;
+/** Dirty points that start a checkpoint, and delta segments before a compaction (DatabaseOptions). */
+const CHECKPOINT_POINTS = 20_000;
+const SEGMENTS_MAX = 8;
+
+interface SegmentLoad {
+  segments: number;
+  points: number;
+}
+
+/** Points (or documents) an op writes or deletes: a segment's share of the collection's history. */
+function pointRecords(op: Op): number {
+  return op.t === 'upsert' ? op.points.length : op.t === 'upsert_docs' ? op.docs.length : op.ids.length;
+}
+
 /** The largest WAL record a bulk upsert makes (the WAL takes records up to 1 GiB). */
 const BULK_RECORD_BYTES_MAX = 256 << 20;
 
@@ -101,7 +115,8 @@ export class Database {
   private readonly byName = new Map<string, Collection>();
   private readonly byUid = new Map<string, Collection>();
   private readonly checkpoints = new Map<string, Promise<void>>();
-  private readonly segmentCounts = new Map<string, number>();
+  /** What each collection's segments hold: their number and the point records in them (live or not). */
+  private readonly segmentLoad = new Map<string, SegmentLoad>();
   private closed = false;
   private readonly ready: Promise<void>;
   private readonly pool: SearchPool | null;
@@ -147,9 +162,15 @@ export class Database {
   private async recover(): Promise<void> {
     for (const c of this.dir.collections()) {
       const col = this.newCollection(c.uid, c.params as CollectionSpec);
-      for await (const op of this.dir.readCollection(c.uid)) col.apply(op, 0, true);
+      let points = 0;
+      for await (const op of this.dir.readCollection(c.uid)) {
+        col.apply(op, 0, true);
+        points += pointRecords(op);
+      }
+      // What the segments hold is already on disk: only the WAL tail below is the next checkpoint's.
+      col.markCheckpointed();
       col.appliedSeq = c.checkpointSeq;
-      this.segmentCounts.set(c.uid, 0);
+      this.segmentLoad.set(c.uid, { segments: c.segments, points });
     }
     for await (const rec of this.dir.replay()) {
       const op = rec.op;
@@ -240,7 +261,7 @@ export class Database {
     // A concurrent create of the same name lost the race if this one got here first.
     if (this.byName.has(spec.name)) throw new SvcError('already_exists', `collection '${spec.name}' already exists`);
     const col = this.newCollection(uid, spec);
-    this.segmentCounts.set(uid, 0);
+    this.segmentLoad.set(uid, { segments: 0, points: 0 });
     return this.infoOf(col);
   }
 
@@ -311,25 +332,33 @@ export class Database {
   }
 
   private maybeCheckpoint(col: Collection): void {
-    if (col.dirtyCount < (this.opts.checkpointPoints ?? 20_000) || this.checkpoints.has(col.uid)) return;
+    if (col.dirtyCount < (this.opts.checkpointPoints ?? CHECKPOINT_POINTS) || this.checkpoints.has(col.uid)) return;
     const run = this.checkpoint(col).finally(() => this.checkpoints.delete(col.uid));
     this.checkpoints.set(col.uid, run.catch((e) => {
       this.log('error', 'checkpoint failed; the WAL keeps the data', { collection: col.spec.name, error: String(e) });
     }));
   }
 
-  /** Writes the collection's changes since its last checkpoint into a segment (compacting when there are many). */
+  /**
+   * Writes the collection's changes since its last checkpoint into a delta segment, or compacts every
+   * segment into one when the deltas would pass either bound: `segmentsMax` segments, or point records
+   * (superseded and deleted ones included) above twice the live points plus one checkpoint's worth. So
+   * the segments stay within about twice the live data, whatever the history of writes and restarts,
+   * and a compaction's rewrite is paid for by at least as many points written since the last one.
+   */
   private async checkpoint(col: Collection): Promise<void> {
-    const segments = this.segmentCounts.get(col.uid) ?? 0;
-    const compact = segments >= (this.opts.segmentsMax ?? 8);
+    const load = this.segmentLoad.get(col.uid) ?? { segments: 0, points: 0 };
     const delta = col.captureDelta();
+    const deltaPoints = delta.ops.reduce((n, op) => n + pointRecords(op), 0);
+    const slack = this.opts.checkpointPoints ?? CHECKPOINT_POINTS;
+    const compact = load.segments + 1 > (this.opts.segmentsMax ?? SEGMENTS_MAX) || load.points + deltaPoints > 2 * col.count + slack;
     try {
       if (compact) {
         await this.dir.checkpoint(col.uid, [...col.captureAll()], delta.uptoSeq, { replaceAll: true });
-        this.segmentCounts.set(col.uid, 1);
+        this.segmentLoad.set(col.uid, { segments: col.count > 0 ? 1 : 0, points: col.count });
       } else {
         await this.dir.checkpoint(col.uid, delta.ops, delta.uptoSeq, { replaceAll: false });
-        this.segmentCounts.set(col.uid, segments + 1);
+        this.segmentLoad.set(col.uid, { segments: load.segments + (deltaPoints > 0 ? 1 : 0), points: load.points + deltaPoints });
       }
     } catch (e) {
       delta.restore();

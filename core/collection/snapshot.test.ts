@@ -1,4 +1,4 @@
-import { existsSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -224,6 +224,41 @@ describe('snapshot under concurrent writes', () => {
       expect(existsSync('/abs')).toBe(false);
     } finally {
       await db.close();
+    }
+  });
+
+  it('creates each snapshot directory fresh: an entry already there, a link (dangling or not) included, is refused and left alone', async () => {
+    const root = tempRoot();
+    const snaps = join(root, 'snaps');
+    const elsewhere = join(root, 'elsewhere');
+    mkdirSync(snaps);
+    mkdirSync(elsewhere);
+    mkdirSync(join(snaps, 'empty-dir'));
+    writeFileSync(join(snaps, 'a-file'), 'x');
+    symlinkSync(elsewhere, join(snaps, 'link'));
+    symlinkSync(join(root, 'nowhere'), join(snaps, 'dangling'));
+    const db = await Database.open({ dataDir: join(root, 'data'), masterKey: KEY, buildIndex: buildIndexInline, snapshotDir: snaps });
+    try {
+      await db.createCollection({ name: 'c', dim: 2, metric: 'l2' });
+      await db.upsert('c', { points: [{ id: '1', vector: [1, 2] }] });
+      for (const name of ['empty-dir', 'a-file', 'link', 'dangling']) {
+        await expect(db.snapshot({ name }), name).rejects.toMatchObject({ code: 'already_exists' });
+      }
+      expect(readdirSync(elsewhere)).toEqual([]);
+      expect(readdirSync(join(snaps, 'empty-dir'))).toEqual([]);
+      expect(existsSync(join(root, 'nowhere'))).toBe(false);
+      expect((await db.snapshot({ name: 'fresh' })).path).toBe(join(snaps, 'fresh'));
+    } finally {
+      await db.close();
+    }
+    // A snapshot root that is not a directory is a clear error, not a 500.
+    const fileRoot = join(root, 'root-file');
+    writeFileSync(fileRoot, 'x');
+    const db2 = await Database.open({ dataDir: join(root, 'data'), masterKey: KEY, buildIndex: buildIndexInline, snapshotDir: fileRoot });
+    try {
+      await expect(db2.snapshot({ name: 's' })).rejects.toMatchObject({ code: 'invalid_argument' });
+    } finally {
+      await db2.close();
     }
   });
 

@@ -15,5 +15,6 @@ export const HTTP_STATUS: Readonly<Record<ErrorCode, number>> = Object.freeze({
   rate_limited: 429,
   provider_error: 502,
   not_ready: 503,
+  unavailable: 503,
   internal: 500,
 });

@@ -47,7 +47,7 @@ describe.each([['encrypted', KEY], ['insecure', null]] as const)('DataDir (%s)',
     await d.close();
 
     d = await DataDir.open(fs, '/data', { masterKey, log: quiet, segmentBytesMax: 300 });
-    expect(d.collections()).toEqual([{ uid, name: 'docs', params: { dim: 3 }, checkpointSeq: seqs[2] }]);
+    expect(d.collections()).toEqual([{ uid, name: 'docs', params: { dim: 3 }, checkpointSeq: seqs[2], segments: 1 }]);
     const replay = await all(d.replay());
     expect(replay.map((r) => r.op.t)).toEqual(['delete', 'upsert']);
     expect([...(await idsOf(d, uid, replay))].sort()).toEqual(['a', 'c', 'd']);
@@ -240,5 +240,50 @@ describe('DataDir on the real file system', () => {
     } finally {
       await rm(root, { recursive: true, force: true });
     }
+  });
+});
+
+describe('DataDir has one owner', () => {
+  it('refuses a second open of a directory held in this process, names the pid, and opens again after close', async () => {
+    const { mkdtemp, rm, readdir } = await import('node:fs/promises');
+    const { tmpdir } = await import('node:os');
+    const { join } = await import('node:path');
+    const { NodeFileSystem } = await import('./fs.js');
+    const root = await mkdtemp(join(tmpdir(), 'svc-lock-'));
+    try {
+      const fs = new NodeFileSystem();
+      const path = join(root, 'data');
+      const d = await DataDir.open(fs, path, { masterKey: KEY, log: quiet });
+      const { uid } = await d.createCollection('c', {});
+      await d.append(uid, up('a'));
+      const names = await readdir(path);
+      const err = await DataDir.open(fs, path, { masterKey: KEY, log: quiet }).then(() => null, (e: unknown) => e);
+      expect(err).toBeInstanceOf(SvcError);
+      expect(err).toMatchObject({ code: 'unavailable', detail: { holder: String(process.pid) } });
+      expect((err as SvcError).message).toContain(`in use by process ${process.pid}`);
+      expect(await readdir(path)).toEqual(names);
+      // The holder is untouched by the refused open: it still appends, and its record survives.
+      await d.append(uid, up('b'));
+      await d.close();
+      const again = await DataDir.open(fs, path, { masterKey: KEY, log: quiet });
+      expect([...(await idsOf(again, uid, await all(again.replay())))].sort()).toEqual(['a', 'b']);
+      await again.close();
+    } finally {
+      await rm(root, { recursive: true, force: true });
+    }
+  });
+
+  it('is released by a crash of the holder, never by a refused open', async () => {
+    const fs = new FaultyFileSystem(3);
+    const d = await DataDir.open(fs, '/data', { masterKey: null, log: quiet });
+    const { uid } = await d.createCollection('c', {});
+    await d.append(uid, up('a'));
+    await expect(DataDir.open(fs, '/data', { masterKey: null, log: quiet })).rejects.toMatchObject({ code: 'unavailable' });
+    await expect(DataDir.open(fs, '/data', { masterKey: null, log: quiet })).rejects.toMatchObject({ code: 'unavailable' });
+    fs.crash({ namespace: 'keep', writes: 'keep' });
+    fs.restart();
+    const after = await DataDir.open(fs, '/data', { masterKey: null, log: quiet });
+    expect([...(await idsOf(after, uid, await all(after.replay())))]).toEqual(['a']);
+    await after.close();
   });
 });

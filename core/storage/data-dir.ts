@@ -6,7 +6,7 @@ import { deriveKey, randomDataKey, unwrapDataKey, wrapDataKey } from '../crypto/
 import { decodeOp, encodeOp, isDbOp, type DbOp, type Op } from './codec.js';
 import { StorageCorruption } from './errors.js';
 import { FORMAT_VERSION, aad, crc } from './format.js';
-import { dirName, joinPath, mkdirDurable, writeFileAtomic, type FileSystem } from './fs.js';
+import { dirName, joinPath, mkdirDurable, writeFileAtomic, type FileSystem, type PathLock } from './fs.js';
 import { loadManifest, saveManifest, type CollectionEntry, type Manifest } from './manifest.js';
 import { SegmentWriter, readSegment } from './segment.js';
 import { Wal, type Keyring, type StorageLog } from './wal.js';
@@ -30,6 +30,8 @@ export interface CollectionSummary {
   name: string;
   params: object;
   checkpointSeq: number;
+  /** Segment files the collection's state is in. */
+  segments: number;
 }
 
 export interface ReplayRecord {
@@ -39,10 +41,12 @@ export interface ReplayRecord {
 }
 
 const META = 'svc.meta';
+/** The one-owner lock (CONTRACT.md section 1): never part of the data, never copied into a snapshot. */
+export const LOCK_FILE = 'svc.lock';
 const MANIFEST = 'manifest';
 const WAL_DIR = 'wal';
 const COLLECTIONS_DIR = 'collections';
-const INIT_NAMES = new Set([MANIFEST, `${MANIFEST}.tmp`, `${META}.tmp`, WAL_DIR, COLLECTIONS_DIR]);
+const INIT_NAMES = new Set([LOCK_FILE, MANIFEST, `${MANIFEST}.tmp`, `${META}.tmp`, WAL_DIR, COLLECTIONS_DIR]);
 const META_MAGIC = Buffer.from('SVCMETA\x01', 'latin1');
 const KEY_CHECK = Buffer.from('svc key check v1');
 const MODE_INSECURE = 0;
@@ -71,6 +75,7 @@ export class DataDir implements Keyring {
   private readonly dbSealer: Sealer;
   private chain: Promise<unknown> = Promise.resolve();
   private closed = false;
+  private lock: PathLock | null = null;
 
   private constructor(private readonly fs: FileSystem, readonly path: string, private readonly opts: DataDirOptions) {
     const mk = opts.masterKey;
@@ -81,7 +86,13 @@ export class DataDir implements Keyring {
 
   static async open(fs: FileSystem, path: string, opts: DataDirOptions): Promise<DataDir> {
     const d = new DataDir(fs, path, opts);
-    await d.openOrInit();
+    try {
+      await d.openOrInit();
+    } catch (e) {
+      await d.wal?.close().catch(() => undefined);
+      await d.lock?.release().catch(() => undefined);
+      throw e;
+    }
     return d;
   }
 
@@ -99,6 +110,7 @@ export class DataDir implements Keyring {
 
   private async openOrInit(): Promise<void> {
     await mkdirDurable(this.fs, this.path);
+    await this.takeLock();
     if ((await this.fs.stat(this.p(META))) === null) await this.init();
     await this.checkMeta();
     this.manifest = await loadManifest(this.fs, this.p(MANIFEST), this.manifestSealer);
@@ -107,6 +119,21 @@ export class DataDir implements Keyring {
     this.wal = await Wal.open(this.fs, this.p(WAL_DIR), { keyring: this, log: this.opts.log, segmentBytesMax: this.opts.segmentBytesMax });
     await this.finishInterrupted();
     await this.removeOrphans();
+  }
+
+  /**
+   * One owner per directory: two writers would each append their own log and one would lose the
+   * other's acknowledged writes. Taken before anything else is read or written, held until close.
+   */
+  private async takeLock(): Promise<void> {
+    const r = await this.fs.lockExclusive(this.p(LOCK_FILE));
+    if (r.ok) {
+      this.lock = r.lock;
+      return;
+    }
+    const who = /^\d+$/.test(r.holder) ? `process ${r.holder}` : 'another process';
+    throw new SvcError('unavailable', `the data directory ${this.path} is in use by ${who}: one process opens a data directory `
+      + 'at a time (stop it first, or send the work through its API)', { reason: 'data_dir_locked', holder: r.holder });
   }
 
   /** A fresh directory, or one whose first initialisation was interrupted (no svc.meta yet). */
@@ -255,7 +282,9 @@ export class DataDir implements Keyring {
   }
 
   collections(): CollectionSummary[] {
-    return this.manifest.collections.map((c) => ({ uid: c.uid, name: c.name, params: c.params, checkpointSeq: c.checkpoint_seq }));
+    return this.manifest.collections.map((c) => ({
+      uid: c.uid, name: c.name, params: c.params, checkpointSeq: c.checkpoint_seq, segments: c.segments.length,
+    }));
   }
 
   /** The ops of a collection's segments, in order (its state at its checkpoint seq). */
@@ -361,13 +390,25 @@ export class DataDir implements Keyring {
     await this.wal.truncateBefore(upto + 1);
   }
 
-  /** A consistent copy that is itself a data directory (same master key). `target` must not exist or be empty. */
+  /**
+   * A consistent copy that is itself a data directory (same master key). `target` is created here, new:
+   * an entry already there (a directory, a file, a symbolic link, dangling or not) is refused, never
+   * followed or written into.
+   */
   snapshot(target: string): Promise<{ manifest_version: number; disk_bytes: number }> {
     return this.serial(async () => {
-      const st = await this.fs.stat(target);
-      if (st !== null && (!st.isDirectory || (await this.fs.readdir(target)).length > 0)) {
-        throw new SvcError('already_exists', 'the snapshot target already exists');
+      try {
+        await mkdirDurable(this.fs, dirName(target));
+        await this.fs.mkdir(target, { exclusive: true });
+      } catch (e) {
+        const code = (e as NodeJS.ErrnoException).code;
+        if (code === 'EEXIST' && (await this.fs.stat(dirName(target)))?.isDirectory === true) {
+          throw new SvcError('already_exists', 'a snapshot of that name (or another entry of that name) already exists');
+        }
+        if (code === 'EEXIST' || code === 'ENOTDIR' || code === 'ENOENT') throw invalidArgument('the snapshot root is not a directory');
+        throw e;
       }
+      await this.fs.fsyncDir(dirName(target));
       // Captured now: the manifest and WAL prefix agree; segments are immutable; no checkpoint runs meanwhile.
       const walFiles = this.wal.retainedFiles();
       await mkdirDurable(this.fs, joinPath(target, WAL_DIR));
@@ -428,6 +469,10 @@ export class DataDir implements Keyring {
     if (this.closed) return;
     await this.chain;
     this.closed = true;
-    await this.wal.close();
+    try {
+      await this.wal.close();
+    } finally {
+      await this.lock?.release();
+    }
   }
 }

@@ -1,6 +1,7 @@
 import * as fsp from 'node:fs/promises';
 import { constants as FS } from 'node:fs';
 import * as nodePath from 'node:path';
+import { createRequire } from 'node:module';
 
 /**
  * The subset of a file system that storage needs. Everything durable goes through `sync()` on a file and
@@ -31,7 +32,21 @@ export interface FileStat {
   isDirectory: boolean;
 }
 
+/** An exclusive lock on a path, held until `release()` or until the holding process dies. */
+export interface PathLock {
+  release(): Promise<void>;
+}
+
+/** A lock taken, or the word of who holds it (a pid, as its lock file says; '' when it says nothing). */
+export type LockResult = { ok: true; lock: PathLock } | { ok: false; holder: string };
+
 export interface FileSystem {
+  /**
+   * Takes an exclusive, non-blocking lock on `path` (created if missing) and writes this process's id
+   * into it. Another open of the same path, in this process or another, fails until release; a holder
+   * that dies releases it with no clean-up (the lock belongs to the open file, not to the file's content).
+   */
+  lockExclusive(path: string): Promise<LockResult>;
   open(path: string, mode: OpenMode): Promise<FileHandle>;
   readFile(path: string): Promise<Uint8Array>;
   rename(from: string, to: string): Promise<void>;
@@ -42,8 +57,12 @@ export interface FileSystem {
   unlink(path: string): Promise<void>;
   /** Removes a directory and everything below it; no error when it does not exist. */
   rmdir(path: string): Promise<void>;
-  /** Creates a directory and missing parents; no error when it exists. */
-  mkdir(path: string): Promise<void>;
+  /**
+   * Creates a directory and missing parents; no error when it exists. With `exclusive`, creates exactly
+   * this one new directory: its parent must exist, and any entry already there (a file, a directory, a
+   * symbolic link, a dangling one included) fails with EEXIST rather than being followed or reused.
+   */
+  mkdir(path: string, options?: { exclusive?: boolean }): Promise<void>;
   /** null when nothing is there. */
   stat(path: string): Promise<FileStat | null>;
   truncate(path: string, length: number): Promise<void>;
@@ -125,8 +144,51 @@ class NodeFileHandle implements FileHandle {
   }
 }
 
+/** flock(2) through fs-ext: Node has no file lock of its own. Loaded once, on the first lock. */
+let flockSync: ((fd: number, flags: 'exnb' | 'un') => void) | null = null;
+function flock(): (fd: number, flags: 'exnb' | 'un') => void {
+  flockSync ??= (createRequire(import.meta.url)('fs-ext') as { flockSync: (fd: number, flags: 'exnb' | 'un') => void }).flockSync;
+  return flockSync;
+}
+
 /** The real thing: node:fs/promises with real fsync of files and directories. */
 export class NodeFileSystem implements FileSystem {
+  /**
+   * flock(2) belongs to the open file description: a second open of the same file, even in this
+   * process, is refused, and the kernel releases it when the holder exits or is killed. The pid in the
+   * file is only the message for whoever is refused; a stale pid left by a dead holder means nothing.
+   */
+  async lockExclusive(path: string): Promise<LockResult> {
+    const h = await fsp.open(path, FS.O_RDWR | FS.O_CREAT, 0o600);
+    try {
+      flock()(h.fd, 'exnb');
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code;
+      const holder = (await h.readFile('utf8').catch(() => '')).trim().slice(0, 32);
+      await h.close();
+      if (code === 'EAGAIN' || code === 'EWOULDBLOCK') return { ok: false, holder };
+      throw e;
+    }
+    try {
+      await h.truncate(0);
+      await h.write(`${process.pid}\n`, 0);
+    } catch (e) {
+      await h.close();
+      throw e;
+    }
+    let released = false;
+    return {
+      ok: true,
+      lock: {
+        release: async () => {
+          if (released) return;
+          released = true;
+          await h.close();
+        },
+      },
+    };
+  }
+
   async open(path: string, mode: OpenMode): Promise<FileHandle> {
     const flags = mode === 'read' ? FS.O_RDONLY : mode === 'readwrite' ? FS.O_RDWR : FS.O_RDWR | FS.O_CREAT | FS.O_EXCL;
     const h = await fsp.open(path, flags, 0o600);
@@ -163,8 +225,8 @@ export class NodeFileSystem implements FileSystem {
     return fsp.rm(path, { recursive: true, force: true });
   }
 
-  async mkdir(path: string): Promise<void> {
-    await fsp.mkdir(path, { recursive: true, mode: 0o700 });
+  async mkdir(path: string, options: { exclusive?: boolean } = {}): Promise<void> {
+    await fsp.mkdir(path, { recursive: options.exclusive !== true, mode: 0o700 });
   }
 
   async stat(path: string): Promise<FileStat | null> {

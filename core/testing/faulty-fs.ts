@@ -1,7 +1,7 @@
 import * as nodePath from 'node:path';
 import { Prng } from '../base/prng.js';
 import { assert } from '../base/assert.js';
-import type { FileHandle, FileStat, FileSystem, OpenMode } from '../storage/fs.js';
+import type { FileHandle, FileStat, FileSystem, LockResult, OpenMode } from '../storage/fs.js';
 
 /**
  * An in-memory FileSystem that knows what a power loss would keep. File contents become durable on
@@ -144,6 +144,8 @@ export class FaultyFileSystem implements FileSystem {
   private dead = false;
   private crashAt: { op: number; options: CrashOptions } | null = null;
   readonly stats: FaultyFsStats = { ops: 0, fsyncs: 0, dirFsyncs: 0, writes: 0 };
+  /** Paths locked by lockExclusive; a crash releases them all, as the death of a process would. */
+  private readonly locks = new Set<string>();
   /** When true every operation first yields to the event loop (lets concurrent callers interleave). */
   yieldEachOp = true;
 
@@ -189,6 +191,7 @@ export class FaultyFileSystem implements FileSystem {
     this.current = next.clone();
     this.nsPending = [];
     this.generation++;
+    this.locks.clear();
   }
 
   /** The machine comes back: operations work again on what survived the crash. */
@@ -254,6 +257,23 @@ export class FaultyFileSystem implements FileSystem {
 
   private needParent(path: string, op: string): void {
     if (!this.current.dirs.has(nodePath.dirname(path))) throw fsError('ENOENT', op, path);
+  }
+
+  /** Not counted as an operation: a lock makes nothing durable, and seeded crash points stay where they were. */
+  async lockExclusive(path: string): Promise<LockResult> {
+    if (this.dead) throw new SimulatedCrash();
+    const key = nodePath.resolve('/', path);
+    if (this.locks.has(key)) return { ok: false, holder: 'simulated' };
+    this.locks.add(key);
+    const generation = this.generation;
+    return {
+      ok: true,
+      lock: {
+        release: async () => {
+          if (this.generation === generation) this.locks.delete(key);
+        },
+      },
+    };
   }
 
   async open(path: string, mode: OpenMode): Promise<FileHandle> {
@@ -341,9 +361,13 @@ export class FaultyFileSystem implements FileSystem {
     if (this.current.dirs.has(p)) this.ns({ k: 'rmdir', path: p });
   }
 
-  async mkdir(path: string): Promise<void> {
+  async mkdir(path: string, options: { exclusive?: boolean } = {}): Promise<void> {
     await this.step();
     const p = this.norm(path);
+    if (options.exclusive === true) {
+      if (this.current.dirs.has(p) || this.current.files.has(p)) throw fsError('EEXIST', 'mkdir', path);
+      if (!this.current.dirs.has(nodePath.dirname(p))) throw fsError('ENOENT', 'mkdir', path);
+    }
     const missing: string[] = [];
     for (let d = p; !this.current.dirs.has(d); d = nodePath.dirname(d)) {
       if (this.current.files.has(d)) throw fsError('EEXIST', 'mkdir', path);

@@ -15,6 +15,7 @@ const CONTRACT: Record<string, keyof typeof status> = {
   rate_limited: 'RESOURCE_EXHAUSTED',
   provider_error: 'UNAVAILABLE',
   not_ready: 'UNAVAILABLE',
+  unavailable: 'UNAVAILABLE', // section 11
   internal: 'INTERNAL',
 };
 

@@ -17,6 +17,7 @@ export const GRPC_STATUS: Readonly<Record<ErrorCode, status>> = Object.freeze({
   rate_limited: status.RESOURCE_EXHAUSTED,
   provider_error: status.UNAVAILABLE,
   not_ready: status.UNAVAILABLE,
+  unavailable: status.UNAVAILABLE,
   internal: status.INTERNAL,
 });
 
