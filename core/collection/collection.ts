@@ -17,7 +17,8 @@ import { runDensePlan, type DensePlan } from './search-pool-plan.js';
 import type { CollectionSpec } from './params.js';
 
 /** Builds an HNSW graph over `slots` of `store`, normally in a worker thread (see core/index/hnsw). */
-export type IndexBuilder = (store: VectorStore, slots: Int32Array, opts: HnswOptions) => Promise<Hnsw>;
+/** Builds a graph over `slots`; `signal` aborts when the collection is closed or dropped (the build may stop). */
+export type IndexBuilder = (store: VectorStore, slots: Int32Array, opts: HnswOptions, signal?: AbortSignal) => Promise<Hnsw>;
 
 export interface CollectionOptions {
   uid: string;
@@ -83,6 +84,8 @@ export class Collection {
   private rebuilding: Promise<void> | null = null;
   private absorbing = false;
   private dropped = false;
+  /** Aborted at drop (a close or a collection drop): a build in flight stops rather than run on unseen. */
+  private readonly builds = new AbortController();
   private sortedIds: string[] | null = null;
   /** Ids changed since the last checkpoint capture: true = upserted, false = deleted. */
   private dirty = new Map<string, boolean>();
@@ -289,7 +292,7 @@ export class Collection {
     const opts: HnswOptions = { m: o.m, efConstruction: o.ef_construction, kind: this.kind, seed: this.opts.seed };
     this.rebuilding = (async () => {
       try {
-        const built = this.opts.buildIndex(this.store, slots, opts);
+        const built = this.opts.buildIndex(this.store, slots, opts, this.builds.signal);
         // Awaited below; a build that fails while the codes are written must not count as unhandled.
         built.catch(() => undefined);
         const codes = await this.retrainCodes(slots, captured);
@@ -309,7 +312,7 @@ export class Collection {
         this.stale = this.writeCounter !== counterAtStart;
         this.rebuilds++;
       } catch (e) {
-        this.opts.onIndexError?.(e);
+        if (!this.dropped) this.opts.onIndexError?.(e);
         throw e;
       } finally {
         this.rebuilding = null;
@@ -639,6 +642,7 @@ export class Collection {
 
   drop(): void {
     this.dropped = true;
+    this.builds.abort();
     this.wake();
     this.store.close();
   }

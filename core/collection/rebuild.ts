@@ -20,10 +20,10 @@ const BUILD_WORKERS_MAX = 4;
  * The default: graphs are built off the event loop in worker threads over the shared vector memory,
  * in parallel on larger collections (one worker per core, at most BUILD_WORKERS_MAX).
  */
-export const buildIndexInWorker: IndexBuilder = (store: VectorStore, slots: Int32Array, opts: HnswOptions) => {
+export const buildIndexInWorker: IndexBuilder = (store: VectorStore, slots: Int32Array, opts: HnswOptions, signal?: AbortSignal) => {
   const workers = Math.min(BUILD_WORKERS_MAX, availableParallelism());
-  if (workers >= 2 && slots.length >= PARALLEL_BUILD_MIN_SLOTS) return buildParallel(store, slots, opts, workers);
-  return buildInWorker(store, slots, opts);
+  if (workers >= 2 && slots.length >= PARALLEL_BUILD_MIN_SLOTS) return buildParallel(store, slots, opts, workers, signal);
+  return buildInWorker(store, slots, opts, signal);
 };
 
 /** Starts a build worker ahead of the first build (build-worker.ts keeps it for a while). */

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Prng } from '../base/prng.js';
+import { buildWorkerCounts } from '../index/hnsw/build-worker.js';
 import { Database, type DatabaseOptions } from './database.js';
 import { buildIndexInline } from './rebuild.js';
 
@@ -125,5 +126,23 @@ describe('reopening a data directory', () => {
       expect(p.vector).toEqual(model.get(id)!.map((x) => Math.fround(x)));
     }
     await db.close();
+  });
+
+  it('stops the graph build of a closed database: reopening in one process does not pile builds up', async () => {
+    const dir = tempDir();
+    const prng = new Prng(3);
+    let db = await open(dir);
+    await db.createCollection({ name: 'c', dim: 32, metric: 'l2' });
+    for (let b = 0; b < 20; b++) {
+      await db.upsert('c', { points: Array.from({ length: 1000 }, (_, i) => ({ id: `${b}-${i}`, vector: Array.from({ length: 32 }, () => prng.next()) })) });
+    }
+    await db.close();
+    for (let i = 0; i < 3; i++) {
+      // The default builder: worker threads, started by the open for the 20,000 points read back.
+      db = await Database.open({ dataDir: dir, masterKey: KEY });
+      expect(buildWorkerCounts().busy).toBeGreaterThanOrEqual(1);
+      await db.close();
+      expect(buildWorkerCounts().busy).toBe(0);
+    }
   });
 });

@@ -40,6 +40,24 @@ describe('build workers', () => {
     expect(buildWorkerCounts().started - started).toBeLessThanOrEqual(2);
   });
 
+  it('a cancelled build stops: its threads are terminated, it rejects, and the next build runs', async () => {
+    const s = store(20_000, 32);
+    const slow = { m: 16, efConstruction: 200, kind: 'l2' as const, seed: 3 };
+    for (const build of [(sig: AbortSignal) => buildInWorker(s, range(20_000), slow, sig), (sig: AbortSignal) => buildParallel(s, range(20_000), slow, 2, sig)]) {
+      const ctl = new AbortController();
+      const running = build(ctl.signal);
+      await new Promise((r) => setTimeout(r, 200));
+      expect(buildWorkerCounts().busy).toBeGreaterThanOrEqual(1);
+      ctl.abort();
+      await expect(running).rejects.toThrow(/cancelled/);
+      expect(buildWorkerCounts().busy).toBe(0);
+    }
+    const pre = new AbortController();
+    pre.abort();
+    await expect(buildInWorker(s, range(100), opts, pre.signal)).rejects.toThrow(/cancelled/);
+    expect((await buildInWorker(s, range(100), opts)).size).toBe(100);
+  });
+
   it('a kept worker that dies while idle leaves the pool, and the next build gets a live one', async () => {
     const s = store(100);
     await buildInWorker(s, range(100), opts);

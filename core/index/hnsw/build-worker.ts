@@ -37,9 +37,11 @@ interface Kept {
 const idle: Kept[] = [];
 /** Threads started and jobs run, for tests. */
 const counts = { started: 0, jobs: 0 };
+/** Workers handed out and not yet back (or gone): builds running now. */
+const busy = new Set<Kept>();
 
-export function buildWorkerCounts(): { started: number; jobs: number; idle: number } {
-  return { ...counts, idle: idle.length };
+export function buildWorkerCounts(): { started: number; jobs: number; idle: number; busy: number } {
+  return { ...counts, idle: idle.length, busy: busy.size };
 }
 
 /** The idle workers' threads, for tests that make one die while it waits. */
@@ -49,6 +51,7 @@ export function idleBuildWorkersForTests(): Worker[] {
 
 function forget(k: Kept): void {
   k.dead = true;
+  busy.delete(k);
   if (k.timer !== undefined) clearTimeout(k.timer);
   const at = idle.indexOf(k);
   if (at >= 0) idle.splice(at, 1);
@@ -73,10 +76,12 @@ function acquire(): Kept {
   if (k.timer !== undefined) clearTimeout(k.timer);
   k.timer = undefined;
   k.worker.ref();
+  busy.add(k);
   return k;
 }
 
 function release(k: Kept): void {
+  busy.delete(k);
   if (k.dead) return;
   k.worker.unref();
   k.timer = setTimeout(() => {
@@ -95,8 +100,12 @@ export function prewarmBuildWorker(): void {
   if (idle.length === 0) release(startWorker());
 }
 
-/** Runs one request in a build worker and resolves to its reply. A worker that fails is not kept. */
-function runWorker(req: WorkerRequest): Promise<HnswData | undefined> {
+/**
+ * Runs one request in a build worker and resolves to its reply. A worker that fails is not kept, nor
+ * one whose job is cancelled through `signal` (its thread is terminated: a build has no other way to stop).
+ */
+function runWorker(req: WorkerRequest, signal?: AbortSignal): Promise<HnswData | undefined> {
+  if (signal?.aborted) return Promise.reject(cancelled());
   const k = acquire();
   counts.jobs++;
   return new Promise((resolve, reject) => {
@@ -105,6 +114,13 @@ function runWorker(req: WorkerRequest): Promise<HnswData | undefined> {
       w.off('message', onMessage);
       w.off('error', onError);
       w.off('exit', onExit);
+      signal?.removeEventListener('abort', onAbort);
+    };
+    const onAbort = (): void => {
+      done();
+      forget(k);
+      void w.terminate();
+      reject(cancelled());
     };
     const onMessage = (reply: WorkerReply): void => {
       done();
@@ -130,16 +146,21 @@ function runWorker(req: WorkerRequest): Promise<HnswData | undefined> {
     w.on('message', onMessage);
     w.once('error', onError);
     w.once('exit', onExit);
+    signal?.addEventListener('abort', onAbort, { once: true });
     w.postMessage(req);
   });
+}
+
+function cancelled(): SvcError {
+  return new SvcError('not_ready', 'index build cancelled: its collection was closed or dropped');
 }
 
 /**
  * Builds the graph in a worker thread that reads the vectors in place from the store's shared memory;
  * the calling thread stays free. The graph comes back as SharedArrayBuffer-backed arrays (no copy).
  */
-export async function buildInWorker(store: VectorStore, slots: Int32Array, opts: HnswOptions): Promise<Hnsw> {
-  const data = await runWorker({ type: 'build', store: store.handle(), slots, opts });
+export async function buildInWorker(store: VectorStore, slots: Int32Array, opts: HnswOptions, signal?: AbortSignal): Promise<Hnsw> {
+  const data = await runWorker({ type: 'build', store: store.handle(), slots, opts }, signal);
   return Hnsw.deserialize(store, data!);
 }
 
@@ -152,7 +173,7 @@ const SEED_INSERTS = 1000;
  * interleaving of inserts is not deterministic, so neither is the exact graph (its quality is).
  * The calling thread inserts the first SEED_INSERTS slots, then waits.
  */
-export async function buildParallel(store: VectorStore, slots: Int32Array, opts: HnswOptions, workers = 2): Promise<Hnsw> {
+export async function buildParallel(store: VectorStore, slots: Int32Array, opts: HnswOptions, workers = 2, signal?: AbortSignal): Promise<Hnsw> {
   const h = new Hnsw(store, opts);
   const levels = h.drawLevels(slots.length);
   const sync = h.prepareShared(slots, levels);
@@ -162,7 +183,7 @@ export async function buildParallel(store: VectorStore, slots: Int32Array, opts:
     const data = h.serialize();
     await Promise.all(
       Array.from({ length: workers }, (_, worker) =>
-        runWorker({ type: 'insert', store: store.handle(), data, sync, slots, levels, from, worker, workers }),
+        runWorker({ type: 'insert', store: store.handle(), data, sync, slots, levels, from, worker, workers }, signal),
       ),
     );
   }
