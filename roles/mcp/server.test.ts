@@ -94,4 +94,21 @@ describe('MCP tools over the service layer', () => {
     expect(r.structuredContent.error.code).toBe('invalid_argument');
     expect(r.structuredContent.error.message).toMatch(/drop_everything/);
   });
+
+  it('checks role and scope before the arguments: a read key calling a write tool with a bad body is denied', async () => {
+    const { call: asAdmin } = await session(admin);
+    await asAdmin('create_collection', { name: 'team_a.c', dim: 2, metric: 'l2' });
+    const reader = await session({ keyName: 'reader', role: 'read', collections: ['*'] });
+    for (const bad of [{ collection: 'team_a.c', points: 'not a list' }, { collection: 'team_a.c', points: [{ id: 'x', vector: [1, 2], colour: 'red' }] }, { collection: 7 }]) {
+      const r = await reader.call('upsert', bad);
+      expect(r.structuredContent.error.code, JSON.stringify(bad)).toBe('permission_denied');
+    }
+    expect(reader.audit.filter((a) => a.action === 'upsert' && a.outcome === 'denied' && a.key === 'reader')).toHaveLength(3);
+    // Out of scope: the same, for a write key scoped elsewhere.
+    const scoped = await session({ keyName: 'b-writer', role: 'write', collections: ['team_b.*'] });
+    expect((await scoped.call('upsert', { collection: 'team_a.c', points: 'not a list' })).structuredContent.error.code).toBe('permission_denied');
+    expect((await scoped.call('search', { collection: 'team_a.c', vector: 'no' })).structuredContent.error.code).toBe('permission_denied');
+    // With the right, the same body is a validation error.
+    expect((await scoped.call('upsert', { collection: 'team_b.c', points: 'not a list' })).structuredContent.error.code).toBe('invalid_argument');
+  });
 });
