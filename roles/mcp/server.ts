@@ -3,6 +3,7 @@ import { McpServer } from '@modelcontextprotocol/sdk/server/mcp.js';
 import type { Transport } from '@modelcontextprotocol/sdk/shared/transport.js';
 import { CallToolRequestSchema, type JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
 import { invalidArgument, toSvcError, type ErrorCode } from '../../core/base/errors.js';
+import { checkJsonKeys } from '../../core/base/json-keys.js';
 import type { CallContext, Principal, SvcApi } from '../../core/service/api.js';
 import type { Service } from '../../core/service/service.js';
 import { TOOL_SCHEMAS, type ToolName } from './schemas.js';
@@ -15,7 +16,8 @@ import { TOOLS } from './tools.js';
  * `{error: {code, message}}`.
  *
  * A call is handled as REST and gRPC handle a request: role and scope first (so a key without the right
- * learns nothing from validation errors), then the arguments against the tool's schema.
+ * learns nothing from validation errors), then the arguments: prototype-poisoning keys refused
+ * (core/base/json-keys.ts; the schemas would drop a `__proto__` key silently), then the tool's schema.
  * The SDK's own tools/call handler, which validates before anything else, is replaced for that.
  */
 export interface McpOptions {
@@ -68,7 +70,7 @@ function register<T extends ToolName>(server: McpServer, name: T, opts: McpOptio
   }, ((args: unknown) => callTool(name, args, opts)) as never);
 }
 
-/** One tool call: authorize, validate, call; every failure in the contract's shape. */
+/** One tool call: authorize, refuse poisoning keys, validate, call; every failure in the contract's shape. */
 async function callTool<T extends ToolName>(name: T, raw: unknown, opts: McpOptions): Promise<ToolResult> {
   const def = TOOLS[name];
   const ctx: CallContext = { principal: opts.principal, requestId: randomUUID(), transport: 'mcp', remote: 'stdio' };
@@ -76,6 +78,7 @@ async function callTool<T extends ToolName>(name: T, raw: unknown, opts: McpOpti
     const args = raw === undefined || raw === null ? {} : raw;
     const fields = typeof args === 'object' && !Array.isArray(args) ? args as Record<string, unknown> : {};
     opts.service.authorize(ctx, def.op, (def.collection ?? ((a) => a.collection))(fields));
+    checkJsonKeys(args, 'arguments');
     const parsed = TOOL_SCHEMAS[name].safeParse(args);
     if (!parsed.success) {
       const why = parsed.error.issues.map((i) => (i.path.length > 0 ? `${i.message} at ${i.path.join('.')}` : i.message)).join('; ');
