@@ -187,6 +187,11 @@ describe('svc mcp over stdio', () => {
     await fails(c, 'search', { collection: 'team_b.docs', vector: [1, 2] }, 'permission_denied');
     await fails(c, 'create_collection', { name: 'team_a.new', dim: 2, metric: 'l2' }, 'permission_denied');
     await fails(c, 'snapshot', { name: 's1' }, 'permission_denied');
+    // Role and scope come before the arguments' checks, as over REST and gRPC: bad bodies teach a reader nothing.
+    expect(await fails(c, 'upsert', { collection: 'team_a.docs', points: 'not a list', colour: 'red' }, 'permission_denied')).toMatch(/write/);
+    await fails(c, 'delete_collection', { collection: 'team_a.docs', extra: 1 }, 'permission_denied');
+    await fails(c, 'search', { collection: 'team_b.docs', vector: 'not a vector' }, 'permission_denied');
+    await fails(c, 'search', { collection: 'team_a.docs', vector: 'not a vector' }, 'invalid_argument');
     const stats = await ok(c, 'database_stats');
     expect(stats).toMatchObject({ collections: 1, total_points: 1 });
   });

@@ -147,6 +147,9 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, op
   }
 
   const auditLog = get('SVC_AUDIT_LOG');
+  if (auditLog !== undefined && encryptionKey === null) {
+    warnings.push('SVC_AUDIT_LOG without a master key: the audit chain is unkeyed, so it shows accidental damage but anyone can rewrite it (SVC_INSECURE=true); verify it with svc admin verify-audit --insecure');
+  }
   const otlpEndpoint = get('SVC_OTLP_ENDPOINT');
   const other: Record<string, string> = {};
   for (const v of OTHER_VARS) {
@@ -174,6 +177,18 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, op
     rerank: providers('rerank'),
     other, warnings,
   });
+}
+
+/**
+ * The master key alone, read as `svc serve` reads it (SVC_ENCRYPTION_KEY, SVC_MASTER_KEY_FILE, or their
+ * svc.toml keys), for admin commands that need nothing else; null when none is configured.
+ */
+export function loadMasterKey(env: Readonly<Record<string, string | undefined>>, opts: LoadOptions = {}): string | null {
+  const cwd = opts.cwd ?? process.cwd();
+  const { toml } = readToml(env, cwd, opts.defaultFile === undefined ? 'svc.toml' : opts.defaultFile);
+  const raw = mergedValues(env, toml);
+  const get = (v: string): string | undefined => (raw[v] === undefined || raw[v] === '' ? undefined : raw[v]);
+  return masterKey(get('SVC_ENCRYPTION_KEY'), get('SVC_MASTER_KEY_FILE'), cwd, true, []);
 }
 
 function readToml(env: Readonly<Record<string, string | undefined>>, cwd: string, defaultFile: string | null): { file: string | null; toml: Record<string, unknown> } {

@@ -1,23 +1,53 @@
 import { closeSync, fstatSync, fsyncSync, openSync, readSync, writeSync } from 'node:fs';
-import { AuditChain, lastHashOf, type AuditRecord, type AuditSink } from '../core/service/audit.js';
+import { parseMasterKeyHex } from '../core/crypto/keys.js';
+import { AuditChain, auditMacKey, continueFrom, UNKEYED_MAC_KEY, type AuditRecord, type AuditSink } from '../core/service/audit.js';
 
 /**
- * The SVC_AUDIT_LOG writer: append-only JSON Lines, hash-chained (core/service/audit.ts).
+ * The SVC_AUDIT_LOG writer: append-only JSON Lines, keyed and chained (core/service/audit.ts).
  *
  * Durability policy: each line is written with one write(2) as it happens, so a crash of the process loses
  * nothing; fsync runs at most once per `fsyncIntervalMs` (default 1 s) and on close, so a power loss can
- * lose at most the last interval. Restarting continues the chain from the file's last line.
+ * lose at most the last interval.
+ *
+ * Restarting continues the chain from the file's last line once that line's MAC verifies. When it does
+ * not (a torn last line after a power loss, an edit, a log of an older version or of another key), the
+ * writer warns and starts a new segment with a `"chain":"restart"` line; `svc admin verify-audit`
+ * reports that line as a failure from then on, so the damage is never silently absorbed.
  */
+export interface AuditFileOptions {
+  /** The 64-hex master key; null writes an unkeyed chain (SVC_INSECURE only). */
+  masterKeyHex: string | null;
+  fsyncIntervalMs?: number;
+  /** Told when the file's tail did not verify and a new segment was started. Never given a key. */
+  onWarning?: (message: string) => void;
+  /** The restart line's timestamp. */
+  now?: () => Date;
+}
+
 export class FileAuditSink implements AuditSink {
   private readonly fd: number;
   private readonly chain: AuditChain;
   private dirty = false;
   private readonly timer: NodeJS.Timeout;
 
-  constructor(path: string, fsyncIntervalMs = 1000) {
+  constructor(path: string, opts: AuditFileOptions) {
+    const key = opts.masterKeyHex === null ? UNKEYED_MAC_KEY : auditMacKey(parseMasterKeyHex(opts.masterKeyHex));
     this.fd = openSync(path, 'a+', 0o600);
-    this.chain = new AuditChain(lastHashOf(tail(this.fd)));
-    this.timer = setInterval(() => this.flush(), fsyncIntervalMs);
+    const text = tail(this.fd);
+    const torn = text.length > 0 && !text.endsWith('\n');
+    const lines = text.split('\n').filter((l) => l.length > 0);
+    // The tail's first line may be cut by the 64 KiB window: only its last two lines are looked at.
+    const prev = torn ? null : continueFrom(key, lines.slice(-2));
+    if (prev !== null) {
+      this.chain = new AuditChain(key, prev);
+    } else {
+      this.chain = new AuditChain(key);
+      opts.onWarning?.(`audit log ${path}: its last line does not verify (${torn ? 'torn by a crash' : 'edited, damaged, or written by another version or key'}); `
+        + 'starting a new chain segment. svc admin verify-audit will report the break: check the file and rotate it.');
+      writeSync(this.fd, `${torn ? '\n' : ''}${this.chain.restart((opts.now?.() ?? new Date()).toISOString())}\n`);
+      this.dirty = true;
+    }
+    this.timer = setInterval(() => this.flush(), opts.fsyncIntervalMs ?? 1000);
     this.timer.unref();
   }
 
@@ -39,7 +69,7 @@ export class FileAuditSink implements AuditSink {
   }
 }
 
-/** The last 64 KiB of the file: enough to hold its last line (a line is far shorter). */
+/** The last 64 KiB of the file: enough to hold its last two lines (a line is far shorter). */
 function tail(fd: number): string {
   const size = fstatSync(fd).size;
   const len = Math.min(size, 65_536);

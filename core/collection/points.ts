@@ -1,4 +1,5 @@
 import { invalidArgument } from '../base/errors.js';
+import { checkJsonKeys } from '../base/json-keys.js';
 import { checkLimit, type Limits } from '../base/limits.js';
 import type { Metric, Payload } from '../base/model.js';
 import { checkPointId } from '../base/names.js';
@@ -52,6 +53,7 @@ export function decodeVectorB64(b64: unknown, what: string): Float32Array {
 export function parsePayload(p: unknown, limits: Limits, what = 'payload'): Payload | null {
   if (p === undefined || p === null) return null;
   if (typeof p !== 'object' || Array.isArray(p)) throw invalidArgument(`${what} must be a JSON object`);
+  checkJsonKeys(p, what);
   let json: string;
   try {
     json = JSON.stringify(p);

@@ -11,6 +11,7 @@
  *   are the logical complement of the positive condition, so they do match it.
  */
 import { invalidArgument } from '../base/errors.js';
+import { checkJsonKeys } from '../base/json-keys.js';
 import type { FieldType, FilterableField, Payload } from '../base/model.js';
 
 /** Bounds on one filter; the request body bound keeps them small anyway, these keep the work per query small. */
@@ -109,6 +110,7 @@ interface CompileState {
 export function compileFilter(filter: unknown, filterable: readonly FilterableField[]): CompiledFilter {
   const fields = new Map<string, { type: FieldType; parts: string[] }>();
   for (const f of filterable) fields.set(f.path, { type: f.field_type, parts: splitPath(f.path) });
+  checkJsonKeys(filter, 'filter');
   return compileNode(filter, { fields, conditions: 0 }, 1);
 }
 

@@ -1,10 +1,18 @@
-import { createHash } from 'node:crypto';
+import { createHash, createHmac, timingSafeEqual } from 'node:crypto';
+import { deriveKey } from '../crypto/keys.js';
 
 /**
  * The audit trail (CONTRACT.md section 3): one JSON line per mutating or administrative operation and per
- * denial. Each line carries `prev_hash`, the SHA-256 (hex) of the previous line's exact text, so a line
- * edited or deleted in the middle breaks the chain. (Cutting the tail of the file is not detectable from
- * the file alone: keep the last hash elsewhere if that matters.)
+ * denial, keyed and chained. Each line ends with `mac`, the HMAC-SHA256 (hex) of the previous line's MAC
+ * and this line's text without the `mac` field, keyed with a key derived from the master key (HKDF, label
+ * `audit`). So every line, the last one included, is checked; nobody without the master key can forge a
+ * line or recompute the chain after an edit. Cutting lines off the end of the file is still not detectable
+ * from the file alone: keep the last MAC elsewhere if that matters.
+ *
+ * A chain segment starts from GENESIS_MAC (32 zero bytes): the first line of a file, or a line the writer
+ * adds with `"chain":"restart"` when it found the file's tail damaged at startup. A restart line is
+ * authentic (it carries a MAC) but the verifier always reports it as a failure, because the lines before
+ * it can no longer be vouched for.
  */
 export type AuditOutcome = 'ok' | 'denied' | 'error';
 
@@ -24,58 +32,151 @@ export interface AuditSink {
   append(record: AuditRecord): void;
 }
 
-export const GENESIS_HASH = '0'.repeat(64);
+export const MAC_BYTES = 32;
+export const GENESIS_MAC: Uint8Array = new Uint8Array(MAC_BYTES);
 
-export function sha256Hex(text: string): string {
-  return createHash('sha256').update(text, 'utf8').digest('hex');
+/** The `action` of the line a writer adds when it starts a new chain segment over a damaged tail. */
+export const RESTART_ACTION = 'audit_chain_restart';
+
+/** The audit MAC key of a master key: HKDF with its own label, so it never equals a key used for data. */
+export function auditMacKey(masterKey: Uint8Array): Uint8Array {
+  return deriveKey(masterKey, 'audit');
 }
 
-/** Turns records into chained lines (without the newline). Field order is fixed so lines are stable. */
-export class AuditChain {
-  private prevHash: string;
+/**
+ * The MAC key of a log written without a master key (SVC_INSECURE=true). It is public: such a chain
+ * catches accidental damage, not tampering. `svc admin verify-audit --insecure` checks with it.
+ */
+export const UNKEYED_MAC_KEY: Uint8Array = new Uint8Array(createHash('sha256').update('svc/audit/unkeyed/v1').digest());
 
-  constructor(prevHash: string = GENESIS_HASH) {
-    this.prevHash = prevHash;
+function mac(key: Uint8Array, prev: Uint8Array, content: string): Uint8Array {
+  return new Uint8Array(createHmac('sha256', key).update(prev).update(content, 'utf8').digest());
+}
+
+/** `{...}` + the MAC -> `{...,"mac":"<hex>"}`: the MAC is always the last field. */
+function seal(content: string, m: Uint8Array): string {
+  return `${content.slice(0, -1)},"mac":"${Buffer.from(m).toString('hex')}"}`;
+}
+
+const MAC_SUFFIX = /,"mac":"([0-9a-f]{64})"\}$/;
+
+/** Splits a line into the text its MAC covers and the MAC; null when it has no well-formed `mac` at the end. */
+function unseal(line: string): { content: string; mac: Uint8Array } | null {
+  const m = MAC_SUFFIX.exec(line);
+  if (m === null) return null;
+  return { content: `${line.slice(0, m.index)}}`, mac: new Uint8Array(Buffer.from(m[1], 'hex')) };
+}
+
+function recordText(r: AuditRecord, extra: Record<string, string> = {}): string {
+  return JSON.stringify({
+    ts: r.ts, key: r.key, action: r.action, resource: r.resource, outcome: r.outcome,
+    status: r.status, request_id: r.request_id, remote: r.remote, ...extra,
+  });
+}
+
+/** Turns records into keyed, chained lines (without the newline). Field order is fixed so lines are stable. */
+export class AuditChain {
+  private prev: Uint8Array;
+
+  /** `prev`: the MAC of the line this chain continues (GENESIS_MAC for a new file). */
+  constructor(private readonly key: Uint8Array, prev: Uint8Array = GENESIS_MAC) {
+    this.prev = prev;
   }
 
   line(r: AuditRecord): string {
-    const text = JSON.stringify({
-      ts: r.ts, key: r.key, action: r.action, resource: r.resource, outcome: r.outcome,
-      status: r.status, request_id: r.request_id, remote: r.remote, prev_hash: this.prevHash,
-    });
-    this.prevHash = sha256Hex(text);
-    return text;
+    const content = recordText(r);
+    this.prev = mac(this.key, this.prev, content);
+    return seal(content, this.prev);
+  }
+
+  /** The first line of a new segment, written when the file's tail did not verify at startup. */
+  restart(ts: string): string {
+    const content = recordText({
+      ts, key: '-', action: RESTART_ACTION, resource: 'audit', outcome: 'error', status: 0, request_id: '', remote: '',
+    }, { chain: 'restart' });
+    this.prev = mac(this.key, GENESIS_MAC, content);
+    return seal(content, this.prev);
   }
 }
 
-/** The hash a writer continues from, given the file's current text (its last non-empty line). */
-export function lastHashOf(text: string): string {
-  const lines = text.split('\n').filter((l) => l.length > 0);
-  return lines.length === 0 ? GENESIS_HASH : sha256Hex(lines[lines.length - 1]);
+function isRestart(content: string): boolean {
+  try {
+    return (JSON.parse(content) as { chain?: unknown }).chain === 'restart';
+  } catch {
+    return false;
+  }
 }
+
+/**
+ * Where a writer continues, given the file's complete lines (at least its last two): the last line's
+ * MAC when that line verifies against the one before it (or starts a segment), else null (damaged tail).
+ */
+export function continueFrom(key: Uint8Array, lines: readonly string[]): Uint8Array | null {
+  if (lines.length === 0) return GENESIS_MAC;
+  const last = unseal(lines[lines.length - 1]);
+  if (last === null) return null;
+  let prev: Uint8Array | null = GENESIS_MAC;
+  if (!isRestart(last.content) && lines.length > 1) prev = unseal(lines[lines.length - 2])?.mac ?? null;
+  if (prev === null) return null;
+  return equal(mac(key, prev, last.content), last.mac) ? last.mac : null;
+}
+
+function equal(a: Uint8Array, b: Uint8Array): boolean {
+  return a.length === b.length && timingSafeEqual(a, b);
+}
+
+const FIELDS = ['ts', 'key', 'action', 'resource', 'outcome', 'status', 'request_id', 'remote'] as const;
 
 export type AuditVerdict =
   | { ok: true; lines: number }
-  | { ok: false; line: number; reason: string };
+  | { ok: false; line: number; reason: string; restarts: number[] };
 
-/** Checks every line's prev_hash against the line before it; reports the first broken line (1-based). */
-export function verifyAuditChain(text: string): AuditVerdict {
+/**
+ * Checks every line's MAC, the last one included, against the previous line's MAC; reports the first
+ * bad line (1-based). `restarts` lists the lines where the writer started a new segment (each one is a
+ * failure too: it found a damaged tail there).
+ */
+export function verifyAuditChain(text: string, key: Uint8Array): AuditVerdict {
   const lines = text.split('\n');
   if (lines.length > 0 && lines[lines.length - 1] === '') lines.pop();
-  let expected = GENESIS_HASH;
+  let prev: Uint8Array | null = GENESIS_MAC;
+  let first: { line: number; reason: string } | null = null;
+  const restarts: number[] = [];
   for (let i = 0; i < lines.length; i++) {
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(lines[i]);
-    } catch {
-      return { ok: false, line: i + 1, reason: 'not a JSON object' };
+    const reason = checkLine(lines[i], key, prev);
+    const sealed = unseal(lines[i]);
+    if (reason === 'restart') {
+      restarts.push(i + 1);
+      first ??= { line: i + 1, reason: 'the server started a new chain segment here: it found the log\'s tail damaged at startup, so the lines before this one cannot be vouched for' };
+      prev = sealed!.mac;
+    } else if (reason !== null) {
+      first ??= { line: i + 1, reason };
+      // After a break, later lines are checked against their own predecessor so a later restart is found.
+      prev = sealed?.mac ?? null;
+    } else {
+      prev = sealed!.mac;
     }
-    const prev = (parsed as { prev_hash?: unknown } | null)?.prev_hash;
-    if (typeof prev !== 'string') return { ok: false, line: i + 1, reason: 'no prev_hash field' };
-    if (prev !== expected) {
-      return { ok: false, line: i + 1, reason: 'prev_hash does not match the previous line (a line was edited, inserted or deleted)' };
-    }
-    expected = sha256Hex(lines[i]);
   }
-  return { ok: true, lines: lines.length };
+  if (first === null) return { ok: true, lines: lines.length };
+  return { ok: false, ...first, restarts };
+}
+
+/** null when the line verifies, 'restart' for an authentic restart line, else why it does not. */
+function checkLine(line: string, key: Uint8Array, prev: Uint8Array | null): string | null {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(line);
+  } catch {
+    return 'not a JSON object (a torn or edited line)';
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return 'not a JSON object';
+  const missing = FIELDS.filter((f) => !(f in parsed));
+  if (missing.length > 0) return `missing the field${missing.length > 1 ? 's' : ''} ${missing.join(', ')}`;
+  const sealed = unseal(line);
+  if (sealed === null) return 'no mac field at the end of the line (not written by this version, or edited)';
+  if (isRestart(sealed.content)) {
+    return equal(mac(key, GENESIS_MAC, sealed.content), sealed.mac) ? 'restart' : 'the mac does not match: a forged restart line, or another key';
+  }
+  if (prev !== null && equal(mac(key, prev, sealed.content), sealed.mac)) return null;
+  return 'the mac does not match: this line was edited, inserted, moved or forged, a line before it was deleted, or the log was written with another key';
 }

@@ -88,7 +88,9 @@ async function openAndServe(
     waitForBulkBuild: false,
   });
   const engine: EngineApi = db;
-  const fileSink = config.auditLog !== null ? new FileAuditSink(config.auditLog) : null;
+  const fileSink = config.auditLog !== null ? new FileAuditSink(config.auditLog, {
+    masterKeyHex: config.encryptionKey, onWarning: (m) => logs.target('svc::audit').warn({ warning: true }, m),
+  }) : null;
   const audit: AuditSink = fileSink ?? { append: () => undefined };
   // Spans to the log (svc::span), and over OTLP/gRPC when SVC_OTLP_ENDPOINT is set (roles/otel.ts).
   const otlp = config.otlp.endpoint ? { endpoint: config.otlp.endpoint, serviceName: config.otlp.serviceName, timeoutSecs: config.otlp.timeoutSecs } : null;

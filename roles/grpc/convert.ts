@@ -10,6 +10,8 @@ import type { DatabaseStats, DocumentInput, MultiVectorQuery, SnapshotResult, Te
 import type * as pb from '../../proto/gen/svc.js';
 import * as schemas from '../rest/schemas.js';
 import { checkBody } from '../rest/validate.js';
+// Struct keeps `__proto__` keys as own keys, so the engine refuses them as for every transport.
+import './struct-keys.js';
 
 /**
  * A copy without the keys whose value is undefined: an absent optional field stays absent, so the

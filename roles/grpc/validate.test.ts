@@ -2,6 +2,7 @@ import { BinaryWriter } from '@bufbuild/protobuf/wire';
 import { describe, expect, it } from 'vitest';
 import { Struct_FieldsEntry } from '../../proto/gen/google/protobuf/struct.js';
 import * as pb from '../../proto/gen/svc.js';
+import { checkJsonKeys } from '../../core/base/json-keys.js';
 import * as c from './convert.js';
 
 const wire = (m: pb.UpsertRequest): pb.UpsertRequest => pb.UpsertRequest.decode(pb.UpsertRequest.encode(m).finish());
@@ -13,19 +14,26 @@ function protoKeyStruct(value: unknown): Uint8Array {
 }
 
 describe('gRPC body checks', () => {
-  // REST refuses JSON with a `__proto__` key (fastify's prototype-poisoning check); the Struct decoder
-  // drops such a key at any depth, so it can neither poison an object nor reach the engine.
-  it('drops a __proto__ key of a payload or filter without touching any prototype', () => {
+  // REST refuses JSON with a `__proto__` key (fastify's prototype-poisoning check). The generated Struct
+  // decoder used to drop such a key silently; it now keeps it as an own key, at any depth, touching no
+  // prototype, so the engine refuses the body with invalid_argument as it does on every transport.
+  it('keeps a __proto__ key of a payload or filter as an own key, for the engine to refuse', () => {
     const point = Buffer.concat([pb.PointInput.encode({ id: 'x', vector: [1] }).finish(), new BinaryWriter().uint32(26).bytes(protoKeyStruct({ admin: true })).finish()]);
     const upsert = pb.UpsertRequest.decode(Buffer.concat([pb.UpsertRequest.encode({ collection: 'c', points: [] }).finish(), new BinaryWriter().uint32(18).bytes(point).finish()]));
     const body = c.upsertBody(upsert);
-    expect(body.points[0].payload).toEqual({});
-    expect(Object.getPrototypeOf(body.points[0].payload)).toBe(Object.prototype);
+    const payload = body.points[0].payload!;
+    expect(Object.hasOwn(payload, '__proto__')).toBe(true);
+    expect(Object.getPrototypeOf(payload)).toBe(Object.prototype);
     expect(({} as Record<string, unknown>).admin).toBeUndefined();
+    expect(() => checkJsonKeys(payload, 'points[0].payload')).toThrow(expect.objectContaining({ code: 'invalid_argument' }));
     const search = pb.SearchRequest.decode(Buffer.concat([pb.SearchRequest.encode({ collection: 'c', vector: [1] }).finish(), new BinaryWriter().uint32(34).bytes(protoKeyStruct([1])).finish()]));
     const q = c.searchQuery(search);
-    expect(q.filter).toEqual({});
+    expect(Object.hasOwn(q.filter!, '__proto__')).toBe(true);
     expect(Object.getPrototypeOf(q.filter)).toBe(Object.prototype);
+    expect(() => checkJsonKeys(q.filter, 'filter')).toThrow(/__proto__/);
+    // A primitive value under the key (which a prototype assignment ignores) is kept too.
+    const scalar = pb.SearchRequest.decode(Buffer.concat([pb.SearchRequest.encode({ collection: 'c', vector: [1] }).finish(), new BinaryWriter().uint32(34).bytes(protoKeyStruct('x')).finish()]));
+    expect(Object.getOwnPropertyDescriptor(c.searchQuery(scalar).filter, '__proto__')?.value).toBe('x');
   });
 
   it('accepts ordinary payloads and refuses wrong enumerated strings with the REST message', () => {

@@ -104,7 +104,9 @@ registerCommand('mcp', {
       log.error({ err: (e as Error).message, code: (e as { code?: string }).code }, 'svc mcp failed to open the data directory');
       return 1;
     }
-    const fileSink = config.auditLog !== null ? new FileAuditSink(config.auditLog) : null;
+    const fileSink = config.auditLog !== null ? new FileAuditSink(config.auditLog, {
+      masterKeyHex: config.encryptionKey, onWarning: (m) => log.warn({ warning: true }, m),
+    }) : null;
     const service = createService(engine, serviceOptions(config, logs, fileSink ?? { append: () => undefined }));
     const server = createMcpServer({
       service, principal, version: packageVersion(),

@@ -94,4 +94,42 @@ describe('MCP tools over the service layer', () => {
     expect(r.structuredContent.error.code).toBe('invalid_argument');
     expect(r.structuredContent.error.message).toMatch(/drop_everything/);
   });
+
+  it('checks role and scope before the arguments: a read key calling a write tool with a bad body is denied', async () => {
+    const { call: asAdmin } = await session(admin);
+    await asAdmin('create_collection', { name: 'team_a.c', dim: 2, metric: 'l2' });
+    const reader = await session({ keyName: 'reader', role: 'read', collections: ['*'] });
+    for (const bad of [{ collection: 'team_a.c', points: 'not a list' }, { collection: 'team_a.c', points: [{ id: 'x', vector: [1, 2], colour: 'red' }] }, { collection: 7 }]) {
+      const r = await reader.call('upsert', bad);
+      expect(r.structuredContent.error.code, JSON.stringify(bad)).toBe('permission_denied');
+    }
+    expect(reader.audit.filter((a) => a.action === 'upsert' && a.outcome === 'denied' && a.key === 'reader')).toHaveLength(3);
+    // Out of scope: the same, for a write key scoped elsewhere.
+    const scoped = await session({ keyName: 'b-writer', role: 'write', collections: ['team_b.*'] });
+    expect((await scoped.call('upsert', { collection: 'team_a.c', points: 'not a list' })).structuredContent.error.code).toBe('permission_denied');
+    expect((await scoped.call('search', { collection: 'team_a.c', vector: 'no' })).structuredContent.error.code).toBe('permission_denied');
+    // With the right, the same body is a validation error.
+    expect((await scoped.call('upsert', { collection: 'team_b.c', points: 'not a list' })).structuredContent.error.code).toBe('invalid_argument');
+  });
+
+  it('refuses __proto__ and constructor.prototype anywhere in the arguments, storing nothing', async () => {
+    const { call } = await session(admin);
+    await call('create_collection', { name: 'c', dim: 2, metric: 'l2', filterable: [{ path: 'n', field_type: 'numeric' }] });
+    const bodies = [
+      '{"collection":"c","points":[{"id":"x","vector":[1,2],"payload":{"__proto__":{"admin":true}}}]}',
+      '{"collection":"c","points":[{"id":"x","vector":[1,2],"payload":{"constructor":{"prototype":{"admin":true}}}}]}',
+      '{"collection":"c","points":[{"id":"x","vector":[1,2],"payload":{"a":[{"__proto__":1}]}}]}',
+    ];
+    for (const b of bodies) {
+      const r = await call('upsert', JSON.parse(b));
+      expect(r.structuredContent.error?.code, b).toBe('invalid_argument');
+      expect(r.structuredContent.error.message).toMatch(/__proto__|constructor/);
+    }
+    for (const f of ['{"__proto__":{"eq":{"field":"n","value":1}}}', '{"eq":{"field":"n","value":1},"constructor":{"prototype":{}}}']) {
+      const r = await call('search', { collection: 'c', vector: [1, 2], filter: JSON.parse(f) });
+      expect(r.structuredContent.error?.code, f).toBe('invalid_argument');
+    }
+    expect((await call('collection_info', { collection: 'c' })).structuredContent.count).toBe(0);
+    expect(({} as Record<string, unknown>).admin).toBeUndefined();
+  });
 });
