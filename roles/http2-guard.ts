@@ -53,7 +53,10 @@ export function guardHttp2(server: Http2Server | Http2SecureServer, limits: Conn
       if (state.open > 0 || session.closed || session.destroyed) continue;
       if (now - state.idleSinceMs < (state.opened ? limits.idleTimeoutMs : limits.headersTimeoutMs)) continue;
       if (!state.opened) metrics.connectionRefused(transport, 'timeout');
-      session.close(); // no stream open: GOAWAY, then the connection goes
+      // No stream open, so nothing is cut: GOAWAY and the socket goes. (close() would only half-close it
+      // and wait for the peer, which a client that never spoke HTTP/2 does not do.)
+      sessions.delete(session);
+      session.destroy();
     }
     for (const [stream, entry] of pending) {
       if (entry.deadlineMs > now) break;
