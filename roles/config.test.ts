@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { availableParallelism } from 'node:os';
 import { autoSearchWorkers, ConfigError, loadConfig } from './config.js';
+import { DEFAULT_CONNECTION_LIMITS } from './connection-limits.js';
 
 const KEY = 'ab'.repeat(32);
 const base = { SVC_API_KEYS: 's1', SVC_ENCRYPTION_KEY: KEY };
@@ -52,6 +53,21 @@ describe('config', () => {
     expect(loadConfig({ ...base, SVC_SEARCH_WORKERS: '0' }, { cwd: dir() }).searchWorkers).toBe(0);
     expect(refusal({ ...base, SVC_SEARCH_WORKERS: '9' })).toBe('SVC_SEARCH_WORKERS');
     expect(refusal({ ...base, SVC_SEARCH_WORKERS: 'many' })).toBe('SVC_SEARCH_WORKERS');
+  });
+
+  it('connection limits: defaults, svc.toml and environment in seconds, validated', () => {
+    expect(loadConfig(base, { cwd: dir() }).connections).toEqual(DEFAULT_CONNECTION_LIMITS);
+    const c = loadConfig({ ...base, SVC_MAX_CONNECTIONS: '50', SVC_REQUEST_TIMEOUT_SECS: '1.5', SVC_IDLE_TIMEOUT_SECS: '120' },
+      { cwd: dir('grpc_max_connections = 20\nheaders_timeout_secs = 1\nkeepalive_timeout_secs = 2\nmax_connections = 7\n') }).connections;
+    expect(c).toEqual({ restMaxConnections: 50, grpcMaxConnections: 20, headersTimeoutMs: 1000, requestTimeoutMs: 1500, keepAliveTimeoutMs: 2000, idleTimeoutMs: 120_000 });
+    expect(Object.isFrozen(c)).toBe(true);
+    expect(refusal({ ...base, SVC_MAX_CONNECTIONS: '0' })).toBe('SVC_MAX_CONNECTIONS');
+    expect(refusal({ ...base, SVC_GRPC_MAX_CONNECTIONS: 'lots' })).toBe('SVC_GRPC_MAX_CONNECTIONS');
+    expect(refusal({ ...base, SVC_REQUEST_TIMEOUT_SECS: '0' })).toBe('SVC_REQUEST_TIMEOUT_SECS');
+    expect(refusal({ ...base, SVC_KEEPALIVE_TIMEOUT_SECS: '-1' })).toBe('SVC_KEEPALIVE_TIMEOUT_SECS');
+    expect(refusal({ ...base, SVC_IDLE_TIMEOUT_SECS: '99999' })).toBe('SVC_IDLE_TIMEOUT_SECS');
+    // The headers are part of the request: a headers timeout above the request timeout is refused.
+    expect(refusal({ ...base, SVC_HEADERS_TIMEOUT_SECS: '40' })).toBe('SVC_HEADERS_TIMEOUT_SECS');
   });
 
   it('reads [[api_keys]], provider tables and names env keys env:<i>', () => {

@@ -6,6 +6,7 @@ import { parse as parseToml } from 'smol-toml';
 import { DEFAULT_LIMITS, LIMIT_VARIABLES, type Limits } from '../core/base/limits.js';
 import type { Role } from '../core/service/api.js';
 import type { ApiKey } from '../core/service/service.js';
+import { CONNECTION_LIMIT_VARIABLES, DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from './connection-limits.js';
 
 /**
  * Configuration: built-in defaults < svc.toml (./svc.toml or SVC_CONFIG) < SVC_* environment.
@@ -45,6 +46,8 @@ export interface SvcConfig {
   readonly otlp: { endpoint: string | null; serviceName: string; timeoutSecs: number };
   readonly limits: Limits;
   readonly rateLimit: { requestsPerSecond: number; burst: number };
+  /** Connection caps and timeouts per listener (roles/connection-limits.ts); the variables' seconds in ms. */
+  readonly connections: ConnectionLimits;
   /**
    * SVC_SEARCH_WORKERS: threads running dense searches over the shared vectors (core/collection/
    * search-pool.ts). `auto`, the default, is one per core but the event loop's, at most 4 (one on two
@@ -85,7 +88,7 @@ const SCALAR_VARS = [
   'SVC_REST_ADDR', 'SVC_GRPC_ADDR', 'SVC_DATA_DIR', 'SVC_SNAPSHOT_DIR', 'SVC_API_KEYS', 'SVC_ENCRYPTION_KEY',
   'SVC_MASTER_KEY_FILE', 'SVC_TLS_CERT', 'SVC_TLS_KEY', 'SVC_TLS_CLIENT_CA', 'SVC_INSECURE', 'RUST_LOG',
   'SVC_AUDIT_LOG', 'SVC_OTLP_ENDPOINT', 'SVC_OTLP_SERVICE_NAME', 'SVC_OTLP_TIMEOUT_SECS',
-  'SVC_RATE_LIMIT_REQUESTS_PER_SECOND', 'SVC_RATE_LIMIT_BURST', 'SVC_SEARCH_WORKERS', ...Object.values(LIMIT_VARIABLES), ...OTHER_VARS,
+  'SVC_RATE_LIMIT_REQUESTS_PER_SECOND', 'SVC_RATE_LIMIT_BURST', 'SVC_SEARCH_WORKERS', ...Object.values(LIMIT_VARIABLES), ...Object.values(CONNECTION_LIMIT_VARIABLES), ...OTHER_VARS,
 ];
 
 const tomlKey = (v: string): string => (v === 'RUST_LOG' ? 'log' : v.replace(/^SVC_/, '').toLowerCase());
@@ -139,6 +142,8 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, op
     burst: parseInteger('SVC_RATE_LIMIT_BURST', get('SVC_RATE_LIMIT_BURST') ?? '0', 0),
   };
 
+  const connections = connectionLimits(get);
+
   const workersVar = get('SVC_SEARCH_WORKERS');
   const searchWorkers = workersVar === undefined || workersVar.trim() === 'auto'
     ? autoSearchWorkers(availableParallelism()) : parseInteger('SVC_SEARCH_WORKERS', workersVar, 0);
@@ -172,7 +177,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, op
       serviceName: get('SVC_OTLP_SERVICE_NAME') ?? 'svc',
       timeoutSecs: parseNumber('SVC_OTLP_TIMEOUT_SECS', get('SVC_OTLP_TIMEOUT_SECS') ?? '3'),
     },
-    limits, rateLimit, searchWorkers,
+    limits, rateLimit, connections, searchWorkers,
     embedding: providers('embedding'),
     rerank: providers('rerank'),
     other, warnings,
@@ -189,6 +194,39 @@ export function loadMasterKey(env: Readonly<Record<string, string | undefined>>,
   const raw = mergedValues(env, toml);
   const get = (v: string): string | undefined => (raw[v] === undefined || raw[v] === '' ? undefined : raw[v]);
   return masterKey(get('SVC_ENCRYPTION_KEY'), get('SVC_MASTER_KEY_FILE'), cwd, true, []);
+}
+
+/** Most seconds a connection timeout may be: an hour (a larger one is as good as none, and a typo). */
+const TIMEOUT_SECS_MAX = 3600;
+/** Most connections a listener may be allowed: beyond this the process's descriptors run out first anyway. */
+const MAX_CONNECTIONS_LIMIT = 1_000_000;
+
+function connectionLimits(get: (v: string) => string | undefined): ConnectionLimits {
+  const v = CONNECTION_LIMIT_VARIABLES;
+  const count = (field: 'restMaxConnections' | 'grpcMaxConnections'): number => {
+    const s = get(v[field]);
+    const n = s === undefined ? DEFAULT_CONNECTION_LIMITS[field] : parseInteger(v[field], s, 1);
+    if (n > MAX_CONNECTIONS_LIMIT) throw new ConfigError(v[field], `${n} is more than ${MAX_CONNECTIONS_LIMIT}. Fix: keep it below the process's file limit (ulimit -n)`);
+    return n;
+  };
+  // Seconds, fractions allowed (tests use short ones); at least a millisecond, at most an hour.
+  const ms = (field: 'headersTimeoutMs' | 'requestTimeoutMs' | 'keepAliveTimeoutMs' | 'idleTimeoutMs'): number => {
+    const s = get(v[field]);
+    if (s === undefined) return DEFAULT_CONNECTION_LIMITS[field];
+    const secs = parseNumber(v[field], s);
+    if (secs < 0.001 || secs > TIMEOUT_SECS_MAX) throw new ConfigError(v[field], `"${s}" is not a number of seconds between 0.001 and ${TIMEOUT_SECS_MAX}`);
+    return Math.round(secs * 1000);
+  };
+  const limits: ConnectionLimits = {
+    restMaxConnections: count('restMaxConnections'), grpcMaxConnections: count('grpcMaxConnections'),
+    headersTimeoutMs: ms('headersTimeoutMs'), requestTimeoutMs: ms('requestTimeoutMs'),
+    keepAliveTimeoutMs: ms('keepAliveTimeoutMs'), idleTimeoutMs: ms('idleTimeoutMs'),
+  };
+  // node refuses a headers timeout above the request timeout: the headers are part of the request.
+  if (limits.headersTimeoutMs > limits.requestTimeoutMs) {
+    throw new ConfigError(v.headersTimeoutMs, `${limits.headersTimeoutMs / 1000} is more than ${v.requestTimeoutMs}=${limits.requestTimeoutMs / 1000}. Fix: the headers are part of the request; make it at most the request timeout`);
+  }
+  return limits;
 }
 
 function readToml(env: Readonly<Record<string, string | undefined>>, cwd: string, defaultFile: string | null): { file: string | null; toml: Record<string, unknown> } {

@@ -39,7 +39,7 @@ export async function startServer(
 
   const metrics = createPromMetrics();
   const state: RestState = { service: null };
-  const app = buildRestApp(state, { limits: config.limits, metrics, log: logs.target('svc::rest'), tls: config.tls });
+  const app = buildRestApp(state, { limits: config.limits, metrics, log: logs.target('svc::rest'), tls: config.tls, connections: config.connections });
   const listen = async (port: number): Promise<void> => { await app.listen({ host: config.restAddr.host, port }); };
   try {
     await listen(config.restAddr.port);
@@ -123,7 +123,7 @@ async function startGrpc(config: SvcConfig, service: Service, logs: Logs, metric
   };
   const start = (port: number) => startGrpcServer({
     service, host: config.grpcAddr.host, port,
-    tls, limits: config.limits, log: logs.target('svc::grpc'), metrics,
+    tls, limits: config.limits, log: logs.target('svc::grpc'), metrics, connections: config.connections,
   });
   try {
     return await start(config.grpcAddr.port);

@@ -14,6 +14,7 @@ import type { ServiceLogger } from '../../core/service/log.js';
 import { noopMetrics, type Metrics } from '../../core/service/metrics.js';
 import type { Service } from '../../core/service/service.js';
 import { SvcService, type ReplicationEvent } from '../../proto/gen/svc.js';
+import { CONNECTION_LIMIT_VARIABLES, DEFAULT_CONNECTION_LIMITS, noopConnectionMetrics, type ConnectionLimits, type ConnectionMetrics } from '../connection-limits.js';
 import { REQUEST_DECODERS, UNARY_BINDINGS, type UnaryMethod } from './rpcs.js';
 import { REQUEST_ID_KEY, toServiceError } from './status.js';
 import { createGrpcTransport, GrpcStatusError, type GrpcCall, type MethodHandler } from './transport.js';
@@ -53,7 +54,9 @@ export interface GrpcServerOptions {
   tls?: GrpcTls;
   limits: Limits;
   log: ServiceLogger;
-  metrics?: Metrics;
+  metrics?: Metrics & Partial<ConnectionMetrics>;
+  /** Connection cap and timeouts (roles/connection-limits.ts); the defaults when not given. */
+  connections?: ConnectionLimits;
   replication?: ReplicationSource;
   /** How long close() lets calls in flight finish before cutting them. Default 10 s. */
   shutdownGraceMs?: number;
@@ -98,9 +101,19 @@ function requestIdOf(h: IncomingHttpHeaders): string {
   return v !== undefined && /^[\w.:-]{1,128}$/.test(v) ? v : randomUUID();
 }
 
+function hasConnectionMetrics(m: Metrics & Partial<ConnectionMetrics>): m is Metrics & ConnectionMetrics {
+  return typeof m.connectionRefused === 'function' && typeof m.connectionOpened === 'function' && typeof m.connectionClosed === 'function';
+}
+
+/** A request message that did not arrive within SVC_REQUEST_TIMEOUT_SECS: limit_exceeded, as on REST. */
+function limitExceededTimeout(l: ConnectionLimits): SvcError {
+  return new SvcError('limit_exceeded', `the request did not arrive in time (all of it within ${CONNECTION_LIMIT_VARIABLES.requestTimeoutMs}=${l.requestTimeoutMs / 1000} seconds)`);
+}
+
 export async function startGrpcServer(opts: GrpcServerOptions): Promise<GrpcServerHandle> {
   const { service, limits, log } = opts;
   const metrics = opts.metrics ?? noopMetrics;
+  const connectionLimits = opts.connections ?? DEFAULT_CONNECTION_LIMITS;
 
   /** Authenticate the metadata and build the call's context (the service authorizes each operation). */
   function contextOf(call: GrpcCall, requestId: string): CallContext {
@@ -186,6 +199,9 @@ export async function startGrpcServer(opts: GrpcServerOptions): Promise<GrpcServ
       return toServiceError(new SvcError('internal', 'internal error'), requestId);
     },
     onServerError: (e) => log.error({ err: e.message }, 'gRPC server could not accept a connection'),
+    connections: connectionLimits,
+    connectionMetrics: hasConnectionMetrics(metrics) ? metrics : noopConnectionMetrics,
+    requestTimeoutStatus: () => toServiceError(limitExceededTimeout(connectionLimits), randomUUID()),
   });
   const address = `${opts.host.includes(':') ? `[${opts.host}]` : opts.host}:${opts.port}`;
   let port: number;

@@ -13,6 +13,9 @@ import {
   type Http2SecureServer, type Http2Server, type IncomingHttpHeaders, type SecureServerOptions, type ServerHttp2Session, type ServerHttp2Stream,
 } from 'node:http2';
 import type { Socket } from 'node:net';
+import { DEFAULT_CONNECTION_LIMITS, HTTP2_MAX_CONCURRENT_STREAMS, noopConnectionMetrics, type ConnectionLimits, type ConnectionMetrics } from '../connection-limits.js';
+import { guardHttp2 } from '../http2-guard.js';
+import { capConnections } from '../listener-cap.js';
 
 /** gRPC status codes the transport itself sends (the service's come from status.ts). */
 export const GRPC_CODE = {
@@ -62,6 +65,11 @@ export interface GrpcTransportOptions {
   onUnexpected(e: unknown): GrpcStatus;
   /** The listening server failed to accept a connection (it keeps listening). */
   onServerError?(e: Error): void;
+  /** Connection cap (grpcMaxConnections) and timeouts; the defaults when not given. */
+  connections?: ConnectionLimits;
+  connectionMetrics?: ConnectionMetrics;
+  /** The status of a call whose request message did not arrive within the request timeout. */
+  requestTimeoutStatus?(): GrpcStatus;
 }
 
 export interface GrpcTransport {
@@ -70,7 +78,10 @@ export interface GrpcTransport {
   close(graceMs: number): Promise<void>;
 }
 
-const { HTTP2_HEADER_STATUS, HTTP2_HEADER_CONTENT_TYPE, HTTP2_HEADER_METHOD, HTTP2_HEADER_PATH, NGHTTP2_NO_ERROR } = constants;
+const {
+  HTTP2_HEADER_STATUS, HTTP2_HEADER_CONTENT_TYPE, HTTP2_HEADER_METHOD, HTTP2_HEADER_PATH, NGHTTP2_NO_ERROR,
+  NGHTTP2_STREAM_STATE_HALF_CLOSED_REMOTE, NGHTTP2_STREAM_STATE_CLOSED,
+} = constants;
 const TIMEOUT_UNITS: Record<string, number> = { H: 3_600_000, M: 60_000, S: 1000, m: 1, u: 1e-3, n: 1e-6 };
 /** A timer cannot wait longer than this (about 24.8 days); longer deadlines are as good as none. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
@@ -114,15 +125,18 @@ export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
   /** The status a streaming call ends with, read when its trailers are due. */
   const finalStatus = new WeakMap<ServerHttp2Stream, GrpcStatus>();
   let closing = false;
+  const limits = opts.connections ?? DEFAULT_CONNECTION_LIMITS;
+  const connectionMetrics = opts.connectionMetrics ?? noopConnectionMetrics;
 
   const h2Options = {
     // Room for requests of SVC_MAX_REQUEST_BODY_BYTES in flight: the session's memory cap is in MB.
     maxSessionMemory: Math.max(10, Math.ceil((2 * opts.maxReceiveBytes) / 2 ** 20)),
-    settings: { initialWindowSize: 1 << 20 },
+    settings: { initialWindowSize: 1 << 20, maxConcurrentStreams: HTTP2_MAX_CONCURRENT_STREAMS },
   };
   const server: Http2Server | Http2SecureServer = opts.tls
     ? createSecureServer({
       ...h2Options,
+      handshakeTimeout: limits.headersTimeoutMs,
       cert: opts.tls.cert,
       key: opts.tls.key,
       ...(opts.tls.clientCa ? { ca: opts.tls.clientCa, requestCert: true, rejectUnauthorized: true } : {}),
@@ -146,16 +160,36 @@ export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
     socket.once('close', () => sockets.delete(socket));
   });
   server.on('stream', onStream);
+  // At most grpcMaxConnections connections; the first stream within the headers timeout, idle ones closed,
+  // every request message within the request timeout (http2-guard.ts).
+  capConnections(server, limits.grpcMaxConnections, connectionMetrics, 'grpc');
+  const guard = guardHttp2(server, limits, connectionMetrics, 'grpc');
+
+  /** The client may still be sending this stream's request. */
+  function bodyStillComing(stream: ServerHttp2Stream): boolean {
+    if (stream.endAfterHeaders || stream.readableEnded || stream.destroyed) return false;
+    const s = stream.state.state;
+    return s !== NGHTTP2_STREAM_STATE_HALF_CLOSED_REMOTE && s !== NGHTTP2_STREAM_STATE_CLOSED;
+  }
+
+  /** An answer given before the request was read: RST_STREAM NO_ERROR after it, so the client stops sending. */
+  function respondEarly(stream: ServerHttp2Stream, httpStatus: number): void {
+    stream.respond({ [HTTP2_HEADER_STATUS]: httpStatus }, { endStream: true });
+    if (bodyStillComing(stream)) {
+      connectionMetrics.connectionRefused('grpc', 'unread_body');
+      stream.close(NGHTTP2_NO_ERROR);
+    }
+  }
 
   function onStream(stream: ServerHttp2Stream, headers: IncomingHttpHeaders): void {
     stream.on('error', () => undefined); // a reset stream is a cancelled call, seen through 'close'
     if (headers[HTTP2_HEADER_METHOD] !== 'POST') {
-      stream.respond({ [HTTP2_HEADER_STATUS]: 405 }, { endStream: true });
+      respondEarly(stream, 405);
       return;
     }
     const contentType = headers[HTTP2_HEADER_CONTENT_TYPE];
     if (typeof contentType !== 'string' || !contentType.startsWith('application/grpc')) {
-      stream.respond({ [HTTP2_HEADER_STATUS]: 415 }, { endStream: true });
+      respondEarly(stream, 415);
       return;
     }
     const path = String(headers[HTTP2_HEADER_PATH] ?? '');
@@ -209,6 +243,17 @@ export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
 
     const chunks: Buffer[] = [];
     let received = 0;
+    // The request message must arrive within the request timeout (the handler's own time is not bounded here).
+    if (!stream.endAfterHeaders) {
+      guard.expectBody(stream, () => {
+        if (done) return;
+        finish();
+        abort();
+        chunks.length = 0;
+        sendStatus(stream, opts.requestTimeoutStatus?.() ?? status(GRPC_CODE.DEADLINE_EXCEEDED, 'the request message did not arrive in time'), false);
+      });
+    }
+
     stream.on('data', (chunk: Buffer) => {
       if (done) return;
       received += chunk.length;
@@ -303,7 +348,7 @@ export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
   }
 
   /** The status of a call: in trailers once messages went out, else as a Trailers-Only reply. */
-  function sendStatus(stream: ServerHttp2Stream, s: GrpcStatus): void {
+  function sendStatus(stream: ServerHttp2Stream, s: GrpcStatus, countUnread = true): void {
     if (stream.destroyed || stream.closed) return;
     try {
       if (stream.headersSent) {
@@ -314,7 +359,10 @@ export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
       }
       stream.respond({ [HTTP2_HEADER_STATUS]: 200, [HTTP2_HEADER_CONTENT_TYPE]: 'application/grpc', ...statusHeaders(s) }, { endStream: true });
       // The reply is complete: a client still sending is told to stop (RST_STREAM NO_ERROR after it).
-      if (!stream.readableEnded) stream.close(NGHTTP2_NO_ERROR);
+      if (!stream.readableEnded) {
+        if (countUnread && bodyStillComing(stream)) connectionMetrics.connectionRefused('grpc', 'unread_body');
+        stream.close(NGHTTP2_NO_ERROR);
+      }
     } catch {
       abandon(stream);
     }
@@ -335,6 +383,7 @@ export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
     },
     close(graceMs) {
       closing = true;
+      guard.stop();
       // Streams (Replicate's live tail) never end on their own: they end now, with UNAVAILABLE.
       for (const abortStream of streams) abortStream();
       return new Promise((resolve) => {

@@ -1,5 +1,6 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { Agent, request } from 'node:http';
+import { connect } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -160,6 +161,30 @@ describe('REST search routes on the hot path', () => {
     const before = fastifySaw;
     expect((await raw('/v1/collections/a1#x/query', '{"vector": [1, 2]}')).status).toBe(404);
     expect(fastifySaw).toBe(before + 1);
+  });
+
+  it('close the connection after an answer given before the body arrived, as the fastify route does', async () => {
+    // The body is announced and not sent: the 401 must not wait for it, and the socket must not stay open.
+    const held = (head: string) => new Promise<{ head: string; closed: boolean }>((resolve) => {
+      const socket = connect(Number(new URL(base).port), '127.0.0.1');
+      let text = '';
+      socket.on('data', (d) => { text += d.toString(); });
+      socket.on('error', () => undefined);
+      const timer = setTimeout(() => { socket.destroy(); resolve({ head: text.split('\r\n\r\n')[0].toLowerCase(), closed: false }); }, 3000);
+      socket.on('close', () => { clearTimeout(timer); resolve({ head: text.split('\r\n\r\n')[0].toLowerCase(), closed: true }); });
+      socket.write(head);
+    });
+    const before = fastifySaw;
+    const onHot = await held('POST /v1/collections/a1/query HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 4000\r\n\r\n{');
+    expect(fastifySaw).toBe(before);
+    // No content-length: the hot path leaves it to fastify.
+    const onFastify = await held('POST /v1/collections/a1/query HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n1\r\n{\r\n');
+    expect(fastifySaw).toBe(before + 1);
+    for (const r of [onHot, onFastify]) {
+      expect(r.closed).toBe(true);
+      expect(r.head).toMatch(/^http\/1\.1 401/);
+      expect(r.head).toContain('connection: close');
+    }
   });
 
   it('answer not_ready until the engine is open', async () => {

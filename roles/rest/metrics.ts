@@ -2,12 +2,13 @@ import { Counter, Gauge, Registry, type Metric } from 'prom-client';
 import type { SearchPoolStats } from '../../core/collection/search-pool.js';
 import type { DatabaseStats } from '../../core/service/api.js';
 import type { Metrics, RequestLabels } from '../../core/service/metrics.js';
+import type { ConnectionMetrics, ConnectionTransport, RefusalReason } from '../connection-limits.js';
 
 /**
  * prom-client implementation of core/service/metrics.ts, plus engine gauges read at scrape time.
  * The engine gauges are totals without collection labels: /metrics is open, so it names no collection.
  */
-export interface PromMetrics extends Metrics {
+export interface PromMetrics extends Metrics, ConnectionMetrics {
   readonly registry: Registry;
   /** requestFinished for one method and route, looked up once (a route's own onResponse hook). */
   recorder(labels: RequestLabels): (status: number, durationSeconds: number) => void;
@@ -32,6 +33,8 @@ export function createPromMetrics(): PromMetrics {
   registerHttpSeries(registry, series);
   const authFailures = new Counter({ name: 'svc_auth_failures_total', help: 'Rejected authentications', registers: [registry] });
   const rateLimited = new Counter({ name: 'svc_rate_limited_total', help: 'Requests refused by the per-key rate limit', registers: [registry] });
+
+  const connections = connectionSeries(registry);
 
   let source: (() => Promise<DatabaseStats>) | null = null;
   let last: DatabaseStats | null = null;
@@ -91,6 +94,33 @@ export function createPromMetrics(): PromMetrics {
     },
     authFailure() { authFailures.inc(); },
     rateLimited() { rateLimited.inc(); },
+    ...connections,
+  };
+}
+
+/**
+ * svc_connections_open{transport} and svc_connections_refused_total{transport,reason}: per listener, the
+ * connections open now, and those the server closed or refused (roles/connection-limits.ts: `limit`,
+ * `timeout`, `unread_body`). Counted in plain numbers (per connection, not per request) and shown at scrape.
+ */
+function connectionSeries(registry: Registry): ConnectionMetrics {
+  const open: Record<ConnectionTransport, number> = { rest: 0, grpc: 0 };
+  const refused = new Counter({
+    name: 'svc_connections_refused_total', help: 'Connections (or HTTP/2 streams) closed by the server: refused at the cap, timed out, or answered before their body was read',
+    labelNames: ['transport', 'reason'] as const, registers: [registry],
+  });
+  // Every series from zero, so a scrape shows the families before the first refusal.
+  for (const transport of ['rest', 'grpc'] as const) for (const reason of ['limit', 'timeout', 'unread_body'] as const) refused.inc({ transport, reason }, 0);
+  new Gauge({
+    name: 'svc_connections_open', help: 'Connections open on the listener', labelNames: ['transport'] as const, registers: [registry],
+    collect() {
+      for (const t of ['rest', 'grpc'] as const) this.set({ transport: t }, open[t]);
+    },
+  });
+  return {
+    connectionOpened(t) { open[t]++; },
+    connectionClosed(t) { open[t]--; },
+    connectionRefused(t: ConnectionTransport, reason: RefusalReason) { refused.inc({ transport: t, reason }); },
   };
 }
 

@@ -8,6 +8,8 @@ import type { CallContext } from '../../core/service/api.js';
 import type { ServiceLogger } from '../../core/service/log.js';
 import type { Service } from '../../core/service/service.js';
 import type { TlsFiles } from '../config.js';
+import { DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from '../connection-limits.js';
+import { guardRestServer, restServerOptions } from './connections.js';
 import { errorReply, logInternalError, toErrorReply, type ErrorReply } from './errors.js';
 import { hotPath } from './hot-path.js';
 import type { PromMetrics } from './metrics.js';
@@ -24,6 +26,8 @@ export interface RestOptions {
   log: ServiceLogger;
   /** With TLS: HTTP/2 and HTTP/1.1 by ALPN on one port; with clientCa, a client certificate is required. */
   tls?: TlsFiles | null;
+  /** Connection caps and timeouts (roles/connection-limits.ts); the defaults when not given. */
+  connections?: ConnectionLimits;
 }
 
 /** The service arrives when the database is open; until then /v1 answers 503 not_ready. */
@@ -48,7 +52,11 @@ function openService(state: RestState): Service {
 }
 
 export function buildRestApp(state: RestState, opts: RestOptions): FastifyInstance {
+  const tls = opts.tls ?? null;
+  const connectionLimits = opts.connections ?? DEFAULT_CONNECTION_LIMITS;
+  const connections = restServerOptions(connectionLimits, opts.metrics, tls !== null);
   const common = {
+    ...connections.fastify,
     bodyLimit: opts.limits.maxRequestBodyBytes,
     routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
     logger: false,
@@ -56,18 +64,24 @@ export function buildRestApp(state: RestState, opts: RestOptions): FastifyInstan
     ajv: { customOptions: { removeAdditional: false, coerceTypes: false, useDefaults: false, allErrors: false } },
     return503OnClosing: true,
   } as const;
-  const app = (opts.tls
+  const app = (tls
     ? Fastify({
       ...common,
       http2: true,
       https: {
+        ...connections.https,
         allowHTTP1: true,
-        cert: readFileSync(opts.tls.cert),
-        key: readFileSync(opts.tls.key),
-        ...(opts.tls.clientCa ? { ca: readFileSync(opts.tls.clientCa), requestCert: true, rejectUnauthorized: true } : {}),
+        cert: readFileSync(tls.cert),
+        key: readFileSync(tls.key),
+        ...(tls.clientCa ? { ca: readFileSync(tls.clientCa), requestCert: true, rejectUnauthorized: true } : {}),
       },
     })
     : Fastify(common)) as unknown as FastifyInstance;
+  const guard = guardRestServer(app.server as never, connectionLimits, opts.metrics, tls !== null);
+  app.addHook('onClose', (_app, done) => {
+    guard.stop();
+    done();
+  });
 
   app.decorateRequest('svcCtx', null);
 
@@ -125,6 +139,7 @@ export function buildRestApp(state: RestState, opts: RestOptions): FastifyInstan
   const fastifyHandler = listeners[0] as (req: unknown, res: unknown) => void;
   server.removeListener('request', fastifyHandler);
   server.on('request', (req: Parameters<typeof hot>[0], res: Parameters<typeof hot>[1]) => {
+    guard.onRequest(req);
     if (!hot(req, res)) fastifyHandler(req, res);
   });
   return app;
