@@ -135,13 +135,16 @@ describe('REST search routes on the hot path', () => {
       { url: '/v1/collections/a1/query/multi', headers: admin, body: JSON.stringify({ vectors: [[1, 2]], with_vector: true }) },
       { url: '/v1/collections/nope/query', headers: admin, body: '{}' },
       { url: q, headers: admin, body: JSON.stringify({ vector: 'x', k: 20_000 }) },
+      // Authorization first: a key outside its scope learns nothing of a body's faults.
+      { url: '/v1/collections/b1/query', headers: reader, body: '{"vector": [1, 2' },
+      { url: '/v1/collections/b1/query/hybrid', headers: reader, body: '{"vector": [1, 2], "__proto__": {"x": 1}}' },
     ];
     const seen = [];
     for (const c of cases) seen.push(await alike(c));
     expect(seen.map((s) => s.code)).toEqual([
       null, null, null, 'invalid_argument', 'unauthenticated', 'unauthenticated', 'permission_denied', 'not_found', 'invalid_argument', 'invalid_argument',
       'limit_exceeded', 'invalid_argument', 'invalid_argument', 'limit_exceeded', null, 'invalid_argument',
-      'invalid_argument', 'invalid_argument', 'invalid_argument', 'invalid_argument',
+      'invalid_argument', 'invalid_argument', 'invalid_argument', 'invalid_argument', 'permission_denied', 'permission_denied',
     ]);
   });
 

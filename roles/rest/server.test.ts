@@ -136,6 +136,16 @@ describe('REST', () => {
     const reader = { authorization: 'Bearer reader' };
     let r = await app.inject({ method: 'PUT', url: '/v1/collections/a1/points', headers: reader, payload: { nonsense: true } });
     expect([r.statusCode, r.json().error.code]).toEqual([403, 'permission_denied']);
+    // Before the body is even parsed: broken JSON, a poisoned key or the wrong type tell it nothing.
+    const asJson = { ...reader, 'content-type': 'application/json' };
+    for (const payload of ['{"points": [', '{"points": [], "__proto__": {"x": 1}}']) {
+      r = await app.inject({ method: 'PUT', url: '/v1/collections/a1/points', headers: asJson, payload });
+      expect([r.statusCode, r.json().error.code], payload).toEqual([403, 'permission_denied']);
+    }
+    r = await app.inject({ method: 'PUT', url: '/v1/collections/a1/points', headers: { ...reader, 'content-type': 'text/plain' }, payload: 'x' });
+    expect([r.statusCode, r.json().error.code]).toEqual([403, 'permission_denied']);
+    r = await app.inject({ method: 'POST', url: '/v1/collections', headers: asJson, payload: '{"name": ' });
+    expect([r.statusCode, r.json().error.code]).toEqual([403, 'permission_denied']);
     r = await app.inject({ method: 'POST', url: '/v1/collections', headers: reader, payload: { name: 'a2', dim: 2, metric: 'l2' } });
     expect(r.statusCode).toBe(403);
     r = await app.inject({ method: 'GET', url: '/v1/collections/b1', headers: reader });

@@ -182,6 +182,18 @@ function registerRoute(app: FastifyInstance, state: RestState, route: RestRoute,
       }
       done();
     },
+    // Authorization first, as on every transport: role and scope are checked before the body is read or
+    // parsed, so a key without the right learns nothing of a body's faults. The collection comes from the
+    // path; a create names it in its body, so its scope is checked again once the body is parsed.
+    preParsing: (req, _reply, payload, done) => {
+      try {
+        serviceOf().authorize(req.svcCtx!, route.op, route.collection(asRoute(req)));
+      } catch (e) {
+        done(e as Error);
+        return;
+      }
+      done(null, payload);
+    },
     preValidation: (req, _reply, done) => {
       try {
         if (route.body && req.body === undefined) req.body = {};
