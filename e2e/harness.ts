@@ -98,7 +98,7 @@ async function serveOnce(env: Record<string, string>, opts: { cwd?: string; sche
       throw p.stderr().includes('EADDRINUSE') ? new PortTaken(message) : new Error(message);
     }
     if (await probe(base).catch(() => false)) break;
-    if (i === 299) throw new Error(`server not ready: ${p.stderr()}`);
+    if (i === 299) throw new Error(`server not ready: ${p.stderr()} ${p.stdout().slice(-4000)}`);
     await new Promise((r) => setTimeout(r, 100));
   }
   return {

@@ -59,6 +59,11 @@ export interface SvcConfig {
   readonly searchWorkers: number;
   readonly embedding: Readonly<Record<string, ProviderTable>>;
   readonly rerank: Readonly<Record<string, ProviderTable>>;
+  /**
+   * SVC_LEADER_URL (the leader's gRPC address, `http://host:port` or `https://`) and SVC_LEADER_API_KEY
+   * (an admin key there): this node runs as its read replica. null: a leader.
+   */
+  readonly leader: { url: string; apiKey: string } | null;
   /** Every other variable of the spec's table, as given (cluster, replication, raft, tui, demo). */
   readonly other: Readonly<Record<string, string>>;
   /** To be logged at startup; the SVC_INSECURE warning is one of them. */
@@ -163,6 +168,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, op
   }
   const providers = (table: string) => providerTables(table, toml[table], env);
   const snapshotDir = get('SVC_SNAPSHOT_DIR');
+  const leader = leaderOf(get('SVC_LEADER_URL'), get('SVC_LEADER_API_KEY'), insecure);
 
   return deepFreeze({
     configFile: file,
@@ -180,8 +186,29 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, op
     limits, rateLimit, connections, searchWorkers,
     embedding: providers('embedding'),
     rerank: providers('rerank'),
-    other, warnings,
+    leader, other, warnings,
   });
+}
+
+/** The follower's leader: a gRPC URL (CONTRACT.md section 11) and the admin key it presents there. */
+function leaderOf(url: string | undefined, apiKey: string | undefined, insecure: boolean): { url: string; apiKey: string } | null {
+  if (url === undefined) {
+    if (apiKey !== undefined) throw new ConfigError('SVC_LEADER_API_KEY', 'is set without SVC_LEADER_URL. Fix: set the leader\'s gRPC URL too, or remove it');
+    return null;
+  }
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch {
+    throw new ConfigError('SVC_LEADER_URL', `"${url}" is not a URL. Fix: the leader's gRPC address, like http://leader:6334`);
+  }
+  if ((u.protocol !== 'http:' && u.protocol !== 'https:') || u.hostname === '' || u.port === '' || u.pathname.length > 1 || u.search !== '' || u.username !== '') {
+    throw new ConfigError('SVC_LEADER_URL', `"${url}" is not http://host:port or https://host:port. Fix: the leader's gRPC address, like http://leader:6334`);
+  }
+  if (apiKey === undefined && !insecure) {
+    throw new ConfigError('SVC_LEADER_API_KEY', 'is required with SVC_LEADER_URL: the Replicate stream needs an admin key on the leader');
+  }
+  return { url: `${u.protocol}//${u.host}`, apiKey: apiKey ?? '' };
 }
 
 /**

@@ -142,6 +142,13 @@ export interface DatabaseStats {
    */
   per_collection: { name: string; count: number; index: string; index_state: string; vector_bytes: number; graph_bytes: number }[];
   snapshot_status: { manifest_version: number; disk_bytes: number };
+  /**
+   * The node's part in replication: a leader's last durable commit seq (what followers catch up to), or a
+   * follower's state and the leader seq it has applied.
+   */
+  replication?:
+    | { role: 'leader'; commit_seq: number }
+    | { role: 'follower'; state: string; applied_seq: number | null; leader: string };
 }
 
 export interface SnapshotResult {

@@ -282,6 +282,27 @@ export class Collection {
     }
   }
 
+  /**
+   * Until the graph holds every slot written before this call; later writes, and a rebuild a delete
+   * made due, may still wait. Ends under a steady write load, where settle() may not (a follower's
+   * readiness while its stream goes on).
+   */
+  async settleUpToNow(): Promise<void> {
+    const target = this.store.count;
+    while (!this.dropped && this.spec.index !== 'flat' && this.indexedUpTo < target) {
+      // A rebuild in flight (or due) captures at least `target` slots by the time it ends or starts;
+      // waiting for an absorb meanwhile could wait for as long as writes keep the collection stale.
+      const running = this.rebuilding;
+      if (running !== null || this.stale || target - this.indexedUpTo > this.absorbMax() || (this.graph === null && this.indexedUpTo > 0)) {
+        const failed = await (running ?? this.rebuild()).then(() => false, () => true);
+        if (failed) return; // reported by the rebuild; reads stay exact over the unindexed tail
+        continue;
+      }
+      this.scheduleAbsorb();
+      await new Promise<void>((resolve) => this.waiters.push(resolve));
+    }
+  }
+
   /** Starts (or joins) the one rebuild of this collection. */
   rebuild(): Promise<void> {
     if (this.rebuilding !== null) return this.rebuilding;

@@ -228,9 +228,13 @@ export class Database {
   }
 
   /** Resolves when every collection's graph has been built from the store (readiness). */
-  async whenIndexed(): Promise<void> {
+  /**
+   * Until every collection's graph holds every write (`upToNow`: every write made before this call,
+   * which ends under a steady write load: a follower's readiness).
+   */
+  async whenIndexed(opts: { upToNow?: boolean } = {}): Promise<void> {
     await this.ready;
-    await Promise.all([...this.byName.values()].map((c) => c.settle().catch(() => undefined)));
+    await Promise.all([...this.byName.values()].map((c) => (opts.upToNow === true ? c.settleUpToNow() : c.settle()).catch(() => undefined)));
   }
 
   // ---------------------------------------------------------------- collections
@@ -277,6 +281,70 @@ export class Database {
     await this.checkpoints.get(col.uid)?.catch(() => undefined);
     await dropping;
     return { existed: true };
+  }
+
+  // ---------------------------------------------------------------- a follower's writes
+
+  /**
+   * A follower's applied leader seq, durable with the data it covers (DataDir.appendReplicaPosition);
+   * null before its first bootstrap ends, and on a leader.
+   */
+  get replicaSeq(): number | null {
+    const seq = this.dir.replicaSeq;
+    return seq === null || seq === 0 ? null : seq;
+  }
+
+  /**
+   * Follower: the leader's collection, under the leader's uid (so a resumed stream's records find it).
+   * One of that uid already here is kept (a create seen again after a resume); one of the same name with
+   * another uid was dropped on the leader and is dropped here first. Trusts no field: the leader's
+   * spec is parsed as a create body would be.
+   */
+  async replicaCreate(uid: string, name: string, params: object): Promise<void> {
+    this.checkOpen();
+    if (this.byUid.has(uid)) return;
+    const spec = parseCollectionParams(params, this.limits);
+    if (spec.name !== name) throw invalidArgument(`replicated collection ${uid} names itself '${spec.name}', not '${name}'`);
+    const same = this.byName.get(name);
+    if (same !== undefined) await this.replicaDrop(same.uid);
+    await this.dir.createCollection(name, spec as unknown as object, uid);
+    this.newCollection(uid, spec);
+    this.segmentLoad.set(uid, { segments: 0, points: 0 });
+  }
+
+  /** Follower: drops the collection of that uid, if it is here. */
+  async replicaDrop(uid: string): Promise<void> {
+    this.checkOpen();
+    const col = this.byUid.get(uid);
+    if (col === undefined) return;
+    this.forget(uid);
+    const dropping = this.dir.dropCollection(uid);
+    await this.checkpoints.get(uid)?.catch(() => undefined);
+    await dropping;
+  }
+
+  /** Follower bootstrap: every collection goes, the position with them (0: nothing applied). */
+  async replicaReset(): Promise<void> {
+    for (const uid of [...this.byUid.keys()]) await this.replicaDrop(uid);
+    await this.dir.appendReplicaPosition(0);
+  }
+
+  /**
+   * Follower: one of the leader's collection ops, durable in this node's own WAL (sealed with this
+   * node's keys) before it is applied. Snapshot chunks come as `bulk` (a graph build takes them; live
+   * commits are absorbed in place like any write). Several may be in flight: the WAL keeps their order.
+   */
+  async replicaWrite(uid: string, op: Op, bulk: boolean): Promise<void> {
+    this.checkOpen();
+    const col = this.byUid.get(uid);
+    if (col === undefined) throw notFound(`replicated record for unknown collection ${uid}`);
+    await this.write(col, op, bulk);
+  }
+
+  /** Follower: every leader commit up to `leaderSeq` is applied; durable behind the writes before it. */
+  replicaPosition(leaderSeq: number): Promise<void> {
+    this.checkOpen();
+    return this.dir.appendReplicaPosition(leaderSeq);
   }
 
   // ---------------------------------------------------------------- writes
@@ -708,6 +776,7 @@ export class Database {
         return { name: c.spec.name, count: c.count, index: c.spec.index, index_state: c.indexState, vector_bytes: bytes.vectors, graph_bytes: bytes.graph };
       }),
       snapshot_status: { manifest_version: s.manifest_version, disk_bytes: s.disk_bytes },
+      replication: { role: 'leader', commit_seq: this.dir.lastSeq },
     };
   }
 

@@ -170,6 +170,8 @@ export async function* replicationStream(view: ReplicationView, body: unknown, s
       if (r.body === null) continue; // a dropped collection's record: its key is destroyed
       if (r.keyId === 'db') {
         const op = decodeOp(r.body);
+        // A follower's own bookkeeping, in its log when it serves a stream in turn: not the leader's data.
+        if (op.t === 'replica_position') continue;
         if (op.t === 'create_collection') announced.add(op.uid);
       } else if (!resuming && !announced.has(r.keyId)) {
         // A collection whose create was durable before the snapshot's base but not yet in memory when

@@ -27,11 +27,13 @@ export type Op =
 /** Database-level records, sealed with the master-derived 'db' key. */
 export type DbOp =
   | { t: 'create_collection'; uid: string; name: string; params: object }
-  | { t: 'drop_collection'; uid: string };
+  | { t: 'drop_collection'; uid: string }
+  /** A follower's applied position: every leader commit up to `leader_seq` is in the records before it. */
+  | { t: 'replica_position'; leader_seq: number };
 
 export type AnyOp = Op | DbOp;
 
-const TAG = { upsert: 1, delete: 2, upsert_docs: 3, create_collection: 64, drop_collection: 65 } as const;
+const TAG = { upsert: 1, delete: 2, upsert_docs: 3, create_collection: 64, drop_collection: 65, replica_position: 66 } as const;
 const NULL_PAYLOAD = 0xffffffff;
 
 assert(new Uint8Array(new Uint16Array([1]).buffer)[0] === 1, 'svc storage needs a little-endian host');
@@ -160,6 +162,12 @@ export function encodeOp(op: AnyOp): Uint8Array {
       w.u8(TAG.drop_collection);
       w.str16(op.uid);
       break;
+    case 'replica_position':
+      assert(Number.isSafeInteger(op.leader_seq) && op.leader_seq >= 0, 'a replica position is a seq');
+      w.u8(TAG.replica_position);
+      w.u32(op.leader_seq % 2 ** 32);
+      w.u32(Math.floor(op.leader_seq / 2 ** 32));
+      break;
   }
   return w.done();
 }
@@ -213,6 +221,11 @@ export function decodeOp(bytes: Uint8Array): AnyOp {
     case TAG.drop_collection:
       op = { t: 'drop_collection', uid: r.str16() };
       break;
+    case TAG.replica_position: {
+      const lo = r.u32();
+      op = { t: 'replica_position', leader_seq: r.u32() * 2 ** 32 + lo };
+      break;
+    }
     default:
       throw new CodecError(`unknown tag ${tag}`);
   }
@@ -221,5 +234,5 @@ export function decodeOp(bytes: Uint8Array): AnyOp {
 }
 
 export function isDbOp(op: AnyOp): op is DbOp {
-  return op.t === 'create_collection' || op.t === 'drop_collection';
+  return op.t === 'create_collection' || op.t === 'drop_collection' || op.t === 'replica_position';
 }

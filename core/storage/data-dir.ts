@@ -37,7 +37,8 @@ export interface CollectionSummary {
 export interface ReplayRecord {
   seq: number;
   uid: string;
-  op: Op | DbOp;
+  /** A collection's op, or a create or drop (a follower's positions are read into replicaSeq instead). */
+  op: Op | Extract<DbOp, { uid: string }>;
 }
 
 const META = 'svc.meta';
@@ -52,6 +53,7 @@ const KEY_CHECK = Buffer.from('svc key check v1');
 const MODE_INSECURE = 0;
 const MODE_ENCRYPTED = 1;
 const COPY_CHUNK_BYTES = 1 << 20;
+const UID_RE = /^[0-9a-f]{16}$/;
 const segName = (id: number) => `seg-${String(id).padStart(10, '0')}`;
 
 function encodeMeta(sealer: Sealer, mode: number): Buffer {
@@ -76,6 +78,8 @@ export class DataDir implements Keyring {
   private chain: Promise<unknown> = Promise.resolve();
   private closed = false;
   private lock: PathLock | null = null;
+  /** A follower's applied leader seq (the manifest's, then every replica_position record since); null on a leader. */
+  private replicaPosition: number | null = null;
 
   private constructor(private readonly fs: FileSystem, readonly path: string, private readonly opts: DataDirOptions) {
     const mk = opts.masterKey;
@@ -115,6 +119,7 @@ export class DataDir implements Keyring {
     await this.checkMeta();
     this.manifest = await loadManifest(this.fs, this.p(MANIFEST), this.manifestSealer);
     this.manifestBytes = (await this.fs.stat(this.p(MANIFEST)))!.size;
+    this.replicaPosition = this.manifest.replica_position ?? null;
     for (const c of this.manifest.collections) this.sealers.set(c.uid, this.sealerOf(c));
     this.wal = await Wal.open(this.fs, this.p(WAL_DIR), { keyring: this, log: this.opts.log, segmentBytesMax: this.opts.segmentBytesMax });
     await this.finishInterrupted();
@@ -235,7 +240,8 @@ export class DataDir implements Keyring {
   }
 
   private async saveManifest(next: Manifest): Promise<void> {
-    const m = { ...next, manifest_version: this.manifest.manifest_version + 1 };
+    const m: Manifest = { ...next, manifest_version: this.manifest.manifest_version + 1 };
+    if (this.replicaPosition !== null) m.replica_position = this.replicaPosition;
     this.manifestBytes = await saveManifest(this.fs, this.p(MANIFEST), this.manifestSealer, m);
     this.manifest = m;
     const live = new Set(m.collections.map((c) => c.uid));
@@ -306,6 +312,11 @@ export class DataDir implements Keyring {
       if (r.keyId === 'db') {
         const op = this.decode(r.body!, r.seq) as DbOp;
         assert(isDbOp(op), 'db records hold database ops');
+        if (op.t === 'replica_position') {
+          // The last one written wins (a bootstrap writes 0 first: nothing applied yet).
+          this.replicaPosition = op.leader_seq;
+          continue;
+        }
         yield { seq: r.seq, uid: op.uid, op };
         continue;
       }
@@ -317,10 +328,15 @@ export class DataDir implements Keyring {
     }
   }
 
-  createCollection(name: string, params: object): Promise<{ uid: string; seq: number }> {
+  /** `uid`: a follower keeps its leader's (16 hex digits); otherwise a fresh random one. */
+  createCollection(name: string, params: object, givenUid?: string): Promise<{ uid: string; seq: number }> {
     return this.serial(async () => {
       if (this.manifest.collections.some((c) => c.name === name)) throw new SvcError('already_exists', `collection '${name}' already exists`);
-      const uid = randomBytes(8).toString('hex');
+      if (givenUid !== undefined && !UID_RE.test(givenUid)) throw invalidArgument('a collection uid is 16 hex digits');
+      if (givenUid !== undefined && this.manifest.collections.some((c) => c.uid === givenUid)) {
+        throw new SvcError('already_exists', `a collection with uid ${givenUid} already exists`);
+      }
+      const uid = givenUid ?? randomBytes(8).toString('hex');
       const seq = await this.wal.append('db', encodeOp({ t: 'create_collection', uid, name, params }));
       await this.saveManifest({ ...this.manifest, collections: [...this.manifest.collections, this.newEntry(uid, name, params, seq)] });
       return { uid, seq };
@@ -338,6 +354,22 @@ export class DataDir implements Keyring {
       await this.truncateWal();
       return seq;
     });
+  }
+
+  /**
+   * A follower's applied position, durable behind the records it covers (the WAL is a prefix after any
+   * crash, so a position that survived means every record before it did). Replay and the manifest
+   * (saved at every checkpoint) give it back at open.
+   */
+  async appendReplicaPosition(leaderSeq: number): Promise<void> {
+    if (this.closed) throw new SvcError('not_ready', 'the data directory is closed');
+    await this.wal.append('db', encodeOp({ t: 'replica_position', leader_seq: leaderSeq }));
+    this.replicaPosition = leaderSeq;
+  }
+
+  /** The follower's applied leader seq after open and replay (read it once replay() is done); null on a leader. */
+  get replicaSeq(): number | null {
+    return this.replicaPosition;
   }
 
   /** Durable (group-committed with concurrent appends) before it resolves; returns the record's seq. */

@@ -30,6 +30,11 @@ export interface Manifest {
   manifest_version: number;
   format_version: number;
   collections: CollectionEntry[];
+  /**
+   * A follower's applied leader seq as of this manifest (absent on a leader): kept here because the WAL
+   * record that said it goes once every collection's checkpoint is past it.
+   */
+  replica_position?: number;
 }
 
 const MAGIC = Buffer.from('SVCMAN\0\x01', 'latin1');

@@ -1,12 +1,15 @@
 import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { systemClock } from '../../core/base/clock.js';
+import { Follower } from '../../core/cluster/replication/follower.js';
+import { followerEngine } from '../../core/cluster/replication/follower-engine.js';
 import { openDatabase, type ProvidersOptions } from '../../core/index.js';
 import type { EngineApi } from '../../core/service/api.js';
 import type { AuditSink } from '../../core/service/audit.js';
 import { createService, type Service } from '../../core/service/service.js';
 import { logTracer } from '../../core/service/tracing.js';
 import { ConfigError, loadConfig, type SvcConfig } from '../config.js';
+import { grpcReplicationSource } from '../grpc/replicate-client.js';
 import { startGrpcServer } from '../grpc/server.js';
 import { FileAuditSink } from '../log-audit.js';
 import { createLogs, type Logs } from '../log.js';
@@ -87,7 +90,8 @@ async function openAndServe(
     // Server reads never wait for a rebuild unless they ask for strong (the spec's freshness states).
     waitForBulkBuild: false,
   });
-  const engine: EngineApi = db;
+  const follower = config.leader === null ? null : startFollower(config, config.leader, db, logs, metrics);
+  const engine: EngineApi = follower === null ? db : followerEngine({ db, follower, leaderUrl: config.leader!.url });
   const fileSink = config.auditLog !== null ? new FileAuditSink(config.auditLog, {
     masterKeyHex: config.encryptionKey, onWarning: (m) => logs.target('svc::audit').warn({ warning: true }, m),
   }) : null;
@@ -103,9 +107,16 @@ async function openAndServe(
   metrics.setSearchPoolSource(() => db.searchPoolStats());
   try {
     const grpc = await startGrpc(config, service, logs, metrics, fallback);
-    // Readiness (spec): storage open and every collection's index built from it.
-    await db.whenIndexed();
-    state.service = service; // ready: /readyz answers 200 from here on
+    // Readiness (spec): storage open and every collection's index built from it; a follower's only once
+    // its first bootstrap from the leader is complete. Until then /readyz and /v1 answer 503.
+    const ready = async () => {
+      await follower?.whenBootstrapped();
+      // A follower's stream goes on meanwhile: its indexes hold what it had when it got here.
+      await db.whenIndexed({ upToNow: follower !== null });
+      state.service = service; // ready: /readyz answers 200 from here on
+    };
+    if (follower === null) await ready();
+    else void ready().catch((e: unknown) => logs.target('svc').error({ err: (e as Error).message }, 'follower never became ready'));
     return { engine, service, fileSink, grpc, tracer };
   } catch (e) {
     await engine.close();
@@ -113,6 +124,30 @@ async function openAndServe(
     await tracer.shutdown();
     throw e;
   }
+}
+
+/** The read replica's replication loop (core/cluster/replication/follower.ts) over a gRPC Replicate client. */
+function startFollower(config: SvcConfig, leader: { url: string; apiKey: string }, db: Awaited<ReturnType<typeof openDatabase>>, logs: Logs, metrics: ReturnType<typeof createPromMetrics>): Follower {
+  const log = logs.target('svc::replication');
+  const source = grpcReplicationSource({ url: leader.url, apiKey: leader.apiKey, maxMessageBytes: config.limits.maxRequestBodyBytes });
+  const follower = new Follower({
+    source, target: db, clock: systemClock, random: Math.random,
+    sleep: (ms, signal) => new Promise<void>((resolve) => {
+      const t = setTimeout(done, ms);
+      function done(): void {
+        clearTimeout(t);
+        signal.removeEventListener('abort', done);
+        resolve();
+      }
+      signal.addEventListener('abort', done, { once: true });
+    }),
+    log: (level, message, detail) => log[level]({ leader: leader.url, ...detail }, message),
+    onStopped: () => source.close(),
+  });
+  metrics.setReplicationSource(() => follower.stats());
+  log.info({ leader: leader.url, applied_seq: follower.stats().appliedSeq }, 'starting as a read replica');
+  follower.start();
+  return follower;
 }
 
 /** gRPC on SVC_GRPC_ADDR, sharing the service (auth, limits, audit, metrics) with REST. */

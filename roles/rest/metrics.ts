@@ -1,4 +1,5 @@
 import { Counter, Gauge, Registry, type Metric } from 'prom-client';
+import type { FollowerStats } from '../../core/cluster/replication/follower.js';
 import type { SearchPoolStats } from '../../core/collection/search-pool.js';
 import type { DatabaseStats } from '../../core/service/api.js';
 import type { Metrics, RequestLabels } from '../../core/service/metrics.js';
@@ -16,6 +17,8 @@ export interface PromMetrics extends Metrics, ConnectionMetrics {
   setStatsSource(source: (() => Promise<DatabaseStats>) | null): void;
   /** The search pool's counters (Database.searchPoolStats); null, or a source answering null, without a pool. */
   setSearchPoolSource(source: (() => SearchPoolStats | null) | null): void;
+  /** A read replica's replication state (core/cluster/replication/follower.ts); null on a leader. */
+  setReplicationSource(source: (() => FollowerStats) | null): void;
 }
 
 export function createPromMetrics(): PromMetrics {
@@ -81,10 +84,14 @@ export function createPromMetrics(): PromMetrics {
   poolCounter('svc_search_worker_overflow_total', 'Dense searches run on the event loop because every worker was full', (s) => s.overflow);
   poolCounter('svc_search_worker_fallbacks_total', 'Dense searches answered on the event loop because their worker died', (s) => s.fallbacks);
 
+  let replicationSource: (() => FollowerStats) | null = null;
+  replicationSeries(registry, () => replicationSource?.() ?? null);
+
   return {
     registry,
     setStatsSource(s) { source = s; },
     setSearchPoolSource(s) { poolSource = s; },
+    setReplicationSource(s) { replicationSource = s; },
     requestFinished(l, status, seconds) {
       record(seriesOf(l), status, seconds);
     },
@@ -96,6 +103,44 @@ export function createPromMetrics(): PromMetrics {
     rateLimited() { rateLimited.inc(); },
     ...connections,
   };
+}
+
+const FOLLOWER_STATES = ['starting', 'bootstrapping', 'streaming', 'stopped'] as const;
+
+/**
+ * A read replica's replication, read at scrape time (all zero on a leader): its state (one series per
+ * state, 1 for the current one), the leader seq applied, how far it is behind what it has received
+ * (records, and seconds the oldest of them has waited), reconnects and bootstraps.
+ */
+function replicationSeries(registry: Registry, read: () => FollowerStats | null): void {
+  new Gauge({
+    name: 'svc_replication_state', help: 'Follower state: 1 for the current one (starting, bootstrapping, streaming, stopped)',
+    labelNames: ['state'] as const, registers: [registry],
+    collect() {
+      const s = read();
+      for (const state of FOLLOWER_STATES) this.set({ state }, s?.state === state ? 1 : 0);
+    },
+  });
+  const gauge = (name: string, help: string, value: (s: FollowerStats) => number): void => {
+    new Gauge({ name, help, registers: [registry], collect() { const s = read(); this.set(s === null ? 0 : value(s)); } });
+  };
+  gauge('svc_replication_applied_seq', 'Leader commit seq applied and durable on this follower', (s) => s.appliedSeq ?? 0);
+  gauge('svc_replication_lag_records', 'Leader commits received by this follower and not yet applied', (s) => Math.max(0, (s.receivedSeq ?? 0) - (s.appliedSeq ?? 0)));
+  gauge('svc_replication_lag_seconds', 'How long the oldest received, unapplied leader commit has waited', (s) => (s.oldestPendingMs === null ? 0 : Math.max(0, performance.now() - s.oldestPendingMs) / 1000));
+  const counter = (name: string, help: string, value: (s: FollowerStats) => number): void => {
+    let seen = 0;
+    new Counter({
+      name, help, registers: [registry],
+      collect() {
+        const s = read();
+        const now = s === null ? seen : value(s);
+        if (now > seen) this.inc(now - seen);
+        seen = now;
+      },
+    });
+  };
+  counter('svc_replication_reconnects_total', 'Times this follower reconnected to its leader', (s) => s.reconnects);
+  counter('svc_replication_bootstraps_total', 'Full logical snapshots this follower applied (the first, and each re-bootstrap)', (s) => s.bootstraps);
 }
 
 /**

@@ -1,0 +1,59 @@
+import { SvcError } from '../../base/errors.js';
+import type { DatabaseStats } from '../../base/model.js';
+import type { EngineApi, OperationName } from '../../service/api.js';
+import type { Follower } from './follower.js';
+
+/**
+ * A follower's engine: the database for reads, a refusal for every write. Behind the service layer, so
+ * a caller is authenticated and authorized first (a key without the role still gets permission_denied),
+ * and a write then gets read_only_replica without touching anything. Reads answer not_ready until the
+ * first bootstrap is complete, and while a later one runs.
+ */
+
+type Kind = 'read' | 'write' | 'stream';
+
+/** Every operation, classified: the compiler refuses a new one without an entry here. */
+const KINDS: Readonly<Record<OperationName, Kind>> = {
+  listCollections: 'read', collectionInfo: 'read', get: 'read', fetch: 'read', search: 'read', hybridSearch: 'read',
+  searchText: 'read', searchMultiVector: 'read', stats: 'read', snapshot: 'read',
+  upsert: 'write', bulkUpsert: 'write', delete: 'write', upsertText: 'write', upsertDocuments: 'write',
+  deleteDocument: 'write', createCollection: 'write', deleteCollection: 'write',
+  replicate: 'stream',
+};
+
+export interface FollowerEngineOptions {
+  db: EngineApi;
+  follower: Follower;
+  leaderUrl: string;
+}
+
+export function followerEngine(opts: FollowerEngineOptions): EngineApi {
+  const { db, follower } = opts;
+  const refuse = (op: string): never => {
+    throw new SvcError('read_only_replica', `this node is a read replica of ${opts.leaderUrl}: send ${op} to the leader`);
+  };
+  const ready = (): void => {
+    if (!follower.serving) throw new SvcError('not_ready', 'this read replica is bootstrapping from its leader');
+  };
+  const engine: Record<string, unknown> = {};
+  for (const [op, kind] of Object.entries(KINDS) as [OperationName, Kind][]) {
+    const call = (db[op] as (...args: unknown[]) => unknown).bind(db);
+    if (kind === 'write') engine[op] = async () => refuse(op);
+    else if (kind === 'stream') engine[op] = (...args: unknown[]) => call(...args);
+    else engine[op] = async (...args: unknown[]) => {
+      ready();
+      return call(...args);
+    };
+  }
+  engine.stats = async (): Promise<DatabaseStats> => {
+    ready();
+    const s = await db.stats();
+    const f = follower.stats();
+    return { ...s, replication: { role: 'follower', state: f.state, applied_seq: f.appliedSeq, leader: opts.leaderUrl } };
+  };
+  engine.close = async () => {
+    await follower.stop();
+    await db.close();
+  };
+  return engine as EngineApi;
+}

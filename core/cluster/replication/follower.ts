@@ -1,0 +1,268 @@
+import type { Clock } from '../../base/clock.js';
+import { invalidArgument } from '../../base/errors.js';
+import type { ReplicationEvent } from '../../base/model.js';
+import { decodeRecord, type DecodedRecord } from '../../collection/replication.js';
+import type { Op } from '../../storage/codec.js';
+
+/**
+ * The follower (spec, "Node role and replication"): starting -> bootstrapping (a logical snapshot) ->
+ * streaming (the commit tail), and back to starting on any stream error, after a bounded, jittered
+ * back-off. It resumes after its last applied leader seq, which is durable with the data it covers
+ * (Database.replicaPosition); the leader answers a seq it no longer holds with a full snapshot.
+ *
+ * What a reader sees: the follower serves reads only once its first bootstrap is complete, and not while
+ * a later one runs (a bootstrap clears the collections first). Every record is decoded and checked before
+ * any of it is applied, so a malformed one ends the stream (logged, reconnect), never half-applied.
+ */
+
+export type FollowerState = 'starting' | 'bootstrapping' | 'streaming' | 'stopped';
+
+/** The follower's side of the Replicate stream: resume after `afterSeq`, or a full snapshot when absent. */
+export type ReplicationSource = (afterSeq: number | undefined, signal: AbortSignal) => AsyncIterable<ReplicationEvent>;
+
+/** What the follower writes to (core/collection/database.ts implements it). */
+export interface ReplicaTarget {
+  readonly replicaSeq: number | null;
+  replicaReset(): Promise<void>;
+  replicaCreate(uid: string, name: string, params: object): Promise<void>;
+  replicaDrop(uid: string): Promise<void>;
+  replicaWrite(uid: string, op: Op, bulk: boolean): Promise<void>;
+  replicaPosition(leaderSeq: number): Promise<void>;
+}
+
+export interface FollowerOptions {
+  source: ReplicationSource;
+  target: ReplicaTarget;
+  clock: Clock;
+  /** Waits `ms` or until `signal` aborts (real timers in roles/, fast ones in tests). */
+  sleep(ms: number, signal: AbortSignal): Promise<void>;
+  /** Uniform in [0, 1): the jitter of the back-off. */
+  random(): number;
+  log(level: 'info' | 'warn', message: string, detail?: Record<string, unknown>): void;
+  /** First reconnect delay and its cap; each failed attempt doubles it (default 100 ms, 10 s). */
+  backoffMs?: { base: number; max: number };
+  /** Records applied concurrently (their WAL appends share fsyncs); default 256. */
+  inFlightMax?: number;
+  /** Called once the loop has stopped (the source's connection goes). */
+  onStopped?: () => void;
+}
+
+export interface FollowerStats {
+  state: FollowerState;
+  /** The leader seq applied and durable here; null before the first bootstrap ends. */
+  appliedSeq: number | null;
+  /** The highest leader seq seen on the stream. */
+  receivedSeq: number | null;
+  /** When the oldest received record not yet applied arrived (monotonic ms); null when none waits. */
+  oldestPendingMs: number | null;
+  reconnects: number;
+  bootstraps: number;
+  records: number;
+  bytes: number;
+  /** The first bootstrap has completed: reads may be served (unless a later bootstrap runs). */
+  bootstrapped: boolean;
+}
+
+const DEFAULT_BACKOFF = { base: 100, max: 10_000 };
+const IN_FLIGHT_MAX = 256;
+
+export class Follower {
+  private readonly opts: FollowerOptions;
+  private readonly stopping = new AbortController();
+  private running: Promise<void> | null = null;
+  private stream: AbortController | null = null;
+  private readonly st: FollowerStats;
+  private readonly pending: { at: number; done: Promise<void>; settled: boolean }[] = [];
+  private readonly bootstrappedWaiters: (() => void)[] = [];
+  /** The first write in flight that failed: the stream ends at the next record. */
+  private failure: unknown = null;
+
+  constructor(opts: FollowerOptions) {
+    this.opts = opts;
+    const applied = opts.target.replicaSeq;
+    this.st = {
+      state: 'starting', appliedSeq: applied, receivedSeq: applied, oldestPendingMs: null,
+      reconnects: 0, bootstraps: 0, records: 0, bytes: 0,
+      // A follower that restarts with a durable position serves its state at once, as it was.
+      bootstrapped: applied !== null,
+    };
+  }
+
+  stats(): FollowerStats {
+    return { ...this.st, oldestPendingMs: this.pending.find((p) => !p.settled)?.at ?? null };
+  }
+
+  /** Reads may be served: the first bootstrap is complete and none is running now. */
+  get serving(): boolean {
+    return this.st.bootstrapped && this.st.state !== 'bootstrapping';
+  }
+
+  /** Resolves once the first bootstrap is complete (at once after a restart with a position). */
+  whenBootstrapped(): Promise<void> {
+    if (this.st.bootstrapped) return Promise.resolve();
+    return new Promise((resolve) => this.bootstrappedWaiters.push(resolve));
+  }
+
+  start(): void {
+    this.running ??= this.loop();
+  }
+
+  async stop(): Promise<void> {
+    this.stopping.abort();
+    this.stream?.abort();
+    await this.running;
+    this.st.state = 'stopped';
+    this.opts.onStopped?.();
+  }
+
+  private async loop(): Promise<void> {
+    const backoff = this.opts.backoffMs ?? DEFAULT_BACKOFF;
+    let failures = 0;
+    while (!this.stopping.signal.aborted) {
+      this.st.state = 'starting';
+      const progressBefore = this.st.records;
+      try {
+        await this.follow();
+        this.opts.log('info', 'replication stream ended; reconnecting');
+      } catch (e) {
+        if (this.stopping.signal.aborted) break;
+        this.opts.log('warn', 'replication stream failed; reconnecting', { error: e instanceof Error ? e.message : String(e) });
+      }
+      await this.drain().catch(() => undefined);
+      if (this.stopping.signal.aborted) break;
+      this.st.reconnects++;
+      failures = this.st.records > progressBefore ? 1 : failures + 1;
+      // Full jitter: a uniform wait up to an exponentially growing cap, so followers do not retry in step.
+      const cap = Math.min(backoff.max, backoff.base * 2 ** Math.min(failures - 1, 30));
+      await this.opts.sleep(Math.max(1, Math.floor(this.opts.random() * cap)), this.stopping.signal);
+    }
+  }
+
+  private async follow(): Promise<void> {
+    const stream = new AbortController();
+    this.stream = stream;
+    const onStop = () => stream.abort();
+    this.stopping.signal.addEventListener('abort', onStop, { once: true });
+    try {
+      const after = this.opts.target.replicaSeq ?? undefined;
+      for await (const ev of this.opts.source(after, stream.signal)) {
+        if (this.stopping.signal.aborted) return;
+        if (this.failure !== null) throw this.failure;
+        // Decoded whole before anything is applied: a bad record ends the stream here.
+        const rec = decodeRecord(ev.record);
+        this.st.bytes += ev.record.length;
+        await this.apply(rec, ev.seq);
+      }
+    } finally {
+      this.stopping.signal.removeEventListener('abort', onStop);
+      stream.abort();
+      this.stream = null;
+    }
+  }
+
+  private async apply(rec: DecodedRecord, seq: number): Promise<void> {
+    const t = this.opts.target;
+    switch (rec.kind) {
+      case 'snapshotBegin':
+        await this.drain();
+        this.st.state = 'bootstrapping';
+        this.st.bootstraps++;
+        await t.replicaReset();
+        this.st.appliedSeq = null;
+        return;
+      case 'snapshot': {
+        const op = rec.op;
+        if (rec.keyId === 'db') {
+          // Also in the tail: the leader announces a collection its snapshot missed before its first write.
+          if (op?.t !== 'create_collection') throw invalidArgument('a snapshot db record must create a collection');
+          await this.drain();
+          await t.replicaCreate(op.uid, op.name, op.params);
+        } else {
+          if (this.st.state !== 'bootstrapping') throw invalidArgument('a snapshot chunk outside a snapshot');
+          if (op === null || op.t === 'create_collection' || op.t === 'drop_collection' || op.t === 'replica_position') {
+            throw invalidArgument('a snapshot collection record must carry points');
+          }
+          await this.enqueue(t.replicaWrite(rec.keyId, op, true));
+        }
+        this.st.records++;
+        return;
+      }
+      case 'snapshotEnd':
+        if (this.st.state !== 'bootstrapping') throw invalidArgument('a snapshot end outside a snapshot');
+        await this.drain();
+        await t.replicaPosition(seq);
+        this.st.appliedSeq = seq;
+        this.st.receivedSeq = Math.max(this.st.receivedSeq ?? 0, seq);
+        this.streaming();
+        return;
+      case 'commit':
+        await this.commit(rec, seq);
+        return;
+    }
+  }
+
+  private async commit(rec: DecodedRecord, seq: number): Promise<void> {
+    const t = this.opts.target;
+    if (this.st.state === 'bootstrapping') throw invalidArgument('a commit inside a snapshot');
+    if (this.st.appliedSeq === null && !this.st.bootstrapped) throw invalidArgument('a commit before any snapshot');
+    this.st.receivedSeq = Math.max(this.st.receivedSeq ?? 0, seq);
+    this.streaming();
+    const op = rec.op;
+    if (op === null) throw invalidArgument('a commit record without a body');
+    if (rec.keyId === 'db') {
+      // Collection creates and drops are barriers: every write before them lands first.
+      await this.drain();
+      if (op.t === 'create_collection') await t.replicaCreate(op.uid, op.name, op.params);
+      else if (op.t === 'drop_collection') await t.replicaDrop(op.uid);
+      else throw invalidArgument(`a commit db record of kind ${op.t}`);
+      await t.replicaPosition(seq);
+      this.st.appliedSeq = seq;
+      this.st.records++;
+      return;
+    }
+    if (op.t === 'create_collection' || op.t === 'drop_collection' || op.t === 'replica_position') {
+      throw invalidArgument('a collection commit must carry points or deletes');
+    }
+    // The write and then its position, issued back to back: the WAL keeps the order, so a position that
+    // survives a crash covers its write; only the last write may be applied again, which no reader sees.
+    const write = t.replicaWrite(rec.keyId, op, false);
+    const position = t.replicaPosition(seq);
+    await this.enqueue(Promise.all([write, position]).then(() => {
+      if (seq > (this.st.appliedSeq ?? 0)) this.st.appliedSeq = seq;
+    }));
+    this.st.records++;
+  }
+
+  private streaming(): void {
+    if (this.st.state === 'streaming') return;
+    this.st.state = 'streaming';
+    if (!this.st.bootstrapped) {
+      this.st.bootstrapped = true;
+      for (const w of this.bootstrappedWaiters.splice(0)) w();
+    }
+  }
+
+  private async enqueue(done: Promise<void>): Promise<void> {
+    const entry = { at: this.opts.clock.monotonicMs(), done, settled: false };
+    // A failure ends the stream at the next record (or drain), never later: nothing after it is applied
+    // on top of a hole. Until then the promise must not count as unhandled.
+    done.then(() => { entry.settled = true; }, (e: unknown) => {
+      entry.settled = true;
+      this.failure ??= e;
+    });
+    if (this.failure !== null) throw this.failure;
+    this.pending.push(entry);
+    while (this.pending.length > (this.opts.inFlightMax ?? IN_FLIGHT_MAX)) await this.pending.shift()!.done;
+    while (this.pending.length > 0 && this.pending[0].settled) await this.pending.shift()!.done;
+  }
+
+  /** Waits for every write in flight, in order; the first failure is thrown (the stream then restarts). */
+  private async drain(): Promise<void> {
+    try {
+      while (this.pending.length > 0) await this.pending.shift()!.done;
+    } finally {
+      this.pending.length = 0;
+      this.failure = null;
+    }
+  }
+}

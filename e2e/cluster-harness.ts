@@ -1,0 +1,132 @@
+/**
+ * Pieces the cluster tests share (replication now; routing and consensus later): a node launcher on top
+ * of harness.ts's `serve`, a TCP fault proxy to put between two nodes, and the comparison of two nodes'
+ * whole point sets. Imports no project code: everything goes over the wire.
+ */
+import { createConnection, createServer, type Server as NetServer, type Socket } from 'node:net';
+import { api, MASTER, serve, type Server } from './harness.js';
+
+export const KEY = 'cluster-admin-key';
+
+/** A node on its own data directory and master key; `extra` adds SVC_* (a leader URL, say). */
+export async function startNode(dataDir: string, extra: Record<string, string> = {}, masterKey = MASTER): Promise<Server> {
+  return serve({ SVC_API_KEYS: KEY, SVC_ENCRYPTION_KEY: masterKey, SVC_DATA_DIR: dataDir, ...extra });
+}
+
+export function call(node: Server, key = KEY) {
+  return api(node.base, key);
+}
+
+export interface PointRow { id: string; vector: number[]; payload: unknown }
+
+/** Every point of a collection (fetch pages with vectors), sorted by id. */
+export async function allPoints(node: Server, collection: string, key = KEY): Promise<PointRow[]> {
+  const c = call(node, key);
+  const out: PointRow[] = [];
+  let cursor: string | null = null;
+  do {
+    const r: { status: number; json: any } = await c('POST', `/v1/collections/${collection}/points:fetch`, { limit: 1000, cursor, with_vector: true });
+    if (r.status !== 200) throw new Error(`fetch ${collection} on ${node.base}: ${r.status} ${JSON.stringify(r.json)}`);
+    out.push(...(r.json.points as PointRow[]));
+    cursor = r.json.next_cursor;
+  } while (cursor !== null);
+  return out.sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+}
+
+/** The names of a node's collections, sorted. */
+export async function collectionNames(node: Server): Promise<string[]> {
+  const r = await call(node)('GET', '/v1/collections');
+  return (r.json.collections as { name: string }[]).map((c) => c.name).sort();
+}
+
+/** Polls until `check` holds (or throws after `ms`, with the last reason). */
+export async function eventually(what: string, check: () => Promise<true | string>, ms = 30_000): Promise<void> {
+  const until = Date.now() + ms;
+  let last = '';
+  for (;;) {
+    const r = await check().catch((e: unknown) => String(e));
+    if (r === true) return;
+    last = r;
+    if (Date.now() > until) throw new Error(`${what}: still not true after ${ms} ms: ${last}`);
+    await new Promise((res) => setTimeout(res, 100));
+  }
+}
+
+/** The replication part of /v1/stats. */
+export async function replicationOf(node: Server): Promise<{ role: string; commit_seq?: number; applied_seq?: number | null; state?: string }> {
+  const r = await call(node)('GET', '/v1/stats');
+  if (r.status !== 200) throw new Error(`stats on ${node.base}: ${r.status} ${JSON.stringify(r.json)}`);
+  return r.json.replication;
+}
+
+/** Until the follower has applied everything the leader has committed (both asked now). */
+export async function caughtUp(leader: Server, follower: Server, ms = 30_000): Promise<void> {
+  await eventually(`${follower.base} catches up with ${leader.base}`, async () => {
+    const l = await replicationOf(leader);
+    const f = await replicationOf(follower);
+    return f.applied_seq === l.commit_seq ? true : `leader at ${l.commit_seq}, follower ${f.state} at ${f.applied_seq}`;
+  }, ms);
+}
+
+/**
+ * A TCP proxy on 127.0.0.1 to a target port, with faults: `cut()` closes every connection now,
+ * `refuse(true)` closes new ones at once, `delayMs` holds each chunk in both directions, `drop(true)`
+ * swallows bytes (a connection that hangs). Bounded: every socket it made goes at `close()`.
+ */
+export class FaultProxy {
+  port = 0;
+  delayMs = 0;
+  private refusing = false;
+  private dropping = false;
+  private readonly sockets = new Set<Socket>();
+  private readonly server: NetServer;
+
+  constructor(private readonly targetPort: number) {
+    this.server = createServer((client) => {
+      if (this.refusing) {
+        client.destroy();
+        return;
+      }
+      const upstream = createConnection({ host: '127.0.0.1', port: this.targetPort });
+      for (const s of [client, upstream]) {
+        this.sockets.add(s);
+        s.on('close', () => this.sockets.delete(s));
+        s.on('error', () => undefined);
+      }
+      this.pipe(client, upstream);
+      this.pipe(upstream, client);
+      client.on('close', () => upstream.destroy());
+      upstream.on('close', () => client.destroy());
+    });
+  }
+
+  private pipe(from: Socket, to: Socket): void {
+    from.on('data', (chunk: Buffer) => {
+      if (this.dropping) return;
+      if (this.delayMs === 0) to.write(chunk);
+      else setTimeout(() => { if (!to.destroyed) to.write(chunk); }, this.delayMs);
+    });
+  }
+
+  async start(): Promise<void> {
+    await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
+    this.port = (this.server.address() as { port: number }).port;
+  }
+
+  cut(): void {
+    for (const s of this.sockets) s.destroy();
+  }
+
+  refuse(on: boolean): void {
+    this.refusing = on;
+  }
+
+  drop(on: boolean): void {
+    this.dropping = on;
+  }
+
+  async close(): Promise<void> {
+    this.cut();
+    await new Promise<void>((r) => this.server.close(() => r()));
+  }
+}

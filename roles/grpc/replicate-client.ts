@@ -1,0 +1,37 @@
+import { credentials, Metadata } from '@grpc/grpc-js';
+import type { ReplicationEvent } from '../../core/base/model.js';
+import type { ReplicationSource } from '../../core/cluster/replication/follower.js';
+import { SvcClient } from '../../proto/gen/svc.js';
+
+/**
+ * The follower's Replicate client: one gRPC channel to the leader (SVC_LEADER_URL), a server stream per
+ * connection, the admin key as bearer metadata. `https://` uses TLS with the system's roots. A stream
+ * that ends or fails ends the iteration (the follower reconnects); aborting the signal cancels the call.
+ */
+export function grpcReplicationSource(opts: { url: string; apiKey: string; maxMessageBytes: number }): ReplicationSource & { close(): void } {
+  const u = new URL(opts.url);
+  const client = new SvcClient(u.host, u.protocol === 'https:' ? credentials.createSsl() : credentials.createInsecure(), {
+    'grpc.max_receive_message_length': opts.maxMessageBytes,
+    'grpc.max_send_message_length': opts.maxMessageBytes,
+    // A quiet stream stays open: the leader's idle timeout spares a connection with a stream open, and
+    // keepalive pings find a dead leader within about 40 s.
+    'grpc.keepalive_time_ms': 30_000,
+    'grpc.keepalive_timeout_ms': 10_000,
+  });
+  const source = async function* (afterSeq: number | undefined, signal: AbortSignal): AsyncGenerator<ReplicationEvent> {
+    const md = new Metadata();
+    if (opts.apiKey !== '') md.set('authorization', `Bearer ${opts.apiKey}`);
+    const call = client.replicate(afterSeq === undefined ? {} : { after_seq: afterSeq }, md);
+    const cancel = () => call.cancel();
+    signal.addEventListener('abort', cancel, { once: true });
+    try {
+      for await (const ev of call as AsyncIterable<{ seq: number; record: Buffer }>) {
+        yield { seq: Number(ev.seq), record: new Uint8Array(ev.record.buffer, ev.record.byteOffset, ev.record.byteLength) };
+      }
+    } finally {
+      signal.removeEventListener('abort', cancel);
+      call.cancel();
+    }
+  };
+  return Object.assign(source, { close: () => client.close() });
+}
