@@ -25,6 +25,8 @@ export interface OpenOptions {
   snapshotDir?: string;
   /** Worker threads for dense searches (default 0: on the calling thread; SVC_SEARCH_WORKERS for `svc serve`). */
   searchWorkers?: number;
+  /** Most bytes of WAL kept only for connected replication streams (default 1 GiB; SVC_REPLICATION_RETAIN_BYTES). */
+  replicationRetainBytes?: number;
   /**
    * Whether a search right after a bulk load (more new points than the graph absorbs in place) waits
    * for the background graph build rather than scanning the new points exactly. Default true; the
@@ -85,6 +87,7 @@ export async function openDatabase(options: OpenOptions): Promise<Database> {
     embedders,
     rerankers,
     searchWorkers: options.searchWorkers,
+    replicationRetainBytes: options.replicationRetainBytes,
     waitForBulkBuild: options.waitForBulkBuild,
   });
   try {

@@ -55,6 +55,15 @@ describe('config', () => {
     expect(refusal({ ...base, SVC_SEARCH_WORKERS: 'many' })).toBe('SVC_SEARCH_WORKERS');
   });
 
+  it('replication retention: 1 GiB by default, bytes from the environment or svc.toml, validated', () => {
+    expect(loadConfig(base, { cwd: dir() }).replicationRetainBytes).toBe(1024 ** 3);
+    expect(loadConfig({ ...base, SVC_REPLICATION_RETAIN_BYTES: '1048576' }, { cwd: dir() }).replicationRetainBytes).toBe(1 << 20);
+    expect(loadConfig({ ...base, SVC_REPLICATION_RETAIN_BYTES: '0' }, { cwd: dir() }).replicationRetainBytes).toBe(0);
+    expect(loadConfig(base, { cwd: dir('replication_retain_bytes = "4096"\n') }).replicationRetainBytes).toBe(4096);
+    expect(refusal({ ...base, SVC_REPLICATION_RETAIN_BYTES: '-1' })).toBe('SVC_REPLICATION_RETAIN_BYTES');
+    expect(refusal({ ...base, SVC_REPLICATION_RETAIN_BYTES: '1GiB' })).toBe('SVC_REPLICATION_RETAIN_BYTES');
+  });
+
   it('connection limits: defaults, svc.toml and environment in seconds, validated', () => {
     expect(loadConfig(base, { cwd: dir() }).connections).toEqual(DEFAULT_CONNECTION_LIMITS);
     const c = loadConfig({ ...base, SVC_MAX_CONNECTIONS: '50', SVC_REQUEST_TIMEOUT_SECS: '1.5', SVC_IDLE_TIMEOUT_SECS: '120' },

@@ -57,6 +57,13 @@ export interface SvcConfig {
    * h2load: REST QPS +58% with one worker; a lone client's QPS unchanged.
    */
   readonly searchWorkers: number;
+  /**
+   * SVC_REPLICATION_RETAIN_BYTES: most bytes of WAL files a leader keeps only for connected followers
+   * (files every checkpoint is past that a follower has not read yet). Past it the oldest go and the
+   * slowest follower's Replicate stream ends (UNAVAILABLE, reason retention_exceeded); it re-bootstraps
+   * from a snapshot. Default 1 GiB; 0 keeps nothing for followers.
+   */
+  readonly replicationRetainBytes: number;
   readonly embedding: Readonly<Record<string, ProviderTable>>;
   readonly rerank: Readonly<Record<string, ProviderTable>>;
   /**
@@ -69,6 +76,9 @@ export interface SvcConfig {
   /** To be logged at startup; the SVC_INSECURE warning is one of them. */
   readonly warnings: readonly string[];
 }
+
+/** SVC_REPLICATION_RETAIN_BYTES when unset: 1 GiB of WAL kept for followers beyond what checkpoints need. */
+export const REPLICATION_RETAIN_BYTES_DEFAULT = 1 << 30;
 
 /** SVC_SEARCH_WORKERS=auto: one search worker per core but the event loop's, at most this many. */
 const SEARCH_WORKERS_MAX = 4;
@@ -93,7 +103,7 @@ const SCALAR_VARS = [
   'SVC_REST_ADDR', 'SVC_GRPC_ADDR', 'SVC_DATA_DIR', 'SVC_SNAPSHOT_DIR', 'SVC_API_KEYS', 'SVC_ENCRYPTION_KEY',
   'SVC_MASTER_KEY_FILE', 'SVC_TLS_CERT', 'SVC_TLS_KEY', 'SVC_TLS_CLIENT_CA', 'SVC_INSECURE', 'RUST_LOG',
   'SVC_AUDIT_LOG', 'SVC_OTLP_ENDPOINT', 'SVC_OTLP_SERVICE_NAME', 'SVC_OTLP_TIMEOUT_SECS',
-  'SVC_RATE_LIMIT_REQUESTS_PER_SECOND', 'SVC_RATE_LIMIT_BURST', 'SVC_SEARCH_WORKERS', ...Object.values(LIMIT_VARIABLES), ...Object.values(CONNECTION_LIMIT_VARIABLES), ...OTHER_VARS,
+  'SVC_RATE_LIMIT_REQUESTS_PER_SECOND', 'SVC_RATE_LIMIT_BURST', 'SVC_SEARCH_WORKERS', 'SVC_REPLICATION_RETAIN_BYTES', ...Object.values(LIMIT_VARIABLES), ...Object.values(CONNECTION_LIMIT_VARIABLES), ...OTHER_VARS,
 ];
 
 const tomlKey = (v: string): string => (v === 'RUST_LOG' ? 'log' : v.replace(/^SVC_/, '').toLowerCase());
@@ -156,6 +166,9 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, op
     throw new ConfigError('SVC_SEARCH_WORKERS', `${searchWorkers} is more than ${SEARCH_WORKERS_LIMIT}. Fix: about one per core, or auto (0: every search on the event loop)`);
   }
 
+  const retain = get('SVC_REPLICATION_RETAIN_BYTES');
+  const replicationRetainBytes = retain === undefined ? REPLICATION_RETAIN_BYTES_DEFAULT : parseInteger('SVC_REPLICATION_RETAIN_BYTES', retain, 0);
+
   const auditLog = get('SVC_AUDIT_LOG');
   if (auditLog !== undefined && encryptionKey === null) {
     warnings.push('SVC_AUDIT_LOG without a master key: the audit chain is unkeyed, so it shows accidental damage but anyone can rewrite it (SVC_INSECURE=true); verify it with svc admin verify-audit --insecure');
@@ -183,7 +196,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, op
       serviceName: get('SVC_OTLP_SERVICE_NAME') ?? 'svc',
       timeoutSecs: parseNumber('SVC_OTLP_TIMEOUT_SECS', get('SVC_OTLP_TIMEOUT_SECS') ?? '3'),
     },
-    limits, rateLimit, connections, searchWorkers,
+    limits, rateLimit, connections, searchWorkers, replicationRetainBytes,
     embedding: providers('embedding'),
     rerank: providers('rerank'),
     leader, other, warnings,

@@ -51,6 +51,12 @@ export interface DatabaseOptions {
   segmentsMax?: number;
   /** WAL file size at which a new file is started (default 64 MiB); tests make it small to roll and truncate often. */
   walFileBytesMax?: number;
+  /**
+   * Most bytes of WAL files kept only for connected replication streams (files every checkpoint is past);
+   * past it the oldest go and the slowest stream ends so its follower re-bootstraps. Default 1 GiB
+   * (SVC_REPLICATION_RETAIN_BYTES).
+   */
+  replicationRetainBytes?: number;
   embedders?: ReadonlyMap<string, Embedder>;
   rerankers?: ReadonlyMap<string, Reranker>;
   /**
@@ -146,6 +152,7 @@ export class Database {
       masterKey: opts.masterKey,
       log: (message, detail) => log('warn', message, detail),
       segmentBytesMax: opts.walFileBytesMax,
+      replicationRetainBytes: opts.replicationRetainBytes,
     });
     const db = new Database(dir, opts);
     try {

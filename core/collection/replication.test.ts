@@ -3,6 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { ReplicationEvent } from '../base/model.js';
+import type { Wal } from '../storage/wal.js';
+import { FaultyFileSystem } from '../testing/faulty-fs.js';
 import { Database } from './database.js';
 import { buildIndexInline } from './rebuild.js';
 import { decodeRecord, encodeRecord, ReplicationKind, SNAPSHOT_CHUNK_BYTES_MAX } from './replication.js';
@@ -70,6 +72,98 @@ describe('Database.replicate', () => {
       await expect(take(db, bad, () => true)).rejects.toMatchObject({ code: 'invalid_argument' });
     }
     expect(kinds(await take(db, { after_seq: 1_000_000 }, () => true))).toEqual(['snapshotBegin']);
+    await db.close();
+  });
+});
+
+describe('Database.replicate tail and retention', () => {
+  const vec = (i: number) => [i, i + 1, i + 2, i + 3];
+
+  /** On the faulty file system: small WAL files, frequent checkpoints (each one truncates the WAL). */
+  async function openSmall(replicationRetainBytes?: number): Promise<Database> {
+    const fs = new FaultyFileSystem(41);
+    fs.yieldEachOp = false;
+    return Database.open({
+      dataDir: '/data', masterKey: new Uint8Array(32).fill(9), buildIndex: buildIndexInline, fs,
+      walFileBytesMax: 4096, checkpointPoints: 20, ...(replicationRetainBytes !== undefined ? { replicationRetainBytes } : {}),
+    });
+  }
+
+  /** Waits (boundedly) for the background checkpoints to finish. */
+  async function checkpointsDone(db: Database): Promise<void> {
+    const running = (db as unknown as { checkpoints: Map<string, Promise<void>> }).checkpoints;
+    for (let i = 0; i < 1000 && running.size > 0; i++) await Promise.all([...running.values()]);
+  }
+
+  async function writeMany(db: Database, batches: number): Promise<void> {
+    for (let b = 0; b < batches; b++) {
+      await db.upsert('c', { points: Array.from({ length: 10 }, (_, i) => ({ id: `p${b}-${i}`, vector: vec(i) })) });
+      await checkpointsDone(db);
+    }
+  }
+
+  it('a caught-up stream gets each commit as it is made durable, not on a timer', async () => {
+    const db = await openSmall();
+    await db.createCollection({ name: 'c', dim: 4, metric: 'l2', index: 'flat' });
+    const ac = new AbortController();
+    const it = db.replicate({ after_seq: db.replicationView().log.lastSeq }, ac.signal)[Symbol.asyncIterator]();
+    const n = 20;
+    const started = performance.now();
+    for (let i = 0; i < n; i++) {
+      const next = it.next();
+      const seq = await db.upsert('c', { points: [{ id: `p${i}`, vector: vec(i) }] }).then(() => db.replicationView().log.lastSeq);
+      expect((await next).value.seq).toBe(seq);
+    }
+    // A stream that polled every 50 ms would take at least n * 50 ms here (each commit comes just after a poll).
+    expect(performance.now() - started).toBeLessThan(n * 25);
+    ac.abort();
+    expect((await it.next()).done).toBe(true);
+    expect((db.replicationView().log as Wal).waiting).toBe(0);
+    await db.close();
+  });
+
+  it('checkpoints keep the WAL an open stream has not sent yet, and drop it once the stream ends', async () => {
+    const db = await openSmall();
+    await db.createCollection({ name: 'c', dim: 4, metric: 'l2', index: 'flat' });
+    const log = db.replicationView().log as Wal;
+    const ac = new AbortController();
+    const it = db.replicate(undefined, ac.signal)[Symbol.asyncIterator]();
+    let base = 0;
+    for (;;) {
+      const e = (await it.next()).value as ReplicationEvent;
+      if (decodeRecord(e.record).kind === 'snapshotEnd') {
+        base = e.seq;
+        break;
+      }
+    }
+    // The follower reads nothing while 40 records are written and checkpointed.
+    await writeMany(db, 40);
+    expect(log.lastSeq).toBeGreaterThan(base + 30);
+    expect(log.firstRetainedSeq).toBeLessThanOrEqual(base + 1);
+    const got: number[] = [];
+    while (got.length < log.lastSeq - base) got.push(((await it.next()).value as ReplicationEvent).seq);
+    expect(got).toEqual(Array.from({ length: log.lastSeq - base }, (_, i) => base + 1 + i));
+    ac.abort();
+    expect((await it.next()).done).toBe(true);
+    expect(log.holdCount).toBe(0);
+    await writeMany(db, 3);
+    expect(log.firstRetainedSeq).toBeGreaterThan(base + 1);
+    await db.close();
+  });
+
+  it('past SVC_REPLICATION_RETAIN_BYTES the slow stream ends (retention_exceeded) and its resume gets a snapshot', async () => {
+    const db = await openSmall(8192);
+    await db.createCollection({ name: 'c', dim: 4, metric: 'l2', index: 'flat' });
+    const log = db.replicationView().log as Wal;
+    const base = log.lastSeq;
+    const it = db.replicate({ after_seq: base }, new AbortController().signal)[Symbol.asyncIterator]();
+    await writeMany(db, 1);
+    expect(((await it.next()).value as ReplicationEvent).seq).toBe(base + 1);
+    await writeMany(db, 60);
+    expect(log.firstRetainedSeq).toBeGreaterThan(base + 2);
+    await expect(it.next()).rejects.toMatchObject({ code: 'unavailable', detail: { reason: 'retention_exceeded' } });
+    expect(log.holdCount).toBe(0);
+    expect(kinds(await take(db, { after_seq: base + 1 }, () => true))).toEqual(['snapshotBegin']);
     await db.close();
   });
 });

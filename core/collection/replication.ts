@@ -1,7 +1,7 @@
-import { invalidArgument } from '../base/errors.js';
+import { invalidArgument, SvcError } from '../base/errors.js';
 import type { ReplicationEvent } from '../base/model.js';
 import { decodeOp, encodeOp, type AnyOp, type Op } from '../storage/codec.js';
-import type { Wal } from '../storage/wal.js';
+import type { CommitLog, RetentionHold } from '../storage/commit-log.js';
 import type { CollectionSpec } from './params.js';
 
 /**
@@ -18,6 +18,13 @@ import type { CollectionSpec } from './params.js';
  * the seq sampled before reading it. Every op is a whole-point upsert, a delete or a create/drop by uid,
  * so applying in seq order an op the snapshot already reflected converges to the leader's state: once a
  * follower has applied the tail past the snapshot's end it matches the leader at that seq.
+ *
+ * Tail: a caught-up stream waits on the log's `waitFor`, woken by the group commit that made the next
+ * record durable. Retention: the stream holds the log from the first seq it still has to send (taken
+ * before the snapshot is read, advanced as commits are sent, released when the stream ends), so
+ * checkpoints keep those files, up to the log's bound (SVC_REPLICATION_RETAIN_BYTES). A follower that
+ * falls further behind loses its hold: its stream ends with `unavailable`, detail reason
+ * `retention_exceeded`, and its next Replicate (any after_seq no longer retained) gets a full snapshot.
  */
 
 export const REPLICATION_FORMAT_VERSION = 1;
@@ -26,12 +33,9 @@ export type ReplicationKindName = keyof typeof ReplicationKind;
 
 /** Snapshot chunks stay below this size (a batch of points is split to fit; one point may exceed it). */
 export const SNAPSHOT_CHUNK_BYTES_MAX = 1 << 20;
-/** How often a caught-up stream checks the WAL for new commits. */
-export const TAIL_POLL_MS = 50;
-
 /** What the stream reads from the Database: never a write. */
 export interface ReplicationView {
-  readonly log: Wal;
+  readonly log: CommitLog;
   /** The live collections now, each with a check that it is still live (not dropped since). */
   collections(): { uid: string; spec: CollectionSpec; captureAll(): Iterable<Op>; live(): boolean }[];
   isClosed(): boolean;
@@ -105,16 +109,10 @@ function slice(op: Op, from: number, to: number): Op {
   return op;
 }
 
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    const t = setTimeout(done, ms);
-    function done(): void {
-      clearTimeout(t);
-      signal?.removeEventListener('abort', done);
-      resolve();
-    }
-    signal?.addEventListener('abort', done, { once: true });
-  });
+/** The stream's error once its hold is lost: the follower must re-bootstrap. */
+function fellBehind(hold: RetentionHold): SvcError {
+  const lost = hold.lost!;
+  return new SvcError('unavailable', `replication stream ended: ${lost.message}`, { ...lost.detail });
 }
 
 /**
@@ -125,47 +123,70 @@ function sleep(ms: number, signal?: AbortSignal): Promise<void> {
 export async function* replicationStream(view: ReplicationView, body: unknown, signal?: AbortSignal): AsyncGenerator<ReplicationEvent> {
   const asked = parseAfterSeq(body);
   const log = view.log;
+  // Aborted by the caller's signal, or when truncation takes the records this stream still needs.
+  const stop = new AbortController();
+  const onAbort = (): void => stop.abort();
+  if (signal?.aborted) stop.abort();
+  else signal?.addEventListener('abort', onAbort, { once: true });
+  let hold: RetentionHold | undefined;
+  try {
+    const resume = asked !== undefined && asked + 1 >= log.firstRetainedSeq && asked <= log.lastSeq;
+    // Taken before anything is read (no await in between): the records after the base stay on disk.
+    hold = log.hold((resume ? asked : log.lastSeq) + 1, () => stop.abort());
+    yield* streamFrom(view, resume ? asked : undefined, hold, stop.signal);
+    if (hold.lost !== null) throw fellBehind(hold);
+  } catch (e) {
+    // A read of a file deleted under the stream: the hold's reason, not ENOENT.
+    if (hold?.lost != null) throw fellBehind(hold);
+    throw e;
+  } finally {
+    hold?.release();
+    signal?.removeEventListener('abort', onAbort);
+  }
+}
+
+async function* streamFrom(view: ReplicationView, resumeAfter: number | undefined, hold: RetentionHold, signal: AbortSignal): AsyncGenerator<ReplicationEvent> {
+  const log = view.log;
   let after: number;
   // Collections the follower has been told about (by the snapshot, or a create in the tail); not tracked
   // when resuming, where the follower already knows what it needs.
   const announced = new Set<string>();
-  let resuming = false;
-  if (asked !== undefined && asked + 1 >= log.firstRetainedSeq && asked <= log.lastSeq) {
-    after = asked;
-    resuming = true;
+  const resuming = resumeAfter !== undefined;
+  if (resumeAfter !== undefined) {
+    after = resumeAfter;
   } else {
-    const base = log.lastSeq;
+    const base = hold.floorSeq - 1;
     // Writes durable up to `base` are applied to memory by their continuations: let those run first.
     await new Promise<void>((r) => setImmediate(r));
     yield { seq: base, record: encodeRecord(ReplicationKind.snapshotBegin, 'db') };
     for (const c of view.collections()) {
-      if (signal?.aborted || view.isClosed()) return;
+      if (signal.aborted || view.isClosed()) return;
       if (!c.live()) continue; // dropped meanwhile: its drop record comes in the tail
       announced.add(c.uid);
       yield { seq: 0, record: encodeRecord(ReplicationKind.snapshot, 'db', encodeOp({ t: 'create_collection', uid: c.uid, name: c.spec.name, params: c.spec })) };
       const it = c.captureAll()[Symbol.iterator]();
       for (;;) {
         // Checked before every step: a dropped collection's memory is gone.
-        if (signal?.aborted || view.isClosed()) return;
+        if (signal.aborted || view.isClosed()) return;
         if (!c.live()) break;
         const next = it.next();
         if (next.done) break;
         for (const part of chunks(next.value)) yield { seq: 0, record: encodeRecord(ReplicationKind.snapshot, c.uid, encodeOp(part)) };
       }
     }
-    if (signal?.aborted || view.isClosed()) return;
+    if (signal.aborted || view.isClosed()) return;
     yield { seq: base, record: encodeRecord(ReplicationKind.snapshotEnd, 'db') };
     after = base;
   }
   let next = after + 1;
-  while (!signal?.aborted && !view.isClosed()) {
+  while (!signal.aborted && !view.isClosed()) {
     if (log.lastSeq < next) {
-      await sleep(TAIL_POLL_MS, signal);
+      await log.waitFor(next, signal);
       continue;
     }
     // readFrom stops at the last durable seq at the time of the call; loop for the rest.
     for await (const r of log.readFrom(next)) {
-      if (signal?.aborted) return;
+      if (signal.aborted) return;
       next = r.seq + 1;
       if (r.body === null) continue; // a dropped collection's record: its key is destroyed
       if (r.keyId === 'db') {
@@ -182,6 +203,9 @@ export async function* replicationStream(view: ReplicationView, body: unknown, s
         yield { seq: 0, record: encodeRecord(ReplicationKind.snapshot, 'db', encodeOp({ t: 'create_collection', uid: c.uid, name: c.spec.name, params: c.spec })) };
       }
       yield { seq: r.seq, record: encodeRecord(ReplicationKind.commit, r.keyId, r.body) };
+      // Sent and taken by the consumer: the log may drop what is before it.
+      hold.advance(next);
     }
+    hold.advance(next);
   }
 }

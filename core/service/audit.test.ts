@@ -106,6 +106,18 @@ describe('keyed audit chain', () => {
     }), { numRuns: 500 });
   });
 
+  it('the end of a Replicate stream is a line with its reason and what it sent, sealed like any other', () => {
+    const r: AuditRecord = {
+      ts: '2024-01-02T03:04:05.000Z', key: 'admin', action: 'replicate_end', resource: 'database', outcome: 'error', status: 503,
+      request_id: 'r1', remote: '10.0.0.2:5000', stream: { reason: 'retention_exceeded', events: 12, bytes: 3400, last_seq: 99 },
+    };
+    const lines = chained(KEY, [r]);
+    expect(JSON.parse(lines[0])).toMatchObject({ action: 'replicate_end', reason: 'retention_exceeded', events: 12, bytes: 3400, last_seq: 99 });
+    expect(verifyAuditChain(text(lines), KEY)).toEqual({ ok: true, lines: 1 });
+    const edited = lines[0].replace('"events":12', '"events":13');
+    expect(verifyAuditChain(text([edited]), KEY).ok).toBe(false);
+  });
+
   it('an edit of only the last line is reported (a plain hash chain missed it)', () => {
     const records = fc.sample(recordArb, { numRuns: 3, seed: 1 });
     const lines = chained(KEY, records);

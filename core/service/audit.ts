@@ -25,6 +25,16 @@ export interface AuditRecord {
   status: number;
   request_id: string;
   remote: string;
+  /** The end of a stream (action `replicate_end`): why it ended and what it sent. */
+  stream?: StreamEnd;
+}
+
+/** Why a Replicate stream ended, and how much it sent (events, record bytes, the last seq it carried). */
+export interface StreamEnd {
+  reason: 'client_cancel' | 'leader_closing' | 'retention_exceeded' | 'error';
+  events: number;
+  bytes: number;
+  last_seq: number;
 }
 
 /** Receives records in order; the file writer (roles/) and the logger are sinks. Must not throw. */
@@ -70,7 +80,9 @@ function unseal(line: string): { content: string; mac: Uint8Array } | null {
 function recordText(r: AuditRecord, extra: Record<string, string> = {}): string {
   return JSON.stringify({
     ts: r.ts, key: r.key, action: r.action, resource: r.resource, outcome: r.outcome,
-    status: r.status, request_id: r.request_id, remote: r.remote, ...extra,
+    status: r.status, request_id: r.request_id, remote: r.remote,
+    ...(r.stream !== undefined ? { reason: r.stream.reason, events: r.stream.events, bytes: r.stream.bytes, last_seq: r.stream.last_seq } : {}),
+    ...extra,
   });
 }
 

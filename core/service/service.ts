@@ -2,8 +2,9 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type { Clock } from '../base/clock.js';
 import { SvcError, toSvcError } from '../base/errors.js';
 import type { Limits } from '../base/limits.js';
+import type { ReplicationEvent } from '../base/model.js';
 import type { CallContext, EngineApi, OperationName, Principal, Role, SvcApi } from './api.js';
-import type { AuditOutcome, AuditSink } from './audit.js';
+import type { AuditOutcome, AuditSink, StreamEnd } from './audit.js';
 import { HTTP_STATUS } from './http-status.js';
 import type { ServiceLogger } from './log.js';
 import type { Metrics } from './metrics.js';
@@ -69,6 +70,23 @@ function keyEntries(keys: readonly ApiKey[]): KeyEntry[] {
   });
 }
 
+/** The reason a transport gives when it aborts a stream because the server is shutting down. */
+export const SERVER_CLOSING_REASON = 'server_closing';
+
+/**
+ * Why a Replicate stream ended: the leader's log no longer held what the follower needed, another error,
+ * the leader shutting down (the database closed, or the transport aborted with SERVER_CLOSING_REASON),
+ * or the client going away (its cancel, or the consumer no longer reading).
+ */
+function streamEndReason(error: SvcError | undefined, completed: boolean, signal: AbortSignal | undefined): StreamEnd['reason'] {
+  if (error !== undefined) return error.detail.reason === 'retention_exceeded' ? 'retention_exceeded' : 'error';
+  if (signal?.aborted === true) {
+    const why: unknown = signal.reason;
+    return why instanceof SvcError && why.detail.reason === SERVER_CLOSING_REASON ? 'leader_closing' : 'client_cancel';
+  }
+  return completed ? 'leader_closing' : 'client_cancel';
+}
+
 export function createService(engine: EngineApi, opts: ServiceOptions): Service {
   const entries = keyEntries(opts.keys);
   const buckets = new TokenBuckets(opts.rateLimit, opts.clock);
@@ -82,10 +100,10 @@ export function createService(engine: EngineApi, opts: ServiceOptions): Service 
    */
   const known = new Map<string, Principal>();
 
-  function audit(action: string, key: string, resource: string, outcome: AuditOutcome, status: number, requestId: string, remote: string): void {
+  function audit(action: string, key: string, resource: string, outcome: AuditOutcome, status: number, requestId: string, remote: string, stream?: StreamEnd): void {
     const record = {
       ts: new Date(opts.clock.nowMs()).toISOString(), key, action, resource, outcome, status,
-      request_id: requestId, remote,
+      request_id: requestId, remote, ...(stream !== undefined ? { stream } : {}),
     };
     try {
       opts.audit.append(record);
@@ -149,24 +167,36 @@ export function createService(engine: EngineApi, opts: ServiceOptions): Service 
     }
   }
 
-  /** One span for a whole stream, with the number of events sent and how it ended. */
-  async function* traced<T>(ctx: CallContext, source: AsyncIterable<T>): AsyncGenerator<T> {
+  /**
+   * One span for a whole stream, with the number of events sent and how it ended; the end audited
+   * (`replicate_end`: reason, events, bytes, last seq) and counted (followers, bytes streamed).
+   */
+  async function* traced(ctx: CallContext, source: AsyncIterable<ReplicationEvent>, signal?: AbortSignal): AsyncGenerator<ReplicationEvent> {
     const span = tracer.startSpan('svc.replicate', { transport: ctx.transport, request_id: ctx.requestId });
-    let count = 0;
-    let code: string | undefined;
+    const sent = { events: 0, bytes: 0, last_seq: 0 };
+    let error: SvcError | undefined;
+    let completed = false;
+    opts.metrics.replicationFollowers?.(1);
     try {
       for await (const item of source) {
-        count++;
+        sent.events++;
+        sent.bytes += item.record.byteLength;
+        if (item.seq > 0) sent.last_seq = item.seq;
+        opts.metrics.replicationBytesStreamed?.(item.record.byteLength);
         yield item;
       }
+      completed = true;
     } catch (e) {
-      const err = toSvcError(e);
-      code = err.code;
-      if (err.code === 'internal') opts.log.error({ request_id: ctx.requestId, op: 'replicate', cause: err.detail.cause }, 'internal error');
-      throw err;
+      error = toSvcError(e);
+      if (error.code === 'internal') opts.log.error({ request_id: ctx.requestId, op: 'replicate', cause: error.detail.cause }, 'internal error');
+      throw error;
     } finally {
-      span.setAttributes({ count });
-      span.end(code);
+      opts.metrics.replicationFollowers?.(-1);
+      span.setAttributes({ count: sent.events });
+      span.end(error?.code);
+      const reason = streamEndReason(error, completed, signal);
+      audit('replicate_end', ctx.principal.keyName, 'database', error === undefined ? 'ok' : 'error', error === undefined ? 200 : HTTP_STATUS[error.code],
+        ctx.requestId, ctx.remote ?? '', { reason, ...sent });
     }
   }
 
@@ -267,7 +297,7 @@ export function createService(engine: EngineApi, opts: ServiceOptions): Service 
     replicate: (ctx, body, signal) => {
       authorize(ctx, 'replicate', undefined);
       audit('replicate', ctx.principal.keyName, 'database', 'ok', 200, ctx.requestId, ctx.remote ?? '');
-      return traced(ctx, engine.replicate(body, signal));
+      return traced(ctx, engine.replicate(body, signal), signal);
     },
   };
 }

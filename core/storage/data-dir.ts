@@ -9,6 +9,7 @@ import { FORMAT_VERSION, aad, crc } from './format.js';
 import { dirName, joinPath, mkdirDurable, writeFileAtomic, type FileSystem, type PathLock } from './fs.js';
 import { loadManifest, saveManifest, type CollectionEntry, type Manifest } from './manifest.js';
 import { SegmentWriter, readSegment } from './segment.js';
+import type { CommitLog } from './commit-log.js';
 import { Wal, type Keyring, type StorageLog } from './wal.js';
 
 /**
@@ -23,6 +24,8 @@ export interface DataDirOptions {
   log: StorageLog;
   /** WAL file size at which a new file is started. */
   segmentBytesMax?: number;
+  /** Most bytes of WAL files kept only for replication readers (WalOptions.retainBytesMax; default 1 GiB). */
+  replicationRetainBytes?: number;
 }
 
 export interface CollectionSummary {
@@ -121,7 +124,9 @@ export class DataDir implements Keyring {
     this.manifestBytes = (await this.fs.stat(this.p(MANIFEST)))!.size;
     this.replicaPosition = this.manifest.replica_position ?? null;
     for (const c of this.manifest.collections) this.sealers.set(c.uid, this.sealerOf(c));
-    this.wal = await Wal.open(this.fs, this.p(WAL_DIR), { keyring: this, log: this.opts.log, segmentBytesMax: this.opts.segmentBytesMax });
+    this.wal = await Wal.open(this.fs, this.p(WAL_DIR), {
+      keyring: this, log: this.opts.log, segmentBytesMax: this.opts.segmentBytesMax, retainBytesMax: this.opts.replicationRetainBytes,
+    });
     await this.finishInterrupted();
     await this.removeOrphans();
   }
@@ -416,6 +421,7 @@ export class DataDir implements Keyring {
     });
   }
 
+  /** Deletes the WAL files every checkpoint is past, but for those a replication reader holds (within its bound). */
   private async truncateWal(): Promise<void> {
     const cps = this.manifest.collections.map((c) => c.checkpoint_seq);
     const upto = cps.length === 0 ? this.wal.lastSeq : Math.min(...cps);
@@ -492,8 +498,8 @@ export class DataDir implements Keyring {
     return this.wal.lastSeq;
   }
 
-  /** The commit log, for replication: `readFrom(seq)` from any retained seq. */
-  get log(): Wal {
+  /** The commit log, read-only, for replication: `readFrom(seq)` from any retained seq, `waitFor`, `hold`. */
+  get log(): CommitLog {
     return this.wal;
   }
 

@@ -1,6 +1,7 @@
 import { assert } from '../base/assert.js';
 import { SvcError } from '../base/errors.js';
 import type { Sealer } from '../crypto/sealer.js';
+import type { CommitLog, LogRecord, RetentionHold } from './commit-log.js';
 import { StorageCorruption } from './errors.js';
 import { ChunkReader, FILE_HEADER_BYTES, aad, crc, fileHeader } from './format.js';
 import { joinPath, mkdirDurable, type FileHandle, type FileSystem } from './fs.js';
@@ -12,6 +13,11 @@ import { joinPath, mkdirDurable, type FileHandle, type FileSystem } from './fs.j
  *
  * Files: `<dir>/<first seq, 20 digits>.wal`, each a 16-byte header then frames. Appends are group
  * committed: whatever arrives while an fsync is in flight goes out in the next single write + fsync.
+ *
+ * Readers (replication) see it as a CommitLog (commit-log.ts): `readFrom` finds the file by its name and
+ * the position in it from a sparse in-memory index (one mark every WAL_INDEX_STRIDE_BYTES, made as
+ * records are appended and as files are scanned at open); `waitFor` is woken by the group commit; a
+ * RetentionHold keeps files that truncation would delete, within `retainBytesMax`.
  */
 
 export interface Keyring {
@@ -25,16 +31,24 @@ export interface WalOptions {
   log: StorageLog;
   /** A file is rolled (a new one started) once it reaches this size; whole files are the unit of truncation. */
   segmentBytesMax?: number;
+  /**
+   * Most bytes of files kept only for retention holds (files every checkpoint is past, which a connected
+   * follower has not read yet). Past it the oldest go and their holds are lost. Default 1 GiB.
+   */
+  retainBytesMax?: number;
 }
 
-export interface WalRecord {
-  seq: number;
-  keyId: string;
-  /** null when the keyring has no key for `keyId` any more (a dropped, crypto-shredded collection). */
-  body: Uint8Array | null;
-}
+export type WalRecord = LogRecord;
 
 export const WAL_SEGMENT_BYTES_DEFAULT = 64 << 20;
+/** Default of WalOptions.retainBytesMax (SVC_REPLICATION_RETAIN_BYTES). */
+export const WAL_RETAIN_BYTES_DEFAULT = 1 << 30;
+/** A resume reads at most about this much of a file before its first wanted record (plus one read chunk). */
+export const WAL_INDEX_STRIDE_BYTES = 256 << 10;
+/** Pending waitFor calls; each follower stream has at most one. */
+const WAITERS_MAX = 1 << 16;
+/** Retention holds; each follower stream has one. */
+const HOLDS_MAX = 1 << 12;
 const FILE_MAGIC = Buffer.from('SVCWAL\0\x01', 'latin1');
 const FRAME_HEADER_BYTES = 24;
 const GROUP_RECORDS_MAX = 8192;
@@ -93,18 +107,19 @@ type ScanEnd = { kind: 'clean'; end: number } | { kind: 'torn'; end: number; rea
  * of the last file is a torn write (returned); any other damage throws StorageCorruption.
  */
 async function* scanFrames(
-  handle: FileHandle, path: string, firstSeq: number, isLast: boolean, limitBytes?: number,
+  handle: FileHandle, path: string, firstSeq: number, isLast: boolean, limitBytes?: number, from?: IndexMark,
 ): AsyncGenerator<ScannedRecord, ScanEnd & { nextSeq: number }> {
   const bytes = limitBytes ?? (await handle.size());
   const reader = new ChunkReader((p, l) => handle.read(p, l), bytes);
-  const head = await reader.get(0, FILE_HEADER_BYTES);
+  // Starting inside the file (an index mark): the header alone, not a read chunk from 0.
+  const head = from === undefined ? await reader.get(0, FILE_HEADER_BYTES) : await handle.read(0, FILE_HEADER_BYTES);
   if (head.length < FILE_HEADER_BYTES) {
     if (isLast) return { kind: 'torn', end: 0, reason: 'file header incomplete', nextSeq: firstSeq };
     throw new StorageCorruption(path, 0, 'file header incomplete');
   }
   if (!Buffer.from(head).equals(walHeader())) throw new StorageCorruption(path, 0, 'bad file header');
-  let offset = FILE_HEADER_BYTES;
-  let seq = firstSeq;
+  let offset = from?.offset ?? FILE_HEADER_BYTES;
+  let seq = from?.seq ?? firstSeq;
   const torn = (reason: string): ScanEnd & { nextSeq: number } => {
     if (!isLast) throw new StorageCorruption(path, offset, `${reason} before the end of a finished log file`);
     return { kind: 'torn', end: offset, reason, nextSeq: seq };
@@ -132,11 +147,9 @@ async function* scanFrames(
   return { kind: 'clean', end: offset, nextSeq: seq };
 }
 
-async function drain<T, R>(it: AsyncGenerator<T, R>): Promise<R> {
-  for (;;) {
-    const r = await it.next();
-    if (r.done) return r.value;
-  }
+interface IndexMark {
+  seq: number;
+  offset: number;
 }
 
 interface LogFile {
@@ -144,6 +157,58 @@ interface LogFile {
   firstSeq: number;
   /** Durable bytes (fsynced). */
   bytes: number;
+  /**
+   * Sparse index, in seq order: the frame offsets of some records, at least WAL_INDEX_STRIDE_BYTES apart
+   * (the first record's offset is implied). At most bytes / stride entries.
+   */
+  marks: IndexMark[];
+}
+
+/** Records a mark for the frame of `seq` at `offset` when it is a stride past the last one. */
+function indexFrame(f: LogFile, seq: number, offset: number): void {
+  const last = f.marks.length > 0 ? f.marks[f.marks.length - 1].offset : FILE_HEADER_BYTES;
+  if (offset - last >= WAL_INDEX_STRIDE_BYTES) f.marks.push({ seq, offset });
+}
+
+/** The last mark at or before `seq` in `f` (its start when none). */
+function markFor(f: LogFile, seq: number): IndexMark {
+  let lo = 0;
+  let hi = f.marks.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (f.marks[mid].seq <= seq) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo === 0 ? { seq: f.firstSeq, offset: FILE_HEADER_BYTES } : f.marks[lo - 1];
+}
+
+interface Waiter {
+  seq: number;
+  settle: (error?: unknown) => void;
+}
+
+class Hold implements RetentionHold {
+  floorSeq: number;
+  lost: SvcError | null = null;
+
+  constructor(private readonly holds: Set<Hold>, floorSeq: number, private readonly onLost?: (reason: SvcError) => void) {
+    this.floorSeq = floorSeq;
+  }
+
+  advance(seq: number): void {
+    if (seq > this.floorSeq) this.floorSeq = seq;
+  }
+
+  release(): void {
+    this.holds.delete(this);
+  }
+
+  /** Truncation takes the files under this hold: it ends, and its reader is told why. */
+  lose(reason: SvcError): void {
+    this.holds.delete(this);
+    this.lost = reason;
+    this.onLost?.(reason);
+  }
 }
 
 interface Pending {
@@ -153,7 +218,7 @@ interface Pending {
   reject: (e: unknown) => void;
 }
 
-export class Wal {
+export class Wal implements CommitLog {
   private readonly files: LogFile[] = [];
   private active!: FileHandle;
   private nextSeq = 1;
@@ -164,9 +229,14 @@ export class Wal {
   private failed: unknown = null;
   private closed = false;
   private readonly segmentBytesMax: number;
+  private readonly retainBytesMax: number;
+  private readonly waiters = new Set<Waiter>();
+  private readonly holds = new Set<Hold>();
 
   private constructor(private readonly fs: FileSystem, private readonly dir: string, private readonly opts: WalOptions) {
     this.segmentBytesMax = opts.segmentBytesMax ?? WAL_SEGMENT_BYTES_DEFAULT;
+    this.retainBytesMax = opts.retainBytesMax ?? WAL_RETAIN_BYTES_DEFAULT;
+    assert(Number.isSafeInteger(this.retainBytesMax) && this.retainBytesMax >= 0, 'retainBytesMax is a non-negative integer');
   }
 
   /** Opens (creating when empty) and recovers: a torn final record is cut off and logged; damage refuses. */
@@ -212,9 +282,18 @@ export class Wal {
       }
       const isLast = i === names.length - 1;
       const h = await this.fs.open(path, isLast ? 'readwrite' : 'read');
+      const file: LogFile = { name, firstSeq, bytes: 0, marks: [] };
       let end: ScanEnd & { nextSeq: number };
       try {
-        end = await drain(scanFrames(h, path, firstSeq, isLast));
+        const it = scanFrames(h, path, firstSeq, isLast);
+        for (;;) {
+          const r = await it.next();
+          if (r.done) {
+            end = r.value;
+            break;
+          }
+          indexFrame(file, r.value.seq, r.value.offset);
+        }
       } catch (e) {
         await h.close();
         throw e;
@@ -231,7 +310,8 @@ export class Wal {
         }
         await h.sync();
       }
-      this.files.push({ name, firstSeq, bytes: end.end });
+      file.bytes = end.end;
+      this.files.push(file);
       if (isLast) this.active = h;
       else await h.close();
     }
@@ -246,7 +326,7 @@ export class Wal {
     await h.write(walHeader(), 0);
     await h.sync();
     await this.fs.fsyncDir(this.dir);
-    this.files.push({ name, firstSeq, bytes: FILE_HEADER_BYTES });
+    this.files.push({ name, firstSeq, bytes: FILE_HEADER_BYTES, marks: [] });
     this.active = h;
   }
 
@@ -289,6 +369,7 @@ export class Wal {
         } catch (e) {
           this.failed = e;
           for (const p of [...group, ...this.queue.splice(0)]) p.reject(e);
+          for (const w of this.waiters) w.settle(e);
         }
       }
     } finally {
@@ -313,9 +394,56 @@ export class Wal {
     }
     await this.active.write(buf, file.bytes);
     await this.active.sync();
+    let offset = file.bytes;
+    for (const p of group) {
+      indexFrame(file, p.seq, offset);
+      offset += p.frame.length;
+    }
     file.bytes += bytes;
     this.durableSeq = group[group.length - 1].seq;
     for (const p of group) p.resolve(p.seq);
+    for (const w of this.waiters) if (w.seq <= this.durableSeq) w.settle();
+  }
+
+  waitFor(seq: number, signal?: AbortSignal): Promise<void> {
+    if (this.durableSeq >= seq || this.closed || signal?.aborted === true) return Promise.resolve();
+    if (this.failed !== null) return Promise.reject(this.failed);
+    if (this.waiters.size >= WAITERS_MAX) return Promise.reject(new SvcError('unavailable', `too many waits on the commit log (${WAITERS_MAX})`));
+    return new Promise<void>((resolve, reject) => {
+      const onAbort = (): void => w.settle();
+      const w: Waiter = {
+        seq,
+        settle: (error?: unknown) => {
+          this.waiters.delete(w);
+          signal?.removeEventListener('abort', onAbort);
+          if (error === undefined) resolve();
+          else reject(error);
+        },
+      };
+      this.waiters.add(w);
+      signal?.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+
+  /** Pending waitFor calls (tests: none are left behind). */
+  get waiting(): number {
+    return this.waiters.size;
+  }
+
+  hold(floorSeq: number, onLost?: (reason: SvcError) => void): RetentionHold {
+    const first = this.firstRetainedSeq;
+    if (floorSeq < first) {
+      throw new SvcError('not_found', `seq ${floorSeq} is no longer retained (first retained seq is ${first})`, { firstRetainedSeq: first });
+    }
+    if (this.holds.size >= HOLDS_MAX) throw new SvcError('unavailable', `too many readers hold the commit log (${HOLDS_MAX})`);
+    const h = new Hold(this.holds, floorSeq, onLost);
+    this.holds.add(h);
+    return h;
+  }
+
+  /** Live retention holds (tests, metrics). */
+  get holdCount(): number {
+    return this.holds.size;
   }
 
   /**
@@ -328,16 +456,18 @@ export class Wal {
       throw new SvcError('not_found', `seq ${seq} is no longer retained (first retained seq is ${first})`, { firstRetainedSeq: first });
     }
     const limit = this.durableSeq;
-    const files = this.files.map((f) => ({ ...f }));
+    // The file holding `seq` by its first seq (the file name), then the index mark before it in that file.
+    const files = this.files.slice(this.fileIndexOf(seq)).map((f) => ({ ...f }));
     for (let i = 0; i < files.length; i++) {
       const f = files[i];
       const nextFirst = i + 1 < files.length ? files[i + 1].firstSeq : limit + 1;
       if (nextFirst <= seq) continue;
       if (f.firstSeq > limit) break;
       const path = joinPath(this.dir, f.name);
+      const from = markFor(f, seq);
       const h = await this.fs.open(path, 'read');
       try {
-        for await (const r of scanFrames(h, path, f.firstSeq, false, f.bytes)) {
+        for await (const r of scanFrames(h, path, f.firstSeq, false, f.bytes, from.offset > FILE_HEADER_BYTES ? from : undefined)) {
           if (r.seq < seq) continue;
           if (r.seq > limit) break;
           if (opts.keyIds !== undefined && !opts.keyIds.has(r.keyId)) continue;
@@ -350,6 +480,18 @@ export class Wal {
     }
   }
 
+  /** The last file whose first seq is at or before `seq` (0 when none is). */
+  private fileIndexOf(seq: number): number {
+    let lo = 0;
+    let hi = this.files.length;
+    while (lo < hi) {
+      const mid = (lo + hi) >>> 1;
+      if (this.files[mid].firstSeq <= seq) lo = mid + 1;
+      else hi = mid;
+    }
+    return Math.max(0, lo - 1);
+  }
+
   private openBody(r: ScannedRecord, path: string): Uint8Array | null {
     const sealer = this.opts.keyring.sealerFor(r.keyId);
     if (sealer === undefined) return null;
@@ -360,9 +502,25 @@ export class Wal {
     }
   }
 
-  /** Deletes whole log files whose records are all below `seq`; the active file always stays. */
+  /**
+   * Deletes whole log files whose records are all below `seq`; the active file always stays. A file a
+   * retention hold still needs stays too, while the files kept that way total at most retainBytesMax;
+   * past that the oldest goes and the holds that needed it are lost (told before it is deleted).
+   */
   async truncateBefore(seq: number): Promise<void> {
     while (this.files.length > 1 && this.files[1].firstSeq <= seq) {
+      const end = this.files[1].firstSeq;
+      const needed = [...this.holds].filter((h) => h.floorSeq < end);
+      if (needed.length > 0) {
+        // Every deletable file from here on is needed by these holds too (they need all after their floor).
+        let keptBytes = 0;
+        for (let i = 0; i + 1 < this.files.length && this.files[i + 1].firstSeq <= seq; i++) keptBytes += this.files[i].bytes;
+        if (keptBytes <= this.retainBytesMax) break;
+        const reason = new SvcError('unavailable',
+          `the reader fell behind the commit log's retention: seqs below ${end} are deleted (more than ${this.retainBytesMax} bytes of log were kept for it); start over from a snapshot`,
+          { reason: 'retention_exceeded', firstRetainedSeq: end, retainBytesMax: this.retainBytesMax });
+        for (const h of needed) h.lose(reason);
+      }
       const f = this.files.shift()!;
       await this.fs.unlink(joinPath(this.dir, f.name));
       // One at a time: a crash must never leave a hole in the middle of the log.
@@ -375,6 +533,7 @@ export class Wal {
     if (this.closed) return;
     this.closed = true;
     while (this.flushing) await new Promise<void>((r) => this.idleWaiters.push(r));
+    for (const w of this.waiters) w.settle();
     await this.active.close();
   }
 }

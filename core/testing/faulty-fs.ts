@@ -132,6 +132,8 @@ export interface FaultyFsStats {
   fsyncs: number;
   dirFsyncs: number;
   writes: number;
+  /** Bytes returned by reads of open files (not readFile): what a reader cost. */
+  readBytes: number;
 }
 
 export class FaultyFileSystem implements FileSystem {
@@ -143,7 +145,7 @@ export class FaultyFileSystem implements FileSystem {
   private generation = 0;
   private dead = false;
   private crashAt: { op: number; options: CrashOptions } | null = null;
-  readonly stats: FaultyFsStats = { ops: 0, fsyncs: 0, dirFsyncs: 0, writes: 0 };
+  readonly stats: FaultyFsStats = { ops: 0, fsyncs: 0, dirFsyncs: 0, writes: 0, readBytes: 0 };
   /** Paths locked by lockExclusive; a crash releases them all, as the death of a process would. */
   private readonly locks = new Set<string>();
   /** When true every operation first yields to the event loop (lets concurrent callers interleave). */
@@ -404,7 +406,11 @@ class FaultyHandle implements FileHandle {
   ) {}
 
   read(position: number, length: number): Promise<Uint8Array> {
-    return this.fs.handleOp(this, false, () => this.inode.data.slice(Math.min(position, this.inode.len), Math.min(position + length, this.inode.len)));
+    return this.fs.handleOp(this, false, () => {
+      const bytes = this.inode.data.slice(Math.min(position, this.inode.len), Math.min(position + length, this.inode.len));
+      this.fs.stats.readBytes += bytes.length;
+      return bytes;
+    });
   }
 
   write(data: Uint8Array, position: number): Promise<void> {

@@ -87,6 +87,7 @@ async function openAndServe(
     ...(config.snapshotDir !== null ? { snapshotDir: config.snapshotDir } : {}),
     providers,
     searchWorkers: config.searchWorkers,
+    replicationRetainBytes: config.replicationRetainBytes,
     // Server reads never wait for a rebuild unless they ask for strong (the spec's freshness states).
     waitForBulkBuild: false,
   });

@@ -11,7 +11,9 @@ import type { EngineApi } from '../../core/service/api.js';
 import type { RequestLabels } from '../../core/service/metrics.js';
 import { silentLogger } from '../../core/service/log.js';
 import { createService, type ApiKey } from '../../core/service/service.js';
+import type { AuditRecord } from '../../core/service/audit.js';
 import { SvcClient, type ReplicationEvent } from '../../proto/gen/svc.js';
+import { createPromMetrics, type PromMetrics } from '../rest/metrics.js';
 import { startGrpcServer, type GrpcServerHandle, type GrpcTls, type ReplicationSource } from './server.js';
 
 // The transport is tested against the real service layer (auth, roles, scopes, audit) over a recording
@@ -77,21 +79,25 @@ interface Harness {
   calls: Calls;
   finished: { labels: RequestLabels; status: number }[];
   errors: object[];
+  audits: AuditRecord[];
 }
 
-async function startHarness(opts: { limits?: Limits; tls?: GrpcTls; replication?: ReplicationSource; engine?: (calls: Calls) => EngineApi } = {}): Promise<Harness> {
+async function startHarness(opts: {
+  limits?: Limits; tls?: GrpcTls; replication?: ReplicationSource; engine?: (calls: Calls) => EngineApi; prom?: PromMetrics;
+} = {}): Promise<Harness> {
   const calls: Calls = [];
   const finished: Harness['finished'] = [];
   const errors: object[] = [];
+  const audits: AuditRecord[] = [];
   const limits = opts.limits ?? resolveLimits();
-  const metrics = { requestFinished: (labels: RequestLabels, s: number) => void finished.push({ labels, status: s }), authFailure: () => undefined, rateLimited: () => undefined };
+  const metrics = opts.prom ?? { requestFinished: (labels: RequestLabels, s: number) => void finished.push({ labels, status: s }), authFailure: () => undefined, rateLimited: () => undefined };
   const log = { ...silentLogger, error: (o: object) => void errors.push(o) };
   const service = createService((opts.engine ?? recordingEngine)(calls), {
     keys: KEYS, insecure: false, limits, rateLimit: { requestsPerSecond: 0, burst: 0 },
-    audit: { append: () => undefined }, clock: { nowMs: () => 0, monotonicMs: () => 0 }, metrics, log,
+    audit: { append: (r) => void audits.push(r) }, clock: { nowMs: () => 0, monotonicMs: () => 0 }, metrics, log,
   });
   const server = await startGrpcServer({ service, host: '127.0.0.1', port: 0, limits, log, metrics, tls: opts.tls, replication: opts.replication, shutdownGraceMs: 1000 });
-  return { server, calls, finished, errors };
+  return { server, calls, finished, errors, audits };
 }
 
 function client(port: number, creds: ChannelCredentials = credentials.createInsecure(), host = '127.0.0.1'): SvcClient {
@@ -424,6 +430,103 @@ describe('gRPC over TLS', () => {
       expect(err?.code).toBe(status.UNAUTHENTICATED);
     } finally {
       await h.server.close();
+    }
+  });
+});
+
+describe('gRPC Replicate: the end of a stream is audited and counted', () => {
+  type Ending = 'wait' | 'end' | 'retention' | 'error';
+  /** An engine whose stream sends three commits (records 'r1'..'r3'), then ends as `ending` says. */
+  const streamingEngine = (ending: Ending) => (calls: Calls): EngineApi => {
+    const engine = recordingEngine(calls);
+    engine.replicate = async function* (_body, signal) {
+      for (let seq = 1; seq <= 3; seq++) yield { seq, record: new Uint8Array(Buffer.from(`r${seq}`)) };
+      if (ending === 'retention') {
+        throw new SvcError('unavailable', 'replication stream ended: the reader fell behind', { reason: 'retention_exceeded' });
+      }
+      if (ending === 'error') throw new SvcError('internal', 'boom');
+      if (ending === 'wait') await new Promise<void>((r) => signal!.addEventListener('abort', () => r(), { once: true }));
+    };
+    return engine;
+  };
+
+  async function scrape(prom: PromMetrics): Promise<Record<string, number>> {
+    const text = await prom.registry.metrics();
+    const out: Record<string, number> = {};
+    for (const m of text.matchAll(/^(svc_replication_\w+) (\d+)$/gm)) out[m[1]] = Number(m[2]);
+    return out;
+  }
+
+  async function endAudit(h: Harness): Promise<AuditRecord> {
+    for (let i = 0; i < 200 && !h.audits.some((a) => a.action === 'replicate_end'); i++) await new Promise((r) => setTimeout(r, 5));
+    const ends = h.audits.filter((a) => a.action === 'replicate_end');
+    expect(ends).toHaveLength(1);
+    return ends[0];
+  }
+
+  /** Reads three events, then runs `then`; resolves with how the stream ended on the client. */
+  function follow(c: SvcClient, then: (s: ReturnType<SvcClient['replicate']>) => void = () => undefined): Promise<string> {
+    return new Promise((resolve) => {
+      let n = 0;
+      const s = c.replicate({}, auth('admin-secret'));
+      s.on('data', () => { if (++n === 3) then(s); });
+      s.on('error', (e: ServiceError) => resolve(`error ${e.code}`));
+      s.on('end', () => resolve('end'));
+    });
+  }
+
+  it('client cancel: audited with what was sent; the follower gauge and byte counter move', async () => {
+    const prom = createPromMetrics();
+    const h = await startHarness({ engine: streamingEngine('wait'), prom });
+    const c = client(h.server.port);
+    try {
+      let during: Record<string, number> = {};
+      const ended = await follow(c, (s) => void scrape(prom).then((m) => { during = m; s.cancel(); }));
+      expect(ended).toBe(`error ${status.CANCELLED}`);
+      const end = await endAudit(h);
+      expect(end).toMatchObject({
+        key: 'admin', action: 'replicate_end', resource: 'database', outcome: 'ok', status: 200,
+        stream: { reason: 'client_cancel', events: 3, bytes: 6, last_seq: 3 },
+      });
+      expect(h.audits.map((a) => a.action)).toEqual(['replicate', 'replicate_end']);
+      expect(during).toEqual({ svc_replication_followers: 1, svc_replication_bytes_streamed_total: 6 });
+      expect(await scrape(prom)).toEqual({ svc_replication_followers: 0, svc_replication_bytes_streamed_total: 6 });
+    } finally {
+      c.close();
+      await h.server.close();
+    }
+  });
+
+  it('leader closing: the server shutting down, or the database closing the stream', async () => {
+    const h = await startHarness({ engine: streamingEngine('wait') });
+    const c = client(h.server.port);
+    const ended = await follow(c, () => void h.server.close());
+    c.close();
+    expect(ended).toBe(`error ${status.UNAVAILABLE}`);
+    expect((await endAudit(h)).stream).toEqual({ reason: 'leader_closing', events: 3, bytes: 6, last_seq: 3 });
+
+    const h2 = await startHarness({ engine: streamingEngine('end') });
+    const c2 = client(h2.server.port);
+    try {
+      expect(await follow(c2)).toBe('end');
+      expect(await endAudit(h2)).toMatchObject({ outcome: 'ok', stream: { reason: 'leader_closing', events: 3 } });
+    } finally {
+      c2.close();
+      await h2.server.close();
+    }
+  });
+
+  it('a follower past retention, and any other error, end as errors with their reason and status', async () => {
+    for (const [ending, reason, grpc, http] of [['retention', 'retention_exceeded', status.UNAVAILABLE, 503], ['error', 'error', status.INTERNAL, 500]] as const) {
+      const h = await startHarness({ engine: streamingEngine(ending) });
+      const c = client(h.server.port);
+      try {
+        expect(await follow(c)).toBe(`error ${grpc}`);
+        expect(await endAudit(h)).toMatchObject({ outcome: 'error', status: http, stream: { reason, events: 3, bytes: 6, last_seq: 3 } });
+      } finally {
+        c.close();
+        await h.server.close();
+      }
     }
   });
 });

@@ -13,6 +13,8 @@ import {
   type Http2SecureServer, type Http2Server, type IncomingHttpHeaders, type SecureServerOptions, type ServerHttp2Session, type ServerHttp2Stream,
 } from 'node:http2';
 import type { Socket } from 'node:net';
+import { SvcError } from '../../core/base/errors.js';
+import { SERVER_CLOSING_REASON } from '../../core/service/service.js';
 import { DEFAULT_CONNECTION_LIMITS, HTTP2_MAX_CONCURRENT_STREAMS, noopConnectionMetrics, type ConnectionLimits, type ConnectionMetrics } from '../connection-limits.js';
 import { guardHttp2 } from '../http2-guard.js';
 import { capConnections } from '../listener-cap.js';
@@ -121,7 +123,7 @@ export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
   const sessions = new Set<ServerHttp2Session>();
   const sockets = new Set<Socket>();
   /** Aborts the server-streaming calls in flight (close() ends them at once). */
-  const streams = new Set<() => void>();
+  const streams = new Set<(reason?: unknown) => void>();
   /** The status a streaming call ends with, read when its trailers are due. */
   const finalStatus = new WeakMap<ServerHttp2Stream, GrpcStatus>();
   let closing = false;
@@ -203,16 +205,19 @@ export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
     // AbortController a call was measurable); an abort before that is remembered and applied then.
     let controller: AbortController | undefined;
     let aborted = false;
+    let abortReason: unknown;
     const signal = (): AbortSignal => {
       if (controller === undefined) {
         controller = new AbortController();
-        if (aborted) controller.abort();
+        if (aborted) controller.abort(abortReason);
       }
       return controller.signal;
     };
-    const abort = (): void => {
+    // The reason tells the handler why (the server closing, or by default the client going away).
+    const abort = (reason?: unknown): void => {
       aborted = true;
-      controller?.abort();
+      abortReason = reason;
+      controller?.abort(reason);
     };
     let done = false;
     let timer: NodeJS.Timeout | undefined;
@@ -385,7 +390,8 @@ export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
       closing = true;
       guard.stop();
       // Streams (Replicate's live tail) never end on their own: they end now, with UNAVAILABLE.
-      for (const abortStream of streams) abortStream();
+      const why = new SvcError('unavailable', 'the server is shutting down', { reason: SERVER_CLOSING_REASON });
+      for (const abortStream of streams) abortStream(why);
       return new Promise((resolve) => {
         const timer = setTimeout(() => {
           for (const s of sessions) s.destroy();

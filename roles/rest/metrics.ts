@@ -38,6 +38,7 @@ export function createPromMetrics(): PromMetrics {
   const rateLimited = new Counter({ name: 'svc_rate_limited_total', help: 'Requests refused by the per-key rate limit', registers: [registry] });
 
   const connections = connectionSeries(registry);
+  const replication = replicationSeries(registry);
 
   let source: (() => Promise<DatabaseStats>) | null = null;
   let last: DatabaseStats | null = null;
@@ -102,6 +103,32 @@ export function createPromMetrics(): PromMetrics {
     authFailure() { authFailures.inc(); },
     rateLimited() { rateLimited.inc(); },
     ...connections,
+    ...replication,
+  };
+}
+
+/**
+ * svc_replication_followers (Replicate streams open now) and svc_replication_bytes_streamed_total (record
+ * bytes they sent): counted per event in plain numbers, shown at scrape.
+ */
+function replicationSeries(registry: Registry): Required<Pick<Metrics, 'replicationFollowers' | 'replicationBytesStreamed'>> {
+  let followers = 0;
+  let bytes = 0;
+  new Gauge({
+    name: 'svc_replication_followers', help: 'Replicate streams connected to this leader', registers: [registry],
+    collect() { this.set(followers); },
+  });
+  let shown = 0;
+  new Counter({
+    name: 'svc_replication_bytes_streamed_total', help: 'Bytes of replication records sent to followers', registers: [registry],
+    collect() {
+      if (bytes > shown) this.inc(bytes - shown);
+      shown = bytes;
+    },
+  });
+  return {
+    replicationFollowers(delta) { followers += delta; },
+    replicationBytesStreamed(n) { bytes += n; },
   };
 }
 
