@@ -453,7 +453,7 @@ describe('gRPC Replicate: the end of a stream is audited and counted', () => {
   async function scrape(prom: PromMetrics): Promise<Record<string, number>> {
     const text = await prom.registry.metrics();
     const out: Record<string, number> = {};
-    for (const m of text.matchAll(/^(svc_replication_\w+) (\d+)$/gm)) out[m[1]] = Number(m[2]);
+    for (const m of text.matchAll(/^(svc_replication_(?:followers|bytes_streamed_total)) (\d+)$/gm)) out[m[1]] = Number(m[2]);
     return out;
   }
 

@@ -38,7 +38,7 @@ export function createPromMetrics(): PromMetrics {
   const rateLimited = new Counter({ name: 'svc_rate_limited_total', help: 'Requests refused by the per-key rate limit', registers: [registry] });
 
   const connections = connectionSeries(registry);
-  const replication = replicationSeries(registry);
+  const replication = leaderReplicationSeries(registry);
 
   let source: (() => Promise<DatabaseStats>) | null = null;
   let last: DatabaseStats | null = null;
@@ -86,7 +86,7 @@ export function createPromMetrics(): PromMetrics {
   poolCounter('svc_search_worker_fallbacks_total', 'Dense searches answered on the event loop because their worker died', (s) => s.fallbacks);
 
   let replicationSource: (() => FollowerStats) | null = null;
-  replicationSeries(registry, () => replicationSource?.() ?? null);
+  followerReplicationSeries(registry, () => replicationSource?.() ?? null);
 
   return {
     registry,
@@ -111,7 +111,7 @@ export function createPromMetrics(): PromMetrics {
  * svc_replication_followers (Replicate streams open now) and svc_replication_bytes_streamed_total (record
  * bytes they sent): counted per event in plain numbers, shown at scrape.
  */
-function replicationSeries(registry: Registry): Required<Pick<Metrics, 'replicationFollowers' | 'replicationBytesStreamed'>> {
+function leaderReplicationSeries(registry: Registry): Required<Pick<Metrics, 'replicationFollowers' | 'replicationBytesStreamed'>> {
   let followers = 0;
   let bytes = 0;
   new Gauge({
@@ -139,7 +139,7 @@ const FOLLOWER_STATES = ['starting', 'bootstrapping', 'streaming', 'stopped'] as
  * state, 1 for the current one), the leader seq applied, how far it is behind what it has received
  * (records, and seconds the oldest of them has waited), reconnects and bootstraps.
  */
-function replicationSeries(registry: Registry, read: () => FollowerStats | null): void {
+function followerReplicationSeries(registry: Registry, read: () => FollowerStats | null): void {
   new Gauge({
     name: 'svc_replication_state', help: 'Follower state: 1 for the current one (starting, bootstrapping, streaming, stopped)',
     labelNames: ['state'] as const, registers: [registry],
