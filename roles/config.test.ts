@@ -32,6 +32,31 @@ function refusal(env: Record<string, string>, cwd = dir()): string {
 }
 
 describe('config', () => {
+  it('reads a read replica\'s leader: a gRPC URL, its key, and TLS files that go with https only', () => {
+    const cwd = dir();
+    for (const f of ['ca.pem', 'c.pem', 'c.key']) writeFileSync(join(cwd, f), 'x');
+    expect(loadConfig(base, { cwd }).leader).toBeNull();
+    const l = loadConfig({ ...base, SVC_LEADER_URL: 'http://leader:6334/', SVC_LEADER_API_KEY: 'lk' }, { cwd }).leader;
+    expect(l).toEqual({ url: 'http://leader:6334', apiKey: 'lk', ca: null, clientCert: null, clientKey: null });
+    const t = loadConfig({
+      ...base, SVC_LEADER_URL: 'https://leader:6334', SVC_LEADER_API_KEY: 'lk', SVC_LEADER_CA: 'ca.pem', SVC_LEADER_CLIENT_CERT: 'c.pem', SVC_LEADER_CLIENT_KEY: 'c.key',
+    }, { cwd }).leader;
+    expect(t).toEqual({ url: 'https://leader:6334', apiKey: 'lk', ca: join(cwd, 'ca.pem'), clientCert: join(cwd, 'c.pem'), clientKey: join(cwd, 'c.key') });
+    const refused: [Record<string, string>, string][] = [
+      [{ SVC_LEADER_API_KEY: 'lk' }, 'SVC_LEADER_API_KEY'],
+      [{ SVC_LEADER_URL: 'http://leader:6334' }, 'SVC_LEADER_API_KEY'],
+      [{ SVC_LEADER_URL: 'leader:6334', SVC_LEADER_API_KEY: 'lk' }, 'SVC_LEADER_URL'],
+      [{ SVC_LEADER_URL: 'http://leader', SVC_LEADER_API_KEY: 'lk' }, 'SVC_LEADER_URL'],
+      [{ SVC_LEADER_URL: 'ftp://leader:1', SVC_LEADER_API_KEY: 'lk' }, 'SVC_LEADER_URL'],
+      [{ SVC_LEADER_URL: 'http://leader:6334/x', SVC_LEADER_API_KEY: 'lk' }, 'SVC_LEADER_URL'],
+      [{ SVC_LEADER_URL: 'http://leader:6334', SVC_LEADER_API_KEY: 'lk', SVC_LEADER_CA: 'ca.pem' }, 'SVC_LEADER_URL'],
+      [{ SVC_LEADER_URL: 'https://leader:6334', SVC_LEADER_API_KEY: 'lk', SVC_LEADER_CLIENT_CERT: 'c.pem' }, 'SVC_LEADER_CLIENT_KEY'],
+      [{ SVC_LEADER_URL: 'https://leader:6334', SVC_LEADER_API_KEY: 'lk', SVC_LEADER_CA: 'missing.pem' }, 'SVC_LEADER_CA'],
+      [{ SVC_LEADER_CA: 'ca.pem' }, 'SVC_LEADER_CA'],
+    ];
+    for (const [env, variable] of refused) expect(refusal({ ...base, ...env }, cwd), JSON.stringify(env)).toBe(variable);
+  });
+
   it('defaults < svc.toml < environment, frozen', () => {
     const cwd = dir('rest_addr = "127.0.0.1:7000"\nmax_k = 50\nlog = "debug"\n[otlp]\nservice_name = "x"\n');
     const c = loadConfig(base, { cwd });

@@ -1,4 +1,4 @@
-import { readFileSync, statSync } from 'node:fs';
+import { existsSync, readFileSync, statSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { availableParallelism } from 'node:os';
 import { resolve } from 'node:path';
@@ -70,7 +70,7 @@ export interface SvcConfig {
    * SVC_LEADER_URL (the leader's gRPC address, `http://host:port` or `https://`) and SVC_LEADER_API_KEY
    * (an admin key there): this node runs as its read replica. null: a leader.
    */
-  readonly leader: { url: string; apiKey: string } | null;
+  readonly leader: LeaderConfig | null;
   /** Every other variable of the spec's table, as given (cluster, replication, raft, tui, demo). */
   readonly other: Readonly<Record<string, string>>;
   /** To be logged at startup; the SVC_INSECURE warning is one of them. */
@@ -92,7 +92,7 @@ const SEARCH_WORKERS_LIMIT = 8;
 
 /** Spec variables kept as strings for the roles that use them. */
 const OTHER_VARS = [
-  'SVC_LEADER_URL', 'SVC_LEADER_API_KEY', 'SVC_MVCC_READS', 'SVC_CLUSTER_SHARDS', 'SVC_CLUSTER_SHARD_KEY',
+  'SVC_LEADER_URL', 'SVC_LEADER_API_KEY', 'SVC_LEADER_CA', 'SVC_LEADER_CLIENT_CERT', 'SVC_LEADER_CLIENT_KEY', 'SVC_MVCC_READS', 'SVC_CLUSTER_SHARDS', 'SVC_CLUSTER_SHARD_KEY',
   'SVC_CLUSTER_REPLICAS', 'SVC_COORDINATOR', 'SVC_COORDINATOR_STATE', 'SVC_COORDINATOR_URL', 'SVC_AUTOSCALE_ENABLED',
   'SVC_AUTOSCALE_HIGH_WATER_POINTS', 'SVC_AUTOSCALE_STANDBY_URLS', 'SVC_AUTOSCALE_INTERVAL_SECS',
   'SVC_AUTOSCALE_COOLDOWN_SECS', 'SVC_AUTOSCALE_MAX_SHARDS', 'SVC_RAFT_NODE_ID', 'SVC_RAFT_MEMBERS',
@@ -181,7 +181,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, op
   }
   const providers = (table: string) => providerTables(table, toml[table], env);
   const snapshotDir = get('SVC_SNAPSHOT_DIR');
-  const leader = leaderOf(get('SVC_LEADER_URL'), get('SVC_LEADER_API_KEY'), insecure);
+  const leader = leaderOf(get, insecure, cwd);
 
   return deepFreeze({
     configFile: file,
@@ -203,10 +203,27 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, op
   });
 }
 
-/** The follower's leader: a gRPC URL (CONTRACT.md section 11) and the admin key it presents there. */
-function leaderOf(url: string | undefined, apiKey: string | undefined, insecure: boolean): { url: string; apiKey: string } | null {
+/**
+ * A read replica's leader: its gRPC URL (CONTRACT.md section 11), the admin key presented there, and for
+ * `https://` the PEM files to trust it (SVC_LEADER_CA; the system's roots when unset) and the client
+ * certificate shown where it requires mutual TLS (SVC_LEADER_CLIENT_CERT and SVC_LEADER_CLIENT_KEY, set together).
+ */
+export interface LeaderConfig {
+  url: string;
+  apiKey: string;
+  ca: string | null;
+  clientCert: string | null;
+  clientKey: string | null;
+}
+
+function leaderOf(get: (v: string) => string | undefined, insecure: boolean, cwd: string): LeaderConfig | null {
+  const url = get('SVC_LEADER_URL');
+  const apiKey = get('SVC_LEADER_API_KEY');
+  const tls = { ca: get('SVC_LEADER_CA'), clientCert: get('SVC_LEADER_CLIENT_CERT'), clientKey: get('SVC_LEADER_CLIENT_KEY') };
   if (url === undefined) {
-    if (apiKey !== undefined) throw new ConfigError('SVC_LEADER_API_KEY', 'is set without SVC_LEADER_URL. Fix: set the leader\'s gRPC URL too, or remove it');
+    for (const [v, given] of [['SVC_LEADER_API_KEY', apiKey], ['SVC_LEADER_CA', tls.ca], ['SVC_LEADER_CLIENT_CERT', tls.clientCert], ['SVC_LEADER_CLIENT_KEY', tls.clientKey]] as const) {
+      if (given !== undefined) throw new ConfigError(v, 'is set without SVC_LEADER_URL. Fix: set the leader\'s gRPC URL too, or remove it');
+    }
     return null;
   }
   let u: URL;
@@ -221,7 +238,22 @@ function leaderOf(url: string | undefined, apiKey: string | undefined, insecure:
   if (apiKey === undefined && !insecure) {
     throw new ConfigError('SVC_LEADER_API_KEY', 'is required with SVC_LEADER_URL: the Replicate stream needs an admin key on the leader');
   }
-  return { url: `${u.protocol}//${u.host}`, apiKey: apiKey ?? '' };
+  if ((tls.clientCert === undefined) !== (tls.clientKey === undefined)) {
+    throw new ConfigError(tls.clientCert === undefined ? 'SVC_LEADER_CLIENT_CERT' : 'SVC_LEADER_CLIENT_KEY', 'SVC_LEADER_CLIENT_CERT and SVC_LEADER_CLIENT_KEY go together. Fix: set both, or neither');
+  }
+  if (u.protocol === 'http:' && (tls.ca !== undefined || tls.clientCert !== undefined)) {
+    throw new ConfigError('SVC_LEADER_URL', `is http:// but TLS files for the leader are set. Fix: use https://${u.host}`);
+  }
+  const file = (v: string, p: string | undefined): string | null => {
+    if (p === undefined) return null;
+    const path = resolve(cwd, p);
+    if (!existsSync(path)) throw new ConfigError(v, `${path} does not exist`);
+    return path;
+  };
+  return {
+    url: `${u.protocol}//${u.host}`, apiKey: apiKey ?? '',
+    ca: file('SVC_LEADER_CA', tls.ca), clientCert: file('SVC_LEADER_CLIENT_CERT', tls.clientCert), clientKey: file('SVC_LEADER_CLIENT_KEY', tls.clientKey),
+  };
 }
 
 /**

@@ -110,6 +110,27 @@ describe('Database: collections and points', () => {
     await db.close();
   });
 
+  it('orders hits of equal score by id, whatever the insertion order, on the graph and on the exact scan', async () => {
+    const dir = tempDir();
+    const db = await open(dir);
+    try {
+      for (const index of ['hnsw', 'flat'] as const) {
+        const name = `ties-${index}`;
+        await db.createCollection({ name, dim: 2, metric: 'l2', index });
+        // Inserted in descending id order (slots ascending), and a 4-byte character that UTF-16 order puts first.
+        const ids = ['z', 'y', '\u{1F600}', '\uFFFD', 'b', 'a10', 'a9'];
+        await db.upsert(name, { points: ids.map((id) => ({ id, vector: [1, 1] })) });
+        await db.upsert(name, { points: [{ id: 'far', vector: [5, 5] }] });
+        const r = await db.search(name, { vector: [1, 1], k: 8, consistency: 'strong' });
+        const sorted = [...ids].sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+        expect(r.hits.map((h) => h.id), index).toEqual([...sorted, 'far']);
+        expect(r.hits.map((h) => h.rank)).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+      }
+    } finally {
+      await db.close();
+    }
+  });
+
   it('survives a reopen: segments and the WAL tail give back every acknowledged write', async () => {
     const dir = tempDir();
     let db = await open(dir, { checkpointPoints: 50 });

@@ -543,9 +543,10 @@ export class Database {
   }
 
   private denseHits(col: Collection, r: SearchResult, withPayload: boolean, withVector: boolean): Hit[] {
+    const slots = tiesById(col, r);
     const hits: Hit[] = [];
-    for (let i = 0; i < r.slots.length; i++) {
-      hits.push(this.hit(col, r.slots[i], i, col.score(r.dists[i]), withPayload, withVector));
+    for (let i = 0; i < slots.length; i++) {
+      hits.push(this.hit(col, slots[i], i, col.score(r.dists[i]), withPayload, withVector));
     }
     return hits;
   }
@@ -837,6 +838,26 @@ export class Database {
     await this.pool?.close();
     await this.dir.close();
   }
+}
+
+/**
+ * Hits of equal distance in id order (CONTRACT.md section 1: by UTF-8 bytes), so an answer never depends
+ * on slot numbers, which differ between a leader and its replicas, or after a rebuild. Distances come
+ * sorted; only runs of equal ones are touched, and the common case (none) allocates nothing.
+ */
+function tiesById(col: Collection, r: SearchResult): Int32Array {
+  let out: Int32Array | null = null;
+  for (let i = 0; i < r.dists.length;) {
+    let j = i + 1;
+    while (j < r.dists.length && r.dists[j] === r.dists[i]) j++;
+    if (j - i > 1) {
+      out ??= Int32Array.from(r.slots);
+      const run = Array.from(out.subarray(i, j)).sort((a, b) => Buffer.compare(Buffer.from(col.idOf(a)), Buffer.from(col.idOf(b))));
+      out.set(run, i);
+    }
+    i = j;
+  }
+  return out ?? r.slots;
 }
 
 /** First index whose id sorts after `id`. */

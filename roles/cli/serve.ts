@@ -8,7 +8,7 @@ import type { EngineApi } from '../../core/service/api.js';
 import type { AuditSink } from '../../core/service/audit.js';
 import { createService, type Service } from '../../core/service/service.js';
 import { logTracer } from '../../core/service/tracing.js';
-import { ConfigError, loadConfig, type SvcConfig } from '../config.js';
+import { ConfigError, loadConfig, type LeaderConfig, type SvcConfig } from '../config.js';
 import { grpcReplicationSource } from '../grpc/replicate-client.js';
 import { startGrpcServer } from '../grpc/server.js';
 import { FileAuditSink } from '../log-audit.js';
@@ -128,9 +128,9 @@ async function openAndServe(
 }
 
 /** The read replica's replication loop (core/cluster/replication/follower.ts) over a gRPC Replicate client. */
-function startFollower(config: SvcConfig, leader: { url: string; apiKey: string }, db: Awaited<ReturnType<typeof openDatabase>>, logs: Logs, metrics: ReturnType<typeof createPromMetrics>): Follower {
+function startFollower(config: SvcConfig, leader: LeaderConfig, db: Awaited<ReturnType<typeof openDatabase>>, logs: Logs, metrics: ReturnType<typeof createPromMetrics>): Follower {
   const log = logs.target('svc::replication');
-  const source = grpcReplicationSource({ url: leader.url, apiKey: leader.apiKey, maxMessageBytes: config.limits.maxRequestBodyBytes });
+  const source = grpcReplicationSource({ ...leader, maxMessageBytes: config.limits.maxRequestBodyBytes });
   const follower = new Follower({
     source, target: db, clock: systemClock, random: Math.random,
     sleep: (ms, signal) => new Promise<void>((resolve) => {

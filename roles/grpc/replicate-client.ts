@@ -1,16 +1,33 @@
-import { credentials, Metadata } from '@grpc/grpc-js';
+import { readFileSync } from 'node:fs';
+import { credentials, Metadata, type ChannelCredentials } from '@grpc/grpc-js';
 import type { ReplicationEvent } from '../../core/base/model.js';
 import type { ReplicationSource } from '../../core/cluster/replication/follower.js';
 import { SvcClient } from '../../proto/gen/svc.js';
 
 /**
  * The follower's Replicate client: one gRPC channel to the leader (SVC_LEADER_URL), a server stream per
- * connection, the admin key as bearer metadata. `https://` uses TLS with the system's roots. A stream
+ * connection, the admin key as bearer metadata. `https://` uses TLS, trusting `ca` (PEM path; the system's
+ * roots when null) and showing `clientCert`/`clientKey` where the leader requires mutual TLS. A stream
  * that ends or fails ends the iteration (the follower reconnects); aborting the signal cancels the call.
  */
-export function grpcReplicationSource(opts: { url: string; apiKey: string; maxMessageBytes: number }): ReplicationSource & { close(): void } {
+export interface LeaderConnection {
+  url: string;
+  apiKey: string;
+  ca: string | null;
+  clientCert: string | null;
+  clientKey: string | null;
+  maxMessageBytes: number;
+}
+
+function channelCredentials(opts: LeaderConnection): ChannelCredentials {
+  if (new URL(opts.url).protocol !== 'https:') return credentials.createInsecure();
+  const read = (p: string | null): Buffer | null => (p === null ? null : readFileSync(p));
+  return credentials.createSsl(read(opts.ca), read(opts.clientKey), read(opts.clientCert));
+}
+
+export function grpcReplicationSource(opts: LeaderConnection): ReplicationSource & { close(): void } {
   const u = new URL(opts.url);
-  const client = new SvcClient(u.host, u.protocol === 'https:' ? credentials.createSsl() : credentials.createInsecure(), {
+  const client = new SvcClient(u.host, channelCredentials(opts), {
     'grpc.max_receive_message_length': opts.maxMessageBytes,
     'grpc.max_send_message_length': opts.maxMessageBytes,
     // A quiet stream stays open: the leader's idle timeout spares a connection with a stream open, and
