@@ -148,10 +148,8 @@ export async function* replicationStream(view: ReplicationView, body: unknown, s
 async function* streamFrom(view: ReplicationView, resumeAfter: number | undefined, hold: RetentionHold, signal: AbortSignal): AsyncGenerator<ReplicationEvent> {
   const log = view.log;
   let after: number;
-  // Collections the follower has been told about (by the snapshot, or a create in the tail); not tracked
-  // when resuming, where the follower already knows what it needs.
+  // Collections the follower has been told about on this stream (by the snapshot, or a create in the tail).
   const announced = new Set<string>();
-  const resuming = resumeAfter !== undefined;
   if (resumeAfter !== undefined) {
     after = resumeAfter;
   } else {
@@ -194,9 +192,12 @@ async function* streamFrom(view: ReplicationView, resumeAfter: number | undefine
         // A follower's own bookkeeping, in its log when it serves a stream in turn: not the leader's data.
         if (op.t === 'replica_position') continue;
         if (op.t === 'create_collection') announced.add(op.uid);
-      } else if (!resuming && !announced.has(r.keyId)) {
-        // A collection whose create was durable before the snapshot's base but not yet in memory when
-        // the snapshot listed collections: announce it before its first write.
+      } else if (!announced.has(r.keyId)) {
+        // A collection whose create record this stream did not send: announce it before its first write.
+        // After a snapshot, its create was durable before the base but not yet in memory when the
+        // snapshot listed collections. On a resume too: the follower's position may be past the base of
+        // its snapshot while the announcement made in that stream's tail never reached it (cut, or lost
+        // with a crash before it was durable there). A follower takes an announcement it knows as a no-op.
         const c = view.collections().find((x) => x.uid === r.keyId);
         if (c === undefined) continue; // dropped since: its drop record follows
         announced.add(c.uid);
