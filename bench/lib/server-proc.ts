@@ -28,7 +28,9 @@ export interface SvcServer {
 
 /** `svc serve` on free ports; `env` adds variables (SVC_SEARCH_WORKERS, say). */
 export async function startSvc(env: Record<string, string> = {}): Promise<SvcServer> {
-  const dir = mkdtempSync(join(tmpdir(), 'svc-bench-server-'));
+  // A data directory given in `env` is the caller's: used as it is and kept at stop (a restart reopens it).
+  const own = env.SVC_DATA_DIR === undefined;
+  const dir = own ? mkdtempSync(join(tmpdir(), 'svc-bench-server-')) : env.SVC_DATA_DIR;
   const restPort = await freePort();
   const grpcPort = await freePort();
   const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', join(ROOT_DIR, 'roles', 'cli', 'main.ts'), 'serve'], {
@@ -84,7 +86,7 @@ export async function startSvc(env: Record<string, string> = {}): Promise<SvcSer
         await Promise.race([gone, new Promise((r) => setTimeout(r, 10_000))]);
         if (child.exitCode === null) child.kill('SIGKILL');
       }
-      rmSync(dir, { recursive: true, force: true });
+      if (own) rmSync(dir, { recursive: true, force: true });
     },
   };
 }

@@ -91,6 +91,9 @@ const TEXT_QUERY_KEYS = ['text', 'k', 'filter', 'rerank', 'rerank_pool', 'with_p
 const FETCH_KEYS = ['filter', 'limit', 'cursor', 'with_vector'] as const;
 /** Token vectors per multi-vector document or query (not a spec limit: a bound so no request is unbounded). */
 export const MULTIVECTOR_TOKENS_MAX = 4096;
+/** Ids per delete record when a follower's bootstrap clears a collection. */
+const REPLICA_CLEAR_IDS = 10_000;
+
 /** Dirty points that start a checkpoint, and delta segments before a compaction (DatabaseOptions). */
 const CHECKPOINT_POINTS = 20_000;
 const SEGMENTS_MAX = 8;
@@ -121,6 +124,8 @@ export class Database {
   private readonly byName = new Map<string, Collection>();
   private readonly byUid = new Map<string, Collection>();
   private readonly checkpoints = new Map<string, Promise<void>>();
+  /** A follower's bootstrap in progress: the collections its snapshot has not named yet. */
+  private unconfirmed: Set<string> | null = null;
   /** What each collection's segments hold: their number and the point records in them (live or not). */
   private readonly segmentLoad = new Map<string, SegmentLoad>();
   private closed = false;
@@ -303,13 +308,19 @@ export class Database {
 
   /**
    * Follower: the leader's collection, under the leader's uid (so a resumed stream's records find it).
-   * One of that uid already here is kept (a create seen again after a resume); one of the same name with
-   * another uid was dropped on the leader and is dropped here first. Trusts no field: the leader's
-   * spec is parsed as a create body would be.
+   * One of that uid already here is kept: a create seen again after a resume changes nothing, and in a
+   * bootstrap its points are cleared for the snapshot's (a uid is never dropped and created again here:
+   * the records of one incarnation would be read with the other's key). One of the same name with
+   * another uid was dropped on the leader and is dropped here first. Trusts no field: the leader's spec
+   * is parsed as a create body would be.
    */
   async replicaCreate(uid: string, name: string, params: object): Promise<void> {
     this.checkOpen();
-    if (this.byUid.has(uid)) return;
+    const have = this.byUid.get(uid);
+    if (have !== undefined) {
+      if (this.unconfirmed?.delete(uid) === true) await this.replicaClear(have);
+      return;
+    }
     const spec = parseCollectionParams(params, this.limits);
     if (spec.name !== name) throw invalidArgument(`replicated collection ${uid} names itself '${spec.name}', not '${name}'`);
     const same = this.byName.get(name);
@@ -319,21 +330,39 @@ export class Database {
     this.segmentLoad.set(uid, { segments: 0, points: 0 });
   }
 
+  /** Every point of a collection deleted, through the WAL (a bootstrap refills it from the snapshot). */
+  private async replicaClear(col: Collection): Promise<void> {
+    const ids = [...col.idsSorted()];
+    for (let i = 0; i < ids.length; i += REPLICA_CLEAR_IDS) await this.write(col, { t: 'delete', ids: ids.slice(i, i + REPLICA_CLEAR_IDS) }, true);
+  }
+
   /** Follower: drops the collection of that uid, if it is here. */
   async replicaDrop(uid: string): Promise<void> {
     this.checkOpen();
     const col = this.byUid.get(uid);
     if (col === undefined) return;
     this.forget(uid);
+    this.unconfirmed?.delete(uid);
     const dropping = this.dir.dropCollection(uid);
     await this.checkpoints.get(uid)?.catch(() => undefined);
     await dropping;
   }
 
-  /** Follower bootstrap: every collection goes, the position with them (0: nothing applied). */
+  /**
+   * Follower bootstrap, begin: nothing applied (position 0, so a crash before the end asks for a full
+   * snapshot again); every collection here is to be confirmed by the snapshot or dropped at its end.
+   */
   async replicaReset(): Promise<void> {
-    for (const uid of [...this.byUid.keys()]) await this.replicaDrop(uid);
+    this.checkOpen();
+    this.unconfirmed = new Set(this.byUid.keys());
     await this.dir.appendReplicaPosition(0);
+  }
+
+  /** Follower bootstrap, end: the collections the snapshot did not name were dropped on the leader. */
+  async replicaSnapshotEnd(leaderSeq: number): Promise<void> {
+    for (const uid of [...(this.unconfirmed ?? [])]) await this.replicaDrop(uid);
+    this.unconfirmed = null;
+    await this.replicaPosition(leaderSeq);
   }
 
   /**

@@ -46,6 +46,14 @@ describe('replication records', () => {
     expect(decodeRecord(r)).toEqual({ kind: 'commit', keyId: 'abc', op: { t: 'delete', ids: [] } });
     expect(() => decodeRecord(Uint8Array.from([2, 4, 0, 0]))).toThrow(/version/);
     expect(() => decodeRecord(Uint8Array.from([1, 9, 0, 0]))).toThrow(/kind/);
+    // Cut short, or shaped wrong for its kind: refused, never read as something else.
+    const end = encodeRecord(ReplicationKind.snapshotEnd, 'db');
+    expect(decodeRecord(end)).toEqual({ kind: 'snapshotEnd', keyId: 'db', op: null });
+    for (let cut = 1; cut < end.length; cut++) expect(() => decodeRecord(end.subarray(0, end.length - cut)), `cut ${cut}`).toThrow();
+    expect(() => decodeRecord(encodeRecord(ReplicationKind.snapshotEnd, 'db', r.subarray(7)))).toThrow(/no body/);
+    expect(() => decodeRecord(encodeRecord(ReplicationKind.snapshotBegin, 'abc'))).toThrow(/db key/);
+    expect(() => decodeRecord(encodeRecord(ReplicationKind.commit, 'abc'))).toThrow(/without a body/);
+    for (let cut = 1; cut < r.length; cut++) expect(() => decodeRecord(r.subarray(0, r.length - cut)), `commit cut ${cut}`).toThrow();
   });
 });
 

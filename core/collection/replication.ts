@@ -65,8 +65,12 @@ export function decodeRecord(record: Uint8Array): DecodedRecord {
   const kind = (Object.keys(ReplicationKind) as ReplicationKindName[]).find((k) => ReplicationKind[k] === record[1]);
   if (kind === undefined) throw invalidArgument(`unknown replication record kind ${record[1]}`);
   const keyLen = record[2] | (record[3] << 8);
+  if (keyLen === 0 || record.length < 4 + keyLen) throw invalidArgument('a replication record cut short in its key id');
   const keyId = Buffer.from(record.subarray(4, 4 + keyLen)).toString('utf8');
   const body = record.subarray(4 + keyLen);
+  const bounds = kind === 'snapshotBegin' || kind === 'snapshotEnd';
+  if (bounds && (keyId !== 'db' || body.length > 0)) throw invalidArgument(`a ${kind} record carries the db key and no body`);
+  if (!bounds && body.length === 0) throw invalidArgument(`a ${kind} record without a body`);
   return { kind, keyId, op: body.length === 0 ? null : decodeOp(body) };
 }
 

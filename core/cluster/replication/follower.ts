@@ -28,6 +28,8 @@ export interface ReplicaTarget {
   replicaDrop(uid: string): Promise<void>;
   replicaWrite(uid: string, op: Op, bulk: boolean): Promise<void>;
   replicaPosition(leaderSeq: number): Promise<void>;
+  /** The end of a bootstrap: what the snapshot did not name goes, then the position. */
+  replicaSnapshotEnd(leaderSeq: number): Promise<void>;
 }
 
 export interface FollowerOptions {
@@ -190,7 +192,7 @@ export class Follower {
       case 'snapshotEnd':
         if (this.st.state !== 'bootstrapping') throw invalidArgument('a snapshot end outside a snapshot');
         await this.drain();
-        await t.replicaPosition(seq);
+        await t.replicaSnapshotEnd(seq);
         this.st.appliedSeq = seq;
         this.st.receivedSeq = Math.max(this.st.receivedSeq ?? 0, seq);
         this.streaming();

