@@ -191,9 +191,10 @@ describe('Replicate: snapshot then live tail, over gRPC', () => {
     // Resuming after the last seq seen: no snapshot, only what came since.
     const resumed = openStream(g, ADMIN, follower.seq);
     expect((await call('PUT', '/v1/collections/r_three/points', { points: [{ id: 'y', vector: v(4) }] })).status).toBe(200);
-    await resumed.until('the new upsert', () => resumed.recs.length >= 1);
-    expect(resumed.recs.map((r) => [r.kind, r.op?.t])).toEqual([['commit', 'upsert']]);
-    follower.apply(resumed.recs[0]);
+    await resumed.until('the new upsert', () => resumed.recs.length >= 2);
+    // The collection is announced first (a create record, seq = its create's seq), then the commit.
+    expect(resumed.recs.map((r) => [r.kind, r.op?.t])).toEqual([['snapshot', 'create_collection'], ['commit', 'upsert']]);
+    for (const r of resumed.recs) follower.apply(r);
     expect(follower.state()).toEqual(await leaderState());
     resumed.cancel();
   });

@@ -124,6 +124,8 @@ export class Database {
   private readonly byName = new Map<string, Collection>();
   private readonly byUid = new Map<string, Collection>();
   private readonly checkpoints = new Map<string, Promise<void>>();
+  /** Each collection's create seq (its leader's, on a follower; 0 when not known): tells two of one name apart. */
+  private readonly createdSeqs = new Map<string, number>();
   /** A follower's bootstrap in progress: the collections its snapshot has not named yet. */
   private unconfirmed: Set<string> | null = null;
   /** What each collection's segments hold: their number and the point records in them (live or not). */
@@ -182,6 +184,7 @@ export class Database {
       // What the segments hold is already on disk: only the WAL tail below is the next checkpoint's.
       col.markCheckpointed();
       col.appliedSeq = c.checkpointSeq;
+      this.createdSeqs.set(c.uid, c.createdSeq);
       this.segmentLoad.set(c.uid, { segments: c.segments, points });
     }
     for await (const rec of this.dir.replay()) {
@@ -189,7 +192,10 @@ export class Database {
       if (op.t === 'create_collection') {
         // The manifest (completed by DataDir.open) lists every live collection; a replayed create of a
         // uid it lacks was dropped later, and must not take the name from the live one of the same name.
-        if (!this.byUid.has(op.uid) && !this.byName.has(op.name)) this.newCollection(op.uid, op.params as CollectionSpec);
+        if (!this.byUid.has(op.uid) && !this.byName.has(op.name)) {
+          this.newCollection(op.uid, op.params as CollectionSpec);
+          this.createdSeqs.set(op.uid, op.origin_seq ?? rec.seq);
+        }
       } else if (op.t === 'drop_collection') {
         this.forget(op.uid);
       } else {
@@ -273,10 +279,11 @@ export class Database {
     if (embedder !== undefined && embedder.dim !== spec.dim) {
       throw invalidArgument(`collection '${spec.name}' has dim ${spec.dim} but its embedding provider gives ${embedder.dim}`);
     }
-    const { uid } = await this.dir.createCollection(spec.name, spec as unknown as object);
+    const { uid, createdSeq } = await this.dir.createCollection(spec.name, spec as unknown as object);
     // A concurrent create of the same name lost the race if this one got here first.
     if (this.byName.has(spec.name)) throw new SvcError('already_exists', `collection '${spec.name}' already exists`);
     const col = this.newCollection(uid, spec);
+    this.createdSeqs.set(uid, createdSeq);
     this.segmentLoad.set(uid, { segments: 0, points: 0 });
     return this.infoOf(col);
   }
@@ -314,7 +321,7 @@ export class Database {
    * another uid was dropped on the leader and is dropped here first. Trusts no field: the leader's spec
    * is parsed as a create body would be.
    */
-  async replicaCreate(uid: string, name: string, params: object): Promise<void> {
+  async replicaCreate(uid: string, name: string, params: object, createdSeq: number): Promise<void> {
     this.checkOpen();
     const have = this.byUid.get(uid);
     if (have !== undefined) {
@@ -324,9 +331,17 @@ export class Database {
     const spec = parseCollectionParams(params, this.limits);
     if (spec.name !== name) throw invalidArgument(`replicated collection ${uid} names itself '${spec.name}', not '${name}'`);
     const same = this.byName.get(name);
-    if (same !== undefined) await this.replicaDrop(same.uid);
-    await this.dir.createCollection(name, spec as unknown as object, uid);
+    if (same !== undefined) {
+      // A snapshot is read while the leader goes on, so this node may already hold a newer collection of
+      // the name when the tail replays an older one's create: that one was dropped on the leader before
+      // the newer was made, and its records are not sent (the leader no longer has it). Otherwise the one
+      // here is the older, dropped on the leader since.
+      if (createdSeq > 0 && (this.createdSeqs.get(same.uid) ?? 0) > createdSeq) return;
+      await this.replicaDrop(same.uid);
+    }
+    await this.dir.createCollection(name, spec as unknown as object, { uid, seq: createdSeq });
     this.newCollection(uid, spec);
+    this.createdSeqs.set(uid, createdSeq);
     this.segmentLoad.set(uid, { segments: 0, points: 0 });
   }
 
@@ -839,7 +854,7 @@ export class Database {
     return {
       log: this.dir.log,
       collections: () => [...this.byName.values()].map((c) => ({
-        uid: c.uid, spec: c.spec, captureAll: () => c.captureAll(), live: () => this.byUid.get(c.uid) === c,
+        uid: c.uid, spec: c.spec, createdSeq: this.createdSeqs.get(c.uid) ?? 0, captureAll: () => c.captureAll(), live: () => this.byUid.get(c.uid) === c,
       })),
       isClosed: () => this.closed,
     };

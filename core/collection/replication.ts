@@ -37,7 +37,7 @@ export const SNAPSHOT_CHUNK_BYTES_MAX = 1 << 20;
 export interface ReplicationView {
   readonly log: CommitLog;
   /** The live collections now, each with a check that it is still live (not dropped since). */
-  collections(): { uid: string; spec: CollectionSpec; captureAll(): Iterable<Op>; live(): boolean }[];
+  collections(): { uid: string; spec: CollectionSpec; createdSeq: number; captureAll(): Iterable<Op>; live(): boolean }[];
   isClosed(): boolean;
 }
 
@@ -165,7 +165,7 @@ async function* streamFrom(view: ReplicationView, resumeAfter: number | undefine
       if (signal.aborted || view.isClosed()) return;
       if (!c.live()) continue; // dropped meanwhile: its drop record comes in the tail
       announced.add(c.uid);
-      yield { seq: 0, record: encodeRecord(ReplicationKind.snapshot, 'db', encodeOp({ t: 'create_collection', uid: c.uid, name: c.spec.name, params: c.spec })) };
+      yield { seq: c.createdSeq, record: encodeRecord(ReplicationKind.snapshot, 'db', encodeOp({ t: 'create_collection', uid: c.uid, name: c.spec.name, params: c.spec })) };
       const it = c.captureAll()[Symbol.iterator]();
       for (;;) {
         // Checked before every step: a dropped collection's memory is gone.
@@ -205,7 +205,7 @@ async function* streamFrom(view: ReplicationView, resumeAfter: number | undefine
         const c = view.collections().find((x) => x.uid === r.keyId);
         if (c === undefined) continue; // dropped since: its drop record follows
         announced.add(c.uid);
-        yield { seq: 0, record: encodeRecord(ReplicationKind.snapshot, 'db', encodeOp({ t: 'create_collection', uid: c.uid, name: c.spec.name, params: c.spec })) };
+        yield { seq: c.createdSeq, record: encodeRecord(ReplicationKind.snapshot, 'db', encodeOp({ t: 'create_collection', uid: c.uid, name: c.spec.name, params: c.spec })) };
       }
       yield { seq: r.seq, record: encodeRecord(ReplicationKind.commit, r.keyId, r.body) };
       // Sent and taken by the consumer: the log may drop what is before it.

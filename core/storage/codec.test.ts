@@ -14,6 +14,11 @@ export const arbOp: fc.Arbitrary<AnyOp> = fc.oneof(
   }),
   fc.record({ t: fc.constant('create_collection' as const), uid: fc.string({ unit: fc.constantFrom(...'0123456789abcdef'), minLength: 1, maxLength: 32 }), name: id, params: fc.dictionary(fc.string({ maxLength: 6 }), fc.jsonValue({ maxDepth: 2 })) }),
   fc.record({ t: fc.constant('drop_collection' as const), uid: fc.string({ unit: fc.constantFrom(...'0123456789abcdef'), minLength: 1, maxLength: 32 }) }),
+  fc.record({
+    t: fc.constant('create_collection' as const), uid: fc.constant('0123456789abcdef'), name: id, params: fc.constant({ dim: 2 }),
+    origin_seq: fc.maxSafeNat(),
+  }),
+  fc.record({ t: fc.constant('replica_position' as const), leader_seq: fc.maxSafeNat() }),
 );
 
 /** JSON turns -0 into 0 and drops undefined: compare against what JSON would keep. */
@@ -37,5 +42,12 @@ describe('record codec', () => {
     for (let n = 0; n < bytes.length; n++) expect(() => decodeOp(bytes.subarray(0, n))).toThrow(/cannot decode/);
     expect(() => decodeOp(Buffer.concat([bytes, Buffer.from([0])]))).toThrow(/trailing/);
     expect(() => decodeOp(Uint8Array.from([200]))).toThrow(/unknown tag/);
+    // A create's origin seq is an optional trailing field: a record without it reads as before; one cut
+    // inside it is refused.
+    const plain = encodeOp({ t: 'create_collection', uid: 'ab', name: 'c', params: {} });
+    const withSeq = encodeOp({ t: 'create_collection', uid: 'ab', name: 'c', params: {}, origin_seq: 2 ** 40 + 5 });
+    expect(decodeOp(plain)).toEqual({ t: 'create_collection', uid: 'ab', name: 'c', params: {} });
+    expect(decodeOp(withSeq)).toEqual({ t: 'create_collection', uid: 'ab', name: 'c', params: {}, origin_seq: 2 ** 40 + 5 });
+    for (let n = plain.length + 1; n < withSeq.length; n++) expect(() => decodeOp(withSeq.subarray(0, n))).toThrow(/cannot decode/);
   });
 });

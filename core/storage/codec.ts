@@ -26,7 +26,8 @@ export type Op =
 
 /** Database-level records, sealed with the master-derived 'db' key. */
 export type DbOp =
-  | { t: 'create_collection'; uid: string; name: string; params: object }
+  /** `origin_seq`: on a follower, the leader's seq of this create (the collection's age there). */
+  | { t: 'create_collection'; uid: string; name: string; params: object; origin_seq?: number }
   | { t: 'drop_collection'; uid: string }
   /** A follower's applied position: every leader commit up to `leader_seq` is in the records before it. */
   | { t: 'replica_position'; leader_seq: number };
@@ -104,6 +105,10 @@ class Reader {
   str16(): string { return Buffer.from(this.bytes(this.u16())).toString('utf8'); }
   blob32(): Uint8Array { return this.bytes(this.u32()); }
 
+  atEnd(): boolean {
+    return this.pos === this.buf.length;
+  }
+
   end(): void {
     if (this.pos !== this.buf.length) throw new CodecError(`${this.buf.length - this.pos} trailing bytes`);
   }
@@ -157,16 +162,16 @@ export function encodeOp(op: AnyOp): Uint8Array {
       w.str16(op.uid);
       w.str16(op.name);
       w.blob32(json(op.params));
+      // Optional trailing field: records written before it existed end after the params.
+      if (op.origin_seq !== undefined) seq64(w, op.origin_seq);
       break;
     case 'drop_collection':
       w.u8(TAG.drop_collection);
       w.str16(op.uid);
       break;
     case 'replica_position':
-      assert(Number.isSafeInteger(op.leader_seq) && op.leader_seq >= 0, 'a replica position is a seq');
       w.u8(TAG.replica_position);
-      w.u32(op.leader_seq % 2 ** 32);
-      w.u32(Math.floor(op.leader_seq / 2 ** 32));
+      seq64(w, op.leader_seq);
       break;
   }
   return w.done();
@@ -215,22 +220,35 @@ export function decodeOp(bytes: Uint8Array): AnyOp {
       op = { t: 'delete', ids };
       break;
     }
-    case TAG.create_collection:
-      op = { t: 'create_collection', uid: r.str16(), name: r.str16(), params: parseJson(r.blob32()) as object };
+    case TAG.create_collection: {
+      const c: AnyOp = { t: 'create_collection', uid: r.str16(), name: r.str16(), params: parseJson(r.blob32()) as object };
+      if (!r.atEnd()) c.origin_seq = readSeq64(r);
+      op = c;
       break;
+    }
     case TAG.drop_collection:
       op = { t: 'drop_collection', uid: r.str16() };
       break;
-    case TAG.replica_position: {
-      const lo = r.u32();
-      op = { t: 'replica_position', leader_seq: r.u32() * 2 ** 32 + lo };
+    case TAG.replica_position:
+      op = { t: 'replica_position', leader_seq: readSeq64(r) };
       break;
-    }
     default:
       throw new CodecError(`unknown tag ${tag}`);
   }
   r.end();
   return op;
+}
+
+/** A sequence number as two u32 (low, high): safe integers only. */
+function seq64(w: Writer, seq: number): void {
+  assert(Number.isSafeInteger(seq) && seq >= 0, 'a seq is a non-negative safe integer');
+  w.u32(seq % 2 ** 32);
+  w.u32(Math.floor(seq / 2 ** 32));
+}
+
+function readSeq64(r: Reader): number {
+  const lo = r.u32();
+  return r.u32() * 2 ** 32 + lo;
 }
 
 export function isDbOp(op: AnyOp): op is DbOp {

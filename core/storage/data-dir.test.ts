@@ -47,7 +47,7 @@ describe.each([['encrypted', KEY], ['insecure', null]] as const)('DataDir (%s)',
     await d.close();
 
     d = await DataDir.open(fs, '/data', { masterKey, log: quiet, segmentBytesMax: 300 });
-    expect(d.collections()).toEqual([{ uid, name: 'docs', params: { dim: 3 }, checkpointSeq: seqs[2], segments: 1 }]);
+    expect(d.collections()).toEqual([{ uid, name: 'docs', params: { dim: 3 }, checkpointSeq: seqs[2], segments: 1, createdSeq: expect.any(Number) }]);
     const replay = await all(d.replay());
     expect(replay.map((r) => r.op.t)).toEqual(['delete', 'upsert']);
     expect([...(await idsOf(d, uid, replay))].sort()).toEqual(['a', 'c', 'd']);

@@ -35,6 +35,8 @@ export interface CollectionSummary {
   checkpointSeq: number;
   /** Segment files the collection's state is in. */
   segments: number;
+  /** Its create's seq (the leader's, on a follower); 0 when not known (older manifests). */
+  createdSeq: number;
 }
 
 export interface ReplayRecord {
@@ -200,11 +202,11 @@ export class DataDir implements Keyring {
 
   /** Completes a create or drop whose WAL record is durable but whose manifest change was lost. */
   private async finishInterrupted(): Promise<void> {
-    const creates = new Map<string, { seq: number; name: string; params: object }>();
+    const creates = new Map<string, { seq: number; name: string; params: object; createdSeq: number }>();
     const dropped = new Set<string>();
     for await (const r of this.wal.readFrom(this.wal.firstRetainedSeq, { keyIds: new Set(['db']) })) {
       const op = this.decode(r.body!, r.seq);
-      if (op.t === 'create_collection') creates.set(op.uid, { seq: r.seq, name: op.name, params: op.params });
+      if (op.t === 'create_collection') creates.set(op.uid, { seq: r.seq, name: op.name, params: op.params, createdSeq: op.origin_seq ?? r.seq });
       else if (op.t === 'drop_collection') dropped.add(op.uid);
     }
     let m = this.manifest;
@@ -212,7 +214,7 @@ export class DataDir implements Keyring {
     for (const [uid, c] of creates) {
       if (live.has(uid) || dropped.has(uid)) continue;
       this.opts.log('storage: completing an interrupted collection create', { uid, seq: c.seq });
-      m = { ...m, collections: [...m.collections, this.newEntry(uid, c.name, c.params, c.seq)] };
+      m = { ...m, collections: [...m.collections, this.newEntry(uid, c.name, c.params, c.seq, c.createdSeq)] };
     }
     for (const uid of dropped) {
       if (!live.has(uid)) continue;
@@ -230,7 +232,7 @@ export class DataDir implements Keyring {
     }
   }
 
-  private newEntry(uid: string, name: string, params: object, seq: number): CollectionEntry {
+  private newEntry(uid: string, name: string, params: object, seq: number, createdSeq: number): CollectionEntry {
     const mk = this.opts.masterKey;
     let wrapped: string | null = null;
     if (mk) {
@@ -241,7 +243,7 @@ export class DataDir implements Keyring {
     } else {
       this.sealers.set(uid, new InsecureSealer());
     }
-    return { uid, name, params, wrapped_key: wrapped, segments: [], next_segment_id: 1, checkpoint_seq: seq };
+    return { uid, name, params, wrapped_key: wrapped, segments: [], next_segment_id: 1, checkpoint_seq: seq, created_seq: createdSeq };
   }
 
   private async saveManifest(next: Manifest): Promise<void> {
@@ -294,7 +296,7 @@ export class DataDir implements Keyring {
 
   collections(): CollectionSummary[] {
     return this.manifest.collections.map((c) => ({
-      uid: c.uid, name: c.name, params: c.params, checkpointSeq: c.checkpoint_seq, segments: c.segments.length,
+      uid: c.uid, name: c.name, params: c.params, checkpointSeq: c.checkpoint_seq, segments: c.segments.length, createdSeq: c.created_seq ?? 0,
     }));
   }
 
@@ -333,8 +335,12 @@ export class DataDir implements Keyring {
     }
   }
 
-  /** `uid`: a follower keeps its leader's (16 hex digits); otherwise a fresh random one. */
-  createCollection(name: string, params: object, givenUid?: string): Promise<{ uid: string; seq: number }> {
+  /**
+   * `origin`: a follower keeps its leader's uid (16 hex digits) and the leader's seq of the create;
+   * otherwise a fresh random uid, and this node's own seq.
+   */
+  createCollection(name: string, params: object, origin?: { uid: string; seq: number }): Promise<{ uid: string; seq: number; createdSeq: number }> {
+    const givenUid = origin?.uid;
     return this.serial(async () => {
       if (this.manifest.collections.some((c) => c.name === name)) throw new SvcError('already_exists', `collection '${name}' already exists`);
       if (givenUid !== undefined && !UID_RE.test(givenUid)) throw invalidArgument('a collection uid is 16 hex digits');
@@ -342,9 +348,11 @@ export class DataDir implements Keyring {
         throw new SvcError('already_exists', `a collection with uid ${givenUid} already exists`);
       }
       const uid = givenUid ?? randomBytes(8).toString('hex');
-      const seq = await this.wal.append('db', encodeOp({ t: 'create_collection', uid, name, params }));
-      await this.saveManifest({ ...this.manifest, collections: [...this.manifest.collections, this.newEntry(uid, name, params, seq)] });
-      return { uid, seq };
+      const op = { t: 'create_collection' as const, uid, name, params, ...(origin !== undefined ? { origin_seq: origin.seq } : {}) };
+      const seq = await this.wal.append('db', encodeOp(op));
+      const createdSeq = origin?.seq ?? seq;
+      await this.saveManifest({ ...this.manifest, collections: [...this.manifest.collections, this.newEntry(uid, name, params, seq, createdSeq)] });
+      return { uid, seq, createdSeq };
     });
   }
 

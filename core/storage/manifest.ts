@@ -24,6 +24,11 @@ export interface CollectionEntry {
   next_segment_id: number;
   /** WAL records of this collection at or below this seq are in its segments. */
   checkpoint_seq: number;
+  /**
+   * The seq of its create: this node's own, or on a follower its leader's (the age that tells two
+   * incarnations of one name apart). Absent in manifests written before it was kept.
+   */
+  created_seq?: number;
 }
 
 export interface Manifest {

@@ -24,7 +24,8 @@ export type ReplicationSource = (afterSeq: number | undefined, signal: AbortSign
 export interface ReplicaTarget {
   readonly replicaSeq: number | null;
   replicaReset(): Promise<void>;
-  replicaCreate(uid: string, name: string, params: object): Promise<void>;
+  /** `createdSeq`: the leader's seq of the create (0 when it does not know). */
+  replicaCreate(uid: string, name: string, params: object, createdSeq: number): Promise<void>;
   replicaDrop(uid: string): Promise<void>;
   replicaWrite(uid: string, op: Op, bulk: boolean): Promise<void>;
   replicaPosition(leaderSeq: number): Promise<void>;
@@ -178,7 +179,7 @@ export class Follower {
           // Also in the tail: the leader announces a collection its snapshot missed before its first write.
           if (op?.t !== 'create_collection') throw invalidArgument('a snapshot db record must create a collection');
           await this.drain();
-          await t.replicaCreate(op.uid, op.name, op.params);
+          await t.replicaCreate(op.uid, op.name, op.params, seq);
         } else {
           if (this.st.state !== 'bootstrapping') throw invalidArgument('a snapshot chunk outside a snapshot');
           if (op === null || op.t === 'create_collection' || op.t === 'drop_collection' || op.t === 'replica_position') {
@@ -214,7 +215,7 @@ export class Follower {
     if (rec.keyId === 'db') {
       // Collection creates and drops are barriers: every write before them lands first.
       await this.drain();
-      if (op.t === 'create_collection') await t.replicaCreate(op.uid, op.name, op.params);
+      if (op.t === 'create_collection') await t.replicaCreate(op.uid, op.name, op.params, seq);
       else if (op.t === 'drop_collection') await t.replicaDrop(op.uid);
       else throw invalidArgument(`a commit db record of kind ${op.t}`);
       await t.replicaPosition(seq);
