@@ -3,7 +3,8 @@ import type { AddressInfo } from 'node:net';
 import { systemClock } from '../../core/base/clock.js';
 import { Follower } from '../../core/cluster/replication/follower.js';
 import { followerEngine } from '../../core/cluster/replication/follower-engine.js';
-import { openDatabase, type ProvidersOptions } from '../../core/index.js';
+import { ReplicaStore } from '../../core/cluster/replication/replica-store.js';
+import { openDatabase, type Database, type ProvidersOptions } from '../../core/index.js';
 import type { EngineApi } from '../../core/service/api.js';
 import type { AuditSink } from '../../core/service/audit.js';
 import { createService, type Service } from '../../core/service/service.js';
@@ -80,19 +81,28 @@ export async function startServer(
 async function openAndServe(
   config: SvcConfig, providers: ProvidersOptions, logs: Logs, metrics: ReturnType<typeof createPromMetrics>, state: RestState, fallback: boolean,
 ) {
-  const db = await openDatabase({
-    dataDir: config.dataDir,
+  const open = (dataDir: string, side = false) => openDatabase({
+    dataDir,
     ...(config.encryptionKey !== null ? { encryptionKey: config.encryptionKey } : { insecure: true }),
     limits: config.limits,
     ...(config.snapshotDir !== null ? { snapshotDir: config.snapshotDir } : {}),
     providers,
-    searchWorkers: config.searchWorkers,
+    // A re-bootstrap's side directory is written, not searched, until it is swapped in (and reopened).
+    searchWorkers: side ? 0 : config.searchWorkers,
     replicationRetainBytes: config.replicationRetainBytes,
     // Server reads never wait for a rebuild unless they ask for strong (the spec's freshness states).
     waitForBulkBuild: false,
   });
-  const follower = config.leader === null ? null : startFollower(config, config.leader, db, logs, metrics);
-  const engine: EngineApi = follower === null ? db : followerEngine({ db, follower, leaderUrl: config.leader!.url });
+  const store = config.leader === null ? null : await ReplicaStore.open({
+    dataDir: config.dataDir, openDb: open,
+    log: (message, detail) => logs.target('svc::replication').info(detail ?? {}, message),
+  });
+  const current = (): Database => store?.current ?? leaderDb!;
+  const leaderDb = store === null ? await open(config.dataDir) : null;
+  const follower = store === null ? null : startFollower(config, config.leader!, store, logs, metrics);
+  const engine: EngineApi = follower === null ? leaderDb! : followerEngine({
+    current, whenReadable: () => store!.whenReadable(), follower, leaderUrl: config.leader!.url, close: () => store!.close(),
+  });
   const fileSink = config.auditLog !== null ? new FileAuditSink(config.auditLog, {
     masterKeyHex: config.encryptionKey, onWarning: (m) => logs.target('svc::audit').warn({ warning: true }, m),
   }) : null;
@@ -105,7 +115,7 @@ async function openAndServe(
     audit, auditLog: logs.target('svc::audit'), clock: systemClock, metrics, log: logs.target('svc::span'), tracer,
   });
   metrics.setStatsSource(() => engine.stats());
-  metrics.setSearchPoolSource(() => db.searchPoolStats());
+  metrics.setSearchPoolSource(() => current().searchPoolStats());
   try {
     const grpc = await startGrpc(config, service, logs, metrics, fallback);
     // Readiness (spec): storage open and every collection's index built from it; a follower's only once
@@ -113,7 +123,7 @@ async function openAndServe(
     const ready = async () => {
       await follower?.whenBootstrapped();
       // A follower's stream goes on meanwhile: its indexes hold what it had when it got here.
-      await db.whenIndexed({ upToNow: follower !== null });
+      await current().whenIndexed({ upToNow: follower !== null });
       state.service = service; // ready: /readyz answers 200 from here on
     };
     if (follower === null) await ready();
@@ -128,11 +138,11 @@ async function openAndServe(
 }
 
 /** The read replica's replication loop (core/cluster/replication/follower.ts) over a gRPC Replicate client. */
-function startFollower(config: SvcConfig, leader: LeaderConfig, db: Awaited<ReturnType<typeof openDatabase>>, logs: Logs, metrics: ReturnType<typeof createPromMetrics>): Follower {
+function startFollower(config: SvcConfig, leader: LeaderConfig, store: ReplicaStore, logs: Logs, metrics: ReturnType<typeof createPromMetrics>): Follower {
   const log = logs.target('svc::replication');
   const source = grpcReplicationSource({ ...leader, maxMessageBytes: config.limits.maxRequestBodyBytes });
   const follower = new Follower({
-    source, target: db, clock: systemClock, random: Math.random,
+    source, target: store, clock: systemClock, random: Math.random,
     sleep: (ms, signal) => new Promise<void>((resolve) => {
       const t = setTimeout(done, ms);
       function done(): void {

@@ -22,38 +22,48 @@ const KINDS: Readonly<Record<OperationName, Kind>> = {
 };
 
 export interface FollowerEngineOptions {
-  db: EngineApi;
+  /** The database reads go to now (a re-bootstrap swaps it). */
+  current(): EngineApi;
+  /** While a swap runs, what a read waits for. */
+  whenReadable(): Promise<void> | undefined;
   follower: Follower;
   leaderUrl: string;
+  /** Stops what the follower owns (its store), after the follower itself. */
+  close(): Promise<void>;
 }
 
 export function followerEngine(opts: FollowerEngineOptions): EngineApi {
-  const { db, follower } = opts;
+  const { follower } = opts;
   const refuse = (op: string): never => {
     throw new SvcError('read_only_replica', `this node is a read replica of ${opts.leaderUrl}: send ${op} to the leader`);
   };
   const ready = (): void => {
     if (!follower.serving) throw new SvcError('not_ready', 'this read replica is bootstrapping from its leader');
   };
+  const call = (op: OperationName, args: unknown[]): unknown => {
+    const db = opts.current();
+    return (db[op] as (...a: unknown[]) => unknown).apply(db, args);
+  };
   const engine: Record<string, unknown> = {};
   for (const [op, kind] of Object.entries(KINDS) as [OperationName, Kind][]) {
-    const call = (db[op] as (...args: unknown[]) => unknown).bind(db);
     if (kind === 'write') engine[op] = async () => refuse(op);
-    else if (kind === 'stream') engine[op] = (...args: unknown[]) => call(...args);
+    else if (kind === 'stream') engine[op] = (...args: unknown[]) => call(op, args);
     else engine[op] = async (...args: unknown[]) => {
       ready();
-      return call(...args);
+      await opts.whenReadable();
+      return call(op, args);
     };
   }
   engine.stats = async (): Promise<DatabaseStats> => {
     ready();
-    const s = await db.stats();
+    await opts.whenReadable();
+    const s = await opts.current().stats();
     const f = follower.stats();
     return { ...s, replication: { role: 'follower', state: f.state, applied_seq: f.appliedSeq, leader: opts.leaderUrl } };
   };
   engine.close = async () => {
     await follower.stop();
-    await db.close();
+    await opts.close();
   };
   return engine as EngineApi;
 }

@@ -31,6 +31,10 @@ export interface ReplicaTarget {
   replicaPosition(leaderSeq: number): Promise<void>;
   /** The end of a bootstrap: what the snapshot did not name goes, then the position. */
   replicaSnapshotEnd(leaderSeq: number): Promise<void>;
+  /** A new stream begins (a bootstrap the last one left unfinished is abandoned). */
+  replicaStreamOpened?(): Promise<void>;
+  /** Whether a bootstrap running now leaves the current state serving reads (a side directory). */
+  servesDuringBootstrap?(): boolean;
 }
 
 export interface FollowerOptions {
@@ -95,9 +99,9 @@ export class Follower {
     return { ...this.st, oldestPendingMs: this.pending.find((p) => !p.settled)?.at ?? null };
   }
 
-  /** Reads may be served: the first bootstrap is complete and none is running now. */
+  /** Reads may be served: the first bootstrap is complete, and none runs now in place of the served state. */
   get serving(): boolean {
-    return this.st.bootstrapped && this.st.state !== 'bootstrapping';
+    return this.st.bootstrapped && (this.st.state !== 'bootstrapping' || this.opts.target.servesDuringBootstrap?.() === true);
   }
 
   /** Resolves once the first bootstrap is complete (at once after a restart with a position). */
@@ -147,6 +151,7 @@ export class Follower {
     const onStop = () => stream.abort();
     this.stopping.signal.addEventListener('abort', onStop, { once: true });
     try {
+      await this.opts.target.replicaStreamOpened?.();
       const after = this.opts.target.replicaSeq ?? undefined;
       for await (const ev of this.opts.source(after, stream.signal)) {
         if (this.stopping.signal.aborted) return;
@@ -168,9 +173,11 @@ export class Follower {
     switch (rec.kind) {
       case 'snapshotBegin':
         await this.drain();
+        // The state changes once the target is ready for the snapshot: a side directory is open (the
+        // served state goes on serving), or the first bootstrap starts in place (nothing served yet).
+        await t.replicaReset();
         this.st.state = 'bootstrapping';
         this.st.bootstraps++;
-        await t.replicaReset();
         this.st.appliedSeq = null;
         return;
       case 'snapshot': {

@@ -1,0 +1,148 @@
+import { existsSync, mkdtempSync, readdirSync, renameSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { systemClock } from '../../base/clock.js';
+import { Database } from '../../collection/database.js';
+import { buildIndexInline } from '../../collection/rebuild.js';
+import { Follower, type ReplicationSource } from './follower.js';
+import { ReplicaStore } from './replica-store.js';
+
+const LEADER_KEY = new Uint8Array(32).fill(5);
+const FOLLOWER_KEY = new Uint8Array(32).fill(6);
+const roots: string[] = [];
+afterEach(() => {
+  for (const d of roots.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+function tempRoot(): string {
+  const d = mkdtempSync(join(tmpdir(), 'svc-replica-store-'));
+  roots.push(d);
+  return d;
+}
+
+const vec = (i: number) => [Math.sin(i), Math.cos(i), i % 5];
+
+function storeAt(dataDir: string): Promise<ReplicaStore> {
+  return ReplicaStore.open({
+    dataDir, log: () => undefined,
+    openDb: (path) => Database.open({ dataDir: path, masterKey: FOLLOWER_KEY, buildIndex: buildIndexInline }),
+  });
+}
+
+function follow(store: ReplicaStore, source: ReplicationSource): Follower {
+  const f = new Follower({
+    source, target: store, clock: systemClock, random: () => 0.5, log: () => undefined,
+    sleep: (ms) => new Promise((r) => setTimeout(r, Math.min(ms, 5))), backoffMs: { base: 1, max: 5 },
+  });
+  f.start();
+  return f;
+}
+
+async function until(what: string, check: () => boolean | Promise<boolean>, ms = 20_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > end) throw new Error(`${what}: not within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+async function ids(db: Database): Promise<string[]> {
+  return (await db.fetch('c', { limit: 10_000 })).points.map((p) => p.id).sort();
+}
+
+describe('a read replica re-bootstraps into a side directory', () => {
+  it('serves its last state while the new snapshot streams in, then swaps it in whole', async () => {
+    const root = tempRoot();
+    // A leader that keeps no log for followers (retention 0) and rolls small WAL files: a follower that
+    // goes away and comes back after a checkpoint finds its position gone and gets a snapshot.
+    const leader = await Database.open({
+      dataDir: join(root, 'leader'), masterKey: LEADER_KEY, buildIndex: buildIndexInline,
+      walFileBytesMax: 4096, checkpointPoints: 50, replicationRetainBytes: 0,
+    });
+    await leader.createCollection({ name: 'c', dim: 3, metric: 'l2', index: 'flat' });
+    await leader.upsert('c', { points: Array.from({ length: 200 }, (_, i) => ({ id: `old${i}`, vector: vec(i) })) });
+    const dataDir = join(root, 'replica');
+    const store = await storeAt(dataDir);
+    let slow = false;
+    const source: ReplicationSource = async function* (afterSeq, signal) {
+      for await (const ev of leader.replicate(afterSeq === undefined ? {} : { after_seq: afterSeq }, signal)) {
+        // The second snapshot comes slowly, so reads can be watched while it streams in.
+        if (slow && ev.seq === 0) await new Promise((r) => setTimeout(r, 20));
+        yield ev;
+      }
+    };
+    let f = follow(store, source);
+    const leaderSeq = async () => ((await leader.stats()).replication as { commit_seq: number }).commit_seq;
+    await until('the first bootstrap', async () => f.stats().appliedSeq === (await leaderSeq()));
+    const before = await ids(store.current);
+    expect(before).toHaveLength(200);
+    await f.stop();
+
+    // Meanwhile the leader rewrites everything, checkpoints, and drops the log behind the replica.
+    await leader.deleteCollection('c');
+    await leader.createCollection({ name: 'c', dim: 3, metric: 'l2', index: 'flat' });
+    const position = store.replicaSeq!;
+    for (let b = 0; b < 6 || leader.replicationView().log.firstRetainedSeq <= position + 1; b++) {
+      expect(b, 'the leader drops its log behind the replica').toBeLessThan(100);
+      await leader.upsert('c', { points: Array.from({ length: 100 }, (_, i) => ({ id: `new${(b * 100 + i) % 600}`, vector: vec(b * 100 + i) })) });
+    }
+    const expected = await ids(leader);
+    slow = true;
+    f = follow(store, source);
+    const seen = new Set<string>();
+    let reads = 0;
+    while (f.stats().bootstraps < 1 || f.stats().appliedSeq !== (await leaderSeq())) {
+      // Every read in the meantime answers, with the old state or the new one, never a part of either.
+      await store.whenReadable();
+      const got = await ids(store.current);
+      seen.add(got.length === 200 && got.every((id, i) => id === before[i]) ? 'old' : JSON.stringify(got) === JSON.stringify(expected) ? 'new' : `partial ${got.length}`);
+      reads++;
+      await new Promise((r) => setTimeout(r, 2));
+    }
+    expect([...seen].filter((s) => s.startsWith('partial'))).toEqual([]);
+    expect(seen.has('old')).toBe(true);
+    expect(reads).toBeGreaterThan(3);
+    expect(await ids(store.current)).toEqual(expected);
+    expect(f.stats().bootstraps).toBe(1);
+    await f.stop();
+    await store.close();
+    expect(readdirSync(root).sort()).toEqual(['leader', 'replica']);
+
+    // A restart resumes from the swapped-in directory's position, with no new snapshot.
+    const again = await storeAt(dataDir);
+    expect(await ids(again.current)).toEqual(expected);
+    const g = follow(again, source);
+    await leader.upsert('c', { points: [{ id: 'later', vector: vec(1) }] });
+    await until('the restarted replica follows', async () => g.stats().appliedSeq === (await leaderSeq()));
+    expect(g.stats().bootstraps).toBe(0);
+    await g.stop();
+    await again.close();
+    await leader.close();
+  });
+
+  it('finishes a swap a crash stopped between its renames, and drops a side directory left unswapped', async () => {
+    const root = tempRoot();
+    const dataDir = join(root, 'replica');
+    const make = async (path: string, id: string) => {
+      const db = await Database.open({ dataDir: path, masterKey: FOLLOWER_KEY, buildIndex: buildIndexInline });
+      await db.createCollection({ name: 'c', dim: 3, metric: 'l2', index: 'flat' });
+      await db.upsert('c', { points: [{ id, vector: vec(1) }] });
+      await db.close();
+    };
+    // Crashed after `dir -> dir.old`, before `dir.bootstrap -> dir`: the side directory is the new state.
+    await make(`${dataDir}.old`, 'old');
+    await make(`${dataDir}.bootstrap`, 'new');
+    let s = await storeAt(dataDir);
+    expect(await ids(s.current)).toEqual(['new']);
+    await s.close();
+    expect(readdirSync(root).sort()).toEqual(['replica']);
+    // Crashed before the first rename: the directory is whole and served; the side one goes.
+    await make(`${dataDir}.bootstrap`, 'partial');
+    s = await storeAt(dataDir);
+    expect(await ids(s.current)).toEqual(['new']);
+    await s.close();
+    expect(existsSync(`${dataDir}.bootstrap`)).toBe(false);
+    renameSync(dataDir, join(root, 'moved'));
+  });
+});

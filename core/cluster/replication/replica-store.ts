@@ -1,0 +1,159 @@
+import type { Database } from '../../collection/database.js';
+import type { Op } from '../../storage/codec.js';
+import { NodeFileSystem, dirName, type FileSystem } from '../../storage/fs.js';
+import type { ReplicaTarget } from './follower.js';
+
+/**
+ * A read replica's data directory across re-bootstraps. The first bootstrap fills the directory in place
+ * (nothing is served before it ends). A later one (the leader no longer holds the log after this node's
+ * position) goes into a side directory, `<dir>.bootstrap`, while the current one goes on serving reads;
+ * at the snapshot's end the two are swapped: both closed, renamed, the new one opened again. Reads wait
+ * for the swap rather than fail, and see the old state or the new, never a snapshot half applied.
+ *
+ * A crash at any point leaves one whole directory to open (`open` finishes or undoes a swap):
+ *   side complete -> close both -> rename dir to `<dir>.old` -> rename side to dir -> fsync -> remove old.
+ * Before the first rename the old directory is kept and the side one removed (the leader sends a snapshot
+ * again); after it, the side one is complete (its position was durable before the swap began).
+ */
+
+export interface ReplicaStoreOptions {
+  dataDir: string;
+  /** Default: the real one. */
+  fs?: FileSystem;
+  /** Opens a database at a path; `side` for the directory a re-bootstrap fills (no search workers). */
+  openDb(path: string, side: boolean): Promise<Database>;
+  log(message: string, detail?: Record<string, unknown>): void;
+}
+
+export class ReplicaStore implements ReplicaTarget {
+  private db: Database;
+  private side: Database | null = null;
+  private swapping: Promise<void> | null = null;
+  private readonly sidePath: string;
+  private readonly oldPath: string;
+
+  private readonly fs: FileSystem;
+
+  private constructor(private readonly opts: ReplicaStoreOptions, db: Database) {
+    this.fs = opts.fs ?? new NodeFileSystem();
+    this.db = db;
+    this.sidePath = `${opts.dataDir.replace(/\/+$/, '')}.bootstrap`;
+    this.oldPath = `${opts.dataDir.replace(/\/+$/, '')}.old`;
+  }
+
+  static async open(opts: ReplicaStoreOptions): Promise<ReplicaStore> {
+    const fs = opts.fs ?? new NodeFileSystem();
+    const { dataDir } = opts;
+    const side = `${dataDir.replace(/\/+$/, '')}.bootstrap`;
+    const old = `${dataDir.replace(/\/+$/, '')}.old`;
+    if ((await fs.stat(dataDir)) === null && (await fs.stat(side)) !== null) {
+      // A swap stopped between its two renames: the side directory is the complete, newer one.
+      opts.log('replica: finishing a swap to a re-bootstrapped directory that a crash interrupted');
+      await fs.rename(side, dataDir);
+      await fs.fsyncDir(dirName(dataDir));
+    }
+    for (const leftover of [side, old]) {
+      if ((await fs.stat(leftover)) !== null) {
+        await fs.rmdir(leftover);
+        await fs.fsyncDir(dirName(leftover));
+      }
+    }
+    return new ReplicaStore(opts, await opts.openDb(dataDir, false));
+  }
+
+  /** The database reads go to (the one served; a re-bootstrap's side one only after its swap). */
+  get current(): Database {
+    return this.db;
+  }
+
+  /** While a swap runs, what a read waits for; undefined otherwise (no microtask hop on the common path). */
+  whenReadable(): Promise<void> | undefined {
+    return this.swapping ?? undefined;
+  }
+
+  /** A re-bootstrap fills a side directory: the current one serves meanwhile. */
+  servesDuringBootstrap(): boolean {
+    return this.side !== null;
+  }
+
+  private get target(): Database {
+    return this.side ?? this.db;
+  }
+
+  get replicaSeq(): number | null {
+    return this.db.replicaSeq;
+  }
+
+  /** A new stream: a re-bootstrap the last one left unfinished is abandoned (the position is the served one's). */
+  async replicaStreamOpened(): Promise<void> {
+    await this.dropSide();
+  }
+
+  async replicaReset(): Promise<void> {
+    await this.dropSide();
+    if (this.db.replicaSeq === null && (await this.db.listCollections()).collections.length === 0) {
+      await this.db.replicaReset();
+      return;
+    }
+    this.opts.log('replica: re-bootstrapping into a side directory; the current state serves reads meanwhile', { dir: this.sidePath });
+    if ((await this.fs.stat(this.sidePath)) !== null) await this.fs.rmdir(this.sidePath);
+    this.side = await this.opts.openDb(this.sidePath, true);
+    await this.side.replicaReset();
+  }
+
+  replicaCreate(uid: string, name: string, params: object, createdSeq: number): Promise<void> {
+    return this.target.replicaCreate(uid, name, params, createdSeq);
+  }
+
+  replicaDrop(uid: string): Promise<void> {
+    return this.target.replicaDrop(uid);
+  }
+
+  replicaWrite(uid: string, op: Op, bulk: boolean): Promise<void> {
+    return this.target.replicaWrite(uid, op, bulk);
+  }
+
+  replicaPosition(leaderSeq: number): Promise<void> {
+    return this.target.replicaPosition(leaderSeq);
+  }
+
+  async replicaSnapshotEnd(leaderSeq: number): Promise<void> {
+    await this.target.replicaSnapshotEnd(leaderSeq);
+    if (this.side !== null) await this.swap();
+  }
+
+  private swap(): Promise<void> {
+    const side = this.side!;
+    this.swapping = (async () => {
+      const { fs } = this;
+      const { dataDir } = this.opts;
+      await side.close();
+      await this.db.close();
+      await fs.rename(dataDir, this.oldPath);
+      await fs.rename(this.sidePath, dataDir);
+      await fs.fsyncDir(dirName(dataDir));
+      await fs.rmdir(this.oldPath);
+      await fs.fsyncDir(dirName(dataDir));
+      this.side = null;
+      this.db = await this.opts.openDb(dataDir, false);
+      this.opts.log('replica: swapped in the re-bootstrapped directory');
+    })().finally(() => {
+      this.swapping = null;
+    });
+    return this.swapping;
+  }
+
+  private async dropSide(): Promise<void> {
+    if (this.side === null) return;
+    const side = this.side;
+    this.side = null;
+    await side.close().catch(() => undefined);
+    await this.fs.rmdir(this.sidePath);
+  }
+
+  async close(): Promise<void> {
+    await this.swapping?.catch(() => undefined);
+    await this.dropSide().catch(() => undefined);
+    await this.db.close();
+  }
+}
