@@ -55,6 +55,17 @@ describe('config', () => {
       [{ SVC_LEADER_CA: 'ca.pem' }, 'SVC_LEADER_CA'],
     ];
     for (const [env, variable] of refused) expect(refusal({ ...base, ...env }, cwd), JSON.stringify(env)).toBe(variable);
+    // A credential in the URL is refused without being repeated; a key over plain http off the machine is a warning.
+    let message = '';
+    try {
+      loadConfig({ ...base, SVC_LEADER_URL: 'http://admin:hunter2@leader:6334', SVC_LEADER_API_KEY: 'lk' }, { cwd });
+    } catch (e) {
+      message = (e as Error).message;
+    }
+    expect(message).toMatch(/user name or password/);
+    expect(message).not.toContain('hunter2');
+    expect(loadConfig({ ...base, SVC_LEADER_URL: 'http://leader:6334', SVC_LEADER_API_KEY: 'lk' }, { cwd }).warnings.join(' ')).toMatch(/unencrypted/);
+    expect(loadConfig({ ...base, SVC_LEADER_URL: 'http://127.0.0.1:6334', SVC_LEADER_API_KEY: 'lk' }, { cwd }).warnings.join(' ')).not.toMatch(/unencrypted/);
   });
 
   it('defaults < svc.toml < environment, frozen', () => {

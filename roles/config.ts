@@ -181,7 +181,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, op
   }
   const providers = (table: string) => providerTables(table, toml[table], env);
   const snapshotDir = get('SVC_SNAPSHOT_DIR');
-  const leader = leaderOf(get, insecure, cwd);
+  const leader = leaderOf(get, insecure, cwd, warnings);
 
   return deepFreeze({
     configFile: file,
@@ -216,7 +216,7 @@ export interface LeaderConfig {
   clientKey: string | null;
 }
 
-function leaderOf(get: (v: string) => string | undefined, insecure: boolean, cwd: string): LeaderConfig | null {
+function leaderOf(get: (v: string) => string | undefined, insecure: boolean, cwd: string, warnings: string[]): LeaderConfig | null {
   const url = get('SVC_LEADER_URL');
   const apiKey = get('SVC_LEADER_API_KEY');
   const tls = { ca: get('SVC_LEADER_CA'), clientCert: get('SVC_LEADER_CLIENT_CERT'), clientKey: get('SVC_LEADER_CLIENT_KEY') };
@@ -230,9 +230,13 @@ function leaderOf(get: (v: string) => string | undefined, insecure: boolean, cwd
   try {
     u = new URL(url);
   } catch {
-    throw new ConfigError('SVC_LEADER_URL', `"${url}" is not a URL. Fix: the leader's gRPC address, like http://leader:6334`);
+    throw new ConfigError('SVC_LEADER_URL', 'is not a URL. Fix: the leader\'s gRPC address, like http://leader:6334');
   }
-  if ((u.protocol !== 'http:' && u.protocol !== 'https:') || u.hostname === '' || u.port === '' || u.pathname.length > 1 || u.search !== '' || u.username !== '') {
+  if (u.username !== '' || u.password !== '') {
+    // Never echoed: it holds a credential.
+    throw new ConfigError('SVC_LEADER_URL', 'carries a user name or password. Fix: give the leader\'s key in SVC_LEADER_API_KEY');
+  }
+  if ((u.protocol !== 'http:' && u.protocol !== 'https:') || u.hostname === '' || u.port === '' || u.pathname.length > 1 || u.search !== '' || u.hash !== '') {
     throw new ConfigError('SVC_LEADER_URL', `"${url}" is not http://host:port or https://host:port. Fix: the leader's gRPC address, like http://leader:6334`);
   }
   if (apiKey === undefined && !insecure) {
@@ -243,6 +247,9 @@ function leaderOf(get: (v: string) => string | undefined, insecure: boolean, cwd
   }
   if (u.protocol === 'http:' && (tls.ca !== undefined || tls.clientCert !== undefined)) {
     throw new ConfigError('SVC_LEADER_URL', `is http:// but TLS files for the leader are set. Fix: use https://${u.host}`);
+  }
+  if (u.protocol === 'http:' && apiKey !== undefined && !isLoopback(u.hostname.replace(/^\[(.*)\]$/, '$1'))) {
+    warnings.push(`SVC_LEADER_URL is http:// to ${u.hostname}: the leader's admin key and every replicated record travel unencrypted. Use https:// with SVC_LEADER_CA`);
   }
   const file = (v: string, p: string | undefined): string | null => {
     if (p === undefined) return null;

@@ -385,11 +385,12 @@ export class Database {
    * node's keys) before it is applied. Snapshot chunks come as `bulk` (a graph build takes them; live
    * commits are absorbed in place like any write). Several may be in flight: the WAL keeps their order.
    */
-  async replicaWrite(uid: string, op: Op, bulk: boolean): Promise<void> {
+  replicaWrite(uid: string, op: Op, bulk: boolean): Promise<void> {
+    // Refused by a throw, not a rejected promise: the follower then issues no position for this write.
     this.checkOpen();
     const col = this.byUid.get(uid);
     if (col === undefined) throw notFound(`replicated record for unknown collection ${uid}`);
-    await this.write(col, op, bulk);
+    return this.write(col, op, bulk);
   }
 
   /** Follower: every leader commit up to `leaderSeq` is applied; durable behind the writes before it. */

@@ -101,7 +101,7 @@ async function openAndServe(
   const leaderDb = store === null ? await open(config.dataDir) : null;
   const follower = store === null ? null : startFollower(config, config.leader!, store, logs, metrics);
   const engine: EngineApi = follower === null ? leaderDb! : followerEngine({
-    current, whenReadable: () => store!.whenReadable(), follower, leaderUrl: config.leader!.url, close: () => store!.close(),
+    current, read: (fn) => store!.read(fn), follower, leaderUrl: config.leader!.url, close: () => store!.close(),
   });
   const fileSink = config.auditLog !== null ? new FileAuditSink(config.auditLog, {
     masterKeyHex: config.encryptionKey, onWarning: (m) => logs.target('svc::audit').warn({ warning: true }, m),
@@ -137,10 +137,15 @@ async function openAndServe(
   }
 }
 
+/** The largest WAL record (core/storage/wal.ts) and its event's framing. */
+const REPLICATION_MESSAGE_BYTES_MAX = (1 << 30) + (1 << 20);
+
 /** The read replica's replication loop (core/cluster/replication/follower.ts) over a gRPC Replicate client. */
 function startFollower(config: SvcConfig, leader: LeaderConfig, store: ReplicaStore, logs: Logs, metrics: ReturnType<typeof createPromMetrics>): Follower {
   const log = logs.target('svc::replication');
-  const source = grpcReplicationSource({ ...leader, maxMessageBytes: config.limits.maxRequestBodyBytes });
+  // A replication record is a WAL record of the leader's (up to 1 GiB: a bulk load, embedded text), not a
+  // request of this node's: it must never stall the stream on this node's own body limit.
+  const source = grpcReplicationSource({ ...leader, maxMessageBytes: REPLICATION_MESSAGE_BYTES_MAX });
   const follower = new Follower({
     source, target: store, clock: systemClock, random: Math.random,
     sleep: (ms, signal) => new Promise<void>((resolve) => {

@@ -22,10 +22,10 @@ const KINDS: Readonly<Record<OperationName, Kind>> = {
 };
 
 export interface FollowerEngineOptions {
-  /** The database reads go to now (a re-bootstrap swaps it). */
+  /** Runs a read on the database served now (a re-bootstrap swaps it; a read waits for the swap). */
+  read<T>(fn: (db: EngineApi) => Promise<T>): Promise<T>;
+  /** The database served now, for the replication stream this node serves in turn. */
   current(): EngineApi;
-  /** While a swap runs, what a read waits for. */
-  whenReadable(): Promise<void> | undefined;
   follower: Follower;
   leaderUrl: string;
   /** Stops what the follower owns (its store), after the follower itself. */
@@ -40,24 +40,19 @@ export function followerEngine(opts: FollowerEngineOptions): EngineApi {
   const ready = (): void => {
     if (!follower.serving) throw new SvcError('not_ready', 'this read replica is bootstrapping from its leader');
   };
-  const call = (op: OperationName, args: unknown[]): unknown => {
-    const db = opts.current();
-    return (db[op] as (...a: unknown[]) => unknown).apply(db, args);
-  };
+  const call = (db: EngineApi, op: OperationName, args: unknown[]): unknown => (db[op] as (...a: unknown[]) => unknown).apply(db, args);
   const engine: Record<string, unknown> = {};
   for (const [op, kind] of Object.entries(KINDS) as [OperationName, Kind][]) {
     if (kind === 'write') engine[op] = async () => refuse(op);
-    else if (kind === 'stream') engine[op] = (...args: unknown[]) => call(op, args);
+    else if (kind === 'stream') engine[op] = (...args: unknown[]) => call(opts.current(), op, args);
     else engine[op] = async (...args: unknown[]) => {
       ready();
-      await opts.whenReadable();
-      return call(op, args);
+      return opts.read((db) => call(db, op, args) as Promise<unknown>);
     };
   }
   engine.stats = async (): Promise<DatabaseStats> => {
     ready();
-    await opts.whenReadable();
-    const s = await opts.current().stats();
+    const s = await opts.read((db) => db.stats());
     const f = follower.stats();
     return { ...s, replication: { role: 'follower', state: f.state, applied_seq: f.appliedSeq, leader: opts.leaderUrl } };
   };

@@ -235,6 +235,9 @@ export class Follower {
     }
     // The write and then its position, issued back to back: the WAL keeps the order, so a position that
     // survives a crash covers its write; only the last write may be applied again, which no reader sees.
+    // A write the target refuses throws here, before its position is issued; one issued after an earlier
+    // failure would cover a hole, so none is.
+    if (this.failure !== null) throw this.failure;
     const write = t.replicaWrite(rec.keyId, op, false);
     const position = t.replicaPosition(seq);
     await this.enqueue(Promise.all([write, position]).then(() => {
@@ -260,8 +263,9 @@ export class Follower {
       entry.settled = true;
       this.failure ??= e;
     });
-    if (this.failure !== null) throw this.failure;
+    // Tracked before anything else: drain() waits for every write issued, this one included.
     this.pending.push(entry);
+    if (this.failure !== null) throw this.failure;
     while (this.pending.length > (this.opts.inFlightMax ?? IN_FLIGHT_MAX)) await this.pending.shift()!.done;
     while (this.pending.length > 0 && this.pending[0].settled) await this.pending.shift()!.done;
   }

@@ -7,6 +7,7 @@ import { Database } from '../../collection/database.js';
 import { buildIndexInline } from '../../collection/rebuild.js';
 import { Follower, type ReplicationSource } from './follower.js';
 import { ReplicaStore } from './replica-store.js';
+import { NodeFileSystem, type FileSystem } from '../../storage/fs.js';
 
 const LEADER_KEY = new Uint8Array(32).fill(5);
 const FOLLOWER_KEY = new Uint8Array(32).fill(6);
@@ -94,8 +95,7 @@ describe('a read replica re-bootstraps into a side directory', () => {
     let reads = 0;
     while (f.stats().bootstraps < 1 || f.stats().appliedSeq !== (await leaderSeq())) {
       // Every read in the meantime answers, with the old state or the new one, never a part of either.
-      await store.whenReadable();
-      const got = await ids(store.current);
+      const got = await store.read((db) => ids(db));
       seen.add(got.length === 200 && got.every((id, i) => id === before[i]) ? 'old' : JSON.stringify(got) === JSON.stringify(expected) ? 'new' : `partial ${got.length}`);
       reads++;
       await new Promise((r) => setTimeout(r, 2));
@@ -143,6 +143,51 @@ describe('a read replica re-bootstraps into a side directory', () => {
     expect(await ids(s.current)).toEqual(['new']);
     await s.close();
     expect(existsSync(`${dataDir}.bootstrap`)).toBe(false);
-    renameSync(dataDir, join(root, 'moved'));
+    // Only the previous directory left (the side one lost): it comes back rather than being deleted.
+    renameSync(dataDir, `${dataDir}.old`);
+    s = await storeAt(dataDir);
+    expect(await ids(s.current)).toEqual(['new']);
+    await s.close();
+    expect(readdirSync(root).sort()).toEqual(['replica']);
+  });
+
+  it('where the directory cannot be renamed (a mount point), serves the old state and re-bootstraps in place', async () => {
+    const root = tempRoot();
+    const leader = await Database.open({
+      dataDir: join(root, 'leader'), masterKey: LEADER_KEY, buildIndex: buildIndexInline,
+      walFileBytesMax: 4096, checkpointPoints: 50, replicationRetainBytes: 0,
+    });
+    await leader.createCollection({ name: 'c', dim: 3, metric: 'l2', index: 'flat' });
+    await leader.upsert('c', { points: [{ id: 'first', vector: vec(1) }] });
+    const dataDir = join(root, 'replica');
+    const real = new NodeFileSystem();
+    // rename(2) of a mount point fails with EBUSY: so does this one, for the data directory itself.
+    const fs: FileSystem = Object.assign(Object.create(real) as FileSystem, {
+      rename: async (from: string, to: string) => {
+        if (from === dataDir) throw Object.assign(new Error(`EBUSY: resource busy or locked, rename '${from}'`), { code: 'EBUSY' });
+        return real.rename(from, to);
+      },
+    });
+    const store = await ReplicaStore.open({
+      dataDir, fs, log: () => undefined,
+      openDb: (path) => Database.open({ dataDir: path, masterKey: FOLLOWER_KEY, buildIndex: buildIndexInline }),
+    });
+    const source: ReplicationSource = (afterSeq, signal) => leader.replicate(afterSeq === undefined ? {} : { after_seq: afterSeq }, signal);
+    const leaderSeq = async () => ((await leader.stats()).replication as { commit_seq: number }).commit_seq;
+    let f = follow(store, source);
+    await until('the first bootstrap', async () => f.stats().appliedSeq === (await leaderSeq()));
+    await f.stop();
+    const position = store.replicaSeq!;
+    for (let b = 0; b < 3 || leader.replicationView().log.firstRetainedSeq <= position + 1; b++) {
+      await leader.upsert('c', { points: Array.from({ length: 100 }, (_, i) => ({ id: `n${b}-${i}`, vector: vec(i) })) });
+    }
+    f = follow(store, source);
+    await until('the replica converges in place', async () => f.stats().appliedSeq === (await leaderSeq()) && f.stats().state === 'streaming');
+    expect(await store.read((db) => ids(db))).toEqual(await ids(leader));
+    expect(f.stats().bootstraps).toBeGreaterThanOrEqual(2);
+    expect(readdirSync(root).sort()).toEqual(['leader', 'replica']);
+    await f.stop();
+    await store.close();
+    await leader.close();
   });
 });

@@ -1,3 +1,4 @@
+import { SvcError } from '../../base/errors.js';
 import type { Database } from '../../collection/database.js';
 import type { Op } from '../../storage/codec.js';
 import { NodeFileSystem, dirName, type FileSystem } from '../../storage/fs.js';
@@ -29,6 +30,10 @@ export class ReplicaStore implements ReplicaTarget {
   private db: Database;
   private side: Database | null = null;
   private swapping: Promise<void> | null = null;
+  private reading = 0;
+  private readonly idle: (() => void)[] = [];
+  /** Re-bootstraps go in place: a side directory could not be made or swapped here (a mount point, say). */
+  private inPlace = false;
   private readonly sidePath: string;
   private readonly oldPath: string;
 
@@ -46,19 +51,30 @@ export class ReplicaStore implements ReplicaTarget {
     const { dataDir } = opts;
     const side = `${dataDir.replace(/\/+$/, '')}.bootstrap`;
     const old = `${dataDir.replace(/\/+$/, '')}.old`;
-    if ((await fs.stat(dataDir)) === null && (await fs.stat(side)) !== null) {
-      // A swap stopped between its two renames: the side directory is the complete, newer one.
-      opts.log('replica: finishing a swap to a re-bootstrapped directory that a crash interrupted');
-      await fs.rename(side, dataDir);
-      await fs.fsyncDir(dirName(dataDir));
-    }
-    for (const leftover of [side, old]) {
-      if ((await fs.stat(leftover)) !== null) {
-        await fs.rmdir(leftover);
-        await fs.fsyncDir(dirName(leftover));
+    if ((await fs.stat(dataDir)) === null) {
+      // A swap stopped between its two renames: the side directory is the complete, newer one. (Nothing
+      // holds either: the swap closed both before its first rename.) Only the old one left: it goes back.
+      const whole = (await fs.stat(side)) !== null ? side : (await fs.stat(old)) !== null ? old : null;
+      if (whole !== null) {
+        opts.log('replica: finishing a swap of directories that a crash interrupted', { from: whole });
+        await fs.rename(whole, dataDir);
+        await fs.fsyncDir(dirName(dataDir));
       }
     }
-    return new ReplicaStore(opts, await opts.openDb(dataDir, false));
+    // Opened (and so locked) before anything beside it is removed: a second process never gets here.
+    const db = await opts.openDb(dataDir, false);
+    try {
+      for (const leftover of [side, old]) {
+        if ((await fs.stat(leftover)) !== null) {
+          await fs.rmdir(leftover);
+          await fs.fsyncDir(dirName(leftover));
+        }
+      }
+    } catch (e) {
+      await db.close().catch(() => undefined);
+      throw e;
+    }
+    return new ReplicaStore(opts, db);
   }
 
   /** The database reads go to (the one served; a re-bootstrap's side one only after its swap). */
@@ -66,9 +82,22 @@ export class ReplicaStore implements ReplicaTarget {
     return this.db;
   }
 
-  /** While a swap runs, what a read waits for; undefined otherwise (no microtask hop on the common path). */
-  whenReadable(): Promise<void> | undefined {
-    return this.swapping ?? undefined;
+  /**
+   * A read of the served database: it waits while a swap runs, and a swap waits for the reads already
+   * running on the database it closes.
+   */
+  async read<T>(fn: (db: Database) => Promise<T>): Promise<T> {
+    while (this.swapping !== null) await this.swapping.catch(() => undefined);
+    this.reading++;
+    try {
+      return await fn(this.db);
+    } finally {
+      if (--this.reading === 0) for (const w of this.idle.splice(0)) w();
+    }
+  }
+
+  private readsDone(): Promise<void> {
+    return this.reading === 0 ? Promise.resolve() : new Promise((resolve) => this.idle.push(resolve));
   }
 
   /** A re-bootstrap fills a side directory: the current one serves meanwhile. */
@@ -91,13 +120,22 @@ export class ReplicaStore implements ReplicaTarget {
 
   async replicaReset(): Promise<void> {
     await this.dropSide();
-    if (this.db.replicaSeq === null && (await this.db.listCollections()).collections.length === 0) {
+    if (this.inPlace || (this.db.replicaSeq === null && (await this.db.listCollections()).collections.length === 0)) {
+      // The first bootstrap (nothing served yet), or no side directory possible: reads wait (not_ready).
       await this.db.replicaReset();
       return;
     }
     this.opts.log('replica: re-bootstrapping into a side directory; the current state serves reads meanwhile', { dir: this.sidePath });
-    if ((await this.fs.stat(this.sidePath)) !== null) await this.fs.rmdir(this.sidePath);
-    this.side = await this.opts.openDb(this.sidePath, true);
+    try {
+      if ((await this.fs.stat(this.sidePath)) !== null) await this.fs.rmdir(this.sidePath);
+      this.side = await this.opts.openDb(this.sidePath, true);
+    } catch (e) {
+      this.opts.log('replica: no side directory beside the data directory; re-bootstrapping in place (reads wait for it)', { error: String(e) });
+      this.inPlace = true;
+      await this.fs.rmdir(this.sidePath).catch(() => undefined);
+      await this.db.replicaReset();
+      return;
+    }
     await this.side.replicaReset();
   }
 
@@ -127,14 +165,26 @@ export class ReplicaStore implements ReplicaTarget {
     this.swapping = (async () => {
       const { fs } = this;
       const { dataDir } = this.opts;
+      await this.readsDone();
       await side.close();
       await this.db.close();
-      await fs.rename(dataDir, this.oldPath);
+      try {
+        await fs.rename(dataDir, this.oldPath);
+      } catch (e) {
+        // Nothing moved (a data directory that is a mount point cannot be renamed): the old state is
+        // served again, and this node re-bootstraps in place from now on. The stream must start over.
+        this.opts.log('replica: the data directory cannot be swapped; serving the previous state and re-bootstrapping in place', { error: String(e) });
+        this.inPlace = true;
+        this.side = null;
+        await fs.rmdir(this.sidePath).catch(() => undefined);
+        this.db = await this.opts.openDb(dataDir, false);
+        throw new SvcError('unavailable', 'the re-bootstrapped directory could not be swapped in; starting over in place');
+      }
       await fs.rename(this.sidePath, dataDir);
       await fs.fsyncDir(dirName(dataDir));
-      await fs.rmdir(this.oldPath);
-      await fs.fsyncDir(dirName(dataDir));
       this.side = null;
+      await fs.rmdir(this.oldPath).catch((e: unknown) => this.opts.log('replica: could not remove the previous directory', { error: String(e) }));
+      await fs.fsyncDir(dirName(dataDir));
       this.db = await this.opts.openDb(dataDir, false);
       this.opts.log('replica: swapped in the re-bootstrapped directory');
     })().finally(() => {
