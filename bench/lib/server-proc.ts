@@ -56,7 +56,8 @@ export async function startSvc(env: Record<string, string> = {}): Promise<SvcSer
     return JSON.parse(text) as T;
   };
   let up = false;
-  for (let i = 0; i < 300 && !up; i++) {
+  // Up to two minutes: a replica is ready once its bootstrap is in and its graph built.
+  for (let i = 0; i < 1200 && !up; i++) {
     if (child.exitCode !== null) break;
     try { up = (await request(`${rest}/readyz`, { dispatcher: agent })).statusCode === 200; } catch { /* not yet */ }
     if (!up) await new Promise((r) => setTimeout(r, 100));

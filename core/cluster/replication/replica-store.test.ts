@@ -48,6 +48,19 @@ async function until(what: string, check: () => boolean | Promise<boolean>, ms =
   }
 }
 
+/**
+ * A leader that keeps no log for followers (retention 0) and rolls small WAL files: a follower that goes
+ * away and comes back after a checkpoint finds its position gone and gets a snapshot.
+ */
+async function openLeader(root: string): Promise<Database> {
+  const leader = await Database.open({
+    dataDir: join(root, 'leader'), masterKey: LEADER_KEY, buildIndex: buildIndexInline,
+    walFileBytesMax: 4096, checkpointPoints: 50, replicationRetainBytes: 0,
+  });
+  await leader.createCollection({ name: 'c', dim: 3, metric: 'l2', index: 'flat' });
+  return leader;
+}
+
 async function ids(db: Database): Promise<string[]> {
   return (await db.fetch('c', { limit: 10_000 })).points.map((p) => p.id).sort();
 }
@@ -55,13 +68,7 @@ async function ids(db: Database): Promise<string[]> {
 describe('a read replica re-bootstraps into a side directory', () => {
   it('serves its last state while the new snapshot streams in, then swaps it in whole', async () => {
     const root = tempRoot();
-    // A leader that keeps no log for followers (retention 0) and rolls small WAL files: a follower that
-    // goes away and comes back after a checkpoint finds its position gone and gets a snapshot.
-    const leader = await Database.open({
-      dataDir: join(root, 'leader'), masterKey: LEADER_KEY, buildIndex: buildIndexInline,
-      walFileBytesMax: 4096, checkpointPoints: 50, replicationRetainBytes: 0,
-    });
-    await leader.createCollection({ name: 'c', dim: 3, metric: 'l2', index: 'flat' });
+    const leader = await openLeader(root);
     await leader.upsert('c', { points: Array.from({ length: 200 }, (_, i) => ({ id: `old${i}`, vector: vec(i) })) });
     const dataDir = join(root, 'replica');
     const store = await storeAt(dataDir);
@@ -153,11 +160,7 @@ describe('a read replica re-bootstraps into a side directory', () => {
 
   it('where the directory cannot be renamed (a mount point), serves the old state and re-bootstraps in place', async () => {
     const root = tempRoot();
-    const leader = await Database.open({
-      dataDir: join(root, 'leader'), masterKey: LEADER_KEY, buildIndex: buildIndexInline,
-      walFileBytesMax: 4096, checkpointPoints: 50, replicationRetainBytes: 0,
-    });
-    await leader.createCollection({ name: 'c', dim: 3, metric: 'l2', index: 'flat' });
+    const leader = await openLeader(root);
     await leader.upsert('c', { points: [{ id: 'first', vector: vec(1) }] });
     const dataDir = join(root, 'replica');
     const real = new NodeFileSystem();
