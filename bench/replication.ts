@@ -18,8 +18,8 @@ const arg = (name: string, dflt: number): number => {
   const i = process.argv.indexOf(`--${name}`);
   return i >= 0 ? Number(process.argv[i + 1]) : dflt;
 };
-const n = arg('n', quick ? 10_000 : 60_000);
-const disconnectSecs = arg('disconnect-secs', quick ? 10 : 60);
+const n = arg('n', quick ? 3_000 : 60_000);
+const disconnectSecs = arg('disconnect-secs', quick ? 3 : 60);
 const WRITERS = 4;
 const BATCH = 500;
 const POLL_MS = 20;
