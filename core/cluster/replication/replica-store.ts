@@ -34,6 +34,8 @@ export class ReplicaStore implements ReplicaTarget {
   private readonly idle: (() => void)[] = [];
   /** Re-bootstraps go in place: a side directory could not be made or swapped here (a mount point, say). */
   private inPlace = false;
+  /** The current bootstrap (if one runs) goes to a side directory. */
+  private aside = false;
   private readonly sidePath: string;
   private readonly oldPath: string;
 
@@ -100,9 +102,13 @@ export class ReplicaStore implements ReplicaTarget {
     return this.reading === 0 ? Promise.resolve() : new Promise((resolve) => this.idle.push(resolve));
   }
 
-  /** A re-bootstrap fills a side directory: the current one serves meanwhile. */
+  /**
+   * The bootstrap running now fills a side directory, so the current state serves meanwhile: true from
+   * the side directory's opening until the next bootstrap starts, so it holds through the swap and
+   * until the follower has marked the bootstrap done.
+   */
   servesDuringBootstrap(): boolean {
-    return this.side !== null;
+    return this.aside;
   }
 
   private get target(): Database {
@@ -119,6 +125,7 @@ export class ReplicaStore implements ReplicaTarget {
   }
 
   async replicaReset(): Promise<void> {
+    this.aside = false;
     await this.dropSide();
     if (this.inPlace || (this.db.replicaSeq === null && (await this.db.listCollections()).collections.length === 0)) {
       // The first bootstrap (nothing served yet), or no side directory possible: reads wait (not_ready).
@@ -129,6 +136,7 @@ export class ReplicaStore implements ReplicaTarget {
     try {
       if ((await this.fs.stat(this.sidePath)) !== null) await this.fs.rmdir(this.sidePath);
       this.side = await this.opts.openDb(this.sidePath, true);
+      this.aside = true;
     } catch (e) {
       this.opts.log('replica: no side directory beside the data directory; re-bootstrapping in place (reads wait for it)', { error: String(e) });
       this.inPlace = true;
