@@ -84,8 +84,13 @@ export async function serve(env: Record<string, string>, opts: { cwd?: string; s
 class PortTaken extends Error {}
 
 async function serveOnce(env: Record<string, string>, opts: { cwd?: string; scheme?: string; ready?: (base: string) => Promise<boolean> }): Promise<Server> {
-  const port = await freePort();
-  const grpcPort = await freePort();
+  // Ports given in env (a restart on the same address) are the ones reported.
+  const given = (v: string | undefined) => {
+    const n = Number(/:(\d+)$/.exec(v ?? '')?.[1] ?? 0);
+    return n > 0 ? n : undefined;
+  };
+  const port = given(env.SVC_REST_ADDR) ?? await freePort();
+  const grpcPort = given(env.SVC_GRPC_ADDR) ?? await freePort();
   const fullEnv = cleanEnv({ SVC_REST_ADDR: `127.0.0.1:${port}`, SVC_GRPC_ADDR: `127.0.0.1:${grpcPort}`, ...env });
   const p = run(['serve'], fullEnv, opts.cwd);
   const base = `${opts.scheme ?? 'http'}://127.0.0.1:${port}`;

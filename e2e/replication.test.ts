@@ -231,4 +231,40 @@ describe('read replicas', () => {
       await sameAs(leader, f);
     }
   }, 120_000);
+
+  it('a leader replaced by its older snapshot, its log grown past the followers\' positions: they re-bootstrap to it', async () => {
+    const l = call(leader);
+    const snap = await l('POST', '/v1/snapshots', { name: 'before-replace' });
+    expect(snap.status, JSON.stringify(snap.json)).toBe(200);
+    const oldOnly = Array.from({ length: 40 }, (_, j) => ({ id: `old-only-${j}`, vector: vec(j, 3), payload: { tag: 'odd' } }));
+    for (let i = 0; i < oldOnly.length; i += 4) expect((await l('PUT', '/v1/collections/c/points', { points: oldOnly.slice(i, i + 4) })).status).toBe(200);
+    for (const f of [f1, f2]) await caughtUp(leader, f, 60_000);
+    const positions = await Promise.all([f1, f2].map(async (f) => (await replicationOf(f)).applied_seq!));
+    const bootstrapsBefore = Number(/^svc_replication_bootstraps_total (\d+)$/m.exec(await (await fetch(`${f1.base}/metrics`)).text())?.[1]);
+    const grpcPort = leader.grpcPort;
+    await kill(leader);
+    // The snapshot, started where no follower reaches it, takes more writes than the followers have seen.
+    const restoredDir = (snap.json as { path: string }).path;
+    let restored = await started(startNode(restoredDir, leaderEnv));
+    const r = call(restored);
+    for (let i = 0; (await replicationOf(restored)).commit_seq! <= Math.max(...positions) + 5; i++) {
+      expect((await r('PUT', '/v1/collections/c/points', { points: [{ id: `restored-${i}`, vector: vec(i, 4), payload: { tag: 'even' } }] })).status).toBe(200);
+    }
+    await kill(restored);
+    // Now at the followers' leader address.
+    restored = await started(startNode(restoredDir, { ...leaderEnv, SVC_GRPC_ADDR: `127.0.0.1:${grpcPort}` }));
+    leader = restored;
+    for (const f of [f1, f2]) {
+      await caughtUp(leader, f, 90_000);
+      await sameAs(leader, f);
+      expect((await allPoints(f, 'c')).filter((p) => p.id.startsWith('old-only-'))).toEqual([]);
+    }
+    const metrics = await (await fetch(`${f1.base}/metrics`)).text();
+    expect(Number(/^svc_replication_bootstraps_total (\d+)$/m.exec(metrics)?.[1])).toBeGreaterThan(bootstrapsBefore);
+    // Caught up and hearing the leader's heartbeats: no staleness.
+    await eventually('lag 0', async () => {
+      const m = await (await fetch(`${f1.base}/metrics`)).text();
+      return /^svc_replication_lag_seconds 0$/m.test(m) ? true : (/^svc_replication_lag_seconds .*$/m.exec(m)?.[0] ?? 'none');
+    });
+  }, 180_000);
 });

@@ -10,3 +10,17 @@ export const systemClock: Clock = {
   nowMs: () => Date.now(),
   monotonicMs: () => performance.now(),
 };
+
+/** Resolves after `ms` (a real timer), or at once when `signal` aborts; never rejects. */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  if (signal?.aborted === true) return Promise.resolve();
+  return new Promise((resolve) => {
+    const done = (): void => {
+      clearTimeout(timer);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal?.addEventListener('abort', done, { once: true });
+  });
+}

@@ -211,6 +211,17 @@ export interface ReplicationEvent {
 }
 
 export interface ReplicateRequest {
-  /** Resume after this commit seq; absent (or no longer retained) means a full logical snapshot first. */
+  /**
+   * Resume after this commit seq of `history`; absent, no longer retained, or counted in another history
+   * than the leader's own means a full logical snapshot first.
+   */
   after_seq?: number;
+  /** The leader history `after_seq` counts in (the id the leader sent with the follower's last snapshot). */
+  history?: string;
+}
+
+/** Where a follower stands: its applied seq in its leader's history. */
+export interface ReplicaResume {
+  history: string;
+  seq: number;
 }

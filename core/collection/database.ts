@@ -1,10 +1,10 @@
 import { randomInt } from 'node:crypto';
-import { systemClock, type Clock } from '../base/clock.js';
+import { sleep, systemClock, type Clock } from '../base/clock.js';
 import { invalidArgument, limitExceeded, notFound, SvcError } from '../base/errors.js';
 import { checkLimit, resolveLimits, type Limits } from '../base/limits.js';
 import type {
   CollectionInfo, DatabaseStats, DocumentInput, Embedder, FetchQuery, Hit, HybridQuery, MultiVectorQuery, PointOutput,
-  ReplicateRequest, ReplicationEvent, Reranker, SearchQuery, SnapshotResult, TextPointInput, TextQuery,
+  ReplicaResume, ReplicateRequest, ReplicationEvent, Reranker, SearchQuery, SnapshotResult, TextPointInput, TextQuery,
 } from '../base/model.js';
 import { checkName, checkPointId } from '../base/names.js';
 import type { SearchResult } from '../index/flat.js';
@@ -308,9 +308,13 @@ export class Database {
    * A follower's applied leader seq, durable with the data it covers (DataDir.appendReplicaPosition);
    * null before its first bootstrap ends, and on a leader.
    */
-  get replicaSeq(): number | null {
-    const seq = this.dir.replicaSeq;
-    return seq === null || seq === 0 ? null : seq;
+  get replicaSeq(): ReplicaResume | null {
+    return this.dir.replicaSeq;
+  }
+
+  /** This node's own log history: what the positions of its own followers count in. */
+  get history(): string {
+    return this.dir.history;
   }
 
   /**
@@ -370,14 +374,18 @@ export class Database {
   async replicaReset(): Promise<void> {
     this.checkOpen();
     this.unconfirmed = new Set(this.byUid.keys());
-    await this.dir.appendReplicaPosition(0);
+    await this.dir.appendReplicaOrigin('', 0);
   }
 
-  /** Follower bootstrap, end: the collections the snapshot did not name were dropped on the leader. */
-  async replicaSnapshotEnd(leaderSeq: number): Promise<void> {
+  /**
+   * Follower bootstrap, end: the collections the snapshot did not name were dropped on the leader; then
+   * the leader's history and the snapshot's seq, in one record (a resume needs both).
+   */
+  async replicaSnapshotEnd(leaderSeq: number, history: string): Promise<void> {
     for (const uid of [...(this.unconfirmed ?? [])]) await this.replicaDrop(uid);
     this.unconfirmed = null;
-    await this.replicaPosition(leaderSeq);
+    this.checkOpen();
+    await this.dir.appendReplicaOrigin(history, leaderSeq);
   }
 
   /**
@@ -854,6 +862,9 @@ export class Database {
   replicationView(): ReplicationView {
     return {
       log: this.dir.log,
+      history: this.dir.history,
+      monotonicMs: () => this.clock.monotonicMs(),
+      sleep: (ms, signal) => sleep(ms, signal),
       collections: () => [...this.byName.values()].map((c) => ({
         uid: c.uid, spec: c.spec, createdSeq: this.createdSeqs.get(c.uid) ?? 0, captureAll: () => c.captureAll(), live: () => this.byUid.get(c.uid) === c,
       })),

@@ -44,14 +44,19 @@ describe('replication records', () => {
   it('round-trip, and unknown versions or kinds are refused', () => {
     const r = encodeRecord(ReplicationKind.commit, 'abc', new Uint8Array([2, 0, 0, 0, 0]));
     expect(decodeRecord(r)).toEqual({ kind: 'commit', keyId: 'abc', op: { t: 'delete', ids: [] } });
-    expect(() => decodeRecord(Uint8Array.from([2, 4, 0, 0]))).toThrow(/version/);
-    expect(() => decodeRecord(Uint8Array.from([1, 9, 0, 0]))).toThrow(/kind/);
+    expect(() => decodeRecord(Uint8Array.from([1, 4, 0, 0]))).toThrow(/version/);
+    expect(() => decodeRecord(Uint8Array.from([2, 9, 0, 0]))).toThrow(/kind/);
     // Cut short, or shaped wrong for its kind: refused, never read as something else.
     const end = encodeRecord(ReplicationKind.snapshotEnd, 'db');
     expect(decodeRecord(end)).toEqual({ kind: 'snapshotEnd', keyId: 'db', op: null });
     for (let cut = 1; cut < end.length; cut++) expect(() => decodeRecord(end.subarray(0, end.length - cut)), `cut ${cut}`).toThrow();
     expect(() => decodeRecord(encodeRecord(ReplicationKind.snapshotEnd, 'db', r.subarray(7)))).toThrow(/no body/);
-    expect(() => decodeRecord(encodeRecord(ReplicationKind.snapshotBegin, 'abc'))).toThrow(/db key/);
+    expect(() => decodeRecord(encodeRecord(ReplicationKind.snapshotBegin, 'abc', Buffer.from('ab')))).toThrow(/db key/);
+    expect(() => decodeRecord(encodeRecord(ReplicationKind.snapshotBegin, 'db'))).toThrow(/history/);
+    expect(() => decodeRecord(encodeRecord(ReplicationKind.snapshotBegin, 'db', Buffer.from('not hex')))).toThrow(/hex/);
+    expect(decodeRecord(encodeRecord(ReplicationKind.snapshotBegin, 'db', Buffer.from('0a1b')))).toEqual({ kind: 'snapshotBegin', keyId: 'db', op: null, history: '0a1b' });
+    expect(decodeRecord(encodeRecord(ReplicationKind.heartbeat, 'db'))).toEqual({ kind: 'heartbeat', keyId: 'db', op: null });
+    expect(() => decodeRecord(encodeRecord(ReplicationKind.heartbeat, 'db', Buffer.from([1])))).toThrow(/no body/);
     expect(() => decodeRecord(encodeRecord(ReplicationKind.commit, 'abc'))).toThrow(/without a body/);
     for (let cut = 1; cut < r.length; cut++) expect(() => decodeRecord(r.subarray(0, r.length - cut)), `commit cut ${cut}`).toThrow();
   });
@@ -74,10 +79,10 @@ describe('Database.replicate', () => {
     const base = snap.at(-1)!.seq;
 
     // Resume after the snapshot: only later commits, in order.
-    const live = take(db, { after_seq: base }, (es) => es.filter(isCommit).length === 2);
+    const live = take(db, { after_seq: base, history: db.history }, (es) => es.filter(isCommit).length === 2);
     await db.delete('c', 'p1');
     await db.upsert('c', { points: [{ id: 'n', vector: Array.from({ length: 256 }, () => 1) }] });
-    const all = await live;
+    const all = (await live).filter((e) => decodeRecord(e.record).kind !== 'heartbeat');
     // The collection is announced before its first commit on every stream, a resumed one too: the
     // follower may never have got the announcement of an earlier stream.
     expect(decodeRecord(all[0].record)).toMatchObject({ kind: 'snapshot', keyId: 'db', op: { t: 'create_collection', name: 'c' } });
@@ -89,10 +94,55 @@ describe('Database.replicate', () => {
 
   it('refuses a malformed after_seq; one it no longer has (or never had) gets a full snapshot', async () => {
     const db = await open();
-    for (const bad of [{ after_seq: -1 }, { after_seq: 1.5 }, { after_seq: '3' }, { other: 1 }]) {
+    for (const bad of [{ after_seq: -1 }, { after_seq: 1.5 }, { after_seq: '3' }, { other: 1 }, { after_seq: 0, history: 7 }, { history: 'a'.repeat(65) }]) {
       await expect(take(db, bad, () => true)).rejects.toMatchObject({ code: 'invalid_argument' });
     }
-    expect(kinds(await take(db, { after_seq: 1_000_000 }, () => true))).toEqual(['snapshotBegin']);
+    expect(kinds(await take(db, { after_seq: 1_000_000, history: db.history }, () => true))).toEqual(['snapshotBegin']);
+    await db.close();
+  });
+
+  it('resumes only in its own history: another history, or none, gets a snapshot that names this one', async () => {
+    const db = await open();
+    await db.createCollection({ name: 'c', dim: 2, metric: 'l2', index: 'flat' });
+    await db.upsert('c', { points: [{ id: 'a', vector: [1, 2] }] });
+    const last = db.replicationView().log.lastSeq;
+    expect(db.history).toMatch(/^[0-9a-f]{32}$/);
+    const first = await take(db, { after_seq: last - 1, history: db.history }, (es) => es.some(isCommit));
+    expect(kinds(first)).not.toContain('snapshotBegin');
+    for (const body of [{ after_seq: last - 1 }, { after_seq: last - 1, history: '0'.repeat(32) }]) {
+      const es = await take(db, body, () => true);
+      expect(decodeRecord(es[0].record)).toMatchObject({ kind: 'snapshotBegin', history: db.history });
+    }
+    await db.close();
+  });
+
+  it('a snapshot of the directory starts a history of its own; a reopen keeps its history', async () => {
+    const db = await open();
+    await db.createCollection({ name: 'c', dim: 2, metric: 'l2', index: 'flat' });
+    const history = db.history;
+    const dir = dirs[dirs.length - 1];
+    const { path } = await db.snapshot({ name: 'snap' });
+    dirs.push(`${dir}-snapshots`);
+    await db.close();
+    const again = await Database.open({ dataDir: dir, masterKey: new Uint8Array(32).fill(7), buildIndex: buildIndexInline });
+    expect(again.history).toBe(history);
+    await again.close();
+    const restored = await Database.open({ dataDir: path, masterKey: new Uint8Array(32).fill(7), buildIndex: buildIndexInline });
+    expect(restored.history).toMatch(/^[0-9a-f]{32}$/);
+    expect(restored.history).not.toBe(history);
+    expect((await restored.listCollections()).collections.map((c) => c.name)).toEqual(['c']);
+    await restored.close();
+  });
+
+  it('a caught-up stream sends heartbeats with the leader\'s last seq while nothing is written', async () => {
+    const db = await open();
+    await db.createCollection({ name: 'c', dim: 2, metric: 'l2', index: 'flat' });
+    const last = db.replicationView().log.lastSeq;
+    const started = performance.now();
+    const es = await take(db, { after_seq: last, history: db.history }, (got) => got.filter((e) => decodeRecord(e.record).kind === 'heartbeat').length === 3);
+    expect(es.map((e) => [decodeRecord(e.record).kind, e.seq])).toEqual([['heartbeat', last], ['heartbeat', last], ['heartbeat', last]]);
+    // The first at once, then one per HEARTBEAT_MS (250 ms).
+    expect(performance.now() - started).toBeGreaterThanOrEqual(400);
     await db.close();
   });
 });
@@ -127,7 +177,7 @@ describe('Database.replicate tail and retention', () => {
     const db = await openSmall();
     await db.createCollection({ name: 'c', dim: 4, metric: 'l2', index: 'flat' });
     const ac = new AbortController();
-    const it = db.replicate({ after_seq: db.replicationView().log.lastSeq }, ac.signal)[Symbol.asyncIterator]();
+    const it = db.replicate({ after_seq: db.replicationView().log.lastSeq, history: db.history }, ac.signal)[Symbol.asyncIterator]();
     const n = 20;
     const started = performance.now();
     for (let i = 0; i < n; i++) {
@@ -162,7 +212,10 @@ describe('Database.replicate tail and retention', () => {
     expect(log.lastSeq).toBeGreaterThan(base + 30);
     expect(log.firstRetainedSeq).toBeLessThanOrEqual(base + 1);
     const got: number[] = [];
-    while (got.length < log.lastSeq - base) got.push(((await it.next()).value as ReplicationEvent).seq);
+    while (got.length < log.lastSeq - base) {
+      const e = (await it.next()).value as ReplicationEvent;
+      if (decodeRecord(e.record).kind !== 'heartbeat') got.push(e.seq);
+    }
     expect(got).toEqual(Array.from({ length: log.lastSeq - base }, (_, i) => base + 1 + i));
     ac.abort();
     expect((await it.next()).done).toBe(true);
@@ -177,14 +230,14 @@ describe('Database.replicate tail and retention', () => {
     await db.createCollection({ name: 'c', dim: 4, metric: 'l2', index: 'flat' });
     const log = db.replicationView().log as Wal;
     const base = log.lastSeq;
-    const it = db.replicate({ after_seq: base }, new AbortController().signal)[Symbol.asyncIterator]();
+    const it = db.replicate({ after_seq: base, history: db.history }, new AbortController().signal)[Symbol.asyncIterator]();
     await writeMany(db, 1);
     expect(((await nextCommit(it)).value as ReplicationEvent).seq).toBe(base + 1);
     await writeMany(db, 60);
     expect(log.firstRetainedSeq).toBeGreaterThan(base + 2);
     await expect(it.next()).rejects.toMatchObject({ code: 'unavailable', detail: { reason: 'retention_exceeded' } });
     expect(log.holdCount).toBe(0);
-    expect(kinds(await take(db, { after_seq: base + 1 }, () => true))).toEqual(['snapshotBegin']);
+    expect(kinds(await take(db, { after_seq: base + 1, history: db.history }, () => true))).toEqual(['snapshotBegin']);
     await db.close();
   });
 });

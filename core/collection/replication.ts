@@ -1,6 +1,6 @@
 import { invalidArgument, SvcError } from '../base/errors.js';
 import type { ReplicationEvent } from '../base/model.js';
-import { decodeOp, encodeOp, type AnyOp, type Op } from '../storage/codec.js';
+import { decodeOp, encodeOp, isReplicaBookkeeping, type AnyOp, type Op } from '../storage/codec.js';
 import type { CommitLog, RetentionHold } from '../storage/commit-log.js';
 import type { CollectionSpec } from './params.js';
 
@@ -8,11 +8,21 @@ import type { CollectionSpec } from './params.js';
  * The leader's replication stream (spec, "Node role and replication"): a logical snapshot, then the live
  * commit tail read from the WAL.
  *
- * Record layout (ReplicationEvent.record), version 1:
- *   u8 version (1) | u8 kind | u16 LE key-id length | key id (UTF-8: 'db' or a collection uid) | body
- * kinds: 1 snapshot_begin, 2 snapshot (body: a create_collection op, or a batch of a collection's points),
- * 3 snapshot_end, 4 commit (body: the WAL record's op). Bodies are core/storage/codec.ts encodings.
- * begin and end carry the snapshot's base seq in `seq`; snapshot chunks carry 0; commits their own seq.
+ * Record layout (ReplicationEvent.record), version 2:
+ *   u8 version (2) | u8 kind | u16 LE key-id length | key id (UTF-8: 'db' or a collection uid) | body
+ * kinds: 1 snapshot_begin (body: the leader's history id, UTF-8), 2 snapshot (body: a create_collection
+ * op, or a batch of a collection's points), 3 snapshot_end, 4 commit (body: the WAL record's op),
+ * 5 heartbeat (no body). Other bodies are core/storage/codec.ts encodings. begin and end carry the
+ * snapshot's base seq in `seq`; snapshot chunks carry 0; commits their own seq; a heartbeat the leader's
+ * last durable seq when it was sent.
+ *
+ * History: a position is a seq in one leader's log, and seqs mean nothing across logs (a leader restored
+ * from a snapshot, or replaced by a fresh one, numbers its writes on from its own last seq). So a
+ * follower resumes with the leader history id it was sent with its snapshot; a leader whose own history
+ * is another answers with a full snapshot, never a tail that would silently diverge.
+ *
+ * Heartbeats: at the start of the tail and every HEARTBEAT_MS after (between records, or while waiting
+ * for one), so a follower knows what the leader holds and how stale it is (svc_replication_lag_seconds).
  *
  * Consistency: the snapshot is "fuzzy" (writes go on while it is read), so the tail starts right after
  * the seq sampled before reading it. Every op is a whole-point upsert, a delete or a create/drop by uid,
@@ -27,8 +37,11 @@ import type { CollectionSpec } from './params.js';
  * `retention_exceeded`, and its next Replicate (any after_seq no longer retained) gets a full snapshot.
  */
 
-export const REPLICATION_FORMAT_VERSION = 1;
-export const ReplicationKind = { snapshotBegin: 1, snapshot: 2, snapshotEnd: 3, commit: 4 } as const;
+export const REPLICATION_FORMAT_VERSION = 2;
+export const ReplicationKind = { snapshotBegin: 1, snapshot: 2, snapshotEnd: 3, commit: 4, heartbeat: 5 } as const;
+/** How often a stream tells its follower the leader's last seq. */
+export const HEARTBEAT_MS = 250;
+const HISTORY_BYTES_MAX = 64;
 export type ReplicationKindName = keyof typeof ReplicationKind;
 
 /** Snapshot chunks stay below this size (a batch of points is split to fit; one point may exceed it). */
@@ -36,6 +49,12 @@ export const SNAPSHOT_CHUNK_BYTES_MAX = 1 << 20;
 /** What the stream reads from the Database: never a write. */
 export interface ReplicationView {
   readonly log: CommitLog;
+  /** The leader's own log history (DataDir.history). */
+  readonly history: string;
+  /** Monotonic time, for heartbeats. */
+  monotonicMs(): number;
+  /** Resolves after `ms`, or at once when `signal` aborts. */
+  sleep(ms: number, signal: AbortSignal): Promise<void>;
   /** The live collections now, each with a check that it is still live (not dropped since). */
   collections(): { uid: string; spec: CollectionSpec; createdSeq: number; captureAll(): Iterable<Op>; live(): boolean }[];
   isClosed(): boolean;
@@ -57,6 +76,8 @@ export interface DecodedRecord {
   kind: ReplicationKindName;
   keyId: string;
   op: AnyOp | null;
+  /** snapshotBegin only: the leader's history id. */
+  history?: string;
 }
 
 /** The follower's side (and the tests'): refuses an unknown version or kind rather than guessing. */
@@ -68,20 +89,28 @@ export function decodeRecord(record: Uint8Array): DecodedRecord {
   if (keyLen === 0 || record.length < 4 + keyLen) throw invalidArgument('a replication record cut short in its key id');
   const keyId = Buffer.from(record.subarray(4, 4 + keyLen)).toString('utf8');
   const body = record.subarray(4 + keyLen);
-  const bounds = kind === 'snapshotBegin' || kind === 'snapshotEnd';
-  if (bounds && (keyId !== 'db' || body.length > 0)) throw invalidArgument(`a ${kind} record carries the db key and no body`);
-  if (!bounds && body.length === 0) throw invalidArgument(`a ${kind} record without a body`);
+  if (kind === 'snapshotBegin') {
+    if (keyId !== 'db' || body.length === 0 || body.length > HISTORY_BYTES_MAX) throw invalidArgument('a snapshotBegin record carries the db key and a history id');
+    const history = Buffer.from(body).toString('utf8');
+    if (!/^[0-9a-f]+$/.test(history)) throw invalidArgument('a snapshotBegin history id is lowercase hex');
+    return { kind, keyId, op: null, history };
+  }
+  const bare = kind === 'snapshotEnd' || kind === 'heartbeat';
+  if (bare && (keyId !== 'db' || body.length > 0)) throw invalidArgument(`a ${kind} record carries the db key and no body`);
+  if (!bare && body.length === 0) throw invalidArgument(`a ${kind} record without a body`);
   return { kind, keyId, op: body.length === 0 ? null : decodeOp(body) };
 }
 
-function parseAfterSeq(body: unknown): number | undefined {
-  if (body === undefined || body === null) return undefined;
+/** The position a follower asks to resume after, in the history it names; undefined asks for a snapshot. */
+function parseResume(body: unknown): { afterSeq: number | undefined; history: string | undefined } {
+  const none = { afterSeq: undefined, history: undefined };
+  if (body === undefined || body === null) return none;
   if (typeof body !== 'object' || Array.isArray(body)) throw invalidArgument('replicate body must be a JSON object');
-  for (const k of Object.keys(body)) if (k !== 'after_seq') throw invalidArgument(`replicate body has an unknown field '${k}'`);
-  const v = (body as { after_seq?: unknown }).after_seq;
-  if (v === undefined || v === null) return undefined;
-  if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0) throw invalidArgument('after_seq must be a non-negative integer');
-  return v;
+  for (const k of Object.keys(body)) if (k !== 'after_seq' && k !== 'history') throw invalidArgument(`replicate body has an unknown field '${k}'`);
+  const { after_seq: v, history: h } = body as { after_seq?: unknown; history?: unknown };
+  if (v !== undefined && v !== null && (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 0)) throw invalidArgument('after_seq must be a non-negative integer');
+  if (h !== undefined && h !== null && (typeof h !== 'string' || h.length > HISTORY_BYTES_MAX)) throw invalidArgument(`history must be a string of at most ${HISTORY_BYTES_MAX} characters`);
+  return { afterSeq: typeof v === 'number' ? v : undefined, history: typeof h === 'string' && h !== '' ? h : undefined };
 }
 
 /** Splits a batch so that each encoded chunk stays near SNAPSHOT_CHUNK_BYTES_MAX. */
@@ -125,7 +154,7 @@ function fellBehind(hold: RetentionHold): SvcError {
  * WAL is read from disk; the consumer's backpressure paces the producer).
  */
 export async function* replicationStream(view: ReplicationView, body: unknown, signal?: AbortSignal): AsyncGenerator<ReplicationEvent> {
-  const asked = parseAfterSeq(body);
+  const { afterSeq: asked, history } = parseResume(body);
   const log = view.log;
   // Aborted by the caller's signal, or when truncation takes the records this stream still needs.
   const stop = new AbortController();
@@ -134,7 +163,9 @@ export async function* replicationStream(view: ReplicationView, body: unknown, s
   else signal?.addEventListener('abort', onAbort, { once: true });
   let hold: RetentionHold | undefined;
   try {
-    const resume = asked !== undefined && asked + 1 >= log.firstRetainedSeq && asked <= log.lastSeq;
+    // A position counts only in the history it was made in: from another log (a restored or replaced
+    // leader), or with none named, the follower gets a snapshot.
+    const resume = asked !== undefined && history === view.history && asked + 1 >= log.firstRetainedSeq && asked <= log.lastSeq;
     // Taken before anything is read (no await in between): the records after the base stay on disk.
     hold = log.hold((resume ? asked : log.lastSeq) + 1, () => stop.abort());
     yield* streamFrom(view, resume ? asked : undefined, hold, stop.signal);
@@ -160,7 +191,7 @@ async function* streamFrom(view: ReplicationView, resumeAfter: number | undefine
     const base = hold.floorSeq - 1;
     // Writes durable up to `base` are applied to memory by their continuations: let those run first.
     await new Promise<void>((r) => setImmediate(r));
-    yield { seq: base, record: encodeRecord(ReplicationKind.snapshotBegin, 'db') };
+    yield { seq: base, record: encodeRecord(ReplicationKind.snapshotBegin, 'db', Buffer.from(view.history, 'utf8')) };
     for (const c of view.collections()) {
       if (signal.aborted || view.isClosed()) return;
       if (!c.live()) continue; // dropped meanwhile: its drop record comes in the tail
@@ -181,20 +212,39 @@ async function* streamFrom(view: ReplicationView, resumeAfter: number | undefine
     after = base;
   }
   let next = after + 1;
+  let beatAt = view.monotonicMs();
+  const beat = (): ReplicationEvent => {
+    beatAt = view.monotonicMs();
+    return { seq: log.lastSeq, record: encodeRecord(ReplicationKind.heartbeat, 'db') };
+  };
+  if (signal.aborted || view.isClosed()) return;
+  yield beat();
   while (!signal.aborted && !view.isClosed()) {
     if (log.lastSeq < next) {
-      await log.waitFor(next, signal);
+      // Woken by the next commit, or by the heartbeat's timer: a caught-up follower still hears from us.
+      const wait = new AbortController();
+      const stopWait = (): void => wait.abort();
+      signal.addEventListener('abort', stopWait, { once: true });
+      void view.sleep(Math.max(1, HEARTBEAT_MS - (view.monotonicMs() - beatAt)), wait.signal).then(stopWait);
+      try {
+        await log.waitFor(next, wait.signal);
+      } finally {
+        wait.abort();
+        signal.removeEventListener('abort', stopWait);
+      }
+      if (log.lastSeq < next && !signal.aborted && view.monotonicMs() - beatAt >= HEARTBEAT_MS) yield beat();
       continue;
     }
     // readFrom stops at the last durable seq at the time of the call; loop for the rest.
     for await (const r of log.readFrom(next)) {
       if (signal.aborted) return;
+      if (view.monotonicMs() - beatAt >= HEARTBEAT_MS) yield beat();
       next = r.seq + 1;
       if (r.body === null) continue; // a dropped collection's record: its key is destroyed
       if (r.keyId === 'db') {
         const op = decodeOp(r.body);
         // A follower's own bookkeeping, in its log when it serves a stream in turn: not the leader's data.
-        if (op.t === 'replica_position') continue;
+        if (isReplicaBookkeeping(op)) continue;
         if (op.t === 'create_collection') announced.add(op.uid);
       } else if (!announced.has(r.keyId)) {
         // A collection whose create record this stream did not send: announce it before its first write.

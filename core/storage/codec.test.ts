@@ -19,6 +19,7 @@ export const arbOp: fc.Arbitrary<AnyOp> = fc.oneof(
     origin_seq: fc.maxSafeNat(),
   }),
   fc.record({ t: fc.constant('replica_position' as const), leader_seq: fc.maxSafeNat() }),
+  fc.record({ t: fc.constant('replica_origin' as const), history: fc.string({ maxLength: 40 }), leader_seq: fc.maxSafeNat() }),
 );
 
 /** JSON turns -0 into 0 and drops undefined: compare against what JSON would keep. */

@@ -30,11 +30,17 @@ export type DbOp =
   | { t: 'create_collection'; uid: string; name: string; params: object; origin_seq?: number }
   | { t: 'drop_collection'; uid: string }
   /** A follower's applied position: every leader commit up to `leader_seq` is in the records before it. */
-  | { t: 'replica_position'; leader_seq: number };
+  | { t: 'replica_position'; leader_seq: number }
+  /**
+   * A follower's leader history (the leader's log lineage that its positions count in) with the position
+   * reached in it, at once: `history` '' while a bootstrap runs (no position holds), the leader's id at
+   * its end. Later replica_position records advance the seq within that history.
+   */
+  | { t: 'replica_origin'; history: string; leader_seq: number };
 
 export type AnyOp = Op | DbOp;
 
-const TAG = { upsert: 1, delete: 2, upsert_docs: 3, create_collection: 64, drop_collection: 65, replica_position: 66 } as const;
+const TAG = { upsert: 1, delete: 2, upsert_docs: 3, create_collection: 64, drop_collection: 65, replica_position: 66, replica_origin: 67 } as const;
 const NULL_PAYLOAD = 0xffffffff;
 
 assert(new Uint8Array(new Uint16Array([1]).buffer)[0] === 1, 'svc storage needs a little-endian host');
@@ -173,6 +179,11 @@ export function encodeOp(op: AnyOp): Uint8Array {
       w.u8(TAG.replica_position);
       seq64(w, op.leader_seq);
       break;
+    case 'replica_origin':
+      w.u8(TAG.replica_origin);
+      w.str16(op.history);
+      seq64(w, op.leader_seq);
+      break;
   }
   return w.done();
 }
@@ -232,6 +243,9 @@ export function decodeOp(bytes: Uint8Array): AnyOp {
     case TAG.replica_position:
       op = { t: 'replica_position', leader_seq: readSeq64(r) };
       break;
+    case TAG.replica_origin:
+      op = { t: 'replica_origin', history: r.str16(), leader_seq: readSeq64(r) };
+      break;
     default:
       throw new CodecError(`unknown tag ${tag}`);
   }
@@ -252,5 +266,10 @@ function readSeq64(r: Reader): number {
 }
 
 export function isDbOp(op: AnyOp): op is DbOp {
-  return op.t === 'create_collection' || op.t === 'drop_collection' || op.t === 'replica_position';
+  return op.t === 'create_collection' || op.t === 'drop_collection' || op.t === 'replica_position' || op.t === 'replica_origin';
+}
+
+/** A follower's own bookkeeping records (positions in its leader's log), never data. */
+export function isReplicaBookkeeping(op: AnyOp): op is Extract<DbOp, { t: 'replica_position' | 'replica_origin' }> {
+  return op.t === 'replica_position' || op.t === 'replica_origin';
 }

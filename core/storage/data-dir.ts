@@ -47,6 +47,8 @@ export interface ReplayRecord {
 }
 
 const META = 'svc.meta';
+/** A log history id: 128 random bits, hex. */
+const newHistoryId = (): string => randomBytes(16).toString('hex');
 /** The one-owner lock (CONTRACT.md section 1): never part of the data, never copied into a snapshot. */
 export const LOCK_FILE = 'svc.lock';
 const MANIFEST = 'manifest';
@@ -85,6 +87,8 @@ export class DataDir implements Keyring {
   private lock: PathLock | null = null;
   /** A follower's applied leader seq (the manifest's, then every replica_position record since); null on a leader. */
   private replicaPosition: number | null = null;
+  /** The leader history that position counts in ('' while a bootstrap runs); null when none is known. */
+  private replicaHistory: string | null = null;
 
   private constructor(private readonly fs: FileSystem, readonly path: string, private readonly opts: DataDirOptions) {
     const mk = opts.masterKey;
@@ -125,12 +129,15 @@ export class DataDir implements Keyring {
     this.manifest = await loadManifest(this.fs, this.p(MANIFEST), this.manifestSealer);
     this.manifestBytes = (await this.fs.stat(this.p(MANIFEST)))!.size;
     this.replicaPosition = this.manifest.replica_position ?? null;
+    this.replicaHistory = this.manifest.replica_history ?? null;
     for (const c of this.manifest.collections) this.sealers.set(c.uid, this.sealerOf(c));
     this.wal = await Wal.open(this.fs, this.p(WAL_DIR), {
       keyring: this, log: this.opts.log, segmentBytesMax: this.opts.segmentBytesMax, retainBytesMax: this.opts.replicationRetainBytes,
     });
     await this.finishInterrupted();
     await this.removeOrphans();
+    // A directory made before histories were kept gets one, once (the only write an open may make).
+    if (this.manifest.history === undefined) await this.saveManifest({ ...this.manifest, history: newHistoryId() });
   }
 
   /**
@@ -159,7 +166,7 @@ export class DataDir implements Keyring {
     await this.fs.fsyncDir(this.path);
     await mkdirDurable(this.fs, this.p(WAL_DIR));
     await mkdirDurable(this.fs, this.p(COLLECTIONS_DIR));
-    await saveManifest(this.fs, this.p(MANIFEST), this.manifestSealer, { manifest_version: 1, format_version: FORMAT_VERSION, collections: [] });
+    await saveManifest(this.fs, this.p(MANIFEST), this.manifestSealer, { manifest_version: 1, format_version: FORMAT_VERSION, collections: [], history: newHistoryId() });
     // svc.meta last: its presence means the directory is complete.
     await writeFileAtomic(this.fs, this.p(META), encodeMeta(this.metaSealer(), this.mode));
   }
@@ -249,6 +256,7 @@ export class DataDir implements Keyring {
   private async saveManifest(next: Manifest): Promise<void> {
     const m: Manifest = { ...next, manifest_version: this.manifest.manifest_version + 1 };
     if (this.replicaPosition !== null) m.replica_position = this.replicaPosition;
+    if (this.replicaHistory !== null) m.replica_history = this.replicaHistory;
     this.manifestBytes = await saveManifest(this.fs, this.p(MANIFEST), this.manifestSealer, m);
     this.manifest = m;
     const live = new Set(m.collections.map((c) => c.uid));
@@ -320,7 +328,13 @@ export class DataDir implements Keyring {
         const op = this.decode(r.body!, r.seq) as DbOp;
         assert(isDbOp(op), 'db records hold database ops');
         if (op.t === 'replica_position') {
-          // The last one written wins (a bootstrap writes 0 first: nothing applied yet).
+          // The last one written wins.
+          this.replicaPosition = op.leader_seq;
+          continue;
+        }
+        if (op.t === 'replica_origin') {
+          // A bootstrap's start ('': nothing applied yet) or its end (the leader's history and seq).
+          this.replicaHistory = op.history;
           this.replicaPosition = op.leader_seq;
           continue;
         }
@@ -380,9 +394,30 @@ export class DataDir implements Keyring {
     this.replicaPosition = leaderSeq;
   }
 
-  /** The follower's applied leader seq after open and replay (read it once replay() is done); null on a leader. */
-  get replicaSeq(): number | null {
-    return this.replicaPosition;
+  /**
+   * A follower's leader history and position in it, at once: `history` '' when a bootstrap begins (no
+   * position holds until the next origin), the leader's history id when one ends.
+   */
+  async appendReplicaOrigin(history: string, leaderSeq: number): Promise<void> {
+    if (this.closed) throw new SvcError('not_ready', 'the data directory is closed');
+    await this.wal.append('db', encodeOp({ t: 'replica_origin', history, leader_seq: leaderSeq }));
+    this.replicaHistory = history;
+    this.replicaPosition = leaderSeq;
+  }
+
+  /**
+   * The follower's applied leader seq after open and replay (read it once replay() is done), with the
+   * leader history it counts in; null when no position holds (on a leader, during a bootstrap, or one
+   * written before histories were kept).
+   */
+  get replicaSeq(): { history: string; seq: number } | null {
+    if (this.replicaHistory === null || this.replicaHistory === '' || this.replicaPosition === null) return null;
+    return { history: this.replicaHistory, seq: this.replicaPosition };
+  }
+
+  /** This directory's own log history (what its followers' positions count in). */
+  get history(): string {
+    return this.manifest.history!;
   }
 
   /** Durable (group-committed with concurrent appends) before it resolves; returns the record's seq. */
@@ -469,7 +504,9 @@ export class DataDir implements Keyring {
       }
       for (const f of walFiles) bytes += await this.copy(f.path, joinPath(target, WAL_DIR, f.name), f.bytes);
       await this.fs.fsyncDir(joinPath(target, WAL_DIR));
-      bytes += await this.copy(this.p(MANIFEST), joinPath(target, MANIFEST), this.manifestBytes);
+      // The copy starts its own history: a directory restored from it writes seqs on from here that the
+      // original's followers must not take for the original's.
+      bytes += await saveManifest(this.fs, joinPath(target, MANIFEST), this.manifestSealer, { ...this.manifest, history: newHistoryId() });
       await this.fs.fsyncDir(target);
       bytes += await this.copy(this.p(META), joinPath(target, META), this.metaBytes);
       await this.fs.fsyncDir(target);

@@ -40,6 +40,17 @@ export interface Manifest {
    * record that said it goes once every collection's checkpoint is past it.
    */
   replica_position?: number;
+  /**
+   * The leader history `replica_position` counts in ('' while a bootstrap runs). Absent before it was
+   * kept, and on a leader: then no position holds and the follower asks for a snapshot.
+   */
+  replica_history?: string;
+  /**
+   * This directory's own history: the lineage of its log's seqs, which its followers' positions count in.
+   * Random at init; a snapshot gets a new one (a directory restored from it writes its own seqs on from
+   * the snapshot's, which are not the original's after that point). Absent before it was kept.
+   */
+  history?: string;
 }
 
 const MAGIC = Buffer.from('SVCMAN\0\x01', 'latin1');

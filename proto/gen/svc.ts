@@ -363,7 +363,14 @@ export interface SnapshotResponse {
 
 export interface ReplicateRequest {
   /** Resume after this commit sequence number; absent means a full logical snapshot first. */
-  after_seq?: number | undefined;
+  after_seq?:
+    | number
+    | undefined;
+  /**
+   * The leader history after_seq counts in (sent with the follower's last snapshot); a leader whose own
+   * history differs answers with a full snapshot.
+   */
+  history?: string | undefined;
 }
 
 /**
@@ -3897,13 +3904,16 @@ export const SnapshotResponse: MessageFns<SnapshotResponse> = {
 };
 
 function createBaseReplicateRequest(): ReplicateRequest {
-  return { after_seq: undefined };
+  return { after_seq: undefined, history: undefined };
 }
 
 export const ReplicateRequest: MessageFns<ReplicateRequest> = {
   encode(message: ReplicateRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
     if (message.after_seq !== undefined) {
       writer.uint32(8).uint64(message.after_seq);
+    }
+    if (message.history !== undefined) {
+      writer.uint32(18).string(message.history);
     }
     return writer;
   },
@@ -3929,6 +3939,14 @@ export const ReplicateRequest: MessageFns<ReplicateRequest> = {
             message.after_seq = longToNumber(reader.uint64());
             continue;
           }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.history = reader.string();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3947,6 +3965,7 @@ export const ReplicateRequest: MessageFns<ReplicateRequest> = {
   fromPartial<I extends Exact<DeepPartial<ReplicateRequest>, I>>(object: I): ReplicateRequest {
     const message = createBaseReplicateRequest();
     message.after_seq = object.after_seq ?? undefined;
+    message.history = object.history ?? undefined;
     return message;
   },
 };

@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { credentials, Metadata, type ChannelCredentials } from '@grpc/grpc-js';
-import type { ReplicationEvent } from '../../core/base/model.js';
+import type { ReplicaResume, ReplicationEvent } from '../../core/base/model.js';
 import type { ReplicationSource } from '../../core/cluster/replication/follower.js';
 import { SvcClient } from '../../proto/gen/svc.js';
 
@@ -41,10 +41,10 @@ export function grpcReplicationSource(opts: LeaderConnection): ReplicationSource
     // trips of window updates between two busy event loops: a replica then falls behind its leader.
     'grpc-node.flow_control_window': FLOW_CONTROL_WINDOW_BYTES,
   });
-  const source = async function* (afterSeq: number | undefined, signal: AbortSignal): AsyncGenerator<ReplicationEvent> {
+  const source = async function* (resume: ReplicaResume | undefined, signal: AbortSignal): AsyncGenerator<ReplicationEvent> {
     const md = new Metadata();
     if (opts.apiKey !== '') md.set('authorization', `Bearer ${opts.apiKey}`);
-    const call = client.replicate(afterSeq === undefined ? {} : { after_seq: afterSeq }, md);
+    const call = client.replicate(resume === undefined ? {} : { after_seq: resume.seq, history: resume.history }, md);
     const cancel = () => call.cancel();
     signal.addEventListener('abort', cancel, { once: true });
     try {

@@ -346,8 +346,8 @@ describe('gRPC errors and limits', () => {
 
   it('streams what the replication source yields to an admin', async () => {
     const source: ReplicationSource = {
-      async *stream(_ctx, afterSeq) {
-        const from = (afterSeq ?? 0) + 1;
+      async *stream(_ctx, resume) {
+        const from = (resume.after_seq ?? 0) + 1;
         for (let seq = from; seq < from + 3; seq++) yield { seq, record: Buffer.from(`r${seq}`) };
       },
     };

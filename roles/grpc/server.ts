@@ -8,12 +8,13 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http2';
 import { SvcError, limitExceeded, toSvcError } from '../../core/base/errors.js';
 import type { Limits } from '../../core/base/limits.js';
+import type { ReplicateRequest } from '../../core/base/model.js';
 import type { CallContext, Principal } from '../../core/service/api.js';
 import { HTTP_STATUS } from '../../core/service/http-status.js';
 import type { ServiceLogger } from '../../core/service/log.js';
 import { noopMetrics, type Metrics } from '../../core/service/metrics.js';
 import type { Service } from '../../core/service/service.js';
-import { SvcService, type ReplicationEvent } from '../../proto/gen/svc.js';
+import { SvcService, type ReplicateRequest as ReplicateMessage, type ReplicationEvent } from '../../proto/gen/svc.js';
 import { CONNECTION_LIMIT_VARIABLES, DEFAULT_CONNECTION_LIMITS, noopConnectionMetrics, type ConnectionLimits, type ConnectionMetrics } from '../connection-limits.js';
 import { REQUEST_DECODERS, UNARY_BINDINGS, type UnaryMethod } from './rpcs.js';
 import { REQUEST_ID_KEY, toServiceError } from './status.js';
@@ -32,14 +33,22 @@ export interface GrpcTls {
  * service's own (serviceReplication); tests may give another.
  */
 export interface ReplicationSource {
-  stream(ctx: CallContext, afterSeq: number | undefined, signal: AbortSignal): AsyncIterable<ReplicationEvent>;
+  stream(ctx: CallContext, resume: ReplicateRequest, signal: AbortSignal): AsyncIterable<ReplicationEvent>;
+}
+
+/** The message's fields that are set (proto3 optionals absent when not). */
+function replicateRequest(m: ReplicateMessage): ReplicateRequest {
+  const r: ReplicateRequest = {};
+  if (m.after_seq !== undefined) r.after_seq = Number(m.after_seq);
+  if (m.history !== undefined) r.history = m.history;
+  return r;
 }
 
 /** The default source: the service's `replicate` (the database's snapshot and WAL tail). */
 export function serviceReplication(service: Service): ReplicationSource {
   return {
-    async *stream(ctx, afterSeq, signal) {
-      for await (const e of service.replicate(ctx, afterSeq === undefined ? {} : { after_seq: afterSeq }, signal)) {
+    async *stream(ctx, resume, signal) {
+      for await (const e of service.replicate(ctx, resume, signal)) {
         yield { seq: e.seq, record: Buffer.from(e.record.buffer, e.record.byteOffset, e.record.byteLength) };
       }
     },
@@ -172,7 +181,7 @@ export async function startGrpcServer(opts: GrpcServerOptions): Promise<GrpcServ
         const decoded = decoder('replicate', def.requestDeserialize, limits)(message);
         if (!decoded.ok) throw decoded.error;
         const source = opts.replication ?? serviceReplication(service);
-        for await (const event of source.stream(ctx, decoded.value.after_seq, call.signal)) {
+        for await (const event of source.stream(ctx, replicateRequest(decoded.value), call.signal)) {
           if (call.signal.aborted) break;
           await send(def.responseSerialize(event));
         }

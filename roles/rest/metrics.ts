@@ -152,8 +152,10 @@ function followerReplicationSeries(registry: Registry, read: () => FollowerStats
     new Gauge({ name, help, registers: [registry], collect() { const s = read(); this.set(s === null ? 0 : value(s)); } });
   };
   gauge('svc_replication_applied_seq', 'Leader commit seq applied and durable on this follower', (s) => s.appliedSeq ?? 0);
-  gauge('svc_replication_lag_records', 'Leader commits received by this follower and not yet applied', (s) => Math.max(0, (s.receivedSeq ?? 0) - (s.appliedSeq ?? 0)));
-  gauge('svc_replication_lag_seconds', 'How long the oldest received, unapplied leader commit has waited', (s) => (s.oldestPendingMs === null ? 0 : Math.max(0, performance.now() - s.oldestPendingMs) / 1000));
+  gauge('svc_replication_lag_records', 'Leader commit seqs past the one applied here (by the leader\'s last heartbeat or record)',
+    (s) => Math.max(0, (s.leaderSeq ?? s.receivedSeq ?? 0) - (s.appliedSeq ?? 0)));
+  gauge('svc_replication_lag_seconds', 'How stale this replica may be: 0 while it holds every leader commit it has heard of, else the time '
+    + 'since it last held all its leader had (grows while the stream is down or behind)', (s) => s.lagMs / 1000);
   const counter = (name: string, help: string, value: (s: FollowerStats) => number): void => {
     let seen = 0;
     new Counter({

@@ -25,11 +25,11 @@ type Fault = 'none' | 'cut' | 'bad_kind' | 'short_body';
 
 /** The leader's own stream, with the faults the seed draws: the follower sees them as a real client would. */
 function faultySource(leader: Database, prng: Prng, faults: Fault[]): ReplicationSource {
-  return async function* (afterSeq, signal) {
+  return async function* (resume, signal) {
     let sent = 0;
     const fault: Fault = prng.int(4) === 0 ? 'none' : (['cut', 'bad_kind', 'short_body'] as const)[prng.int(3)];
     const at = 1 + prng.int(15);
-    for await (const ev of leader.replicate(afterSeq === undefined ? {} : { after_seq: afterSeq }, signal)) {
+    for await (const ev of leader.replicate(resume === undefined ? {} : { after_seq: resume.seq, history: resume.history }, signal)) {
       if (++sent === at && fault !== 'none') {
         faults.push(fault);
         if (fault === 'cut') throw new Error('connection cut');
@@ -146,4 +146,120 @@ describe('the follower under cuts, malformed records and power loss', () => {
     expect(seen.malformed).toBeGreaterThan(0);
     expect(seen.crashes).toBeGreaterThan(0);
   }, 300_000);
+});
+
+describe('the follower across leader histories', () => {
+  const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+  const vec = (i: number) => [i, 1, 2];
+
+  async function caughtUp(f: Follower, leader: Database): Promise<void> {
+    const until = Date.now() + 10_000;
+    const last = () => leader.replicationView().log.lastSeq;
+    while (f.stats().appliedSeq !== last() || f.stats().state !== 'streaming') {
+      if (Date.now() > until) throw new Error(`the follower is at ${f.stats().appliedSeq} (${f.stats().state}), the leader at ${last()}`);
+      await sleep(5);
+    }
+  }
+
+  it('a leader restored from an older snapshot, its log grown past the follower\'s position, gets a full re-bootstrap', async () => {
+    const fs = new FaultyFileSystem(7);
+    fs.yieldEachOp = false;
+    const openLeader = (dataDir: string) => Database.open({ dataDir, masterKey: LEADER_KEY, fs, buildIndex: buildIndexInline });
+    let leader = await openLeader('/leader');
+    const source: ReplicationSource = (resume, signal) => leader.replicate(resume === undefined ? {} : { after_seq: resume.seq, history: resume.history }, signal);
+    const db = await Database.open({ dataDir: '/follower', masterKey: FOLLOWER_KEY, fs, buildIndex: buildIndexInline });
+    const follow = () => new Follower({ source, target: db, clock: systemClock, random: () => 0.5, sleep: (ms) => sleep(ms), log: () => undefined, backoffMs: { base: 1, max: 2 } });
+
+    await leader.createCollection({ name: 'c', dim: 3, metric: 'l2', index: 'flat' });
+    await leader.upsert('c', { points: [0, 1, 2].map((i) => ({ id: `old${i}`, vector: vec(i) })) });
+    const { path } = await leader.snapshot({ name: 'before' });
+    // The original goes on: these reach the follower, and the restored leader never has them.
+    for (let i = 0; i < 5; i++) await leader.upsert('c', { points: [{ id: `lost${i}`, vector: vec(i) }] });
+    let f = follow();
+    f.start();
+    await caughtUp(f, leader);
+    const position = f.stats().appliedSeq!;
+    await f.stop();
+
+    // The leader is replaced by the snapshot, and takes more writes than the follower had seen.
+    await leader.close();
+    leader = await openLeader(path);
+    for (let i = 0; i < 10; i++) await leader.upsert('c', { points: [{ id: `new${i}`, vector: vec(i) }] });
+    expect(leader.replicationView().log.lastSeq).toBeGreaterThan(position);
+
+    f = follow();
+    f.start();
+    await caughtUp(f, leader);
+    expect(f.stats().bootstraps).toBe(1);
+    expect(await pointsOf(db)).toEqual(await pointsOf(leader));
+    expect((await pointsOf(db)).c.some((r) => r.includes('lost'))).toBe(false);
+    await f.stop();
+    await db.close();
+    await leader.close();
+  });
+
+  it('a restart resumes after a bootstrap from a leader with an empty log, with no second snapshot', async () => {
+    const fs = new FaultyFileSystem(8);
+    fs.yieldEachOp = false;
+    const leader = await Database.open({ dataDir: '/leader', masterKey: LEADER_KEY, fs, buildIndex: buildIndexInline });
+    const source: ReplicationSource = (resume, signal) => leader.replicate(resume === undefined ? {} : { after_seq: resume.seq, history: resume.history }, signal);
+    const openFollower = () => Database.open({ dataDir: '/follower', masterKey: FOLLOWER_KEY, fs, buildIndex: buildIndexInline });
+    const follow = (db: Database) => new Follower({ source, target: db, clock: systemClock, random: () => 0.5, sleep: (ms) => sleep(ms), log: () => undefined });
+    let db = await openFollower();
+    let f = follow(db);
+    f.start();
+    await f.whenBootstrapped();
+    expect(f.stats().appliedSeq).toBe(0);
+    await f.stop();
+    await db.close();
+    db = await openFollower();
+    expect(db.replicaSeq).toEqual({ history: leader.history, seq: 0 });
+    f = follow(db);
+    f.start();
+    await leader.createCollection({ name: 'c', dim: 3, metric: 'l2', index: 'flat' });
+    await caughtUp(f, leader);
+    expect(f.stats().bootstraps).toBe(0);
+    await f.stop();
+    await db.close();
+    await leader.close();
+  });
+
+  it('reports its staleness: 0 when caught up, growing while the leader is out of reach, 0 again after catch-up', async () => {
+    const fs = new FaultyFileSystem(9);
+    fs.yieldEachOp = false;
+    const leader = await Database.open({ dataDir: '/leader', masterKey: LEADER_KEY, fs, buildIndex: buildIndexInline });
+    let reachable = true;
+    let cut = new AbortController();
+    const source: ReplicationSource = async function* (resume, signal) {
+      if (!reachable) throw new Error('connection refused');
+      cut = new AbortController();
+      yield* leader.replicate(resume === undefined ? {} : { after_seq: resume.seq, history: resume.history }, AbortSignal.any([signal, cut.signal]));
+    };
+    const db = await Database.open({ dataDir: '/follower', masterKey: FOLLOWER_KEY, fs, buildIndex: buildIndexInline });
+    let now = 1_000_000;
+    const clock = { nowMs: () => now, monotonicMs: () => now };
+    const f = new Follower({ source, target: db, clock, random: () => 0.5, sleep: (ms) => sleep(Math.min(ms, 5)), log: () => undefined, backoffMs: { base: 1, max: 2 } });
+    f.start();
+    await leader.createCollection({ name: 'c', dim: 3, metric: 'l2', index: 'flat' });
+    await leader.upsert('c', { points: [{ id: 'a', vector: vec(1) }] });
+    await caughtUp(f, leader);
+    // A heartbeat (every 250 ms of real time) finds it holding all the leader has.
+    await sleep(300);
+    expect(f.stats().lagMs).toBe(0);
+    // The path to the leader goes down: the replica cannot know what it misses, so its staleness grows.
+    reachable = false;
+    cut.abort();
+    await sleep(50);
+    expect(f.stats().state).toBe('starting');
+    now += 5_000;
+    expect(f.stats().lagMs).toBeGreaterThanOrEqual(5_000);
+    await leader.upsert('c', { points: [{ id: 'b', vector: vec(2) }] });
+    reachable = true;
+    await caughtUp(f, leader);
+    await sleep(300);
+    expect(f.stats().lagMs).toBe(0);
+    await f.stop();
+    await db.close();
+    await leader.close();
+  });
 });

@@ -1,8 +1,8 @@
 import type { Clock } from '../../base/clock.js';
 import { invalidArgument } from '../../base/errors.js';
-import type { ReplicationEvent } from '../../base/model.js';
+import type { ReplicaResume, ReplicationEvent } from '../../base/model.js';
 import { decodeRecord, type DecodedRecord } from '../../collection/replication.js';
-import type { Op } from '../../storage/codec.js';
+import { isReplicaBookkeeping, type Op } from '../../storage/codec.js';
 
 /**
  * The follower (spec, "Node role and replication"): starting -> bootstrapping (a logical snapshot) ->
@@ -17,20 +17,24 @@ import type { Op } from '../../storage/codec.js';
 
 export type FollowerState = 'starting' | 'bootstrapping' | 'streaming' | 'stopped';
 
-/** The follower's side of the Replicate stream: resume after `afterSeq`, or a full snapshot when absent. */
-export type ReplicationSource = (afterSeq: number | undefined, signal: AbortSignal) => AsyncIterable<ReplicationEvent>;
+/**
+ * The follower's side of the Replicate stream: resume after a seq of the leader history named, or a full
+ * snapshot when absent (the leader sends one too when the history is not its own).
+ */
+export type ReplicationSource = (resume: ReplicaResume | undefined, signal: AbortSignal) => AsyncIterable<ReplicationEvent>;
 
 /** What the follower writes to (core/collection/database.ts implements it). */
 export interface ReplicaTarget {
-  readonly replicaSeq: number | null;
+  /** The applied leader seq and the leader history it counts in; null when no position holds. */
+  readonly replicaSeq: ReplicaResume | null;
   replicaReset(): Promise<void>;
   /** `createdSeq`: the leader's seq of the create (0 when it does not know). */
   replicaCreate(uid: string, name: string, params: object, createdSeq: number): Promise<void>;
   replicaDrop(uid: string): Promise<void>;
   replicaWrite(uid: string, op: Op, bulk: boolean): Promise<void>;
   replicaPosition(leaderSeq: number): Promise<void>;
-  /** The end of a bootstrap: what the snapshot did not name goes, then the position. */
-  replicaSnapshotEnd(leaderSeq: number): Promise<void>;
+  /** The end of a bootstrap: what the snapshot did not name goes, then the position in `history`. */
+  replicaSnapshotEnd(leaderSeq: number, history: string): Promise<void>;
   /** A new stream begins (a bootstrap the last one left unfinished is abandoned). */
   replicaStreamOpened?(): Promise<void>;
   /** Whether a bootstrap running now leaves the current state serving reads (a side directory). */
@@ -62,6 +66,14 @@ export interface FollowerStats {
   receivedSeq: number | null;
   /** When the oldest received record not yet applied arrived (monotonic ms); null when none waits. */
   oldestPendingMs: number | null;
+  /** The leader's last seq, as its latest heartbeat or record said; null before it has said. */
+  leaderSeq: number | null;
+  /**
+   * How stale this replica may be, in ms on its own clock: 0 while connected and holding every leader
+   * commit it has heard of; else the time since it last knew it held all the leader had (a heartbeat's
+   * seq, once applied) — so it grows while the stream is down or behind.
+   */
+  lagMs: number;
   reconnects: number;
   bootstraps: number;
   records: number;
@@ -83,20 +95,36 @@ export class Follower {
   private readonly bootstrappedWaiters: (() => void)[] = [];
   /** The first write in flight that failed: the stream ends at the next record. */
   private failure: unknown = null;
+  /** Heartbeats not yet covered by the applied seq: (leader's seq, arrival in monotonic ms), ascending. */
+  private readonly beats: { seq: number; at: number }[] = [];
+  /** The last moment this replica held everything its leader had (start: the process's own start). */
+  private caughtUpAt: number;
+  /** The leader history of the snapshot being applied (from its begin record). */
+  private history: string | null = null;
 
   constructor(opts: FollowerOptions) {
     this.opts = opts;
     const applied = opts.target.replicaSeq;
     this.st = {
-      state: 'starting', appliedSeq: applied, receivedSeq: applied, oldestPendingMs: null,
+      state: 'starting', appliedSeq: applied?.seq ?? null, receivedSeq: applied?.seq ?? null, oldestPendingMs: null, leaderSeq: null, lagMs: 0,
       reconnects: 0, bootstraps: 0, records: 0, bytes: 0,
       // A follower that restarts with a durable position serves its state at once, as it was.
       bootstrapped: applied !== null,
     };
+    this.caughtUpAt = opts.clock.monotonicMs();
   }
 
   stats(): FollowerStats {
-    return { ...this.st, oldestPendingMs: this.pending.find((p) => !p.settled)?.at ?? null };
+    return { ...this.st, oldestPendingMs: this.pending.find((p) => !p.settled)?.at ?? null, lagMs: this.lagMs() };
+  }
+
+  private lagMs(): number {
+    const now = this.opts.clock.monotonicMs();
+    const applied = this.st.appliedSeq ?? -1;
+    // Heartbeats whose seq is now applied: at their arrival the leader held nothing this replica lacks now.
+    while (this.beats.length > 0 && this.beats[0].seq <= applied) this.caughtUpAt = Math.max(this.caughtUpAt, this.beats.shift()!.at);
+    if (this.st.state === 'streaming' && this.st.leaderSeq !== null && applied >= this.st.leaderSeq) return 0;
+    return Math.max(0, now - this.caughtUpAt);
   }
 
   /** Reads may be served: the first bootstrap is complete, and none runs now in place of the served state. */
@@ -152,8 +180,8 @@ export class Follower {
     this.stopping.signal.addEventListener('abort', onStop, { once: true });
     try {
       await this.opts.target.replicaStreamOpened?.();
-      const after = this.opts.target.replicaSeq ?? undefined;
-      for await (const ev of this.opts.source(after, stream.signal)) {
+      const resume = this.opts.target.replicaSeq ?? undefined;
+      for await (const ev of this.opts.source(resume, stream.signal)) {
         if (this.stopping.signal.aborted) return;
         if (this.failure !== null) throw this.failure;
         // Decoded whole before anything is applied: a bad record ends the stream here.
@@ -176,6 +204,7 @@ export class Follower {
         // The state changes once the target is ready for the snapshot: a side directory is open (the
         // served state goes on serving), or the first bootstrap starts in place (nothing served yet).
         await t.replicaReset();
+        this.history = rec.history!;
         this.st.state = 'bootstrapping';
         this.st.bootstraps++;
         this.st.appliedSeq = null;
@@ -189,7 +218,7 @@ export class Follower {
           await t.replicaCreate(op.uid, op.name, op.params, seq);
         } else {
           if (this.st.state !== 'bootstrapping') throw invalidArgument('a snapshot chunk outside a snapshot');
-          if (op === null || op.t === 'create_collection' || op.t === 'drop_collection' || op.t === 'replica_position') {
+          if (op === null || op.t === 'create_collection' || op.t === 'drop_collection' || isReplicaBookkeeping(op)) {
             throw invalidArgument('a snapshot collection record must carry points');
           }
           await this.enqueue(t.replicaWrite(rec.keyId, op, true));
@@ -200,13 +229,17 @@ export class Follower {
       case 'snapshotEnd':
         if (this.st.state !== 'bootstrapping') throw invalidArgument('a snapshot end outside a snapshot');
         await this.drain();
-        await t.replicaSnapshotEnd(seq);
+        if (this.history === null) throw invalidArgument('a snapshot end without its begin');
+        await t.replicaSnapshotEnd(seq, this.history);
         this.st.appliedSeq = seq;
         this.st.receivedSeq = Math.max(this.st.receivedSeq ?? 0, seq);
         this.streaming();
         return;
       case 'commit':
         await this.commit(rec, seq);
+        return;
+      case 'heartbeat':
+        this.heartbeat(seq);
         return;
     }
   }
@@ -216,6 +249,7 @@ export class Follower {
     if (this.st.state === 'bootstrapping') throw invalidArgument('a commit inside a snapshot');
     if (this.st.appliedSeq === null && !this.st.bootstrapped) throw invalidArgument('a commit before any snapshot');
     this.st.receivedSeq = Math.max(this.st.receivedSeq ?? 0, seq);
+    this.st.leaderSeq = Math.max(this.st.leaderSeq ?? 0, seq);
     this.streaming();
     const op = rec.op;
     if (op === null) throw invalidArgument('a commit record without a body');
@@ -230,7 +264,7 @@ export class Follower {
       this.st.records++;
       return;
     }
-    if (op.t === 'create_collection' || op.t === 'drop_collection' || op.t === 'replica_position') {
+    if (op.t === 'create_collection' || op.t === 'drop_collection' || isReplicaBookkeeping(op)) {
       throw invalidArgument('a collection commit must carry points or deletes');
     }
     // The write and then its position, issued back to back: the WAL keeps the order, so a position that
@@ -244,6 +278,25 @@ export class Follower {
       if (seq > (this.st.appliedSeq ?? 0)) this.st.appliedSeq = seq;
     }));
     this.st.records++;
+  }
+
+  /** The leader's last seq now: remembered with its arrival, for the lag. */
+  private heartbeat(leaderSeq: number): void {
+    if (this.st.state === 'bootstrapping') throw invalidArgument('a heartbeat inside a snapshot');
+    this.st.leaderSeq = leaderSeq;
+    const now = this.opts.clock.monotonicMs();
+    if ((this.st.appliedSeq ?? -1) >= leaderSeq) {
+      this.beats.length = 0;
+      this.caughtUpAt = now;
+    } else {
+      // A later heartbeat of the same seq is a later moment the leader held no more than that.
+      const last = this.beats[this.beats.length - 1];
+      if (last === undefined || leaderSeq > last.seq) this.beats.push({ seq: leaderSeq, at: now });
+      else last.at = now;
+    }
+    // Bounded: one per HEARTBEAT_MS of a backlog is plenty; the oldest are the ones that matter.
+    if (this.beats.length > 4096) this.beats.splice(1, 1);
+    if (this.st.appliedSeq !== null || this.st.bootstrapped) this.streaming();
   }
 
   private streaming(): void {

@@ -73,8 +73,8 @@ describe('a read replica re-bootstraps into a side directory', () => {
     const dataDir = join(root, 'replica');
     const store = await storeAt(dataDir);
     let slow = false;
-    const source: ReplicationSource = async function* (afterSeq, signal) {
-      for await (const ev of leader.replicate(afterSeq === undefined ? {} : { after_seq: afterSeq }, signal)) {
+    const source: ReplicationSource = async function* (resume, signal) {
+      for await (const ev of leader.replicate(resume === undefined ? {} : { after_seq: resume.seq, history: resume.history }, signal)) {
         // The second snapshot comes slowly, so reads can be watched while it streams in.
         if (slow && ev.seq === 0) await new Promise((r) => setTimeout(r, 20));
         yield ev;
@@ -90,7 +90,7 @@ describe('a read replica re-bootstraps into a side directory', () => {
     // Meanwhile the leader rewrites everything, checkpoints, and drops the log behind the replica.
     await leader.deleteCollection('c');
     await leader.createCollection({ name: 'c', dim: 3, metric: 'l2', index: 'flat' });
-    const position = store.replicaSeq!;
+    const position = store.replicaSeq!.seq;
     for (let b = 0; b < 6 || leader.replicationView().log.firstRetainedSeq <= position + 1; b++) {
       expect(b, 'the leader drops its log behind the replica').toBeLessThan(100);
       await leader.upsert('c', { points: Array.from({ length: 100 }, (_, i) => ({ id: `new${(b * 100 + i) % 600}`, vector: vec(b * 100 + i) })) });
@@ -175,12 +175,12 @@ describe('a read replica re-bootstraps into a side directory', () => {
       dataDir, fs, log: () => undefined,
       openDb: (path) => Database.open({ dataDir: path, masterKey: FOLLOWER_KEY, buildIndex: buildIndexInline }),
     });
-    const source: ReplicationSource = (afterSeq, signal) => leader.replicate(afterSeq === undefined ? {} : { after_seq: afterSeq }, signal);
+    const source: ReplicationSource = (resume, signal) => leader.replicate(resume === undefined ? {} : { after_seq: resume.seq, history: resume.history }, signal);
     const leaderSeq = async () => ((await leader.stats()).replication as { commit_seq: number }).commit_seq;
     let f = follow(store, source);
     await until('the first bootstrap', async () => f.stats().appliedSeq === (await leaderSeq()));
     await f.stop();
-    const position = store.replicaSeq!;
+    const position = store.replicaSeq!.seq;
     for (let b = 0; b < 3 || leader.replicationView().log.firstRetainedSeq <= position + 1; b++) {
       await leader.upsert('c', { points: Array.from({ length: 100 }, (_, i) => ({ id: `n${b}-${i}`, vector: vec(i) })) });
     }

@@ -1,4 +1,5 @@
 import { SvcError } from '../../base/errors.js';
+import type { ReplicaResume } from '../../base/model.js';
 import type { Database } from '../../collection/database.js';
 import type { Op } from '../../storage/codec.js';
 import { NodeFileSystem, dirName, type FileSystem } from '../../storage/fs.js';
@@ -115,7 +116,7 @@ export class ReplicaStore implements ReplicaTarget {
     return this.side ?? this.db;
   }
 
-  get replicaSeq(): number | null {
+  get replicaSeq(): ReplicaResume | null {
     return this.db.replicaSeq;
   }
 
@@ -163,8 +164,8 @@ export class ReplicaStore implements ReplicaTarget {
     return this.target.replicaPosition(leaderSeq);
   }
 
-  async replicaSnapshotEnd(leaderSeq: number): Promise<void> {
-    await this.target.replicaSnapshotEnd(leaderSeq);
+  async replicaSnapshotEnd(leaderSeq: number, history: string): Promise<void> {
+    await this.target.replicaSnapshotEnd(leaderSeq, history);
     if (this.side !== null) await this.swap();
   }
 
