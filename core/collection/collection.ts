@@ -11,7 +11,7 @@ import type { CompiledFilter } from '../query/filter.js';
 import { filterKey, PayloadIndex } from '../query/payload-index.js';
 import { planFilteredSearch } from '../query/planner.js';
 import type { DocRecord, Op, PointRecord } from '../storage/codec.js';
-import { docFromPayload, SparseIndex, type ScoredSlots } from '../text/sparse-index.js';
+import { docFromPayload, SparseIndex, type Bm25Corpus, type ScoredSlots } from '../text/sparse-index.js';
 import { LiveSet } from './live-set.js';
 import { runDensePlan, type DensePlan } from './search-pool-plan.js';
 import type { CollectionSpec } from './params.js';
@@ -573,9 +573,10 @@ export class Collection {
     return total;
   }
 
-  searchBm25(terms: Uint32Array, k: number, filter?: CompiledFilter): ScoredSlots {
+  /** BM25 over this collection's own corpus, or over `corpus` (the whole collection's, when it is sharded). */
+  searchBm25(terms: Uint32Array, k: number, filter?: CompiledFilter, corpus?: Bm25Corpus): ScoredSlots {
     const { bits } = this.matching(filter);
-    return this.sparse.bm25(terms, k, (s) => bits.has(s));
+    return this.sparse.bm25(terms, k, (s) => bits.has(s), undefined, corpus);
   }
 
   searchSparseDot(indices: Uint32Array, values: Float32Array, k: number, filter?: CompiledFilter): ScoredSlots {

@@ -9,12 +9,13 @@ import type {
 import { checkName, checkPointId } from '../base/names.js';
 import type { SearchResult } from '../index/flat.js';
 import { compileFilter, type CompiledFilter } from '../query/filter.js';
-import { DEFAULT_RRF_K0, rrf } from '../query/rrf.js';
+import { corpusOf, fuseRankings, type Ranked, type Rankings, type TextStats } from '../query/ranking.js';
+import { DEFAULT_RRF_K0 } from '../query/rrf.js';
 import type { DocRecord, Op } from '../storage/codec.js';
 import { DataDir } from '../storage/data-dir.js';
 import { NodeFileSystem, joinPath, type FileSystem } from '../storage/fs.js';
 import { queryTermIds, distinctCount } from '../text/tokenizer.js';
-import { validateSparse } from '../text/sparse-index.js';
+import { validateSparse, type Bm25Corpus, type ScoredSlots } from '../text/sparse-index.js';
 import { Collection, type IndexBuilder } from './collection.js';
 import { infoOf, parseCollectionParams, type CollectionSpec } from './params.js';
 import { parsePayload, parsePoints, parseVector } from './points.js';
@@ -89,6 +90,8 @@ const HYBRID_KEYS = [
 ] as const;
 const TEXT_QUERY_KEYS = ['text', 'k', 'filter', 'rerank', 'rerank_pool', 'with_payload', 'with_vector', 'consistency'] as const;
 const FETCH_KEYS = ['filter', 'limit', 'cursor', 'with_vector'] as const;
+/** What a shard's rankings take (a hybrid body's query fields, without k and rrf_k0). */
+const RANKINGS_KEYS = ['vector', 'sparse_indices', 'sparse_values', 'query_text', 'filter', 'ef_search', 'with_payload', 'with_vector', 'consistency'] as const;
 /** Token vectors per multi-vector document or query (not a spec limit: a bound so no request is unbounded). */
 export const MULTIVECTOR_TOKENS_MAX = 4096;
 /** Ids per delete record when a follower's bootstrap clears a collection. */
@@ -615,8 +618,33 @@ export class Database {
     const col = this.pointCollection(name);
     const q = checkObject(query, 'hybrid body', HYBRID_KEYS);
     const k = parseK(q.k, this.limits);
-    const ef = parseEf(q.ef_search, this.limits, col.spec.index_params.ef_search);
     const k0 = parseRrfK0(q.rrf_k0);
+    const r = await this.rankingsOf(col, q, this.fusionDepth(k), undefined);
+    return { hits: fuseRankings([r.dense, r.sparse, r.text].filter((l) => l !== undefined), k, k0) };
+  }
+
+  /**
+   * A shard's part of a hybrid or text query (core/query/ranking.ts): each ranking the body asks for,
+   * `depth` deep, best first, equal scores in id order. BM25 scores against `corpus` when given (the
+   * whole collection's statistics, summed over its shards), else this collection's own.
+   */
+  async rankings(name: string, body: Record<string, unknown> & { depth?: unknown; text_stats?: TextStats }): Promise<Rankings> {
+    const col = this.pointCollection(name);
+    const { depth: d, text_stats: stats, ...q } = checkObject(body, 'rankings body', [...RANKINGS_KEYS, 'depth', 'text_stats']);
+    const depth = parseK(d, this.limits);
+    return this.rankingsOf(col, q, depth, stats === undefined || stats === null ? undefined : corpusOf(stats as TextStats));
+  }
+
+  /** This collection's BM25 statistics for a query text's terms (summed over shards by a router). */
+  async textStats(name: string, body: { text?: unknown }): Promise<TextStats> {
+    const col = this.pointCollection(name);
+    const b = checkObject(body, 'text stats body', ['text']);
+    const c = col.sparse.corpus(this.queryTerms(b.text));
+    return { docs: c.n, total_length: c.totalLength, df: Object.fromEntries([...c.df].map(([t, n]) => [String(t), n])) };
+  }
+
+  private async rankingsOf(col: Collection, q: Record<string, unknown>, depth: number, corpus: Bm25Corpus | undefined): Promise<Rankings> {
+    const ef = parseEf(q.ef_search, this.limits, col.spec.index_params.ef_search);
     const filter = this.compile(col, q.filter);
     const withPayload = parseBool(q.with_payload, 'with_payload', true);
     const withVector = parseBool(q.with_vector, 'with_vector', false);
@@ -632,26 +660,30 @@ export class Database {
       throw invalidArgument('a hybrid query needs a vector, sparse_indices/sparse_values or query_text');
     }
     await this.prepareRead(col, parseConsistency(q.consistency));
-    const depth = this.fusionDepth(k);
-    const lists: { ids: ArrayLike<number> }[] = [];
+    const out: Rankings = {};
+    const ranked = (r: SearchResult | ScoredSlots, score: (x: number) => number): Ranked[] => {
+      const dists = 'dists' in r ? r.dists : r.scores;
+      const slots = tiesById(col, { slots: r.slots, dists });
+      return Array.from(slots, (slot, i) => {
+        const e: Ranked = { id: col.idOf(slot), score: score(dists[i]) };
+        if (withPayload) e.payload = col.payloadOf(slot);
+        if (withVector) e.vector = col.vectorOf(slot);
+        return e;
+      });
+    };
     // The dense ranking first: it may run in a search worker; the others are computed after it, in
-    // the same synchronous stretch as the fusion, so every ranking sees the same live points.
-    if (dense !== null) lists.push({ ids: (await this.searchDense(col, dense, depth, Math.max(ef, depth), filter)).slots });
-    if (sparse !== null) lists.push({ ids: col.searchSparseDot(sparse.terms, sparse.weights, depth, filter).slots });
-    if (terms !== null) lists.push({ ids: col.searchBm25(terms, depth, filter).slots });
-    return { hits: this.fusedHits(col, lists, k, k0, withPayload, withVector) };
+    // the same synchronous stretch, so every ranking sees the same live points.
+    if (dense !== null) out.dense = ranked(await this.searchDense(col, dense, depth, Math.max(ef, depth), filter), (d) => col.score(d));
+    if (sparse !== null) out.sparse = ranked(col.searchSparseDot(sparse.terms, sparse.weights, depth, filter), (x) => x);
+    // BM25 where some document has text: a text query over a collection without any is its dense ranking.
+    if (terms !== null && (corpus?.n ?? col.sparse.stats().n) > 0) out.text = ranked(col.searchBm25(terms, depth, filter, corpus), (x) => x);
+    else if (terms !== null) out.text = [];
+    return out;
   }
 
   /** How deep each ranking goes before fusion: deeper than k so that RRF can lift a document both lists like. */
   private fusionDepth(k: number): number {
     return Math.min(this.limits.maxK, Math.max(k, 100));
-  }
-
-  private fusedHits(
-    col: Collection, lists: { ids: ArrayLike<number> }[], k: number, k0: number, withPayload: boolean, withVector: boolean,
-  ): Hit[] {
-    const fused = rrf(lists, k0).slice(0, k);
-    return fused.map((f, rank) => this.hit(col, Number(f.id), rank, f.score, withPayload, withVector));
   }
 
   private queryTerms(text: unknown): Uint32Array {
@@ -703,7 +735,8 @@ export class Database {
     const q = checkObject(query, 'text query body', TEXT_QUERY_KEYS);
     if (typeof q.text !== 'string' || q.text.length === 0) throw invalidArgument('text must be a non-empty string');
     const k = parseK(q.k, this.limits);
-    const filter = this.compile(col, q.filter);
+    // Checked before the provider is called: a bad filter or text costs no embedding.
+    this.compile(col, q.filter);
     const rerank = parseBool(q.rerank, 'rerank', false);
     // The pool is never smaller than k, so a rerank can always fill the k hits the fusion could.
     const pool = q.rerank_pool === undefined || q.rerank_pool === null
@@ -711,32 +744,37 @@ export class Database {
       : Math.max(k, this.parseRerankPool(q.rerank_pool));
     const withPayload = parseBool(q.with_payload, 'with_payload', true);
     const withVector = parseBool(q.with_vector, 'with_vector', false);
-    const terms = this.queryTerms(q.text);
+    this.queryTerms(q.text);
     const embedder = this.embedderFor(col);
     const reranker = rerank ? this.opts.rerankers?.get(col.spec.name) : undefined;
     if (rerank && reranker === undefined) {
       throw invalidArgument(`collection '${col.spec.name}' has no rerank provider: configure [rerank.${col.spec.name}] in svc.toml`);
     }
     const [qv] = await embedder.embed([q.text], 'query');
-    const vector = parseVector(Array.from(qv), col.spec.dim, col.spec.metric, this.limits, 'embedded query');
-    await this.prepareRead(col, parseConsistency(q.consistency));
     const want = reranker === undefined ? k : pool;
     const depth = this.fusionDepth(want);
-    const lists: { ids: ArrayLike<number> }[] = [{ ids: (await this.searchDense(col, vector, depth, Math.max(depth, col.spec.index_params.ef_search), filter)).slots }];
-    if (col.sparse.stats().n > 0) lists.push({ ids: col.searchBm25(terms, depth, filter).slots });
-    const fused = rrf(lists, DEFAULT_RRF_K0).slice(0, want);
-    if (reranker === undefined) {
-      return { hits: fused.map((f, rank) => this.hit(col, Number(f.id), rank, f.score, withPayload, withVector)) };
-    }
+    // The reranker reads each candidate's text, which is in its payload.
+    const r = await this.rankingsOf(col, {
+      // ef_search: the collection's, at least `depth` (rankingsOf raises it).
+      vector: Array.from(qv), query_text: q.text, filter: q.filter,
+      with_payload: withPayload || reranker !== undefined, with_vector: withVector, consistency: q.consistency,
+    }, depth, undefined);
+    const fused = fuseRankings([r.dense!, r.text!].filter((l) => l.length > 0), want, DEFAULT_RRF_K0);
+    if (reranker === undefined) return { hits: fused };
     if (fused.length === 0) return { hits: [] };
-    const slots = fused.map((f) => Number(f.id));
-    const docs = slots.map((s) => {
-      const t = col.payloadOf(s).__svc_text__;
+    const docs = fused.map((h) => {
+      const t = h.payload?.__svc_text__;
       return typeof t === 'string' ? t : '';
     });
     const order = await reranker.rerank(q.text, docs, Math.min(k, docs.length));
     return {
-      hits: order.slice(0, k).map((r, rank) => this.hit(col, slots[r.index], rank, r.score, withPayload, withVector)),
+      hits: order.slice(0, k).map((o, rank) => {
+        const { id, payload, vector } = fused[o.index];
+        const h: Hit = { id, rank, score: o.score };
+        if (withPayload) h.payload = payload;
+        if (vector !== undefined) h.vector = vector;
+        return h;
+      }),
     };
   }
 

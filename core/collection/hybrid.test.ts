@@ -107,11 +107,10 @@ function dotScores(docs: Map<string, Doc>, indices: number[], values: number[]):
   return out;
 }
 
-/** Best first; equal scores by insertion order (a fresh collection's slot order, the engine's tie rule). */
-function rank(scores: Map<string, number>, order: string[], depth: number, keep: (id: string) => boolean): string[] {
-  const pos = new Map(order.map((id, i) => [id, i]));
+/** Best first; equal scores in id order, by UTF-8 bytes (CONTRACT.md section 1, the engine's tie rule). */
+function rank(scores: Map<string, number>, _order: string[], depth: number, keep: (id: string) => boolean): string[] {
   return [...scores].filter(([id]) => keep(id))
-    .sort((a, b) => b[1] - a[1] || pos.get(a[0])! - pos.get(b[0])!)
+    .sort((a, b) => b[1] - a[1] || Buffer.compare(Buffer.from(a[0]), Buffer.from(b[0])))
     .slice(0, depth).map(([id]) => id);
 }
 

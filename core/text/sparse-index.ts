@@ -47,6 +47,19 @@ export interface SparseStats {
   df(term: number): number;
 }
 
+/**
+ * The corpus BM25 scores against: this index's own by default; for a collection split over shards, the
+ * sums of every shard's (Elasticsearch's dfs phase), so each shard scores as one index of everything would.
+ */
+export interface Bm25Corpus {
+  /** Documents with at least one term. */
+  n: number;
+  /** Sum of their lengths. */
+  totalLength: number;
+  /** Documents containing `term`. */
+  df(term: number): number;
+}
+
 export interface SparseDoc {
   terms: Uint32Array;
   weights: Float32Array;
@@ -129,15 +142,24 @@ export class SparseIndex {
     };
   }
 
+  /** This index's part of a corpus: its document count, total length and each distinct term's df. */
+  corpus(terms: Iterable<number>): { n: number; totalLength: number; df: Map<number, number> } {
+    const df = new Map<number, number>();
+    for (const t of terms) df.set(t >>> 0, this.postings.get(t >>> 0)?.live ?? 0);
+    return { n: this.docCount, totalLength: this.totalLength, df };
+  }
+
   bm25(
     queryTerms: Uint32Array,
     k: number,
     accept?: (slot: number) => boolean,
     params: Bm25Params = DEFAULT_BM25,
+    corpus?: Bm25Corpus,
   ): ScoredSlots {
-    const n = this.docCount;
-    if (n === 0 || k <= 0) return empty();
-    const avgdl = this.totalLength / n;
+    if (this.docCount === 0 || k <= 0) return empty();
+    const n = corpus?.n ?? this.docCount;
+    if (n === 0) return empty();
+    const avgdl = (corpus?.totalLength ?? this.totalLength) / n;
     const { k1, b } = params;
     const qtf = new Map<number, number>();
     for (const t of queryTerms) qtf.set(t, (qtf.get(t) ?? 0) + 1);
@@ -146,7 +168,8 @@ export class SparseIndex {
     for (const [term, count] of qtf) {
       const p = this.postings.get(term);
       if (p === undefined) continue;
-      const idf = Math.log(1 + (n - p.live + 0.5) / (p.live + 0.5));
+      const df = corpus === undefined ? p.live : corpus.df(term);
+      const idf = Math.log(1 + (n - df + 0.5) / (df + 0.5));
       for (let i = 0; i < p.used; i++) {
         const slot = p.slots[i];
         const tf = p.weights[i];
