@@ -291,7 +291,21 @@ export class Database {
     if (embedder !== undefined && embedder.dim !== spec.dim) {
       throw invalidArgument(`collection '${spec.name}' has dim ${spec.dim} but its embedding provider gives ${embedder.dim}`);
     }
-    const { uid, createdSeq } = await this.dir.createCollection(spec.name, spec as unknown as object);
+    let made: { uid: string; createdSeq: number };
+    try {
+      made = await this.dir.createCollection(spec.name, spec as unknown as object);
+    } catch (e) {
+      // A concurrent create of the same name got to the data directory first: with exist_ok, its
+      // collection is the answer, if it has this shape. The winner puts it in memory in the continuation
+      // of its own write, a few microtasks from now at most.
+      if (e instanceof SvcError && e.code === 'already_exists' && existOk) {
+        for (let i = 0; i < 16 && !this.byName.has(spec.name); i++) await Promise.resolve();
+        const other = this.existingFor(spec, existOk);
+        if (other !== null) return other;
+      }
+      throw e;
+    }
+    const { uid, createdSeq } = made;
     // A concurrent create of the same name lost the race if this one got here first.
     const raced = this.existingFor(spec, existOk);
     if (raced !== null) return raced;

@@ -286,6 +286,17 @@ describe('createCollection with exist_ok', () => {
     expect((await db.get('c', 'a')).id).toBe('a');
     await db.close();
   });
+
+  it('concurrent creates with exist_ok: one creates, the others get it; without exist_ok the others are refused', async () => {
+    const db = await open();
+    const params = { name: 'r', dim: 2, metric: 'l2' as const, exist_ok: true };
+    const got = await Promise.all([1, 2, 3].map(() => db.createCollection(params)));
+    expect(got.map((i) => collectionExisted(i)).sort()).toEqual([false, true, true]);
+    expect((await db.listCollections()).collections.map((c) => c.name)).toEqual(['r']);
+    const plain = await Promise.all([1, 2].map(() => codeOf(db.createCollection({ name: 's', dim: 2, metric: 'l2' }))));
+    expect(plain.sort()).toEqual(['already_exists', 'ok']);
+    await db.close();
+  });
 });
 
 // ---------------------------------------------------------------------------------------------------
