@@ -182,6 +182,59 @@ describe('gRPC end to end', () => {
     expect(outcomes.filter((o) => o.startsWith('UpsertText')).every((o) => !o.endsWith(' ok'))).toBe(true);
   });
 
+  it('answers Count, SetPayload, DeletePoints and exist_ok as REST does', async () => {
+    // The same writes on two collections of the same shape, one over each transport: the same answers
+    // and the same stored points.
+    const shape = { dim: 2, metric: 'l2', filterable: [{ path: 'g', field_type: 'keyword' }] };
+    const made = await g.call('CreateCollection', { name: 'team_a.ops_g', ...shape, exist_ok: true }, ADMIN);
+    expect(made.res).toMatchObject({ name: 'team_a.ops_g', dim: 2 });
+    expect((await rest('POST', '/v1/collections', { name: 'team_a.ops_r', ...shape, exist_ok: true })).status).toBe(201);
+    const again = await g.call('CreateCollection', { name: 'team_a.ops_g', ...shape, exist_ok: true }, ADMIN);
+    expect(again.res).toMatchObject({ name: 'team_a.ops_g', dim: 2 });
+    expect((await rest('POST', '/v1/collections', { name: 'team_a.ops_r', ...shape, exist_ok: true })).status).toBe(200);
+    expectError(await g.call('CreateCollection', { name: 'team_a.ops_g', ...shape, dim: 3, exist_ok: true }, ADMIN), 'already_exists');
+    const pts = [{ id: 'a', vector: [1, 0], payload: { g: 'x', n: 1 } }, { id: 'b', vector: [0, 1], payload: { g: 'y' } }, { id: 'c', vector: [1, 1], payload: { g: 'x' } }];
+    await g.call('Upsert', { collection: 'team_a.ops_g', points: pts.map((p) => ({ ...p, payload: toStruct(p.payload) })) }, ADMIN);
+    await rest('PUT', '/v1/collections/team_a.ops_r/points', { points: pts });
+    const x = { eq: { field: 'g', value: 'x' } };
+    const pairs: [string, object, string, object][] = [
+      ['Count', {}, 'points:count', {}],
+      ['Count', { filter: toStruct(x) }, 'points:count', { filter: x }],
+      ['SetPayload', { points: [{ id: 'a', payload: toStruct({ g: 'y' }) }] }, 'points:payload', { points: [{ id: 'a', payload: { g: 'y' } }] }],
+      ['SetPayload', { points: [{ id: 'b', payload: toStruct({ z: true }) }], mode: 'replace' }, 'points:payload', { points: [{ id: 'b', payload: { z: true } }], mode: 'replace' }],
+      ['SetPayload', { points: [{ id: 'a', payload: toStruct({}) }, { id: 'ghost', payload: toStruct({}) }] }, 'points:payload', { points: [{ id: 'a', payload: {} }, { id: 'ghost', payload: {} }] }],
+      ['SetPayload', { points: [{ id: 'a', payload: toStruct({}) }], mode: 'upsert' }, 'points:payload', { points: [{ id: 'a', payload: {} }], mode: 'upsert' }],
+      ['Count', { filter: toStruct({ eq: { field: 'n', value: 1 } }) }, 'points:count', { filter: { eq: { field: 'n', value: 1 } } }],
+      ['DeletePoints', { filter: toStruct(x) }, 'points:delete', { filter: x }],
+      ['DeletePoints', { ids: ['a', 'nope'] }, 'points:delete', { ids: ['a', 'nope'] }],
+      ['DeletePoints', { ids: ['b'], filter: toStruct(x) }, 'points:delete', { ids: ['b'], filter: x }],
+      ['DeletePoints', { ids: Array.from({ length: 21 }, (_, i) => `i${i}`) }, 'points:delete', { ids: Array.from({ length: 21 }, (_, i) => `i${i}`) }],
+      ['Count', {}, 'points:count', {}],
+    ];
+    const outcomes: string[] = [];
+    for (const [rpc, req, action, body] of pairs) {
+      const gr = await g.call(rpc, { collection: 'team_a.ops_g', ...req }, ADMIN);
+      const rr = await rest('POST', `/v1/collections/team_a.ops_r/${action}`, body);
+      outcomes.push(`${rpc} ${rr.status < 300 ? JSON.stringify(rr.json) : rr.json.error.code}`);
+      if (rr.status < 300) {
+        expect(gr.err, `${rpc}: REST said ${rr.status}`).toBeUndefined();
+        // proto3 does not send zeros.
+        const key = Object.keys(rr.json)[0];
+        expect(gr.res[key] ?? 0, `${rpc} ${JSON.stringify(req)}`).toBe(rr.json[key]);
+      } else {
+        expectError(gr, rr.json.error.code);
+      }
+    }
+    expect(outcomes).toEqual([
+      'Count {"count":3}', 'Count {"count":2}', 'SetPayload {"updated":1}', 'SetPayload {"updated":1}', 'SetPayload not_found',
+      'SetPayload invalid_argument', 'Count invalid_argument', 'DeletePoints {"deleted":1}', 'DeletePoints {"deleted":1}',
+      'DeletePoints invalid_argument', 'DeletePoints limit_exceeded', 'Count {"count":1}',
+    ]);
+    const left = await g.call('Fetch', { collection: 'team_a.ops_g' }, ADMIN);
+    expect(left.res.points.map((p: any) => [p.id, fromStruct(p.payload)])).toEqual([['b', { z: true }]]);
+    expect((await rest('POST', '/v1/collections/team_a.ops_r/points:fetch', {})).json.points).toEqual([{ id: 'b', payload: { z: true } }]);
+  });
+
   it('applies the same cost limits as REST, naming the variable', async () => {
     await g.call('CreateCollection', { name: 'team_a.lim', dim: 4, metric: 'dot', filterable: [{ path: 'n', field_type: 'numeric' }] }, ADMIN);
     const c = { collection: 'team_a.lim' };
@@ -219,6 +272,7 @@ describe('gRPC end to end', () => {
       ['HybridSearch', 'read', (col) => ({ collection: col, vector: [1, 0] })],
       ['SearchText', 'read', (col) => ({ collection: col, text: 'x' })],
       ['SearchMultiVector', 'read', (col) => ({ collection: col, vectors: [{ values: [1, 0] }] })],
+      ['Count', 'read', (col) => ({ collection: col })],
       ['Stats', 'read', () => ({})],
       ['Upsert', 'write', (col) => ({ collection: col, points: [{ id: 'p', vector: [1, 0] }] })],
       ['BulkUpsert', 'write', (col) => ({ collection: col, points: [{ id: 'q', vector: [0, 1] }] })],
@@ -226,6 +280,8 @@ describe('gRPC end to end', () => {
       ['UpsertText', 'write', (col) => ({ collection: col, points: [{ id: 't', text: 'x' }] })],
       ['UpsertDocuments', 'write', (col) => ({ collection: col, documents: [{ id: 'd', vectors: [{ values: [1, 0] }] }] })],
       ['DeleteDocument', 'write', (col) => ({ collection: col, id: 'd' })],
+      ['SetPayload', 'write', (col) => ({ collection: col, points: [] })],
+      ['DeletePoints', 'write', (col) => ({ collection: col, ids: ['nope'] })],
       ['CreateCollection', 'admin', (col) => ({ name: `${col}.new`, dim: 2, metric: 'l2' })],
       ['Snapshot', 'admin*', () => ({ name: 'authz-snap' })],
       ['DeleteCollection', 'admin', (col) => ({ collection: `${col}.new` })],

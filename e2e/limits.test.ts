@@ -27,7 +27,7 @@ const env = (extra: Record<string, string>) => ({
   SVC_API_KEYS: ADMIN, SVC_ENCRYPTION_KEY: MASTER, ...Object.fromEntries(Object.entries(LIMITS).map(([k, v]) => [k, String(v)])), ...extra,
 });
 
-type Op = 'create' | 'search' | 'fetch' | 'upsert' | 'bulk' | 'hybrid' | 'text' | 'multi' | 'list';
+type Op = 'create' | 'search' | 'fetch' | 'upsert' | 'bulk' | 'hybrid' | 'text' | 'multi' | 'list' | 'payload' | 'deletes';
 type Args = Record<string, any>;
 interface Outcome { ok: boolean; code?: string; message?: string; body?: any }
 
@@ -60,6 +60,16 @@ const ROWS: Row[] = [
   { variable: 'SVC_MAX_BATCH_SIZE', what: 'upsert batch size', op: 'upsert', at: (t) => ({ collection: 'c', points: points(`bat-${t}-a`, 3) }), over: (t) => ({ collection: 'c', points: points(`bat-${t}-o`, 4) }) },
   { variable: 'SVC_MAX_SPARSE_TERMS', what: 'sparse terms of a hybrid query', op: 'hybrid', at: () => ({ collection: 'c', sparse_indices: [1, 2, 3, 4], sparse_values: [1, 1, 1, 1], k: 3 }), over: () => ({ collection: 'c', sparse_indices: [1, 2, 3, 4, 5], sparse_values: [1, 1, 1, 1, 1], k: 3 }) },
   { variable: 'SVC_MAX_SPARSE_TERMS', what: 'terms of a tokenized text query', op: 'text', at: () => ({ collection: 't', text: WORDS.slice(0, 4).join(' '), k: 3 }), over: () => ({ collection: 't', text: WORDS.slice(0, 5).join(' '), k: 3 }) },
+  // Payload updates and deletes by id (issue 21): the batch limit, and the payload limit on what a merge makes.
+  { variable: 'SVC_MAX_BATCH_SIZE', what: 'payload update batch size', op: 'payload',
+    at: (t) => ({ collection: 'c', points: ['seed-1', 'seed-2', 'seed-1'].map((id) => ({ id, payload: { t } })) }),
+    over: (t) => ({ collection: 'c', points: ['seed-1', 'seed-2', 'seed-1', 'seed-2'].map((id) => ({ id, payload: { o: t } })) }) },
+  { variable: 'SVC_MAX_PAYLOAD_BYTES', what: 'payload size once merged', op: 'payload',
+    at: () => ({ collection: 'c', mode: 'replace', points: [{ id: 'seed-2', payload: { t: 'x'.repeat(56) } }] }),
+    over: () => ({ collection: 'c', points: [{ id: 'seed-2', payload: { u: 1 } }] }) },
+  { variable: 'SVC_MAX_BATCH_SIZE', what: 'ids of a delete', op: 'deletes',
+    at: (t) => ({ collection: 'c', ids: [1, 2, 3].map((i) => `gone-${t}-${i}`) }),
+    over: () => ({ collection: 'c', ids: ['seed-1', 'seed-2', 'x', 'y'] }) },
   { variable: 'SVC_MAX_BULK_BATCH_SIZE', what: 'bulk batch size', op: 'bulk', at: (t) => ({ collection: 'c', points: points(`blk-${t}-a`, 6) }), over: (t) => ({ collection: 'c', points: points(`blk-${t}-o`, 7) }) },
 ];
 
@@ -113,11 +123,13 @@ function restPlane(server: Server): Plane {
       case 'bulk': return ['POST', `${c}/points:bulk`, body];
       case 'hybrid': return ['POST', `${c}/query/hybrid`, body];
       case 'text': return ['POST', `${c}/query/text`, body];
+      case 'payload': return ['POST', `${c}/points:payload`, body];
+      case 'deletes': return ['POST', `${c}/points:delete`, body];
     }
   };
   return {
     name: 'REST',
-    ops: new Set<Op>(['create', 'list', 'search', 'multi', 'fetch', 'upsert', 'bulk', 'hybrid', 'text']),
+    ops: new Set<Op>(['create', 'list', 'search', 'multi', 'fetch', 'upsert', 'bulk', 'hybrid', 'text', 'payload', 'deletes']),
     async call(op, args) {
       const r = await call(...route(op, args));
       if (r.status < 300) return { ok: true, body: r.json };
@@ -147,6 +159,8 @@ function grpcRequest(op: Op, a: Args): [string, object] {
     case 'bulk': return ['BulkUpsert', { ...a, points: withStructs(a.points) }];
     case 'hybrid': return ['HybridSearch', { collection: a.collection, k: a.k, sparse: { indices: a.sparse_indices, values: a.sparse_values } }];
     case 'text': return ['SearchText', a];
+    case 'payload': return ['SetPayload', { ...a, points: (a.points as Args[]).map((p) => ({ id: p.id, payload: toStruct(p.payload) })) }];
+    case 'deletes': return ['DeletePoints', a];
   }
 }
 
@@ -154,7 +168,7 @@ function grpcPlane(g: SvcGrpc): Plane {
   return {
     name: 'gRPC',
     reader: () => rest,
-    ops: new Set<Op>(['create', 'list', 'search', 'multi', 'fetch', 'upsert', 'bulk', 'hybrid', 'text']),
+    ops: new Set<Op>(['create', 'list', 'search', 'multi', 'fetch', 'upsert', 'bulk', 'hybrid', 'text', 'payload', 'deletes']),
     async call(op, args) {
       const [rpc, req] = grpcRequest(op, args);
       const r = await g.call(rpc, req, ADMIN);
@@ -177,7 +191,7 @@ function grpcPlane(g: SvcGrpc): Plane {
 
 const MCP_TOOL: Record<Op, string> = {
   create: 'create_collection', list: 'list_collections', search: 'search', multi: 'search_multi_vector', fetch: 'fetch',
-  upsert: 'upsert', bulk: '', hybrid: 'hybrid_search', text: 'search_text',
+  upsert: 'upsert', bulk: '', hybrid: 'hybrid_search', text: 'search_text', payload: 'set_payload', deletes: 'delete_points',
 };
 
 class RawMcp {
@@ -239,7 +253,7 @@ class RawMcp {
 function mcpPlane(m: RawMcp): Plane {
   return {
     name: 'MCP',
-    ops: new Set<Op>(['create', 'list', 'search', 'multi', 'fetch', 'upsert', 'hybrid', 'text']),
+    ops: new Set<Op>(['create', 'list', 'search', 'multi', 'fetch', 'upsert', 'hybrid', 'text', 'payload', 'deletes']),
     async call(op, args) {
       const r = await m.request('tools/call', { name: MCP_TOOL[op], arguments: args });
       if (r.error !== undefined) return { ok: false, code: r.error.data?.code ?? `jsonrpc ${r.error.code}`, message: r.error.message };

@@ -16,7 +16,7 @@ const READER = 'reader-secret-1';
 const TOOL_NAMES = [
   'list_collections', 'collection_info', 'database_stats', 'create_collection', 'delete_collection', 'snapshot',
   'upsert', 'search', 'fetch', 'get', 'delete', 'upsert_document', 'search_multi_vector', 'delete_document',
-  'hybrid_search', 'upsert_text', 'search_text',
+  'hybrid_search', 'upsert_text', 'search_text', 'count', 'set_payload', 'delete_points',
 ];
 
 const open: Client[] = [];
@@ -143,6 +143,21 @@ describe('svc mcp over stdio', () => {
     expect(again.count).toBe(24);
     const hit = await ok(restored.client, 'search', { collection: 'docs', vector: [11, 0, 0], k: 1 });
     expect(hit.hits[0].id).toBe('p11');
+  });
+
+  it('takes one point or a batch, counts, updates payloads and deletes by filter (issue 21)', async () => {
+    const { client } = await connect(['--data-dir', tempDir()], adminEnv());
+    await ok(client, 'create_collection', { name: 'c', dim: 2, metric: 'l2', filterable: [{ path: 'g', field_type: 'keyword' }] });
+    expect((await ok(client, 'create_collection', { name: 'c', dim: 2, metric: 'l2', filterable: [{ path: 'g', field_type: 'keyword' }], exist_ok: true })).name).toBe('c');
+    expect(await ok(client, 'upsert', { collection: 'c', id: 'one', vector: [1, 0], payload: { g: 'x' } })).toEqual({ upserted: 1 });
+    expect(await ok(client, 'upsert', { collection: 'c', points: [{ id: 'two', vector: [0, 1], payload: { g: 'y' } }, { id: 'three', vector: [1, 1], payload: { g: 'x' } }] })).toEqual({ upserted: 2 });
+    expect(await ok(client, 'count', { collection: 'c', filter: { eq: { field: 'g', value: 'x' } } })).toEqual({ count: 2 });
+    expect(await ok(client, 'set_payload', { collection: 'c', points: [{ id: 'two', payload: { g: 'x', note: 1 } }] })).toEqual({ updated: 1 });
+    expect((await ok(client, 'get', { collection: 'c', id: 'two' })).payload).toEqual({ g: 'x', note: 1 });
+    await fails(client, 'set_payload', { collection: 'c', points: [{ id: 'ghost', payload: {} }] }, 'not_found');
+    expect(await ok(client, 'delete_points', { collection: 'c', filter: { eq: { field: 'g', value: 'x' } } })).toEqual({ deleted: 3 });
+    expect(await ok(client, 'count', { collection: 'c' })).toEqual({ count: 0 });
+    await fails(client, 'upsert', { collection: 'c', id: 'x', vector: [1, 0], points: [] }, 'invalid_argument');
   });
 
   it('reports bad arguments with invalid_argument, whether the schema or the engine catches them', async () => {

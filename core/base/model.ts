@@ -36,6 +36,8 @@ export interface CollectionParams {
   filterable?: FilterableField[];
   multivector?: boolean;
   vector_encryption?: VectorEncryption | null;
+  /** Chroma's get_or_create: an existing collection of the same shape is answered, not refused. */
+  exist_ok?: boolean;
 }
 
 export type IndexState = 'current' | 'stale';
@@ -126,6 +128,36 @@ export interface HybridQuery {
   with_payload?: boolean;
   with_vector?: boolean;
   consistency?: Consistency;
+}
+
+/** `points:count` (CONTRACT.md section 1): the points matching `filter`, or every point. */
+export interface CountQuery {
+  filter?: Filter;
+}
+
+/**
+ * `points:payload`: new payloads for existing points, vectors untouched. `merge` (the default): the keys
+ * given replace those keys, the others stay; `replace`: the payload becomes the one given.
+ */
+export interface SetPayloadBody {
+  points: { id: string; payload: Payload }[];
+  mode?: 'merge' | 'replace';
+}
+
+/** `points:delete`: by ids, or every point matching a filter (one of the two). */
+export interface DeletePointsBody {
+  ids?: string[];
+  filter?: Filter;
+}
+
+/**
+ * Set (not enumerable, so never in JSON) on the info `createCollection` answers with `exist_ok` for a
+ * collection that was already there: REST answers it with 200 rather than 201.
+ */
+export const COLLECTION_EXISTED: unique symbol = Symbol('svc.collection_existed');
+
+export function collectionExisted(info: CollectionInfo): boolean {
+  return (info as { [COLLECTION_EXISTED]?: boolean })[COLLECTION_EXISTED] === true;
 }
 
 /** Reserved payload keys (spec, Point). */

@@ -10,7 +10,7 @@ import { VectorStore } from '../index/vector-store.js';
 import type { CompiledFilter } from '../query/filter.js';
 import { filterKey, PayloadIndex } from '../query/payload-index.js';
 import { planFilteredSearch } from '../query/planner.js';
-import type { DocRecord, Op, PointRecord } from '../storage/codec.js';
+import type { DocRecord, Op, PayloadMode, PointRecord } from '../storage/codec.js';
 import { docFromPayload, SparseIndex, type Bm25Corpus, type ScoredSlots } from '../text/sparse-index.js';
 import { LiveSet } from './live-set.js';
 import { runDensePlan, type DensePlan } from './search-pool-plan.js';
@@ -120,12 +120,22 @@ export class Collection {
 
   // ---------------------------------------------------------------- writes
 
-  /** Applies a durable op to memory. `bulk` ops are absorbed by a rebuild rather than inserts. */
-  apply(op: Op, seq: number, bulk = false): void {
+  /**
+   * Applies a durable op to memory. `bulk` ops are absorbed by a rebuild rather than inserts. Returns
+   * the points (or documents) it wrote: for a delete or a payload update, those that were here.
+   */
+  apply(op: Op, seq: number, bulk = false): number {
+    let changed = 0;
     if (op.t === 'upsert') {
       for (const p of op.points) this.put(p);
+      changed = op.points.length;
     } else if (op.t === 'upsert_docs') {
       for (const d of op.docs) this.putDoc(d);
+      changed = op.docs.length;
+    } else if (op.t === 'set_payload') {
+      const updated = new Set<string>();
+      for (const p of op.points) if (this.patchPayload(p.id, op.mode, p.payload)) updated.add(p.id);
+      changed = updated.size;
     } else {
       for (const id of op.ids) {
         const slot = this.idToSlot.get(id);
@@ -136,11 +146,36 @@ export class Collection {
         this.sortedIds = null;
         this.dirty.set(id, false);
         this.markUnabsorbable();
+        changed++;
       }
     }
     if (bulk) this.markUnabsorbable();
     if (seq > this.appliedSeq) this.appliedSeq = seq;
     this.scheduleAbsorb();
+    return changed;
+  }
+
+  /**
+   * A point's payload replaced or merged (top-level keys of `patch` replace those keys) in place: same
+   * slot, same vector, so the graph stays as it is; the payload and text indexes follow. False when the
+   * point is not here.
+   */
+  private patchPayload(id: string, mode: PayloadMode, patch: Payload): boolean {
+    const slot = this.idToSlot.get(id);
+    if (slot === undefined) return false;
+    const old = this.payloads[slot];
+    // A new object: the old one may be held by a caller that read it.
+    const next = mode === 'replace' ? { ...patch } : { ...(old ?? {}), ...patch };
+    this.payloadIndex.remove(slot, old ?? undefined);
+    this.payloads[slot] = next;
+    this.payloadIndex.add(slot, next);
+    if (!this.spec.multivector) {
+      if (this.sparse.has(slot)) this.sparse.remove(slot);
+      const doc = docFromPayload(next, Number.MAX_SAFE_INTEGER);
+      if (doc !== null) this.sparse.set(slot, doc.terms, doc.weights);
+    }
+    this.dirty.set(id, true);
+    return true;
   }
 
   /**

@@ -59,6 +59,9 @@ describe('crash recovery with real processes', () => {
             const p = await db.get('crash', `b${b}-${i}`);
             expect(p.payload).toEqual({ batch: b, i });
           }
+          // The payload update and the delete by filter of an acknowledged batch are there too.
+          const ops = (await db.fetch('crash_ops', { filter: { eq: { field: 'batch', value: b } } })).points;
+          expect(ops).toEqual(Array.from({ length: 5 }, (_, i) => ({ id: `o${b}-${i}`, payload: { batch: b, i, touched: true } })));
         }
         await db.close();
       }

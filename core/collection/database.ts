@@ -2,22 +2,24 @@ import { randomInt } from 'node:crypto';
 import { sleep, systemClock, type Clock } from '../base/clock.js';
 import { invalidArgument, limitExceeded, notFound, SvcError } from '../base/errors.js';
 import { checkLimit, resolveLimits, type Limits } from '../base/limits.js';
-import type {
-  CollectionInfo, DatabaseStats, DocumentInput, Embedder, FetchQuery, Hit, HybridQuery, MultiVectorQuery, PointOutput,
-  ReplicaResume, ReplicateRequest, ReplicationEvent, Reranker, SearchQuery, SnapshotResult, TextPointInput, TextQuery,
+import {
+  COLLECTION_EXISTED,
+  type CollectionInfo, type CountQuery, type DatabaseStats, type DeletePointsBody, type DocumentInput, type Embedder, type FetchQuery,
+  type Hit, type HybridQuery, type MultiVectorQuery, type Payload, type PointOutput, type ReplicaResume, type ReplicateRequest, type ReplicationEvent,
+  type Reranker, type SearchQuery, type SetPayloadBody, type SnapshotResult, type TextPointInput, type TextQuery,
 } from '../base/model.js';
 import { checkName, checkPointId } from '../base/names.js';
 import type { SearchResult } from '../index/flat.js';
 import { compileFilter, type CompiledFilter } from '../query/filter.js';
 import { corpusOf, fuseRankings, type Ranked, type Rankings, type TextStats } from '../query/ranking.js';
 import { DEFAULT_RRF_K0 } from '../query/rrf.js';
-import type { DocRecord, Op } from '../storage/codec.js';
+import type { DocRecord, Op, PayloadMode, PayloadPatch } from '../storage/codec.js';
 import { DataDir } from '../storage/data-dir.js';
 import { NodeFileSystem, joinPath, type FileSystem } from '../storage/fs.js';
 import { queryTermIds, distinctCount } from '../text/tokenizer.js';
 import { validateSparse, type Bm25Corpus, type ScoredSlots } from '../text/sparse-index.js';
 import { Collection, type IndexBuilder } from './collection.js';
-import { infoOf, parseCollectionParams, type CollectionSpec } from './params.js';
+import { infoOf, parseCollectionParams, sameShape, type CollectionSpec } from './params.js';
 import { parsePayload, parsePoints, parseVector } from './points.js';
 import {
   checkObject, decodeCursor, encodeCursor, parseBool, parseConsistency, parseEf, parseFetchLimit, parseK, parseRrfK0,
@@ -92,6 +94,9 @@ const TEXT_QUERY_KEYS = ['text', 'k', 'filter', 'rerank', 'rerank_pool', 'with_p
 const FETCH_KEYS = ['filter', 'limit', 'cursor', 'with_vector'] as const;
 /** What a shard's rankings take (a hybrid body's query fields, without k and rrf_k0). */
 const RANKINGS_KEYS = ['vector', 'sparse_indices', 'sparse_values', 'query_text', 'filter', 'ef_search', 'with_payload', 'with_vector', 'consistency'] as const;
+const COUNT_KEYS = ['filter'] as const;
+const SET_PAYLOAD_KEYS = ['points', 'mode'] as const;
+const DELETE_POINTS_KEYS = ['ids', 'filter'] as const;
 /** Token vectors per multi-vector document or query (not a spec limit: a bound so no request is unbounded). */
 export const MULTIVECTOR_TOKENS_MAX = 4096;
 /** Ids per delete record when a follower's bootstrap clears a collection. */
@@ -108,7 +113,12 @@ interface SegmentLoad {
 
 /** Points (or documents) an op writes or deletes: a segment's share of the collection's history. */
 function pointRecords(op: Op): number {
-  return op.t === 'upsert' ? op.points.length : op.t === 'upsert_docs' ? op.docs.length : op.ids.length;
+  switch (op.t) {
+    case 'upsert': return op.points.length;
+    case 'upsert_docs': return op.docs.length;
+    case 'set_payload': return op.points.length;
+    case 'delete': return op.ids.length;
+  }
 }
 
 /** The largest WAL record a bulk upsert makes (the WAL takes records up to 1 GiB). */
@@ -276,19 +286,52 @@ export class Database {
 
   async createCollection(params: unknown): Promise<CollectionInfo> {
     this.checkOpen();
-    const spec = parseCollectionParams(params, this.limits);
-    if (this.byName.has(spec.name)) throw new SvcError('already_exists', `collection '${spec.name}' already exists`);
+    const { existOk, rest } = splitExistOk(params);
+    const spec = parseCollectionParams(rest, this.limits);
+    const existing = this.existingFor(spec, existOk);
+    if (existing !== null) return existing;
     const embedder = this.opts.embedders?.get(spec.name);
     if (embedder !== undefined && embedder.dim !== spec.dim) {
       throw invalidArgument(`collection '${spec.name}' has dim ${spec.dim} but its embedding provider gives ${embedder.dim}`);
     }
-    const { uid, createdSeq } = await this.dir.createCollection(spec.name, spec as unknown as object);
+    let made: { uid: string; createdSeq: number };
+    try {
+      made = await this.dir.createCollection(spec.name, spec as unknown as object);
+    } catch (e) {
+      // A concurrent create of the same name got to the data directory first: with exist_ok, its
+      // collection is the answer, if it has this shape. The winner puts it in memory in the continuation
+      // of its own write, a few microtasks from now at most.
+      if (e instanceof SvcError && e.code === 'already_exists' && existOk) {
+        for (let i = 0; i < 16 && !this.byName.has(spec.name); i++) await Promise.resolve();
+        const other = this.existingFor(spec, existOk);
+        if (other !== null) return other;
+      }
+      throw e;
+    }
+    const { uid, createdSeq } = made;
     // A concurrent create of the same name lost the race if this one got here first.
-    if (this.byName.has(spec.name)) throw new SvcError('already_exists', `collection '${spec.name}' already exists`);
+    const raced = this.existingFor(spec, existOk);
+    if (raced !== null) return raced;
     const col = this.newCollection(uid, spec);
     this.createdSeqs.set(uid, createdSeq);
     this.segmentLoad.set(uid, { segments: 0, points: 0 });
     return this.infoOf(col);
+  }
+
+  /**
+   * A collection of the spec's name: refused with already_exists, unless `existOk` and it has the same
+   * shape, when its info is the answer (marked COLLECTION_EXISTED). Null when there is none.
+   */
+  private existingFor(spec: CollectionSpec, existOk: boolean): CollectionInfo | null {
+    const have = this.byName.get(spec.name);
+    if (have === undefined) return null;
+    if (!existOk) throw new SvcError('already_exists', `collection '${spec.name}' already exists`);
+    if (!sameShape(have.spec, spec)) {
+      throw new SvcError('already_exists', `collection '${spec.name}' already exists with another shape (dim, metric, index or fields differ)`);
+    }
+    const info = this.infoOf(have);
+    Object.defineProperty(info, COLLECTION_EXISTED, { value: true, enumerable: false });
+    return info;
   }
 
   async deleteCollection(name: string): Promise<{ existed: boolean }> {
@@ -401,7 +444,7 @@ export class Database {
     this.checkOpen();
     const col = this.byUid.get(uid);
     if (col === undefined) throw notFound(`replicated record for unknown collection ${uid}`);
-    return this.write(col, op, bulk);
+    return this.write(col, op, bulk).then(() => undefined);
   }
 
   /** Follower: every leader commit up to `leaderSeq` is applied; durable behind the writes before it. */
@@ -428,7 +471,7 @@ export class Database {
     if (points.length === 0) return { upserted: 0 };
     // A bulk is one WAL record, so it is applied whole or not at all, after a crash too; only a bulk
     // whose encoding passes BULK_RECORD_BYTES_MAX is split into several records (each still whole).
-    const writes: Promise<void>[] = [];
+    const writes: Promise<number>[] = [];
     let start = 0;
     let bytes = 0;
     for (let i = 0; i < points.length; i++) {
@@ -454,12 +497,98 @@ export class Database {
     return { deleted: true };
   }
 
-  /** Durable first (the WAL fsync), then applied to memory: an acknowledged write survives any crash. */
-  private async write(col: Collection, op: Op, bulk: boolean): Promise<void> {
+  /**
+   * New payloads for existing points, vectors untouched (`merge`: the keys given replace those keys;
+   * `replace`: the payload given is the payload). All or nothing: the whole body is checked (shape,
+   * batch size, every resulting payload's size and reserved keys) and every id must exist before one
+   * record goes to the WAL. A point deleted by a write that reached the WAL first is skipped and not
+   * counted in `updated`.
+   */
+  async setPayload(name: string, body: SetPayloadBody): Promise<{ updated: number }> {
+    const col = this.collection(name);
+    const b = checkObject(body, 'payload body', SET_PAYLOAD_KEYS);
+    const mode = parsePayloadMode(b.mode);
+    if (!Array.isArray(b.points)) throw invalidArgument('points must be a list of {id, payload}');
+    checkLimit(this.limits, 'maxBatchSize', b.points.length, 'batch size');
+    const points: PayloadPatch[] = b.points.map((p: unknown, i: number) => {
+      const o = checkObject(p, `points[${i}]`, ['id', 'payload']);
+      const id = checkPointId(o.id);
+      if (typeof o.payload !== 'object' || o.payload === null || Array.isArray(o.payload)) {
+        throw invalidArgument(`points[${i}].payload must be a JSON object`);
+      }
+      return { id, payload: parsePayload(o.payload, this.limits, `points[${i}].payload`)! };
+    });
+    const missing = points.find((p) => !col.has(p.id));
+    if (missing !== undefined) {
+      throw notFound(`point '${missing.id}' does not exist in collection '${col.spec.name}'; no payload was changed`);
+    }
+    // What each point's payload becomes, checked as an upsert's would be (size, reserved keys).
+    const after = new Map<string, Payload>();
+    points.forEach((p, i) => {
+      const next = mode === 'replace' ? p.payload : { ...(after.get(p.id) ?? col.point(p.id)!.payload), ...p.payload };
+      parsePayload(next, this.limits, `points[${i}].payload once ${mode === 'merge' ? 'merged' : 'replaced'}`);
+      after.set(p.id, next);
+    });
+    if (points.length === 0) return { updated: 0 };
+    return { updated: await this.write(col, { t: 'set_payload', mode, points }, false) };
+  }
+
+  /**
+   * Deletes the points of a list of ids (those not there are not counted) or every point matching a
+   * filter; `deleted` is how many went. The matches are resolved once, when the call is made.
+   */
+  async deletePoints(name: string, body: DeletePointsBody): Promise<{ deleted: number }> {
+    const col = this.collection(name);
+    const b = checkObject(body, 'delete body', DELETE_POINTS_KEYS);
+    const byIds = b.ids !== undefined && b.ids !== null;
+    const byFilter = b.filter !== undefined && b.filter !== null;
+    if (byIds === byFilter) throw invalidArgument('give either ids or filter (one of the two)');
+    let ids: string[];
+    if (byIds) {
+      if (!Array.isArray(b.ids)) throw invalidArgument('ids must be a list of point ids');
+      checkLimit(this.limits, 'maxBatchSize', b.ids.length, 'ids count');
+      ids = [...new Set(b.ids.map((id: unknown) => checkPointId(id)))].filter((id) => col.has(id));
+    } else {
+      const { bits } = col.matching(this.compile(col, b.filter));
+      ids = [];
+      for (const slot of bits) ids.push(col.idOf(slot));
+    }
+    if (ids.length === 0) return { deleted: 0 };
+    // One WAL record (so one all-or-nothing write) unless it would pass BULK_RECORD_BYTES_MAX.
+    const writes: Promise<number>[] = [];
+    let start = 0;
+    let bytes = 0;
+    for (let i = 0; i < ids.length; i++) {
+      const size = 2 + Buffer.byteLength(ids[i], 'utf8');
+      if (i > start && bytes + size > BULK_RECORD_BYTES_MAX) {
+        writes.push(this.write(col, { t: 'delete', ids: ids.slice(start, i) }, false));
+        start = i;
+        bytes = 0;
+      }
+      bytes += size;
+    }
+    writes.push(this.write(col, { t: 'delete', ids: ids.slice(start) }, false));
+    const counts = await Promise.all(writes);
+    return { deleted: counts.reduce((n, c) => n + c, 0) };
+  }
+
+  /** The points matching a filter (every point without one), from the point table: always exact. */
+  async count(name: string, query: CountQuery = {}): Promise<{ count: number }> {
+    const col = this.collection(name);
+    const q = checkObject(query, 'count body', COUNT_KEYS);
+    return { count: col.matching(this.compile(col, q.filter)).count };
+  }
+
+  /**
+   * Durable first (the WAL fsync), then applied to memory: an acknowledged write survives any crash.
+   * Resolves to the points the op wrote (Collection.apply); 0 when the collection was dropped meanwhile.
+   */
+  private async write(col: Collection, op: Op, bulk: boolean): Promise<number> {
     const seq = await this.dir.append(col.uid, op);
-    if (this.byUid.get(col.uid) !== col) return; // dropped while the record was being made durable
-    col.apply(op, seq, bulk);
+    if (this.byUid.get(col.uid) !== col) return 0; // dropped while the record was being made durable
+    const changed = col.apply(op, seq, bulk);
     this.maybeCheckpoint(col);
+    return changed;
   }
 
   private maybeCheckpoint(col: Collection): void {
@@ -952,6 +1081,23 @@ function tiesById(col: Collection, r: SearchResult): Int32Array {
     i = j;
   }
   return out ?? r.slots;
+}
+
+/** `mode` of a payload update: `merge` unless given. */
+function parsePayloadMode(v: unknown): PayloadMode {
+  if (v === undefined || v === null) return 'merge';
+  if (v !== 'merge' && v !== 'replace') throw invalidArgument("mode must be 'merge' or 'replace'");
+  return v;
+}
+
+/** `exist_ok` taken out of a create body (the collection's spec never holds it). */
+function splitExistOk(params: unknown): { existOk: boolean; rest: unknown } {
+  if (typeof params !== 'object' || params === null || Array.isArray(params) || !Object.hasOwn(params, 'exist_ok')) {
+    return { existOk: false, rest: params };
+  }
+  const { exist_ok: v, ...rest } = params as Record<string, unknown>;
+  if (v !== undefined && v !== null && typeof v !== 'boolean') throw invalidArgument('exist_ok must be true or false');
+  return { existOk: v === true, rest };
 }
 
 /** First index whose id sorts after `id`. */

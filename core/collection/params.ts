@@ -108,3 +108,17 @@ export function infoOf(spec: CollectionSpec, count: number, stale: boolean): Col
     index_state: stale ? 'stale' : 'current',
   };
 }
+
+/**
+ * Whether two specs describe the same collection (create with `exist_ok`): every field of the shape
+ * equal, the filterable fields as a set.
+ */
+export function sameShape(a: CollectionSpec, b: CollectionSpec): boolean {
+  const fields = (s: CollectionSpec): string[] => s.filterable.map((f) => `${f.field_type}:${f.path}`).sort();
+  return a.name === b.name && a.dim === b.dim && a.metric === b.metric && a.index === b.index
+    && a.index_params.m === b.index_params.m && a.index_params.ef_construction === b.index_params.ef_construction
+    && a.index_params.ef_search === b.index_params.ef_search && a.quantization === b.quantization
+    && (a.pq_subspaces ?? null) === (b.pq_subspaces ?? null) && a.multivector === b.multivector
+    && (a.vector_encryption ?? null) === (b.vector_encryption ?? null)
+    && JSON.stringify(fields(a)) === JSON.stringify(fields(b));
+}

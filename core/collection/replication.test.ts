@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { ReplicationEvent } from '../base/model.js';
+import { encodeOp } from '../storage/codec.js';
 import type { Wal } from '../storage/wal.js';
 import { FaultyFileSystem } from '../testing/faulty-fs.js';
 import { Database } from './database.js';
@@ -59,6 +60,27 @@ describe('replication records', () => {
     expect(() => decodeRecord(encodeRecord(ReplicationKind.heartbeat, 'db', Buffer.from([1])))).toThrow(/no body/);
     expect(() => decodeRecord(encodeRecord(ReplicationKind.commit, 'abc'))).toThrow(/without a body/);
     for (let cut = 1; cut < r.length; cut++) expect(() => decodeRecord(r.subarray(0, r.length - cut)), `commit cut ${cut}`).toThrow();
+  });
+});
+
+describe('payload update records', () => {
+  it('stream as commits of their collection; in a snapshot record or under the db key they are refused', async () => {
+    const db = await open();
+    await db.createCollection({ name: 'c', dim: 2, metric: 'l2', index: 'flat', filterable: [{ path: 'g', field_type: 'keyword' }] });
+    await db.upsert('c', { points: [{ id: 'a', vector: [1, 2], payload: { g: 'x' } }, { id: 'b', vector: [3, 4], payload: { g: 'y' } }] });
+    const base = db.replicationView().log.lastSeq;
+    const live = take(db, { after_seq: base }, (es) => es.filter(isCommit).length === 2);
+    await db.setPayload('c', { mode: 'replace', points: [{ id: 'a', payload: { g: 'y' } }] });
+    await db.deletePoints('c', { filter: { eq: { field: 'g', value: 'y' } } });
+    const commits = (await live).filter(isCommit).map((e) => decodeRecord(e.record).op);
+    expect(commits[0]).toEqual({ t: 'set_payload', mode: 'replace', points: [{ id: 'a', payload: { g: 'y' } }] });
+    expect(commits[1]).toMatchObject({ t: 'delete' });
+    expect((commits[1] as { ids: string[] }).ids.sort()).toEqual(['a', 'b']);
+    const body = encodeOp({ t: 'set_payload', mode: 'merge', points: [{ id: 'a', payload: { g: 'z' } }] });
+    expect(decodeRecord(encodeRecord(ReplicationKind.commit, 'uid1', body)).op?.t).toBe('set_payload');
+    expect(() => decodeRecord(encodeRecord(ReplicationKind.snapshot, 'uid1', body))).toThrow(/payload update/);
+    expect(() => decodeRecord(encodeRecord(ReplicationKind.commit, 'db', body))).toThrow(/payload update/);
+    await db.close();
   });
 });
 

@@ -11,10 +11,11 @@ import type { CollectionSpec } from './params.js';
  * Record layout (ReplicationEvent.record), version 2:
  *   u8 version (2) | u8 kind | u16 LE key-id length | key id (UTF-8: 'db' or a collection uid) | body
  * kinds: 1 snapshot_begin (body: the leader's history id, UTF-8), 2 snapshot (body: a create_collection
- * op, or a batch of a collection's points), 3 snapshot_end, 4 commit (body: the WAL record's op),
- * 5 heartbeat (no body). Other bodies are core/storage/codec.ts encodings. begin and end carry the
- * snapshot's base seq in `seq`; snapshot chunks carry 0; commits their own seq; a heartbeat the leader's
- * last durable seq when it was sent.
+ * op, or a batch of a collection's points), 3 snapshot_end, 4 commit (body: the WAL record's op: an
+ * upsert, delete, payload update (set_payload), documents upsert, or a create/drop), 5 heartbeat (no
+ * body). Other bodies are core/storage/codec.ts encodings. begin and end carry the snapshot's base seq
+ * in `seq`; snapshot chunks carry 0; commits their own seq; a heartbeat the leader's last durable seq
+ * when it was sent.
  *
  * History: a position is a seq in one leader's log, and seqs mean nothing across logs (a leader restored
  * from a snapshot, or replaced by a fresh one, numbers its writes on from its own last seq). So a
@@ -25,9 +26,12 @@ import type { CollectionSpec } from './params.js';
  * for one), so a follower knows what the leader holds and how stale it is (svc_replication_lag_seconds).
  *
  * Consistency: the snapshot is "fuzzy" (writes go on while it is read), so the tail starts right after
- * the seq sampled before reading it. Every op is a whole-point upsert, a delete or a create/drop by uid,
- * so applying in seq order an op the snapshot already reflected converges to the leader's state: once a
- * follower has applied the tail past the snapshot's end it matches the leader at that seq.
+ * the seq sampled before reading it. Every op is a whole-point upsert, a delete, a create/drop by uid,
+ * or a payload update applied point by point (skipped where the point is absent; `merge` sets the keys
+ * it names, `replace` all of them), so applying in seq order an op the snapshot already reflected
+ * converges to the leader's state: each payload key ends with the value of the last op in the tail that
+ * wrote it, as on the leader. Once a follower has applied the tail past the snapshot's end it matches
+ * the leader at that seq.
  *
  * Tail: a caught-up stream waits on the log's `waitFor`, woken by the group commit that made the next
  * record durable. Retention: the stream holds the log from the first seq it still has to send (taken
@@ -98,7 +102,13 @@ export function decodeRecord(record: Uint8Array): DecodedRecord {
   const bare = kind === 'snapshotEnd' || kind === 'heartbeat';
   if (bare && (keyId !== 'db' || body.length > 0)) throw invalidArgument(`a ${kind} record carries the db key and no body`);
   if (!bare && body.length === 0) throw invalidArgument(`a ${kind} record without a body`);
-  return { kind, keyId, op: body.length === 0 ? null : decodeOp(body) };
+  const op = body.length === 0 ? null : decodeOp(body);
+  // A payload update changes points that exist: it is a collection's commit, never part of a snapshot
+  // (which carries whole points) and never a database record.
+  if (op?.t === 'set_payload' && (kind !== 'commit' || keyId === 'db')) {
+    throw invalidArgument(`a payload update in a ${kind} record of key ${keyId === 'db' ? 'db' : 'a collection'}`);
+  }
+  return { kind, keyId, op };
 }
 
 /** The position a follower asks to resume after, in the history it names; undefined asks for a snapshot. */
@@ -116,7 +126,8 @@ function parseResume(body: unknown): { afterSeq: number | undefined; history: st
 /** Splits a batch so that each encoded chunk stays near SNAPSHOT_CHUNK_BYTES_MAX. */
 function* chunks(op: Op): Generator<Op> {
   const bytesOf = (floats: number, payload: unknown): number => floats * 4 + 64 + (payload === null ? 0 : JSON.stringify(payload).length);
-  if (op.t === 'delete') {
+  // A snapshot holds whole points only; anything else goes as it is.
+  if (op.t === 'delete' || op.t === 'set_payload') {
     yield op;
     return;
   }

@@ -2,11 +2,13 @@ import type {
   CollectionInfo, CollectionParams, FetchQuery, Hit, HybridQuery, PointInput, PointOutput, SearchQuery,
 } from '../base/model.js';
 import type {
-  DatabaseStats, DocumentInput, MultiVectorQuery, ReplicateRequest, ReplicationEvent, SnapshotResult, TextPointInput, TextQuery,
+  CountQuery, DatabaseStats, DeletePointsBody, DocumentInput, MultiVectorQuery, ReplicateRequest, ReplicationEvent, SetPayloadBody,
+  SnapshotResult, TextPointInput, TextQuery,
 } from '../base/model.js';
 
 export type {
-  DatabaseStats, DocumentInput, MultiVectorQuery, ReplicateRequest, ReplicationEvent, SnapshotResult, TextPointInput, TextQuery,
+  CountQuery, DatabaseStats, DeletePointsBody, DocumentInput, MultiVectorQuery, ReplicateRequest, ReplicationEvent, SetPayloadBody,
+  SnapshotResult, TextPointInput, TextQuery,
 } from '../base/model.js';
 
 /**
@@ -36,6 +38,7 @@ export interface CallContext {
 export interface SvcApi {
   listCollections(ctx: CallContext): Promise<{ collections: CollectionInfo[] }>;
   collectionInfo(ctx: CallContext, name: string): Promise<CollectionInfo>;
+  /** 201 on REST; 200 when `exist_ok` answered an existing collection (collectionExisted(info)). */
   createCollection(ctx: CallContext, params: CollectionParams): Promise<CollectionInfo>;
   deleteCollection(ctx: CallContext, name: string): Promise<{ existed: boolean }>;
   upsert(ctx: CallContext, collection: string, body: { points: PointInput[] }): Promise<{ upserted: number }>;
@@ -43,6 +46,9 @@ export interface SvcApi {
   get(ctx: CallContext, collection: string, id: string, opts?: { with_vector?: boolean }): Promise<PointOutput>;
   delete(ctx: CallContext, collection: string, id: string): Promise<{ deleted: boolean }>;
   fetch(ctx: CallContext, collection: string, query: FetchQuery): Promise<{ points: PointOutput[]; next_cursor: string | null }>;
+  count(ctx: CallContext, collection: string, query?: CountQuery): Promise<{ count: number }>;
+  setPayload(ctx: CallContext, collection: string, body: SetPayloadBody): Promise<{ updated: number }>;
+  deletePoints(ctx: CallContext, collection: string, body: DeletePointsBody): Promise<{ deleted: number }>;
   search(ctx: CallContext, collection: string, query: SearchQuery): Promise<{ hits: Hit[] }>;
   hybridSearch(ctx: CallContext, collection: string, query: HybridQuery): Promise<{ hits: Hit[] }>;
   upsertText(ctx: CallContext, collection: string, body: { points: TextPointInput[] }): Promise<{ upserted: number }>;

@@ -3,7 +3,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { SvcError } from '../base/errors.js';
 import { DEFAULT_LIMITS } from '../base/limits.js';
-import type { CollectionInfo } from '../base/model.js';
+import { COLLECTION_EXISTED, type CollectionInfo } from '../base/model.js';
 import type { CallContext, EngineApi, OperationName, Principal } from './api.js';
 import { AuditChain, verifyAuditChain, type AuditRecord } from './audit.js';
 
@@ -33,6 +33,9 @@ function fakeEngine(): { engine: EngineApi; calls: string[] } {
     get: rec('get', { id: 'p', payload: {} }),
     delete: rec('delete', { deleted: true }),
     fetch: rec('fetch', { points: [], next_cursor: null }),
+    count: rec('count', { count: 3 }),
+    setPayload: rec('setPayload', { updated: 1 }),
+    deletePoints: rec('deletePoints', { deleted: 2 }),
     search: rec('search', { hits: [] }),
     hybridSearch: rec('hybridSearch', { hits: [] }),
     upsertText: rec('upsertText', { upserted: 1 }),
@@ -94,6 +97,9 @@ function call(svc: Service, ctx: CallContext, op: OperationName, c: string): Pro
     case 'get': return svc.get(ctx, c, 'p');
     case 'delete': return svc.delete(ctx, c, 'p');
     case 'fetch': return svc.fetch(ctx, c, {});
+    case 'count': return svc.count(ctx, c, {});
+    case 'setPayload': return svc.setPayload(ctx, c, { points: [] });
+    case 'deletePoints': return svc.deletePoints(ctx, c, { ids: [] });
     case 'search': return svc.search(ctx, c, v);
     case 'hybridSearch': return svc.hybridSearch(ctx, c, v);
     case 'upsertText': return svc.upsertText(ctx, c, { points: [] });
@@ -111,9 +117,10 @@ async function codeOf(p: Promise<unknown>): Promise<string> {
 
 // CONTRACT.md section 3, written out independently of roles.ts.
 const CONTRACT_ROLE: Record<string, 'read' | 'write' | 'admin'> = {
-  listCollections: 'read', collectionInfo: 'read', get: 'read', fetch: 'read', search: 'read', hybridSearch: 'read',
+  listCollections: 'read', collectionInfo: 'read', get: 'read', fetch: 'read', count: 'read', search: 'read', hybridSearch: 'read',
   searchText: 'read', searchMultiVector: 'read', stats: 'read',
-  upsert: 'write', bulkUpsert: 'write', delete: 'write', upsertText: 'write', upsertDocuments: 'write', deleteDocument: 'write',
+  upsert: 'write', bulkUpsert: 'write', delete: 'write', setPayload: 'write', deletePoints: 'write', upsertText: 'write',
+  upsertDocuments: 'write', deleteDocument: 'write',
   createCollection: 'admin', deleteCollection: 'admin', snapshot: 'admin', replicate: 'admin',
 };
 
@@ -242,6 +249,42 @@ describe('audit', () => {
     const chain = new AuditChain(AUDIT_KEY);
     const text = records.map((r) => chain.line(r)).join('\n') + '\n';
     expect(verifyAuditChain(text, AUDIT_KEY)).toEqual({ ok: true, lines: 3 });
+  });
+
+  it('payload updates and deletes are audited as writes; a count is a read and is not', async () => {
+    const { svc, ctx, records } = setup();
+    const writer = ctx(svc.authenticate('Bearer write-secret'));
+    expect(await svc.count(writer, 'a.x', {})).toEqual({ count: 3 });
+    expect(await svc.setPayload(writer, 'a.x', { points: [{ id: 'p', payload: {} }] })).toEqual({ updated: 1 });
+    expect(await svc.deletePoints(writer, 'a.x', { ids: ['p'] })).toEqual({ deleted: 2 });
+    const reader = ctx(svc.authenticate('Bearer read-secret'));
+    await expect(svc.deletePoints(reader, 'a.x', { ids: ['p'] })).rejects.toMatchObject({ code: 'permission_denied' });
+    expect(records.map((r) => [r.key, r.action, r.resource, r.outcome, r.status])).toEqual([
+      ['writer', 'setPayload', 'collection/a.x', 'ok', 200],
+      ['writer', 'deletePoints', 'collection/a.x', 'ok', 200],
+      ['reader', 'deletePoints', 'collection/a.x', 'denied', 403],
+    ]);
+  });
+
+  it('a create answered by exist_ok with the existing collection is audited 200, a new one 201', async () => {
+    const { engine } = fakeEngine();
+    const records: AuditRecord[] = [];
+    let existed = false;
+    engine.createCollection = async () => {
+      const i = info('a.x');
+      if (existed) Object.defineProperty(i, COLLECTION_EXISTED, { value: true, enumerable: false });
+      return i;
+    };
+    const svc = createService(engine, {
+      keys: KEYS, insecure: false, limits: DEFAULT_LIMITS, rateLimit: { requestsPerSecond: 0, burst: 0 },
+      audit: { append: (r) => records.push(r) }, clock: { nowMs: () => 0, monotonicMs: () => 0 },
+      metrics: { requestFinished: () => undefined, authFailure: () => undefined, rateLimited: () => undefined }, log: silentLogger,
+    });
+    const c: CallContext = { principal: svc.authenticate('Bearer admin-secret'), requestId: 'q', transport: 'rest' };
+    await svc.createCollection(c, { name: 'a.x', dim: 2, metric: 'l2', exist_ok: true });
+    existed = true;
+    await svc.createCollection(c, { name: 'a.x', dim: 2, metric: 'l2', exist_ok: true });
+    expect(records.map((r) => r.status)).toEqual([201, 200]);
   });
 
   it('engine failures are audited as errors with the contract status', async () => {

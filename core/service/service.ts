@@ -2,7 +2,7 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type { Clock } from '../base/clock.js';
 import { SvcError, toSvcError } from '../base/errors.js';
 import type { Limits } from '../base/limits.js';
-import type { ReplicationEvent } from '../base/model.js';
+import { collectionExisted, type CollectionInfo, type ReplicationEvent } from '../base/model.js';
 import type { CallContext, EngineApi, OperationName, Principal, Role, SvcApi } from './api.js';
 import type { AuditOutcome, AuditSink, StreamEnd } from './audit.js';
 import { HTTP_STATUS } from './http-status.js';
@@ -68,6 +68,11 @@ function keyEntries(keys: readonly ApiKey[]): KeyEntry[] {
     }
     return { digest, principal: Object.freeze({ keyName: k.name, role: k.role, collections: Object.freeze([...k.collections]) }) };
   });
+}
+
+/** The HTTP status an audit line gives a success: 201 for a create, 200 when exist_ok found it there. */
+function okStatus(op: OperationName, result: unknown): number {
+  return op === 'createCollection' && !collectionExisted(result as CollectionInfo) ? 201 : 200;
 }
 
 /** The reason a transport gives when it aborts a stream because the server is shutting down. */
@@ -154,7 +159,7 @@ export function createService(engine: EngineApi, opts: ServiceOptions): Service 
       const result = await fn();
       if (resultAttrs) span.setAttributes(resultAttrs(result));
       span.end();
-      if (policy.audited) audit(op, ctx.principal.keyName, resource, 'ok', op === 'createCollection' ? 201 : 200, ctx.requestId, ctx.remote ?? '');
+      if (policy.audited) audit(op, ctx.principal.keyName, resource, 'ok', okStatus(op, result), ctx.requestId, ctx.remote ?? '');
       return result;
     } catch (e) {
       const err = toSvcError(e);
@@ -268,6 +273,12 @@ export function createService(engine: EngineApi, opts: ServiceOptions): Service 
     delete: (ctx, c, id) => run('delete', ctx, c, pt(c, id), { collection: String(c) }, () => engine.delete(c, id)),
 
     fetch: (ctx, c, q) => run('fetch', ctx, c, col(c), { collection: String(c) }, () => engine.fetch(c, q), (r) => ({ count: r.points.length })),
+
+    count: (ctx, c, q) => run('count', ctx, c, col(c), { collection: String(c) }, () => engine.count(c, q), (r) => ({ count: r.count })),
+
+    setPayload: (ctx, c, body) => run('setPayload', ctx, c, col(c), { collection: String(c), ...countOf(body, 'points') }, () => engine.setPayload(c, body)),
+
+    deletePoints: (ctx, c, body) => run('deletePoints', ctx, c, col(c), { collection: String(c) }, () => engine.deletePoints(c, body), (r) => ({ count: r.deleted })),
 
     search: (ctx, c, q) => run('search', ctx, c, col(c), { collection: String(c), ...kOf(q) }, () => engine.search(c, q), hitsOf),
 

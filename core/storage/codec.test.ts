@@ -20,6 +20,10 @@ export const arbOp: fc.Arbitrary<AnyOp> = fc.oneof(
   }),
   fc.record({ t: fc.constant('replica_position' as const), leader_seq: fc.maxSafeNat() }),
   fc.record({ t: fc.constant('replica_origin' as const), history: fc.string({ maxLength: 40 }), leader_seq: fc.maxSafeNat() }),
+  fc.record({
+    t: fc.constant('set_payload' as const), mode: fc.constantFrom('merge' as const, 'replace' as const),
+    points: fc.array(fc.record({ id, payload: fc.dictionary(fc.string({ maxLength: 8 }), fc.jsonValue({ maxDepth: 2 })) }), { maxLength: 6 }),
+  }),
 );
 
 /** JSON turns -0 into 0 and drops undefined: compare against what JSON would keep. */
@@ -43,6 +47,17 @@ describe('record codec', () => {
     for (let n = 0; n < bytes.length; n++) expect(() => decodeOp(bytes.subarray(0, n))).toThrow(/cannot decode/);
     expect(() => decodeOp(Buffer.concat([bytes, Buffer.from([0])]))).toThrow(/trailing/);
     expect(() => decodeOp(Uint8Array.from([200]))).toThrow(/unknown tag/);
+    // A payload update with an unknown mode, or a payload that is not an object, is refused.
+    const patch = encodeOp({ t: 'set_payload', mode: 'replace', points: [{ id: 'a', payload: { x: 1 } }] });
+    for (let n = 0; n < patch.length; n++) expect(() => decodeOp(patch.subarray(0, n))).toThrow(/cannot decode/);
+    const badMode = Uint8Array.from(patch);
+    badMode[1] = 2;
+    expect(() => decodeOp(badMode)).toThrow(/payload mode/);
+    for (const bad of ['[1]', 'null', '7']) {
+      const body = Buffer.from(bad);
+      const w = Buffer.concat([Buffer.from([4, 0, 1, 0, 0, 0, 1, 0, 97]), Buffer.from(Uint32Array.from([body.length]).buffer), body]);
+      expect(() => decodeOp(w), bad).toThrow(/not an object/);
+    }
     // A create's origin seq is an optional trailing field: a record without it reads as before; one cut
     // inside it is refused.
     const plain = encodeOp({ t: 'create_collection', uid: 'ab', name: 'c', params: {} });

@@ -19,10 +19,24 @@ export interface DocRecord {
   payload: Record<string, unknown> | null;
 }
 
+/** New payload for an existing point: merged into the stored one key by key, or replacing it. */
+export interface PayloadPatch {
+  id: string;
+  payload: Record<string, unknown>;
+}
+
+export type PayloadMode = 'merge' | 'replace';
+
 export type Op =
   | { t: 'upsert'; points: PointRecord[] }
   | { t: 'delete'; ids: string[] }
-  | { t: 'upsert_docs'; docs: DocRecord[] };
+  | { t: 'upsert_docs'; docs: DocRecord[] }
+  /**
+   * Payloads of existing points changed, vectors untouched. Carries the patch, not the result: applied
+   * point by point (a point absent when it is applied is skipped), so replaying it over a state that
+   * already holds it, or a later whole-point write, converges as upserts and deletes do.
+   */
+  | { t: 'set_payload'; mode: PayloadMode; points: PayloadPatch[] };
 
 /** Database-level records, sealed with the master-derived 'db' key. */
 export type DbOp =
@@ -40,8 +54,9 @@ export type DbOp =
 
 export type AnyOp = Op | DbOp;
 
-const TAG = { upsert: 1, delete: 2, upsert_docs: 3, create_collection: 64, drop_collection: 65, replica_position: 66, replica_origin: 67 } as const;
+const TAG = { upsert: 1, delete: 2, upsert_docs: 3, set_payload: 4, create_collection: 64, drop_collection: 65, replica_position: 66, replica_origin: 67 } as const;
 const NULL_PAYLOAD = 0xffffffff;
+const PAYLOAD_MODES: readonly PayloadMode[] = ['merge', 'replace'];
 
 assert(new Uint8Array(new Uint16Array([1]).buffer)[0] === 1, 'svc storage needs a little-endian host');
 
@@ -163,6 +178,15 @@ export function encodeOp(op: AnyOp): Uint8Array {
       w.u32(op.ids.length);
       for (const id of op.ids) w.str16(id);
       break;
+    case 'set_payload':
+      w.u8(TAG.set_payload);
+      w.u8(PAYLOAD_MODES.indexOf(op.mode));
+      w.u32(op.points.length);
+      for (const p of op.points) {
+        w.str16(p.id);
+        w.blob32(json(p.payload));
+      }
+      break;
     case 'create_collection':
       w.u8(TAG.create_collection);
       w.str16(op.uid);
@@ -229,6 +253,20 @@ export function decodeOp(bytes: Uint8Array): AnyOp {
       const ids: string[] = [];
       for (let i = 0; i < n; i++) ids.push(r.str16());
       op = { t: 'delete', ids };
+      break;
+    }
+    case TAG.set_payload: {
+      const mode = PAYLOAD_MODES[r.u8()];
+      if (mode === undefined) throw new CodecError('unknown payload mode');
+      const n = r.u32();
+      const points: PayloadPatch[] = [];
+      for (let i = 0; i < n; i++) {
+        const id = r.str16();
+        const payload = parseJson(r.blob32());
+        if (typeof payload !== 'object' || payload === null || Array.isArray(payload)) throw new CodecError('a payload that is not an object');
+        points.push({ id, payload: payload as Record<string, unknown> });
+      }
+      op = { t: 'set_payload', mode, points };
       break;
     }
     case TAG.create_collection: {

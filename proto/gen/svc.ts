@@ -142,7 +142,11 @@ export interface CreateCollectionRequest {
     | boolean
     | undefined;
   /** `dcpe` or `client_side`; absent means off. */
-  vector_encryption?: string | undefined;
+  vector_encryption?:
+    | string
+    | undefined;
+  /** True: an existing collection of the same shape is the answer (another shape is ALREADY_EXISTS). */
+  exist_ok?: boolean | undefined;
 }
 
 export interface ListCollectionsRequest {
@@ -226,6 +230,48 @@ export interface FetchResponse {
   points: Point[];
   /** Absent on the last page (REST: null). */
   next_cursor?: string | undefined;
+}
+
+export interface CountRequest {
+  collection: string;
+  /** Absent: every point. */
+  filter?: { [key: string]: any } | undefined;
+}
+
+export interface CountResponse {
+  count: number;
+}
+
+export interface PayloadUpdate {
+  id: string;
+  payload?: { [key: string]: any } | undefined;
+}
+
+export interface SetPayloadRequest {
+  collection: string;
+  /** At most SVC_MAX_BATCH_SIZE; every id must exist (NOT_FOUND otherwise, and nothing changes). */
+  points: PayloadUpdate[];
+  /** `merge` (default: the keys given replace those keys) or `replace` (the payload becomes the one given). */
+  mode?: string | undefined;
+}
+
+export interface SetPayloadResponse {
+  updated: number;
+}
+
+export interface DeletePointsRequest {
+  collection: string;
+  /**
+   * The ids to delete (at most SVC_MAX_BATCH_SIZE), or, when `filter` is set, empty. A repeated field
+   * cannot be absent: without a filter, an empty list deletes nothing.
+   */
+  ids: string[];
+  /** Every point matching it is deleted. */
+  filter?: { [key: string]: any } | undefined;
+}
+
+export interface DeletePointsResponse {
+  deleted: number;
 }
 
 export interface SearchRequest {
@@ -1321,6 +1367,7 @@ function createBaseCreateCollectionRequest(): CreateCollectionRequest {
     filterable: [],
     multivector: undefined,
     vector_encryption: undefined,
+    exist_ok: undefined,
   };
 }
 
@@ -1355,6 +1402,9 @@ export const CreateCollectionRequest: MessageFns<CreateCollectionRequest> = {
     }
     if (message.vector_encryption !== undefined) {
       writer.uint32(82).string(message.vector_encryption);
+    }
+    if (message.exist_ok !== undefined) {
+      writer.uint32(88).bool(message.exist_ok);
     }
     return writer;
   },
@@ -1452,6 +1502,14 @@ export const CreateCollectionRequest: MessageFns<CreateCollectionRequest> = {
             message.vector_encryption = reader.string();
             continue;
           }
+          case 11: {
+            if (tag !== 88) {
+              break;
+            }
+
+            message.exist_ok = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1481,6 +1539,7 @@ export const CreateCollectionRequest: MessageFns<CreateCollectionRequest> = {
     message.filterable = object.filterable?.map((e) => FilterableField.fromPartial(e)) || [];
     message.multivector = object.multivector ?? undefined;
     message.vector_encryption = object.vector_encryption ?? undefined;
+    message.exist_ok = object.exist_ok ?? undefined;
     return message;
   },
 };
@@ -2373,6 +2432,463 @@ export const FetchResponse: MessageFns<FetchResponse> = {
     const message = createBaseFetchResponse();
     message.points = object.points?.map((e) => Point.fromPartial(e)) || [];
     message.next_cursor = object.next_cursor ?? undefined;
+    return message;
+  },
+};
+
+function createBaseCountRequest(): CountRequest {
+  return { collection: "", filter: undefined };
+}
+
+export const CountRequest: MessageFns<CountRequest> = {
+  encode(message: CountRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.collection !== "") {
+      writer.uint32(10).string(message.collection);
+    }
+    if (message.filter !== undefined) {
+      Struct.encode(Struct.wrap(message.filter), writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CountRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCountRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.collection = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.filter = Struct.unwrap(Struct.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<CountRequest>, I>>(base?: I): CountRequest {
+    return CountRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CountRequest>, I>>(object: I): CountRequest {
+    const message = createBaseCountRequest();
+    message.collection = object.collection ?? "";
+    message.filter = object.filter ?? undefined;
+    return message;
+  },
+};
+
+function createBaseCountResponse(): CountResponse {
+  return { count: 0 };
+}
+
+export const CountResponse: MessageFns<CountResponse> = {
+  encode(message: CountResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.count !== 0) {
+      writer.uint32(8).uint64(message.count);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): CountResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseCountResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.count = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<CountResponse>, I>>(base?: I): CountResponse {
+    return CountResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<CountResponse>, I>>(object: I): CountResponse {
+    const message = createBaseCountResponse();
+    message.count = object.count ?? 0;
+    return message;
+  },
+};
+
+function createBasePayloadUpdate(): PayloadUpdate {
+  return { id: "", payload: undefined };
+}
+
+export const PayloadUpdate: MessageFns<PayloadUpdate> = {
+  encode(message: PayloadUpdate, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.id !== "") {
+      writer.uint32(10).string(message.id);
+    }
+    if (message.payload !== undefined) {
+      Struct.encode(Struct.wrap(message.payload), writer.uint32(18).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): PayloadUpdate {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBasePayloadUpdate();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.id = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.payload = Struct.unwrap(Struct.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<PayloadUpdate>, I>>(base?: I): PayloadUpdate {
+    return PayloadUpdate.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<PayloadUpdate>, I>>(object: I): PayloadUpdate {
+    const message = createBasePayloadUpdate();
+    message.id = object.id ?? "";
+    message.payload = object.payload ?? undefined;
+    return message;
+  },
+};
+
+function createBaseSetPayloadRequest(): SetPayloadRequest {
+  return { collection: "", points: [], mode: undefined };
+}
+
+export const SetPayloadRequest: MessageFns<SetPayloadRequest> = {
+  encode(message: SetPayloadRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.collection !== "") {
+      writer.uint32(10).string(message.collection);
+    }
+    for (const v of message.points) {
+      PayloadUpdate.encode(v!, writer.uint32(18).fork()).join();
+    }
+    if (message.mode !== undefined) {
+      writer.uint32(26).string(message.mode);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SetPayloadRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSetPayloadRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.collection = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.points.push(PayloadUpdate.decode(reader, reader.uint32()));
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.mode = reader.string();
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<SetPayloadRequest>, I>>(base?: I): SetPayloadRequest {
+    return SetPayloadRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SetPayloadRequest>, I>>(object: I): SetPayloadRequest {
+    const message = createBaseSetPayloadRequest();
+    message.collection = object.collection ?? "";
+    message.points = object.points?.map((e) => PayloadUpdate.fromPartial(e)) || [];
+    message.mode = object.mode ?? undefined;
+    return message;
+  },
+};
+
+function createBaseSetPayloadResponse(): SetPayloadResponse {
+  return { updated: 0 };
+}
+
+export const SetPayloadResponse: MessageFns<SetPayloadResponse> = {
+  encode(message: SetPayloadResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.updated !== 0) {
+      writer.uint32(8).uint64(message.updated);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): SetPayloadResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseSetPayloadResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.updated = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<SetPayloadResponse>, I>>(base?: I): SetPayloadResponse {
+    return SetPayloadResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<SetPayloadResponse>, I>>(object: I): SetPayloadResponse {
+    const message = createBaseSetPayloadResponse();
+    message.updated = object.updated ?? 0;
+    return message;
+  },
+};
+
+function createBaseDeletePointsRequest(): DeletePointsRequest {
+  return { collection: "", ids: [], filter: undefined };
+}
+
+export const DeletePointsRequest: MessageFns<DeletePointsRequest> = {
+  encode(message: DeletePointsRequest, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.collection !== "") {
+      writer.uint32(10).string(message.collection);
+    }
+    for (const v of message.ids) {
+      writer.uint32(18).string(v!);
+    }
+    if (message.filter !== undefined) {
+      Struct.encode(Struct.wrap(message.filter), writer.uint32(26).fork()).join();
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeletePointsRequest {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeletePointsRequest();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 10) {
+              break;
+            }
+
+            message.collection = reader.string();
+            continue;
+          }
+          case 2: {
+            if (tag !== 18) {
+              break;
+            }
+
+            message.ids.push(reader.string());
+            continue;
+          }
+          case 3: {
+            if (tag !== 26) {
+              break;
+            }
+
+            message.filter = Struct.unwrap(Struct.decode(reader, reader.uint32()));
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<DeletePointsRequest>, I>>(base?: I): DeletePointsRequest {
+    return DeletePointsRequest.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DeletePointsRequest>, I>>(object: I): DeletePointsRequest {
+    const message = createBaseDeletePointsRequest();
+    message.collection = object.collection ?? "";
+    message.ids = object.ids?.map((e) => e) || [];
+    message.filter = object.filter ?? undefined;
+    return message;
+  },
+};
+
+function createBaseDeletePointsResponse(): DeletePointsResponse {
+  return { deleted: 0 };
+}
+
+export const DeletePointsResponse: MessageFns<DeletePointsResponse> = {
+  encode(message: DeletePointsResponse, writer: BinaryWriter = new BinaryWriter()): BinaryWriter {
+    if (message.deleted !== 0) {
+      writer.uint32(8).uint64(message.deleted);
+    }
+    return writer;
+  },
+
+  decode(input: BinaryReader | Uint8Array, length?: number): DeletePointsResponse {
+    const reader = input instanceof BinaryReader ? input : new BinaryReader(input);
+    const previousRecursionDepth = (reader as any).__tsProtoDecodeDepth ?? 0;
+    if (previousRecursionDepth >= 100) {
+      throw new globalThis.Error("protobuf decode recursion limit exceeded");
+    }
+    (reader as any).__tsProtoDecodeDepth = previousRecursionDepth + 1;
+    try {
+      const end = length === undefined ? reader.len : reader.pos + length;
+      const message = createBaseDeletePointsResponse();
+      while (reader.pos < end) {
+        const tag = reader.uint32();
+        switch (tag >>> 3) {
+          case 1: {
+            if (tag !== 8) {
+              break;
+            }
+
+            message.deleted = longToNumber(reader.uint64());
+            continue;
+          }
+        }
+        if ((tag & 7) === 4 || tag === 0) {
+          break;
+        }
+        reader.skip(tag & 7);
+      }
+      return message;
+    } finally {
+      (reader as any).__tsProtoDecodeDepth = previousRecursionDepth;
+    }
+  },
+
+  create<I extends Exact<DeepPartial<DeletePointsResponse>, I>>(base?: I): DeletePointsResponse {
+    return DeletePointsResponse.fromPartial(base ?? ({} as any));
+  },
+  fromPartial<I extends Exact<DeepPartial<DeletePointsResponse>, I>>(object: I): DeletePointsResponse {
+    const message = createBaseDeletePointsResponse();
+    message.deleted = object.deleted ?? 0;
     return message;
   },
 };
@@ -4127,6 +4643,37 @@ export const SvcService = {
     responseSerialize: (value: FetchResponse): Buffer => Buffer.from(FetchResponse.encode(value).finish()),
     responseDeserialize: (value: Buffer): FetchResponse => FetchResponse.decode(value),
   },
+  /** REST points:count (read role). */
+  count: {
+    path: "/svc.v1.Svc/Count" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: CountRequest): Buffer => Buffer.from(CountRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): CountRequest => CountRequest.decode(value),
+    responseSerialize: (value: CountResponse): Buffer => Buffer.from(CountResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): CountResponse => CountResponse.decode(value),
+  },
+  /** REST points:payload: new payloads for existing points, vectors untouched. */
+  setPayload: {
+    path: "/svc.v1.Svc/SetPayload" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: SetPayloadRequest): Buffer => Buffer.from(SetPayloadRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): SetPayloadRequest => SetPayloadRequest.decode(value),
+    responseSerialize: (value: SetPayloadResponse): Buffer => Buffer.from(SetPayloadResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): SetPayloadResponse => SetPayloadResponse.decode(value),
+  },
+  /** REST points:delete: by ids or by filter. */
+  deletePoints: {
+    path: "/svc.v1.Svc/DeletePoints" as const,
+    requestStream: false as const,
+    responseStream: false as const,
+    requestSerialize: (value: DeletePointsRequest): Buffer => Buffer.from(DeletePointsRequest.encode(value).finish()),
+    requestDeserialize: (value: Buffer): DeletePointsRequest => DeletePointsRequest.decode(value),
+    responseSerialize: (value: DeletePointsResponse): Buffer =>
+      Buffer.from(DeletePointsResponse.encode(value).finish()),
+    responseDeserialize: (value: Buffer): DeletePointsResponse => DeletePointsResponse.decode(value),
+  },
   /** Queries. */
   search: {
     path: "/svc.v1.Svc/Search" as const,
@@ -4243,6 +4790,12 @@ export interface SvcServer extends UntypedServiceImplementation {
   getPoint: handleUnaryCall<GetPointRequest, Point>;
   deletePoint: handleUnaryCall<DeletePointRequest, DeletePointResponse>;
   fetch: handleUnaryCall<FetchRequest, FetchResponse>;
+  /** REST points:count (read role). */
+  count: handleUnaryCall<CountRequest, CountResponse>;
+  /** REST points:payload: new payloads for existing points, vectors untouched. */
+  setPayload: handleUnaryCall<SetPayloadRequest, SetPayloadResponse>;
+  /** REST points:delete: by ids or by filter. */
+  deletePoints: handleUnaryCall<DeletePointsRequest, DeletePointsResponse>;
   /** Queries. */
   search: handleUnaryCall<SearchRequest, SearchResponse>;
   hybridSearch: handleUnaryCall<HybridSearchRequest, SearchResponse>;
@@ -4397,6 +4950,54 @@ export interface SvcClient extends Client {
     metadata: Metadata,
     options: Partial<CallOptions>,
     callback: (error: ServiceError | null, response: FetchResponse) => void,
+  ): ClientUnaryCall;
+  /** REST points:count (read role). */
+  count(
+    request: CountRequest,
+    callback: (error: ServiceError | null, response: CountResponse) => void,
+  ): ClientUnaryCall;
+  count(
+    request: CountRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: CountResponse) => void,
+  ): ClientUnaryCall;
+  count(
+    request: CountRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: CountResponse) => void,
+  ): ClientUnaryCall;
+  /** REST points:payload: new payloads for existing points, vectors untouched. */
+  setPayload(
+    request: SetPayloadRequest,
+    callback: (error: ServiceError | null, response: SetPayloadResponse) => void,
+  ): ClientUnaryCall;
+  setPayload(
+    request: SetPayloadRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: SetPayloadResponse) => void,
+  ): ClientUnaryCall;
+  setPayload(
+    request: SetPayloadRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: SetPayloadResponse) => void,
+  ): ClientUnaryCall;
+  /** REST points:delete: by ids or by filter. */
+  deletePoints(
+    request: DeletePointsRequest,
+    callback: (error: ServiceError | null, response: DeletePointsResponse) => void,
+  ): ClientUnaryCall;
+  deletePoints(
+    request: DeletePointsRequest,
+    metadata: Metadata,
+    callback: (error: ServiceError | null, response: DeletePointsResponse) => void,
+  ): ClientUnaryCall;
+  deletePoints(
+    request: DeletePointsRequest,
+    metadata: Metadata,
+    options: Partial<CallOptions>,
+    callback: (error: ServiceError | null, response: DeletePointsResponse) => void,
   ): ClientUnaryCall;
   /** Queries. */
   search(

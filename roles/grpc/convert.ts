@@ -6,7 +6,9 @@
  */
 import { invalidArgument } from '../../core/base/errors.js';
 import type { CollectionInfo, CollectionParams, FetchQuery, Hit, HybridQuery, PointInput, PointOutput, SearchQuery } from '../../core/base/model.js';
-import type { DatabaseStats, DocumentInput, MultiVectorQuery, SnapshotResult, TextPointInput, TextQuery } from '../../core/service/api.js';
+import type {
+  CountQuery, DatabaseStats, DeletePointsBody, DocumentInput, MultiVectorQuery, SetPayloadBody, SnapshotResult, TextPointInput, TextQuery,
+} from '../../core/service/api.js';
 import type * as pb from '../../proto/gen/svc.js';
 import * as schemas from '../rest/schemas.js';
 import { checkBody } from '../rest/validate.js';
@@ -47,6 +49,7 @@ export function createCollectionParams(r: pb.CreateCollectionRequest): Collectio
     filterable: r.filterable.length > 0 ? r.filterable.map((f) => ({ path: f.path, field_type: f.field_type })) : undefined,
     multivector: r.multivector,
     vector_encryption: r.vector_encryption,
+    exist_ok: r.exist_ok,
   });
 }
 
@@ -67,6 +70,25 @@ export function fetchQuery(r: pb.FetchRequest): FetchQuery {
   return asBody<FetchQuery>(schemas.fetchBody, {
     filter: r.filter, limit: r.limit, cursor: r.cursor, with_vector: r.with_vector, consistency: r.consistency,
   });
+}
+
+export function countQuery(r: pb.CountRequest): CountQuery {
+  return asBody<CountQuery>(schemas.countBody, { filter: r.filter });
+}
+
+export function setPayloadBody(r: pb.SetPayloadRequest): SetPayloadBody {
+  // A payload is required, as on REST: an absent Struct is refused (an empty one, `{}`, is sent as such).
+  return asBody<SetPayloadBody>(schemas.setPayloadBody, {
+    points: r.points.map((p) => defined({ id: p.id, payload: p.payload })),
+    mode: r.mode,
+  });
+}
+
+/** With a filter, the filter (ids must then be empty); without one, the ids, an empty list included. */
+export function deletePointsBody(r: pb.DeletePointsRequest): DeletePointsBody {
+  return asBody<DeletePointsBody>(schemas.deletePointsBody, r.filter === undefined
+    ? { ids: r.ids }
+    : { filter: r.filter, ids: r.ids.length > 0 ? r.ids : undefined });
 }
 
 /** A SearchRequest as the server decodes it: the vector may be a Float32Array (packed-vector.ts). */

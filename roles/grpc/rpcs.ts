@@ -78,6 +78,21 @@ export const UNARY_BINDINGS: { readonly [M in UnaryMethod]: Binding<M> } = {
     collection: (r) => r.collection,
     invoke: async (s, ctx, r) => c.fetchResponse(await s.fetch(ctx, r.collection, c.fetchQuery(r))),
   },
+  count: {
+    op: 'count',
+    collection: (r) => r.collection,
+    invoke: (s, ctx, r) => s.count(ctx, r.collection, c.countQuery(r)),
+  },
+  setPayload: {
+    op: 'setPayload',
+    collection: (r) => r.collection,
+    invoke: (s, ctx, r) => s.setPayload(ctx, r.collection, c.setPayloadBody(r)),
+  },
+  deletePoints: {
+    op: 'deletePoints',
+    collection: (r) => r.collection,
+    invoke: (s, ctx, r) => s.deletePoints(ctx, r.collection, c.deletePointsBody(r)),
+  },
   search: {
     op: 'search',
     collection: (r) => r.collection,

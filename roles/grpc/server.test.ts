@@ -38,6 +38,9 @@ function recordingEngine(calls: Calls, override: Partial<Record<keyof EngineApi,
     get: { id: 'a', payload: { n: 1 } },
     delete: { deleted: true },
     fetch: { points: [{ id: 'a', payload: {} }], next_cursor: null },
+    count: { count: 7 },
+    setPayload: { updated: 2 },
+    deletePoints: { deleted: 3 },
     search: { hits: [{ id: 'a', rank: 0, score: 0.5, payload: { n: 1 } }] },
     hybridSearch: { hits: [] },
     upsertText: { upserted: 2 },
@@ -145,6 +148,17 @@ describe('gRPC server over the service', () => {
       ['getPoint', { collection: 'docs', id: 'a', with_vector: true }, 'get', ['docs', 'a', { with_vector: true }], { id: 'a', vector: [], payload: { n: 1 } }],
       ['deletePoint', { collection: 'docs', id: 'a' }, 'delete', ['docs', 'a'], { deleted: true }],
       ['fetch', { collection: 'docs', limit: 5 }, 'fetch', ['docs', { limit: 5 }], { points: [{ id: 'a', vector: [], payload: {} }] }],
+      ['count', { collection: 'docs' }, 'count', ['docs', {}], { count: 7 }],
+      ['count', { collection: 'docs', filter: { eq: { field: 'n', value: 1 } } }, 'count', ['docs', { filter: { eq: { field: 'n', value: 1 } } }], { count: 7 }],
+      ['setPayload', { collection: 'docs', points: [{ id: 'a', payload: { n: 2 } }, { id: 'b', payload: {} }], mode: 'replace' }, 'setPayload',
+        ['docs', { points: [{ id: 'a', payload: { n: 2 } }, { id: 'b', payload: {} }], mode: 'replace' }], { updated: 2 }],
+      ['setPayload', { collection: 'docs', points: [{ id: 'a', payload: { n: 2 } }] }, 'setPayload', ['docs', { points: [{ id: 'a', payload: { n: 2 } }] }], { updated: 2 }],
+      ['deletePoints', { collection: 'docs', ids: ['a', 'b'] }, 'deletePoints', ['docs', { ids: ['a', 'b'] }], { deleted: 3 }],
+      // Without a filter, no ids is an empty list (proto3 has no absent list); with one, no ids are sent.
+      ['deletePoints', { collection: 'docs', ids: [] }, 'deletePoints', ['docs', { ids: [] }], { deleted: 3 }],
+      ['deletePoints', { collection: 'docs', ids: [], filter: { eq: { field: 'n', value: 1 } } }, 'deletePoints', ['docs', { filter: { eq: { field: 'n', value: 1 } } }], { deleted: 3 }],
+      ['deletePoints', { collection: 'docs', ids: ['a'], filter: { eq: { field: 'n', value: 1 } } }, 'deletePoints', ['docs', { ids: ['a'], filter: { eq: { field: 'n', value: 1 } } }], { deleted: 3 }],
+      ['createCollection', { name: 'docs', dim: 2, metric: 'l2', filterable: [], exist_ok: true }, 'createCollection', [{ name: 'docs', dim: 2, metric: 'l2', exist_ok: true }], { name: 'docs' }],
       // The search vector reaches the service as the Float32Array it was on the wire (packed-vector.ts).
       ['search', { collection: 'docs', vector: [1, 2], k: 3, filter: { eq: { field: 'n', value: 1 } } }, 'search', ['docs', { vector: Float32Array.of(1, 2), k: 3, filter: { eq: { field: 'n', value: 1 } } }], { hits: [{ id: 'a', rank: 0, score: 0.5, payload: { n: 1 }, vector: [] }] }],
       ['hybridSearch', { collection: 'docs', vector: [], sparse: { indices: [1], values: [2] }, query_text: 'x' }, 'hybridSearch', ['docs', { sparse_indices: [1], sparse_values: [2], query_text: 'x' }], { hits: [] }],
@@ -182,6 +196,9 @@ describe('gRPC server over the service', () => {
     const reader = auth('read-secret');
     for (const [method, req] of [
       ['upsert', { collection: 'docs', points: [] }],
+      ['setPayload', { collection: 'docs', points: [{ id: 'a', payload: {} }], mode: 'nonsense' }],
+      ['deletePoints', { collection: 'docs', ids: ['a'] }],
+      ['count', { collection: 'other' }],
       ['search', { collection: 'other', vector: [1, 2] }],
       ['createCollection', { name: 'docs', dim: 2, metric: 'l2', filterable: [] }],
       ['snapshot', { name: 's' }],
@@ -200,6 +217,10 @@ describe('gRPC server over the service', () => {
     h.calls.length = 0;
     const bad = await call(c, 'createCollection', { name: 'docs', dim: 2, metric: 'hamming', filterable: [] }, auth('admin-secret'));
     expect([bad.err?.code, codeOf(bad.err), bad.err?.details]).toEqual([status.INVALID_ARGUMENT, 'invalid_argument', 'body/metric must be equal to one of the allowed values']);
+    const mode = await call(c, 'setPayload', { collection: 'docs', points: [{ id: 'a', payload: {} }], mode: 'upsert' }, auth('admin-secret'));
+    expect([mode.err?.code, mode.err?.details]).toEqual([status.INVALID_ARGUMENT, 'body/mode must be equal to one of the allowed values']);
+    const noPayload = await call(c, 'setPayload', { collection: 'docs', points: [{ id: 'a' }] }, auth('admin-secret'));
+    expect([noPayload.err?.code, noPayload.err?.details]).toEqual([status.INVALID_ARGUMENT, "body/points/0 must have required property 'payload'"]);
     const consistency = await call(c, 'search', { collection: 'docs', vector: [1, 2], consistency: 'sometimes' }, auth('admin-secret'));
     expect([consistency.err?.code, consistency.err?.details]).toEqual([status.INVALID_ARGUMENT, 'body/consistency must be equal to one of the allowed values']);
     expect(h.calls).toEqual([]);

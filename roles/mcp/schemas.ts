@@ -47,6 +47,7 @@ export const TOOL_SCHEMAS = {
     })).describe('Payload fields usable in filters; a filter on any other field is refused.').optional(),
     multivector: z.boolean().describe('true: each document is a set of token vectors ranked by MaxSim.').optional(),
     vector_encryption: z.enum(['dcpe', 'client_side']).nullable().describe('Vector encryption mode; omit or null for none.').optional(),
+    exist_ok: z.boolean().describe('true: if a collection of this name and the same shape exists, return it instead of failing (a different shape still fails with already_exists).').optional(),
   }),
   delete_collection: z.strictObject({ collection: collection.describe('Collection to drop with all its points (its key is destroyed: unrecoverable).') }),
   snapshot: z.strictObject({
@@ -54,9 +55,12 @@ export const TOOL_SCHEMAS = {
   }),
   upsert: z.strictObject({
     collection,
+    id: pointId.describe('One point: its id (give id and vector, or `points`).').optional(),
+    vector: vector.describe('One point: its vector, exactly `dim` numbers.').optional(),
+    payload: payload.optional(),
     points: z.array(z.strictObject({
       id: pointId, vector, payload: payload.optional(),
-    })).describe('Points to insert or replace (same id replaces); at most SVC_MAX_BATCH_SIZE.'),
+    })).describe('A batch of points to insert or replace (same id replaces); at most SVC_MAX_BATCH_SIZE. Instead of id/vector/payload.').optional(),
   }),
   search: z.strictObject({
     collection,
@@ -71,15 +75,36 @@ export const TOOL_SCHEMAS = {
     cursor: z.string().nullable().describe('The `next_cursor` of the previous page; omit for the first page.').optional(),
     with_vector: withVector.optional(),
   }),
+  count: z.strictObject({
+    collection,
+    filter: filter.describe('Count only the points matching this filter (fields declared filterable); omit to count every point.').optional(),
+  }),
+  set_payload: z.strictObject({
+    collection,
+    points: z.array(z.strictObject({
+      id: pointId.describe('Id of an existing point.'),
+      payload: payload.describe('The new payload, or the keys to set (mode "merge").'),
+    })).describe('Existing points and their new payloads; at most SVC_MAX_BATCH_SIZE. If any id does not exist, nothing changes (not_found).'),
+    mode: z.enum(['merge', 'replace'])
+      .describe('"merge" (default): the keys given replace those keys, the others stay; "replace": the payload becomes the one given.').optional(),
+  }),
+  delete_points: z.strictObject({
+    collection,
+    ids: z.array(pointId).describe('Ids of the points to delete (at most SVC_MAX_BATCH_SIZE). Give ids or filter, not both.').optional(),
+    filter: filter.describe('Delete every point matching this filter. Give ids or filter, not both.').optional(),
+  }),
   get: z.strictObject({ collection, id: pointId, with_vector: withVector.optional() }),
   delete: z.strictObject({ collection, id: pointId.describe('Id of the point to delete.') }),
   upsert_document: z.strictObject({
     collection,
+    id: z.string().describe('One document: its id (give id and vectors, or `documents`).').optional(),
+    vectors: z.array(vector).describe('One document: its token vectors, each of `dim` numbers.').optional(),
+    payload: payload.optional(),
     documents: z.array(z.strictObject({
       id: z.string().describe('Document id: a string of 1 to 256 characters.'),
       vectors: z.array(vector).describe('The document\'s token vectors, each of `dim` numbers.'),
       payload: payload.optional(),
-    })).describe('Multi-vector documents to insert or replace (collection created with multivector: true).'),
+    })).describe('A batch of multi-vector documents to insert or replace (collection created with multivector: true). Instead of id/vectors/payload.').optional(),
   }),
   search_multi_vector: z.strictObject({
     collection,

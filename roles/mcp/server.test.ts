@@ -5,7 +5,7 @@ import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
 import { afterEach, describe, expect, it } from 'vitest';
 import { systemClock } from '../../core/base/clock.js';
-import { resolveLimits } from '../../core/base/limits.js';
+import { resolveLimits, type Limits } from '../../core/base/limits.js';
 import { openDatabase } from '../../core/index.js';
 import type { AuditRecord } from '../../core/service/audit.js';
 import type { EngineApi, Principal } from '../../core/service/api.js';
@@ -22,13 +22,13 @@ afterEach(async () => {
 
 const silent = { info: () => undefined, warn: () => undefined, error: () => undefined, debug: () => undefined } as never;
 
-async function session(principal: Principal, engineOverride?: Partial<EngineApi>) {
+async function session(principal: Principal, engineOverride?: Partial<EngineApi>, limits?: Partial<Limits>) {
   const root = mkdtempSync(join(tmpdir(), 'svc-mcp-'));
-  const db = await openDatabase({ dataDir: join(root, 'data'), insecure: true });
+  const db = await openDatabase({ dataDir: join(root, 'data'), insecure: true, limits });
   const engine = Object.assign(Object.create(db) as EngineApi, engineOverride ?? {});
   const audit: AuditRecord[] = [];
   const service = createService(engine, {
-    keys: [], insecure: true, limits: resolveLimits(), rateLimit: { requestsPerSecond: 0, burst: 0 },
+    keys: [], insecure: true, limits: resolveLimits(limits), rateLimit: { requestsPerSecond: 0, burst: 0 },
     audit: { append: (r) => audit.push(r) }, clock: systemClock, metrics: noopMetrics, log: silent,
   });
   const internal: string[] = [];
@@ -45,7 +45,7 @@ async function session(principal: Principal, engineOverride?: Partial<EngineApi>
   });
   const call = async (name: string, args: Record<string, unknown> = {}) =>
     (await client.callTool({ name, arguments: args })) as { isError?: boolean; structuredContent: any };
-  return { call, audit, internal };
+  return { call, audit, internal, client, db };
 }
 
 const admin: Principal = { keyName: 'tester', role: 'admin', collections: ['*'] };
@@ -131,5 +131,108 @@ describe('MCP tools over the service layer', () => {
     }
     expect((await call('collection_info', { collection: 'c' })).structuredContent.count).toBe(0);
     expect(({} as Record<string, unknown>).admin).toBeUndefined();
+  });
+});
+
+describe('MCP point operations (issue 21)', () => {
+  it('upsert takes the spec\'s single point as well as a batch; both or neither is invalid_argument', async () => {
+    const { call } = await session(admin);
+    await call('create_collection', { name: 'c', dim: 2, metric: 'l2' });
+    expect((await call('upsert', { collection: 'c', id: 'one', vector: [1, 2], payload: { k: 1 } })).structuredContent).toEqual({ upserted: 1 });
+    expect((await call('upsert', { collection: 'c', id: 'two', vector: [3, 4] })).structuredContent).toEqual({ upserted: 1 });
+    expect((await call('upsert', { collection: 'c', points: [{ id: 'three', vector: [5, 6] }] })).structuredContent).toEqual({ upserted: 1 });
+    expect((await call('get', { collection: 'c', id: 'one', with_vector: true })).structuredContent).toEqual({ id: 'one', vector: [1, 2], payload: { k: 1 } });
+    for (const bad of [
+      { collection: 'c', id: 'x', vector: [1, 2], points: [{ id: 'y', vector: [1, 2] }] },
+      { collection: 'c', payload: { k: 1 }, points: [] },
+      { collection: 'c' },
+      { collection: 'c', id: 'x' },
+      { collection: 'c', vector: [1, 2] },
+      { collection: 'c', id: 'x', vector: [1, 2, 3] },
+    ]) {
+      const r = await call('upsert', bad);
+      expect(r.structuredContent.error?.code, JSON.stringify(bad)).toBe('invalid_argument');
+    }
+    expect((await call('count', { collection: 'c' })).structuredContent).toEqual({ count: 3 });
+  });
+
+  it('upsert_document takes one document as well as a batch', async () => {
+    const { call } = await session(admin);
+    await call('create_collection', { name: 'm', dim: 2, metric: 'cosine', multivector: true });
+    expect((await call('upsert_document', { collection: 'm', id: 'd1', vectors: [[1, 0], [0, 1]], payload: { k: 1 } })).structuredContent).toEqual({ upserted: 1 });
+    expect((await call('upsert_document', { collection: 'm', documents: [{ id: 'd2', vectors: [[1, 1]] }] })).structuredContent).toEqual({ upserted: 1 });
+    expect((await call('get', { collection: 'm', id: 'd1' })).structuredContent).toEqual({ id: 'd1', payload: { k: 1 } });
+    for (const bad of [{ collection: 'm', id: 'd3', vectors: [[1, 0]], documents: [] }, { collection: 'm', id: 'd3' }, { collection: 'm' }]) {
+      expect((await call('upsert_document', bad)).structuredContent.error?.code, JSON.stringify(bad)).toBe('invalid_argument');
+    }
+    expect((await call('count', { collection: 'm' })).structuredContent).toEqual({ count: 2 });
+  });
+
+  it('count, set_payload and delete_points mirror the REST routes', async () => {
+    const { call, audit } = await session(admin);
+    await call('create_collection', { name: 'c', dim: 2, metric: 'l2', filterable: [{ path: 'g', field_type: 'keyword' }] });
+    await call('upsert', { collection: 'c', points: [
+      { id: 'a', vector: [1, 0], payload: { g: 'x', n: 1 } }, { id: 'b', vector: [0, 1], payload: { g: 'y' } }, { id: 'c', vector: [1, 1], payload: { g: 'x' } },
+    ] });
+    expect((await call('count', { collection: 'c', filter: { eq: { field: 'g', value: 'x' } } })).structuredContent).toEqual({ count: 2 });
+    expect((await call('set_payload', { collection: 'c', points: [{ id: 'a', payload: { g: 'y' } }] })).structuredContent).toEqual({ updated: 1 });
+    expect((await call('get', { collection: 'c', id: 'a' })).structuredContent.payload).toEqual({ g: 'y', n: 1 });
+    expect((await call('set_payload', { collection: 'c', mode: 'replace', points: [{ id: 'b', payload: { g: 'x' } }] })).structuredContent).toEqual({ updated: 1 });
+    const missing = await call('set_payload', { collection: 'c', points: [{ id: 'a', payload: { g: 'z' } }, { id: 'ghost', payload: {} }] });
+    expect(missing.structuredContent.error.code).toBe('not_found');
+    expect((await call('get', { collection: 'c', id: 'a' })).structuredContent.payload).toEqual({ g: 'y', n: 1 });
+    expect((await call('delete_points', { collection: 'c', filter: { eq: { field: 'g', value: 'x' } } })).structuredContent).toEqual({ deleted: 2 });
+    expect((await call('delete_points', { collection: 'c', ids: ['a', 'nope'] })).structuredContent).toEqual({ deleted: 1 });
+    expect((await call('count', { collection: 'c' })).structuredContent).toEqual({ count: 0 });
+    for (const [tool, bad] of [
+      ['delete_points', { collection: 'c' }], ['delete_points', { collection: 'c', ids: ['a'], filter: { eq: { field: 'g', value: 'x' } } }],
+      ['set_payload', { collection: 'c', points: [{ id: 'a' }] }], ['set_payload', { collection: 'c', points: [], mode: 'upsert' }],
+      ['count', { collection: 'c', filter: { eq: { field: 'n', value: 1 } } }],
+    ] as const) {
+      expect((await call(tool, bad)).structuredContent.error?.code, `${tool} ${JSON.stringify(bad)}`).toBe('invalid_argument');
+    }
+    expect(audit.filter((r) => r.action === 'setPayload' || r.action === 'deletePoints').map((r) => [r.action, r.outcome, r.status])).toEqual([
+      ['setPayload', 'ok', 200], ['setPayload', 'ok', 200], ['setPayload', 'error', 404], ['deletePoints', 'ok', 200], ['deletePoints', 'ok', 200],
+      // The engine refuses these two (one of ids/filter); the schema refused the other bad calls before the service.
+      ['deletePoints', 'error', 400], ['deletePoints', 'error', 400],
+    ]);
+  });
+
+  it('applies the batch limit to set_payload and delete_points, and create_collection takes exist_ok', async () => {
+    const { call } = await session(admin, undefined, { maxBatchSize: 2 });
+    await call('create_collection', { name: 'c', dim: 2, metric: 'l2' });
+    expect((await call('create_collection', { name: 'c', dim: 2, metric: 'l2', exist_ok: true })).structuredContent).toMatchObject({ name: 'c', count: 0 });
+    expect((await call('create_collection', { name: 'c', dim: 3, metric: 'l2', exist_ok: true })).structuredContent.error.code).toBe('already_exists');
+    await call('upsert', { collection: 'c', points: [{ id: 'a', vector: [1, 0] }, { id: 'b', vector: [0, 1] }] });
+    const three = [{ id: 'a', payload: {} }, { id: 'b', payload: {} }, { id: 'a', payload: {} }];
+    const over = await call('set_payload', { collection: 'c', points: three });
+    expect([over.structuredContent.error.code, over.structuredContent.error.message]).toEqual(['limit_exceeded', expect.stringContaining('SVC_MAX_BATCH_SIZE')]);
+    expect((await call('delete_points', { collection: 'c', ids: ['a', 'b', 'x'] })).structuredContent.error.code).toBe('limit_exceeded');
+    expect((await call('count', { collection: 'c' })).structuredContent).toEqual({ count: 2 });
+  });
+
+  it('a read key may count but not set payloads or delete, before its arguments are looked at', async () => {
+    const reader = await session({ keyName: 'reader', role: 'read', collections: ['*'] });
+    await reader.db.createCollection({ name: 'c', dim: 2, metric: 'l2' });
+    await reader.db.upsert('c', { points: [{ id: 'a', vector: [1, 2] }] });
+    expect((await reader.call('count', { collection: 'c' })).structuredContent).toEqual({ count: 1 });
+    for (const [tool, args] of [
+      ['set_payload', { collection: 'c', points: [{ id: 'a', payload: { x: 1 } }] }], ['set_payload', { collection: 'c', points: 'nonsense' }],
+      ['delete_points', { collection: 'c', ids: ['a'] }], ['delete_points', { collection: 'c', bogus: 1 }],
+    ] as const) {
+      expect((await reader.call(tool, args)).structuredContent.error.code, `${tool} ${JSON.stringify(args)}`).toBe('permission_denied');
+    }
+    expect(await reader.db.get('c', 'a')).toEqual({ id: 'a', payload: {} });
+    expect(reader.audit.filter((r) => r.outcome === 'denied').map((r) => r.action)).toEqual(['setPayload', 'setPayload', 'deletePoints', 'deletePoints']);
+  });
+
+  it('lists the new tools with read-only hints that say what they do', async () => {
+    const { client } = await session(admin);
+    const { tools } = await client.listTools();
+    const hint = (n: string) => tools.find((t) => t.name === n)?.annotations?.readOnlyHint;
+    expect([hint('count'), hint('set_payload'), hint('delete_points')]).toEqual([true, false, false]);
+    const upsert = tools.find((t) => t.name === 'upsert')!;
+    expect(upsert.inputSchema.type).toBe('object');
+    expect(Object.keys(upsert.inputSchema.properties ?? {}).sort()).toEqual(['collection', 'id', 'payload', 'points', 'vector']);
   });
 });

@@ -1,5 +1,7 @@
 import { invalidArgument } from '../../core/base/errors.js';
-import type { FetchQuery, HybridQuery, MultiVectorQuery, SearchQuery, TextQuery } from '../../core/base/model.js';
+import type {
+  CountQuery, DeletePointsBody, DocumentInput, FetchQuery, HybridQuery, MultiVectorQuery, PointInput, SearchQuery, SetPayloadBody, TextQuery,
+} from '../../core/base/model.js';
 import type { CallContext, OperationName, SvcApi } from '../../core/service/api.js';
 import type { ToolArgs, ToolName } from './schemas.js';
 
@@ -30,6 +32,23 @@ const strong = <T extends { consistency?: 'eventual' | 'strong' }>(q: T): T => (
 function split<B>(args: { collection: string }): [string, B] {
   const { collection, ...rest } = args;
   return [collection, rest as B];
+}
+
+/**
+ * The spec's single item (`{collection, id, <vectors>, payload?}`) or a batch (`{collection, <list>}`), as
+ * the batch the service takes. Both, or neither, is invalid_argument.
+ */
+function oneOrBatch<T>(args: Record<string, unknown>, list: string, vectors: string, what: string): T[] {
+  const single = args.id !== undefined || args[vectors] !== undefined || args.payload !== undefined;
+  const batch = args[list];
+  if (batch !== undefined) {
+    if (single) throw invalidArgument(`give one ${what} (id, ${vectors}, payload) or \`${list}\`, not both`);
+    return batch as T[];
+  }
+  if (args.id === undefined || args[vectors] === undefined) throw invalidArgument(`give one ${what} as id and ${vectors} (payload optional), or a batch as \`${list}\``);
+  const one: Record<string, unknown> = { id: args.id, [vectors]: args[vectors] };
+  if (args.payload !== undefined) one.payload = args.payload;
+  return [one as T];
 }
 
 export const TOOLS: { [K in ToolName]: ToolDef<K> } = {
@@ -90,10 +109,10 @@ export const TOOLS: { [K in ToolName]: ToolDef<K> } = {
   },
   upsert: {
     title: 'Upsert points',
-    description: 'Insert or replace points (id, vector, optional payload). Durable when the call returns. Returns {upserted}.',
+    description: 'Insert or replace one point (id, vector, optional payload) or a batch (`points`). Durable when the call returns. Returns {upserted}.',
     readOnly: false,
     op: 'upsert',
-    call: (svc, ctx, a) => svc.upsert(ctx, a.collection, { points: a.points }),
+    call: async (svc, ctx, a) => svc.upsert(ctx, a.collection, { points: oneOrBatch<PointInput>(a, 'points', 'vector', 'point') }),
   },
   search: {
     title: 'Vector search',
@@ -115,6 +134,36 @@ export const TOOLS: { [K in ToolName]: ToolDef<K> } = {
       return svc.fetch(ctx, c, q);
     },
   },
+  count: {
+    title: 'Count points',
+    description: 'How many points the collection holds, or how many match a filter. Returns {count}.',
+    readOnly: true,
+    op: 'count',
+    call: (svc, ctx, a) => {
+      const [c, q] = split<CountQuery>(a);
+      return svc.count(ctx, c, q);
+    },
+  },
+  set_payload: {
+    title: 'Set payloads',
+    description: 'Change the payloads of existing points without resending vectors: "merge" (default) sets the keys given, "replace" replaces the whole payload. All or nothing: an unknown id changes nothing (not_found). Returns {updated}.',
+    readOnly: false,
+    op: 'setPayload',
+    call: (svc, ctx, a) => {
+      const [c, body] = split<SetPayloadBody>(a);
+      return svc.setPayload(ctx, c, body);
+    },
+  },
+  delete_points: {
+    title: 'Delete points',
+    description: 'Delete points by a list of ids, or every point matching a filter (give one of the two). Returns {deleted}: how many were deleted.',
+    readOnly: false,
+    op: 'deletePoints',
+    call: (svc, ctx, a) => {
+      const [c, body] = split<DeletePointsBody>(a);
+      return svc.deletePoints(ctx, c, body);
+    },
+  },
   get: {
     title: 'Get point',
     description: 'One point by id: {id, payload, vector?}.',
@@ -131,10 +180,10 @@ export const TOOLS: { [K in ToolName]: ToolDef<K> } = {
   },
   upsert_document: {
     title: 'Upsert multi-vector documents',
-    description: 'Insert or replace multi-vector documents (sets of token vectors) in a collection created with multivector: true.',
+    description: 'Insert or replace one multi-vector document (id, vectors: its token vectors, optional payload) or a batch (`documents`), in a collection created with multivector: true. Returns {upserted}.',
     readOnly: false,
     op: 'upsertDocuments',
-    call: (svc, ctx, a) => svc.upsertDocuments(ctx, a.collection, { documents: a.documents }),
+    call: async (svc, ctx, a) => svc.upsertDocuments(ctx, a.collection, { documents: oneOrBatch<DocumentInput>(a, 'documents', 'vectors', 'document') }),
   },
   search_multi_vector: {
     title: 'Multi-vector search',

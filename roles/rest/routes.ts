@@ -1,3 +1,4 @@
+import { collectionExisted, type CollectionInfo } from '../../core/base/model.js';
 import type { CallContext, OperationName } from '../../core/service/api.js';
 import type { Service } from '../../core/service/service.js';
 import * as s from './schemas.js';
@@ -17,6 +18,8 @@ export interface RestRoute {
   template: string;
   op: OperationName;
   status?: number;
+  /** The status of a success when it depends on the result (a create answered by exist_ok: 200). */
+  statusOf?(result: unknown): number;
   body?: Record<string, unknown>;
   query?: Record<string, unknown>;
   /** The reply's JSON schema, when the route's reply has a fixed shape worth a compiled serializer. */
@@ -34,6 +37,7 @@ const none = (): undefined => undefined;
 
 export const REST_ROUTES: readonly RestRoute[] = [
   { method: 'POST', template: '/v1/collections', op: 'createCollection', status: 201, body: s.createCollectionBody,
+    statusOf: (info) => (collectionExisted(info as CollectionInfo) ? 200 : 201),
     collection: (r) => (r.body as { name?: unknown } | undefined)?.name, call: (v, c, r) => v.createCollection(c, r.body) },
   { method: 'GET', template: '/v1/collections', op: 'listCollections', collection: none, call: (v, c) => v.listCollections(c) },
   { method: 'GET', template: C, op: 'collectionInfo', collection: byPath, call: (v, c, r) => v.collectionInfo(c, r.params.name) },
@@ -44,6 +48,9 @@ export const REST_ROUTES: readonly RestRoute[] = [
     call: (v, c, r) => v.get(c, r.params.name, r.params.id, { with_vector: r.query.with_vector === 'true' }) },
   { method: 'DELETE', template: `${C}/points/{id}`, op: 'delete', collection: byPath, call: (v, c, r) => v.delete(c, r.params.name, r.params.id) },
   { method: 'POST', template: `${C}/points:fetch`, op: 'fetch', body: s.fetchBody, collection: byPath, call: (v, c, r) => v.fetch(c, r.params.name, r.body ?? {}) },
+  { method: 'POST', template: `${C}/points:count`, op: 'count', body: s.countBody, collection: byPath, call: (v, c, r) => v.count(c, r.params.name, r.body ?? {}) },
+  { method: 'POST', template: `${C}/points:payload`, op: 'setPayload', body: s.setPayloadBody, collection: byPath, call: (v, c, r) => v.setPayload(c, r.params.name, r.body) },
+  { method: 'POST', template: `${C}/points:delete`, op: 'deletePoints', body: s.deletePointsBody, collection: byPath, call: (v, c, r) => v.deletePoints(c, r.params.name, r.body) },
   { method: 'POST', template: `${C}/query`, op: 'search', hot: true, body: s.queryBody, response: s.hitsReply, collection: byPath, call: (v, c, r) => v.search(c, r.params.name, r.body) },
   { method: 'POST', template: `${C}/query/hybrid`, op: 'hybridSearch', hot: true, body: s.hybridBody, response: s.hitsReply, collection: byPath, call: (v, c, r) => v.hybridSearch(c, r.params.name, r.body) },
   { method: 'POST', template: `${C}/points:text`, op: 'upsertText', body: s.textPointsBody, collection: byPath, call: (v, c, r) => v.upsertText(c, r.params.name, r.body) },

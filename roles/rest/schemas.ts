@@ -28,6 +28,7 @@ export const createCollectionBody = obj({
   filterable: { type: 'array', items: obj({ path: str, field_type: { type: 'string', enum: ['keyword', 'numeric'] } }, ['path', 'field_type']) },
   multivector: bool,
   vector_encryption: { anyOf: [{ type: 'string', enum: ['dcpe', 'client_side'] }, { type: 'null' }] },
+  exist_ok: bool,
 }, ['name', 'dim', 'metric']);
 
 export const upsertBody = obj({ points: { type: 'array', items: obj({ id: str, vector, payload }, ['id', 'vector']) } }, ['points']);
@@ -41,6 +42,15 @@ export const bulkBody = obj({
     },
   },
 }, ['points']);
+
+export const countBody = obj({ filter });
+
+export const setPayloadBody = obj({
+  points: { type: 'array', items: obj({ id: str, payload }, ['id', 'payload']) },
+  mode: { type: 'string', enum: ['merge', 'replace'] },
+}, ['points']);
+
+export const deletePointsBody = obj({ ids: { type: 'array', items: str }, filter });
 
 export const fetchBody = obj({ filter, limit: int, cursor: { type: ['string', 'null'] }, with_vector: bool, consistency });
 

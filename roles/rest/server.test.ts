@@ -51,6 +51,8 @@ function memoryEngine(): EngineApi {
       if ((q.k ?? 10) > DEFAULT_LIMITS.maxK) throw new SvcError('limit_exceeded', 'k above SVC_MAX_K');
       return { hits: [...must(n).points.values()].slice(0, q.k ?? 10).map((p, rank) => ({ id: p.id, rank, score: 0, payload: p.payload })) };
     },
+    count: async (n) => ({ count: must(n).points.size }),
+    setPayload: notYet, deletePoints: notYet,
     hybridSearch: notYet, upsertText: notYet, searchText: notYet, upsertDocuments: notYet, searchMultiVector: notYet, deleteDocument: notYet,
     stats: async () => ({ collections: cols.size, total_points: 0, per_collection: [], snapshot_status: { manifest_version: 1, disk_bytes: 0 } }),
     snapshot: async () => { throw new Error('disk on fire'); },

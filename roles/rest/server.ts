@@ -206,7 +206,7 @@ function registerRoute(app: FastifyInstance, state: RestState, route: RestRoute,
     },
     handler: async (req, reply) => {
       const result = await route.call(serviceOf(), req.svcCtx!, asRoute(req));
-      reply.code(route.status ?? 200);
+      reply.code(route.statusOf?.(result) ?? route.status ?? 200);
       return result;
     },
   });

@@ -9,7 +9,8 @@ import { Follower, type ReplicationSource } from './follower.js';
 
 /**
  * The follower under a seeded storm (STYLE.md: one seed drives it, a failure prints it): a leader takes
- * random writes (upserts of new and existing ids, bulk loads, deletes, collection creates and drops)
+ * random writes (upserts of new and existing ids, bulk loads, deletes by id and by filter, payload
+ * updates, collection creates and drops)
  * while its stream to the follower is cut, answers with malformed records (an unknown kind, a body cut
  * short), and the follower's machine loses power (seeded faulty file system: unsynced writes dropped or
  * torn) and comes back. In the end the follower holds exactly the leader's collections and points, and no
@@ -85,8 +86,9 @@ async function runSeed(seed: number): Promise<{ faults: Fault[]; crashes: number
     const name = names[prng.int(names.length)];
     const exists = (await leader.listCollections()).collections.some((c) => c.name === name);
     const r = prng.int(10);
-    if (!exists) await leader.createCollection({ name, dim: 3, metric: 'l2', index: prng.int(2) === 0 ? 'flat' : 'hnsw' });
-    else if (r === 0) await leader.deleteCollection(name);
+    if (!exists) {
+      await leader.createCollection({ name, dim: 3, metric: 'l2', index: prng.int(2) === 0 ? 'flat' : 'hnsw', filterable: [{ path: 'step', field_type: 'numeric' }] });
+    } else if (r === 0) await leader.deleteCollection(name);
     else if (r <= 5) {
       const n = 1 + prng.int(12);
       const points = Array.from({ length: n }, () => {
@@ -95,6 +97,13 @@ async function runSeed(seed: number): Promise<{ faults: Fault[]; crashes: number
       });
       if (r === 5) await leader.bulkUpsert(name, { points });
       else await leader.upsert(name, { points });
+    } else if (r === 6) {
+      // Payload updates of points that exist, merged or replaced (vectors kept).
+      const ids = (await leader.fetch(name, { limit: 50 })).points.map((p) => p.id);
+      const points = Array.from({ length: Math.min(ids.length, 1 + prng.int(6)) }, () => ({ id: ids[prng.int(ids.length)], payload: { step, [`k${prng.int(3)}`]: prng.int(9) } }));
+      await leader.setPayload(name, { mode: prng.int(2) === 0 ? 'merge' : 'replace', points });
+    } else if (r === 7) {
+      await leader.deletePoints(name, { filter: { lt: { field: 'step', value: step - prng.int(20) } } });
     } else {
       await leader.delete(name, `p${prng.int(Math.max(1, nextId))}`);
     }

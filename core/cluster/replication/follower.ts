@@ -218,7 +218,7 @@ export class Follower {
           await t.replicaCreate(op.uid, op.name, op.params, seq);
         } else {
           if (this.st.state !== 'bootstrapping') throw invalidArgument('a snapshot chunk outside a snapshot');
-          if (op === null || op.t === 'create_collection' || op.t === 'drop_collection' || isReplicaBookkeeping(op)) {
+          if (op === null || (op.t !== 'upsert' && op.t !== 'upsert_docs' && op.t !== 'delete')) {
             throw invalidArgument('a snapshot collection record must carry points');
           }
           await this.enqueue(t.replicaWrite(rec.keyId, op, true));
@@ -265,7 +265,7 @@ export class Follower {
       return;
     }
     if (op.t === 'create_collection' || op.t === 'drop_collection' || isReplicaBookkeeping(op)) {
-      throw invalidArgument('a collection commit must carry points or deletes');
+      throw invalidArgument('a collection commit must carry points, deletes or payload updates');
     }
     // The write and then its position, issued back to back: the WAL keeps the order, so a position that
     // survives a crash covers its write; only the last write may be applied again, which no reader sees.
