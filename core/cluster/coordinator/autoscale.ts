@@ -59,7 +59,7 @@ export function decide(state: CoordinatorState, samples: readonly PointSample[],
   }
   const unknownNote = unknown > 0 ? `; ${unknown} shard(s) could not be counted` : '';
   if (top === null) {
-    return hold('no_samples', known + unknown === 0 ? 'no shard to sample' : `no shard could be counted${unknownNote}`);
+    return hold('no_samples', unknown === 0 ? 'no shard to sample' : `none of the ${unknown} shard(s) could be counted: their points are unknown`);
   }
   const hw = opts.highWaterPoints;
   if (top.points <= hw) {
