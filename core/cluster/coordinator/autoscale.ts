@@ -46,7 +46,6 @@ export function decide(state: CoordinatorState, samples: readonly PointSample[],
 
   const counted = new Set(state.shards.filter((s) => s.state !== 'draining').map((s) => s.id));
   let top: { id: number; points: number } | null = null;
-  let known = 0;
   let unknown = 0;
   for (const s of samples) {
     if (!counted.has(s.id)) continue;
@@ -54,7 +53,6 @@ export function decide(state: CoordinatorState, samples: readonly PointSample[],
       unknown++;
       continue;
     }
-    known++;
     if (top === null || s.points > top.points) top = { id: s.id, points: s.points };
   }
   const unknownNote = unknown > 0 ? `; ${unknown} shard(s) could not be counted` : '';
