@@ -4,6 +4,7 @@ import { availableParallelism } from 'node:os';
 import { resolve } from 'node:path';
 import { parse as parseToml } from 'smol-toml';
 import { DEFAULT_LIMITS, LIMIT_VARIABLES, type Limits } from '../core/base/limits.js';
+import { parseReplicaList, parseUrlList } from '../core/cluster/routing/shard-map.js';
 import type { Role } from '../core/service/api.js';
 import type { ApiKey } from '../core/service/service.js';
 import { CONNECTION_LIMIT_VARIABLES, DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from './connection-limits.js';
@@ -71,6 +72,8 @@ export interface SvcConfig {
    * (an admin key there): this node runs as its read replica. null: a leader.
    */
   readonly leader: LeaderConfig | null;
+  /** SVC_COORDINATOR=true: this process is the cluster coordinator (no data plane). null: it is not. */
+  readonly coordinator: CoordinatorConfig | null;
   /** Every other variable of the spec's table, as given (cluster, replication, raft, tui, demo). */
   readonly other: Readonly<Record<string, string>>;
   /** To be logged at startup; the SVC_INSECURE warning is one of them. */
@@ -182,6 +185,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, op
   const providers = (table: string) => providerTables(table, toml[table], env);
   const snapshotDir = get('SVC_SNAPSHOT_DIR');
   const leader = leaderOf(get, insecure, cwd, warnings);
+  const coordinator = coordinatorOf(get, insecure, cwd, warnings, leader !== null);
 
   return deepFreeze({
     configFile: file,
@@ -199,8 +203,93 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, op
     limits, rateLimit, connections, searchWorkers, replicationRetainBytes,
     embedding: providers('embedding'),
     rerank: providers('rerank'),
-    leader, other, warnings,
+    leader, coordinator, other, warnings,
   });
+}
+
+/**
+ * The coordinator (spec, server configuration; CONTRACT.md section 11): its seed map, state file, the key
+ * it shows shards, and autoscaling. Seconds may be fractions (tests use short ones).
+ */
+export interface CoordinatorConfig {
+  /** SVC_COORDINATOR_STATE, resolved; null keeps the map in memory only. */
+  stateFile: string | null;
+  /** SVC_CLUSTER_SHARDS, normalized, in order: shard ids 0, 1, 2, ... of a coordinator with no saved state. */
+  seedShards: readonly string[];
+  /** SVC_CLUSTER_REPLICAS: the replicas of each seed shard, by its index (one list per seed shard). */
+  seedReplicas: readonly (readonly string[])[];
+  /** SVC_CLUSTER_SHARD_KEY: the bearer key shown to shards when counting their points (needs the read role, scope *). */
+  shardKey: string | null;
+  autoscale: {
+    enabled: boolean;
+    highWaterPoints: number;
+    standbyUrls: readonly string[];
+    intervalMs: number;
+    cooldownMs: number;
+    maxShards: number | null;
+  };
+}
+
+/** SVC_AUTOSCALE_INTERVAL_SECS when unset (the spec gives none): a shard's point count moves slowly. */
+export const AUTOSCALE_INTERVAL_SECS_DEFAULT = 30;
+/** SVC_AUTOSCALE_COOLDOWN_SECS when unset (the spec gives none): time for a new shard to take its share first. */
+export const AUTOSCALE_COOLDOWN_SECS_DEFAULT = 300;
+
+function coordinatorOf(get: (v: string) => string | undefined, insecure: boolean, cwd: string, warnings: string[], follower: boolean): CoordinatorConfig | null {
+  const on = parseBool('SVC_COORDINATOR', get('SVC_COORDINATOR') ?? 'false');
+  const enabled = parseBool('SVC_AUTOSCALE_ENABLED', get('SVC_AUTOSCALE_ENABLED') ?? 'false');
+  if (!on) {
+    for (const [v, given] of [['SVC_COORDINATOR_STATE', get('SVC_COORDINATOR_STATE') !== undefined], ['SVC_AUTOSCALE_ENABLED', enabled]] as const) {
+      if (given) throw new ConfigError(v, 'only a coordinator uses it. Fix: set SVC_COORDINATOR=true on the coordinator, or remove it here');
+    }
+    return null;
+  }
+  if (follower) throw new ConfigError('SVC_COORDINATOR', 'a coordinator holds no data, so it cannot follow a leader. Fix: unset SVC_LEADER_URL, or SVC_COORDINATOR');
+  const urls = (v: string): string[] => {
+    try {
+      return parseUrlList(get(v) ?? '', v);
+    } catch (e) {
+      throw new ConfigError(v, `${(e as Error).message}. Fix: REST base URLs like [http://shard-0:6333,http://shard-1:6333]`);
+    }
+  };
+  const seedShards = urls('SVC_CLUSTER_SHARDS');
+  let seedReplicas: string[][];
+  try {
+    const byIndex = parseReplicaList(get('SVC_CLUSTER_REPLICAS') ?? '', seedShards.length, 'SVC_CLUSTER_REPLICAS');
+    seedReplicas = seedShards.map((_, i) => byIndex.get(i) ?? []);
+  } catch (e) {
+    throw new ConfigError('SVC_CLUSTER_REPLICAS', `${(e as Error).message}. Fix: <shard_index>=<url>, comma-separated`);
+  }
+  const standbyUrls = urls('SVC_AUTOSCALE_STANDBY_URLS');
+  const inSeed = standbyUrls.find((u) => seedShards.includes(u));
+  if (inSeed !== undefined) throw new ConfigError('SVC_AUTOSCALE_STANDBY_URLS', `${inSeed} is in SVC_CLUSTER_SHARDS too. Fix: a standby is a spare node, not a shard`);
+  const seconds = (v: string, fallback: number, min: number): number => {
+    const s = get(v);
+    if (s === undefined) return fallback * 1000;
+    const n = parseNumber(v, s);
+    if (n < min || n > 86_400 * 365) throw new ConfigError(v, `"${s}" is not a number of seconds between ${min} and a year`);
+    return Math.round(n * 1000);
+  };
+  const maxShards = get('SVC_AUTOSCALE_MAX_SHARDS');
+  const stateFile = get('SVC_COORDINATOR_STATE');
+  const shardKey = get('SVC_CLUSTER_SHARD_KEY') ?? null;
+  const autoscale = {
+    enabled,
+    highWaterPoints: parseInteger('SVC_AUTOSCALE_HIGH_WATER_POINTS', get('SVC_AUTOSCALE_HIGH_WATER_POINTS') ?? '0', 0),
+    standbyUrls,
+    intervalMs: seconds('SVC_AUTOSCALE_INTERVAL_SECS', AUTOSCALE_INTERVAL_SECS_DEFAULT, 0.01),
+    cooldownMs: seconds('SVC_AUTOSCALE_COOLDOWN_SECS', AUTOSCALE_COOLDOWN_SECS_DEFAULT, 0),
+    maxShards: maxShards === undefined ? null : parseInteger('SVC_AUTOSCALE_MAX_SHARDS', maxShards, 1),
+  };
+  if (stateFile === undefined) {
+    warnings.push('SVC_COORDINATOR_STATE is unset: the shard map and its id counter live in memory only, so a restart starts again from SVC_CLUSTER_SHARDS and issues ids again');
+  }
+  if (shardKey === null && !insecure) {
+    warnings.push('SVC_CLUSTER_SHARD_KEY is unset: the coordinator cannot count points on shards that require a key (the map shows null points and autoscaling never triggers)');
+  }
+  if (enabled && autoscale.highWaterPoints === 0) warnings.push('SVC_AUTOSCALE_ENABLED=true but SVC_AUTOSCALE_HIGH_WATER_POINTS=0: autoscaling never triggers');
+  if (enabled && standbyUrls.length === 0) warnings.push('SVC_AUTOSCALE_ENABLED=true but SVC_AUTOSCALE_STANDBY_URLS is empty: there is nothing to scale out to');
+  return { stateFile: stateFile === undefined ? null : resolve(cwd, stateFile), seedShards, seedReplicas, shardKey, autoscale };
 }
 
 /**

@@ -14,6 +14,7 @@ export const ERROR_CODES = [
   'provider_error',
   'not_ready',
   'unavailable',
+  'shard_not_drained',
   'internal',
 ] as const;
 

@@ -27,6 +27,8 @@ export interface AuditRecord {
   remote: string;
   /** The end of a stream (action `replicate_end`): why it ended and what it sent. */
   stream?: StreamEnd;
+  /** Why the server did something on its own (an autoscale decision), in a sentence. */
+  reason?: string;
 }
 
 /** Why a Replicate stream ended, and how much it sent (events, record bytes, the last seq it carried). */
@@ -82,6 +84,7 @@ function recordText(r: AuditRecord, extra: Record<string, string> = {}): string 
     ts: r.ts, key: r.key, action: r.action, resource: r.resource, outcome: r.outcome,
     status: r.status, request_id: r.request_id, remote: r.remote,
     ...(r.stream !== undefined ? { reason: r.stream.reason, events: r.stream.events, bytes: r.stream.bytes, last_seq: r.stream.last_seq } : {}),
+    ...(r.reason !== undefined && r.stream === undefined ? { reason: r.reason } : {}),
     ...extra,
   });
 }

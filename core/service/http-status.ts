@@ -16,5 +16,6 @@ export const HTTP_STATUS: Readonly<Record<ErrorCode, number>> = Object.freeze({
   provider_error: 502,
   not_ready: 503,
   unavailable: 503,
+  shard_not_drained: 409,
   internal: 500,
 });

@@ -39,11 +39,25 @@ export const OPERATION_POLICIES: Readonly<Record<OperationName, OperationPolicy>
   replicate: { role: 'admin', collection: 'all', audited: true },
 });
 
+/**
+ * The coordinator's membership API (CONTRACT.md sections 3 and 11): admin only, and reaching the whole
+ * cluster, so only a key scoped to `*` (like a snapshot). Reading the map is not audited; changes are.
+ */
+export const CLUSTER_OPERATIONS = ['clusterMap', 'registerShard', 'drainShard', 'removeShard'] as const;
+export type ClusterOperationName = (typeof CLUSTER_OPERATIONS)[number];
+
+export const CLUSTER_POLICIES: Readonly<Record<ClusterOperationName, OperationPolicy>> = Object.freeze({
+  clusterMap: { role: 'admin', collection: 'all', audited: false },
+  registerShard: { role: 'admin', collection: 'all', audited: true },
+  drainShard: { role: 'admin', collection: 'all', audited: true },
+  removeShard: { role: 'admin', collection: 'all', audited: true },
+});
+
 /** The policy for an operation name, or undefined: a caller must refuse when it is undefined. */
 export function policyFor(op: string): OperationPolicy | undefined {
-  return Object.prototype.hasOwnProperty.call(OPERATION_POLICIES, op)
-    ? OPERATION_POLICIES[op as OperationName]
-    : undefined;
+  if (Object.prototype.hasOwnProperty.call(OPERATION_POLICIES, op)) return OPERATION_POLICIES[op as OperationName];
+  if (Object.prototype.hasOwnProperty.call(CLUSTER_POLICIES, op)) return CLUSTER_POLICIES[op as ClusterOperationName];
+  return undefined;
 }
 
 const RANK: Readonly<Record<Role, number>> = { read: 1, write: 2, admin: 3 };

@@ -9,7 +9,7 @@ import { HTTP_STATUS } from './http-status.js';
 import type { ServiceLogger } from './log.js';
 import type { Metrics } from './metrics.js';
 import { TokenBuckets, type RateLimitOptions } from './rate-limit.js';
-import { policyFor, roleAllows, scopeAllows } from './roles.js';
+import { policyFor, roleAllows, scopeAllows, type ClusterOperationName } from './roles.js';
 import { logTracer, type SpanAttributes, type Tracer } from './tracing.js';
 
 /** A configured key. Exactly one of `secret` (the bearer value) or `sha256` (hex of its SHA-256) is set. */
@@ -51,6 +51,24 @@ export interface Service extends SvcApi {
    * checks again itself; the token is taken once per context.
    */
   authorize(ctx: CallContext, op: string, collection?: unknown): void;
+  /**
+   * An operation beyond the engine's (the coordinator's membership API, core/service/cluster.ts), with
+   * the same rate limit, role and scope check, span and audit as every engine operation.
+   */
+  guarded<T>(op: ClusterOperationName, ctx: CallContext, resource: string, fn: () => Promise<T>): Promise<T>;
+  /** Audits what the server did on its own (an autoscale decision): who acted, what, and why. */
+  auditEvent(event: ServerEvent): void;
+}
+
+/** Something the server decided without a caller (no key acted; `actor` names the part that did). */
+export interface ServerEvent {
+  actor: string;
+  action: string;
+  resource: string;
+  outcome: AuditOutcome;
+  status: number;
+  requestId: string;
+  reason: string;
 }
 
 /** The principal of a server started with SVC_INSECURE=true and no key configured. */
@@ -70,9 +88,13 @@ function keyEntries(keys: readonly ApiKey[]): KeyEntry[] {
   });
 }
 
+/** The status of a success that is not 200 (CONTRACT.md sections 1 and 11), as the audit log records it. */
+const OK_STATUS: Readonly<Partial<Record<OperationName | ClusterOperationName, number>>> = { createCollection: 201, registerShard: 201, drainShard: 202 };
+
 /** The HTTP status an audit line gives a success: 201 for a create, 200 when exist_ok found it there. */
-function okStatus(op: OperationName, result: unknown): number {
-  return op === 'createCollection' && !collectionExisted(result as CollectionInfo) ? 201 : 200;
+function okStatus(op: OperationName | ClusterOperationName, result: unknown): number {
+  if (op === 'createCollection' && collectionExisted(result as CollectionInfo)) return 200;
+  return OK_STATUS[op] ?? 200;
 }
 
 /** The reason a transport gives when it aborts a stream because the server is shutting down. */
@@ -105,10 +127,11 @@ export function createService(engine: EngineApi, opts: ServiceOptions): Service 
    */
   const known = new Map<string, Principal>();
 
-  function audit(action: string, key: string, resource: string, outcome: AuditOutcome, status: number, requestId: string, remote: string, stream?: StreamEnd): void {
+  function audit(action: string, key: string, resource: string, outcome: AuditOutcome, status: number, requestId: string, remote: string,
+    extra: { stream?: StreamEnd; reason?: string } = {}): void {
     const record = {
       ts: new Date(opts.clock.nowMs()).toISOString(), key, action, resource, outcome, status,
-      request_id: requestId, remote, ...(stream !== undefined ? { stream } : {}),
+      request_id: requestId, remote, ...extra,
     };
     try {
       opts.audit.append(record);
@@ -150,7 +173,7 @@ export function createService(engine: EngineApi, opts: ServiceOptions): Service 
   }
 
   /** One operation: authorize, span, engine call, audit. */
-  async function run<T>(op: OperationName, ctx: CallContext, collection: unknown, resource: string, attrs: SpanAttributes,
+  async function run<T>(op: OperationName | ClusterOperationName, ctx: CallContext, collection: unknown, resource: string, attrs: SpanAttributes,
     fn: () => Promise<T>, resultAttrs?: (r: T) => SpanAttributes): Promise<T> {
     authorize(ctx, op, collection);
     const policy = policyFor(op)!;
@@ -201,7 +224,7 @@ export function createService(engine: EngineApi, opts: ServiceOptions): Service 
       span.end(error?.code);
       const reason = streamEndReason(error, completed, signal);
       audit('replicate_end', ctx.principal.keyName, 'database', error === undefined ? 'ok' : 'error', error === undefined ? 200 : HTTP_STATUS[error.code],
-        ctx.requestId, ctx.remote ?? '', { reason, ...sent });
+        ctx.requestId, ctx.remote ?? '', { stream: { reason, ...sent } });
     }
   }
 
@@ -249,6 +272,10 @@ export function createService(engine: EngineApi, opts: ServiceOptions): Service 
     },
 
     authorize,
+
+    guarded: (op, ctx, resource, fn) => run(op, ctx, undefined, resource, {}, fn),
+
+    auditEvent: (e) => audit(e.action, e.actor, e.resource, e.outcome, e.status, e.requestId, '', { reason: e.reason }),
 
     listCollections: (ctx) => run('listCollections', ctx, undefined, 'database', {}, async () => {
       const r = await engine.listCollections();

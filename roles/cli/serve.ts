@@ -15,6 +15,7 @@ import { startGrpcServer } from '../grpc/server.js';
 import { FileAuditSink } from '../log-audit.js';
 import { createLogs, type Logs } from '../log.js';
 import { providersFromConfig } from '../providers.js';
+import { startCoordinator } from '../coordinator/serve.js';
 import { createTracer, type ClosableTracer } from '../otel.js';
 import { createPromMetrics } from '../rest/metrics.js';
 import { buildRestApp, type RestState } from '../rest/server.js';
@@ -188,7 +189,7 @@ async function startGrpc(config: SvcConfig, service: Service, logs: Logs, metric
  * Exit 0 on SIGTERM/SIGINT after a graceful close; a second signal exits at once. Installed before the
  * server starts; a signal during startup closes it as soon as it is up.
  */
-export function closeOnSignals(server: Promise<RunningServer>, logs: Logs): void {
+export function closeOnSignals(server: Promise<{ close(): Promise<void> }>, logs: Logs): void {
   let stopping = false;
   const onSignal = (signal: string) => {
     if (stopping) process.exit(1);
@@ -226,7 +227,8 @@ registerCommand('serve', {
     if (config === null) return 2;
     const logs = createLogs(config.logFilter);
     try {
-      const server = startServer(config, logs, { env });
+      // SVC_COORDINATOR=true: the membership API and autoscaling, no data plane (roles/coordinator).
+      const server = config.coordinator !== null ? startCoordinator(config, logs) : startServer(config, logs, { env });
       closeOnSignals(server, logs);
       await server;
       return -1; // keep running

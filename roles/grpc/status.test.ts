@@ -16,6 +16,7 @@ const CONTRACT: Record<string, keyof typeof status> = {
   provider_error: 'UNAVAILABLE',
   not_ready: 'UNAVAILABLE',
   unavailable: 'UNAVAILABLE', // section 11
+  shard_not_drained: 'FAILED_PRECONDITION', // section 11
   internal: 'INTERNAL',
 };
 

@@ -18,6 +18,7 @@ export const GRPC_STATUS: Readonly<Record<ErrorCode, status>> = Object.freeze({
   provider_error: status.UNAVAILABLE,
   not_ready: status.UNAVAILABLE,
   unavailable: status.UNAVAILABLE,
+  shard_not_drained: status.FAILED_PRECONDITION,
   internal: status.INTERNAL,
 });
 

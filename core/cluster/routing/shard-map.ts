@@ -1,0 +1,111 @@
+import { invalidArgument } from '../../base/errors.js';
+
+/**
+ * The shard map (CONTRACT.md section 11): what a coordinator issues and a router routes by.
+ * `GET /cluster/map` answers it as is.
+ *
+ * - `active`: owns its points by rendezvous hash (hrw.ts) among the active shards.
+ * - `joining`: registered (by hand or by a scale-out) but its points are not there yet; the rebalance
+ *   that copies them and turns it active is the router's.
+ * - `draining`: its points move to their next owners (hrw.ts `ranking`); removable once it holds none.
+ *
+ * `points` is the shard's total point count at the coordinator's last sample (`/v1/stats`
+ * `total_points`), or null when it has not been sampled yet or its last sample failed: a shard that could
+ * not be reached is unknown, never empty.
+ */
+export type ShardState = 'active' | 'joining' | 'draining';
+export const SHARD_STATES: readonly ShardState[] = ['active', 'joining', 'draining'];
+
+export interface ShardEntry {
+  id: number;
+  url: string;
+  replicas: string[];
+  state: ShardState;
+  points: number | null;
+}
+
+export interface ShardMap {
+  version: number;
+  shards: ShardEntry[];
+  standby: string[];
+}
+
+/** Longest shard URL accepted: a base URL, not a document. */
+export const SHARD_URL_CHARS_MAX = 2048;
+
+/**
+ * A shard's REST base URL in its one canonical form, `http(s)://host[:port]` (host in lower case, no
+ * default port, no trailing slash), so two spellings of one address are recognised as the same shard.
+ * A path, query, fragment or user name is refused: the router appends `/v1/...` to the base, and a
+ * credential belongs in SVC_CLUSTER_SHARD_KEY, never in a URL that the map shows to every admin.
+ */
+export function normalizeShardUrl(value: unknown, what = 'url'): string {
+  if (typeof value !== 'string' || value.length === 0 || value.length > SHARD_URL_CHARS_MAX) {
+    throw invalidArgument(`${what} must be a URL like http://host:6333 (a string of 1 to ${SHARD_URL_CHARS_MAX} characters)`);
+  }
+  let u: URL;
+  try {
+    u = new URL(value);
+  } catch {
+    throw invalidArgument(`${what} "${printable(value)}" is not a URL; expected http://host:port or https://host:port`);
+  }
+  if (u.username !== '' || u.password !== '') {
+    // Never echoed: it holds a credential.
+    throw invalidArgument(`${what} carries a user name or password; give shards their key in SVC_CLUSTER_SHARD_KEY instead`);
+  }
+  if ((u.protocol !== 'http:' && u.protocol !== 'https:') || u.hostname === '') {
+    throw invalidArgument(`${what} "${printable(value)}" is not http:// or https:// with a host`);
+  }
+  if (u.pathname !== '/' || u.search !== '' || u.hash !== '' || /[?#]/.test(value)) {
+    throw invalidArgument(`${what} "${printable(value)}" has a path, query or fragment; a shard is named by its REST base URL, like http://host:6333`);
+  }
+  return `${u.protocol}//${u.host}`;
+}
+
+/** At most 200 characters of a refused value, control characters escaped, for an error message. */
+function printable(s: string): string {
+  const cut = s.length > 200 ? `${s.slice(0, 200)}...` : s;
+  return JSON.stringify(cut).slice(1, -1);
+}
+
+/**
+ * A list of URLs as the variables give them (CONTRACT.md section 11): bracketed and comma-separated
+ * (`[http://a:6333,http://b:6333]`), or comma-separated without brackets; blanks around items ignored.
+ * Each is normalized; a repeated URL is refused (it would be one shard twice).
+ */
+export function parseUrlList(text: string, what: string): string[] {
+  let t = text.trim();
+  if (t.startsWith('[') !== t.endsWith(']')) throw invalidArgument(`${what} has an unbalanced bracket; expected [http://a:6333,http://b:6333]`);
+  if (t.startsWith('[')) t = t.slice(1, -1).trim();
+  if (t === '') return [];
+  const out: string[] = [];
+  for (const item of t.split(',')) {
+    const url = normalizeShardUrl(item.trim(), `${what} item`);
+    if (out.includes(url)) throw invalidArgument(`${what} names ${url} twice`);
+    out.push(url);
+  }
+  return out;
+}
+
+/**
+ * SVC_CLUSTER_REPLICAS: `<shard_index>=<url>` repeated with commas (brackets allowed around the whole);
+ * the read replicas of each shard of SVC_CLUSTER_SHARDS, by its index in that list.
+ */
+export function parseReplicaList(text: string, shardCount: number, what: string): Map<number, string[]> {
+  let t = text.trim();
+  if (t.startsWith('[') && t.endsWith(']')) t = t.slice(1, -1).trim();
+  const out = new Map<number, string[]>();
+  if (t === '') return out;
+  for (const item of t.split(',')) {
+    const m = /^\s*(\d+)\s*=\s*(\S+)\s*$/.exec(item);
+    if (m === null) throw invalidArgument(`${what} item "${printable(item.trim())}" is not <shard_index>=<url>`);
+    const index = Number(m[1]);
+    if (index >= shardCount) throw invalidArgument(`${what} names shard index ${index}, but SVC_CLUSTER_SHARDS lists ${shardCount} shard(s) (indexes from 0)`);
+    const url = normalizeShardUrl(m[2], `${what} item ${index}`);
+    const list = out.get(index) ?? [];
+    if (list.includes(url)) throw invalidArgument(`${what} names ${url} twice for shard ${index}`);
+    list.push(url);
+    out.set(index, list);
+  }
+  return out;
+}
