@@ -85,6 +85,7 @@ async function openAndServe(
     dataDir,
     ...(config.encryptionKey !== null ? { encryptionKey: config.encryptionKey } : { insecure: true }),
     limits: config.limits,
+    limitsFrom: 'environment',
     ...(config.snapshotDir !== null ? { snapshotDir: config.snapshotDir } : {}),
     providers,
     // A re-bootstrap's side directory is written, not searched, until it is swapped in (and reopened).
