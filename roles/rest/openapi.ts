@@ -2,7 +2,7 @@ import { ERROR_CODES } from '../../core/base/errors.js';
 import { NAME_PATTERN, POINT_ID_MAX_LENGTH } from '../../core/base/names.js';
 import { HTTP_STATUS } from '../../core/service/http-status.js';
 import { OPERATION_POLICIES, type OperationPolicy } from '../../core/service/roles.js';
-import { ROUTE_DOCS } from './route-docs.js';
+import { FIELD_NOTES, ROUTE_DOCS } from './route-docs.js';
 import { REST_ROUTES, type RestRoute } from './routes.js';
 
 /**
@@ -83,6 +83,24 @@ function queryParameters(query: Schema | undefined): Schema[] {
     .map(([name, schema]) => ({ name, in: 'query', required: required.has(name), schema: clone(schema) }));
 }
 
+/**
+ * A copy of a body schema with a `description` on each field FIELD_NOTES explains (by dotted path, else
+ * by name); the schema itself, which fastify validates with, is left as it is.
+ */
+export function described(schema: Schema, path = ''): Schema {
+  const out: Schema = { ...schema };
+  if (out.type === 'array' && typeof out.items === 'object' && out.items !== null) out.items = described(out.items as Schema, path);
+  if (typeof out.properties === 'object' && out.properties !== null) {
+    out.properties = Object.fromEntries(Object.entries(out.properties as Record<string, Schema>).map(([name, p]) => {
+      const at = path === '' ? name : `${path}.${name}`;
+      const note = FIELD_NOTES[at] ?? FIELD_NOTES[name];
+      const d = described(p, at);
+      return [name, note !== undefined && d.description === undefined ? { description: note, ...d } : d];
+    }));
+  }
+  return clone(out);
+}
+
 const ERROR_RESPONSE = { $ref: '#/components/responses/Error' };
 
 /** The 2xx answer's schema: the route table's serializer schema, else the documented reply. */
@@ -100,7 +118,7 @@ function operation(r: RestRoute): Schema {
     description: `Needs a key of role \`${policy.role}\` or above, whose scopes ${SCOPE_TEXT[policy.collection]}.${policy.audited ? ' Written to the audit log.' : ''}`,
     tags: [tagOf(r.template)],
     parameters: [...pathParameters(r.template), ...queryParameters(r.query)],
-    ...(r.body ? { requestBody: { required: required.length > 0, content: { 'application/json': { schema: clone(r.body) } } } } : {}),
+    ...(r.body ? { requestBody: { required: required.length > 0, content: { 'application/json': { schema: described(r.body) } } } } : {}),
     responses: {
       [String(status)]: { description: 'success', content: { 'application/json': { schema: clone(replySchema(r)) } } },
       default: ERROR_RESPONSE,
