@@ -127,7 +127,7 @@ export const FIELD_NOTES: Readonly<Record<string, string>> = {
   ef_search: "HNSW beam width for this query (default: the collection's); at most SVC_MAX_EF_SEARCH",
   with_payload: 'default true',
   with_vector: 'default false',
-  consistency: 'eventual (default) may answer from an index that misses the latest writes; strong waits until it holds every acknowledged write',
+  consistency: 'eventual (default) answers at once, from the prior graph plus an exact scan of newer points; strong waits until the graph holds every write acknowledged before the query',
   sparse_indices: 'sparse query dimensions, parallel to sparse_values; at most SVC_MAX_SPARSE_TERMS',
   sparse_values: 'sparse query weights, parallel to sparse_indices',
   query_text: "words scored with BM25 against the points' __svc_text__",
