@@ -3,7 +3,7 @@
  * are the MCP tools in camelCase, taking the REST bodies and resolving to the REST responses.
  */
 import { invalidArgument, SvcError } from './base/errors.js';
-import type { Limits } from './base/limits.js';
+import { LIMIT_VARIABLES, type Limits } from './base/limits.js';
 import type { Embedder, Reranker } from './base/model.js';
 import { Database } from './collection/database.js';
 import { parseMasterKeyHex } from './crypto/keys.js';
@@ -22,6 +22,12 @@ export interface OpenOptions {
   /** Plaintext (checksummed) data directory: development only. */
   insecure?: boolean;
   limits?: Partial<Limits>;
+  /**
+   * Where the caller sets the limits, so that a `limit_exceeded` error names the knob to turn:
+   * `options` (the default) names this call's option (`limits.maxBatchSize`); `environment` names the
+   * SVC_MAX_* variable, for the `svc` commands, whose limits come from their configuration.
+   */
+  limitsFrom?: 'options' | 'environment';
   snapshotDir?: string;
   /** Worker threads for dense searches (default 0: on the calling thread; SVC_SEARCH_WORKERS for `svc serve`). */
   searchWorkers?: number;
@@ -96,7 +102,54 @@ export async function openDatabase(options: OpenOptions): Promise<Database> {
     await db.close();
     throw e;
   }
-  return db satisfies EngineApi;
+  db satisfies EngineApi;
+  return options.limitsFrom === 'environment' ? db : namingLimitOptions(db);
+}
+
+/** SVC_MAX_BATCH_SIZE -> maxBatchSize. */
+const LIMIT_OF_VARIABLE: ReadonlyMap<string, string> = new Map(Object.entries(LIMIT_VARIABLES).map(([field, v]) => [v, field]));
+
+/**
+ * A limit error in the embedded caller's terms: the engine names the SVC_MAX_* variable (what an operator
+ * of `svc serve` sets), but in-process the limit is the `limits` option of openDatabase.
+ */
+export function inOptionTerms(e: unknown): unknown {
+  if (!(e instanceof SvcError) || e.code !== 'limit_exceeded') return e;
+  const field = LIMIT_OF_VARIABLE.get(String(e.detail.variable));
+  if (field === undefined || e.detail.what === undefined) return e;
+  const { max, got, what } = e.detail;
+  return new SvcError('limit_exceeded',
+    `${String(what)} is ${String(got)}, above limits.${field}=${String(max)}. Fix: send less, or open the database with a larger limits.${field} (openDatabase's limits option)`,
+    { ...e.detail, option: `limits.${field}` });
+}
+
+/**
+ * The database with every method's limit errors rewritten by inOptionTerms. A proxy, so the object is
+ * still the Database (instanceof, every method); each method is wrapped once.
+ */
+function namingLimitOptions(db: Database): Database {
+  const wrapped = new Map<PropertyKey, unknown>();
+  return new Proxy(db, {
+    get(target, prop) {
+      const v = Reflect.get(target, prop, target) as unknown;
+      if (typeof v !== 'function' || prop === 'constructor') return v;
+      let w = wrapped.get(prop);
+      if (w === undefined) {
+        const f = v as (...args: unknown[]) => unknown;
+        w = (...args: unknown[]): unknown => {
+          let r: unknown;
+          try {
+            r = f.apply(target, args);
+          } catch (e) {
+            throw inOptionTerms(e);
+          }
+          return r instanceof Promise ? r.catch((e: unknown) => { throw inOptionTerms(e); }) : r;
+        };
+        wrapped.set(prop, w);
+      }
+      return w;
+    },
+  });
 }
 
 /** Provider tables to adapters; a bad table is `invalid_argument` naming it (`[embedding.docs]: ...`). */

@@ -36,9 +36,12 @@ export class SvcError extends Error {
 export const invalidArgument = (message: string): SvcError => new SvcError('invalid_argument', message);
 export const notFound = (message: string): SvcError => new SvcError('not_found', message);
 
-/** A limit of the spec was exceeded; the message names the SVC_MAX_* variable so the operator knows the knob. */
+/**
+ * A limit of the spec was exceeded; the message names the SVC_MAX_* variable so the operator knows the knob.
+ * The detail keeps the parts, so the embedded API can name its `limits` option instead (core/index.ts).
+ */
 export const limitExceeded = (variable: string, max: number, got: number, what: string): SvcError =>
-  new SvcError('limit_exceeded', `${what} is ${got}, above ${variable}=${max}`, { variable, max });
+  new SvcError('limit_exceeded', `${what} is ${got}, above ${variable}=${max}`, { variable, max, got, what });
 
 export function isSvcError(e: unknown): e is SvcError {
   return e instanceof SvcError;

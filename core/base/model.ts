@@ -5,6 +5,8 @@
 
 export type Metric = 'cosine' | 'dot' | 'l2';
 export const METRICS: readonly Metric[] = ['cosine', 'dot', 'l2'];
+/** A collection created without `metric`, on every transport (the spec's default for a new collection, as `svc admin import --metric`). */
+export const DEFAULT_METRIC: Metric = 'cosine';
 
 /** Every index family of the spec. Those not built yet are refused with invalid_argument at create. */
 export type IndexKind = 'hnsw' | 'flat' | 'ivf' | 'vamana' | 'disk_vamana' | 'colbert';
@@ -28,7 +30,8 @@ export interface HnswParams {
 export interface CollectionParams {
   name: string;
   dim: number;
-  metric: Metric;
+  /** Default `cosine` (DEFAULT_METRIC). */
+  metric?: Metric;
   index?: IndexKind;
   index_params?: Partial<HnswParams>;
   quantization?: Quantization;

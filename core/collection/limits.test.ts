@@ -10,7 +10,8 @@ import type { Database } from './database.js';
 /**
  * The embedded API enforces the same per-request limits as the server (the table of e2e/limits.test.ts,
  * less the request body, which has no bytes in process): at each limit accepted, one over refused with
- * `limit_exceeded` naming the SVC_MAX_* variable, and the stored data unchanged after the refusal.
+ * `limit_exceeded` naming the knob in the caller's terms (the `limits` option of openDatabase, not the
+ * SVC_MAX_* variable an operator of `svc serve` sets), and the stored data unchanged after the refusal.
  */
 const LIMITS: Partial<Limits> = {
   maxK: 5, maxEfSearch: 20, maxFetchLimit: 5, maxVectorDim: 8, maxPayloadBytes: 64,
@@ -94,8 +95,22 @@ describe('per-request limits of the embedded API (openDatabase({limits}))', () =
       const err = await row.run(db, false).then(() => null, (e: unknown) => e);
       expect(err, `accepted a request over ${LIMIT_VARIABLES[row.limit]}`).toBeInstanceOf(SvcError);
       expect((err as SvcError).code).toBe('limit_exceeded');
-      expect((err as SvcError).message).toContain(LIMIT_VARIABLES[row.limit]);
+      expect((err as SvcError).message).toContain(`limits.${row.limit}=`);
+      expect((err as SvcError).message).toContain('openDatabase');
+      expect((err as SvcError).message).not.toContain('SVC_');
       expect(await state()).toEqual(before);
     });
   }
+
+  it('the svc commands (limitsFrom: environment) name the SVC_MAX_* variable their operator sets', async () => {
+    const dir = join(root, 'env');
+    const envDb = await openDatabase({ dataDir: dir, insecure: true, limits: LIMITS, limitsFrom: 'environment' });
+    try {
+      await envDb.createCollection({ name: 'c', dim: DIM, metric: 'cosine' });
+      const err = await envDb.upsert('c', { points: points('x', 4) }).then(() => null, (e: unknown) => e);
+      expect((err as SvcError).message).toBe('batch size is 4, above SVC_MAX_BATCH_SIZE=3');
+    } finally {
+      await envDb.close();
+    }
+  });
 });

@@ -1,6 +1,6 @@
 import { invalidArgument } from '../base/errors.js';
 import { checkLimit, type Limits } from '../base/limits.js';
-import { INDEX_KINDS, METRICS, type CollectionInfo, type HnswParams, type IndexKind, type Metric } from '../base/model.js';
+import { DEFAULT_METRIC, INDEX_KINDS, METRICS, type CollectionInfo, type HnswParams, type IndexKind, type Metric } from '../base/model.js';
 import { checkName } from '../base/names.js';
 import { checkFilterableFields } from '../query/filter.js';
 
@@ -40,7 +40,7 @@ export function parseCollectionParams(body: unknown, limits: Limits): Collection
     throw invalidArgument('dim must be a positive integer');
   }
   checkLimit(limits, 'maxVectorDim', p.dim, 'dim');
-  const metric = p.metric ?? 'cosine';
+  const metric = p.metric ?? DEFAULT_METRIC;
   if (typeof metric !== 'string' || !METRICS.includes(metric as Metric)) {
     throw invalidArgument(`metric must be one of ${METRICS.join(', ')}`);
   }

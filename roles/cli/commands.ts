@@ -9,6 +9,8 @@ export interface Command {
   summary: string;
   usage: string;
   options: NonNullable<ParseArgsConfig['options']>;
+  /** Printed after the options by `svc <command> --help` (serve: the environment variables and defaults). */
+  epilog?: () => string;
   /** Whether the command takes positional arguments (e.g. the FILE of verify-audit). */
   positionals?: boolean;
   run(args: { values: Record<string, string | boolean | (string | boolean)[] | undefined>; positionals: string[] }): Promise<number>;

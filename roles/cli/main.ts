@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
+import { variablesSummary } from '../reference/markdown.js';
 import { COMMANDS } from './commands.js';
 import './serve.js';
 import './demo.js';
@@ -21,13 +22,13 @@ function help(): string {
   const lines = Object.entries(COMMANDS).sort(([a], [b]) => a.localeCompare(b))
     .map(([name, c]) => `  svc ${name.padEnd(width)}  ${c.summary}`);
   return ['svc: a vector database (REST, HTTP/2, gRPC, MCP) over one encrypted data directory', '', 'Usage:', ...lines,
-    '  svc --version', '  svc --help', '', 'svc <command> --help shows the options of a command.', ''].join('\n');
+    '  svc --version', '  svc --help', '', 'svc <command> --help shows the options of a command.', '', variablesSummary()].join('\n');
 }
 
 function commandHelp(name: string): string {
   const c = COMMANDS[name];
   const opts = Object.entries(c.options).map(([o, d]) => `  --${o}${d.type === 'string' ? ' VALUE' : ''}`);
-  return [`${c.summary}`, '', `Usage: ${c.usage}`, ...(opts.length ? ['', 'Options:', ...opts] : []), '  --help', ''].join('\n');
+  return [`${c.summary}`, '', `Usage: ${c.usage}`, ...(opts.length ? ['', 'Options:', ...opts] : []), '  --help', '', ...(c.epilog ? [c.epilog()] : [])].join('\n');
 }
 
 /** Finds the longest command name the arguments start with (`admin verify-audit` before `admin`). */

@@ -19,6 +19,7 @@ import { startCoordinator } from '../coordinator/serve.js';
 import { createTracer, type ClosableTracer } from '../otel.js';
 import { createPromMetrics } from '../rest/metrics.js';
 import { buildRestApp, type RestState } from '../rest/server.js';
+import { variablesHelp } from '../reference/markdown.js';
 import { registerCommand } from './commands.js';
 
 export interface RunningServer {
@@ -86,6 +87,7 @@ async function openAndServe(
     dataDir,
     ...(config.encryptionKey !== null ? { encryptionKey: config.encryptionKey } : { insecure: true }),
     limits: config.limits,
+    limitsFrom: 'environment',
     ...(config.snapshotDir !== null ? { snapshotDir: config.snapshotDir } : {}),
     providers,
     // A re-bootstrap's side directory is written, not searched, until it is swapped in (and reopened).
@@ -221,6 +223,7 @@ registerCommand('serve', {
   summary: 'run the server (REST on SVC_REST_ADDR, gRPC on SVC_GRPC_ADDR) from the environment and svc.toml',
   usage: 'svc serve [--config FILE]',
   options: { config: { type: 'string', short: 'c' } },
+  epilog: () => variablesHelp(),
   async run({ values }) {
     const env = typeof values.config === 'string' ? { ...process.env, SVC_CONFIG: values.config } : process.env;
     const config = configOrRefusal(env);

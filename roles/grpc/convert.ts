@@ -41,7 +41,8 @@ export function createCollectionParams(r: pb.CreateCollectionRequest): Collectio
   return asBody<CollectionParams>(schemas.createCollectionBody, {
     name: r.name,
     dim: r.dim,
-    metric: r.metric,
+    // proto3 cannot tell an unset string from an empty one: empty is unset, the default metric (cosine), as in REST.
+    metric: r.metric === '' ? undefined : r.metric,
     index: r.index,
     index_params: r.index_params === undefined ? undefined : defined({ ...r.index_params }),
     quantization: r.quantization,

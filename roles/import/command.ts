@@ -197,7 +197,7 @@ export async function importCommand(v: Values, env: NodeJS.ProcessEnv, io: { std
   }
   let db;
   try {
-    db = await openDatabase({ dataDir: plan.dataDir, limits, ...(plan.insecure ? { insecure: true } : { encryptionKey: plan.encryptionKey }) });
+    db = await openDatabase({ dataDir: plan.dataDir, limits, limitsFrom: 'environment', ...(plan.insecure ? { insecure: true } : { encryptionKey: plan.encryptionKey }) });
   } catch (e) {
     await source.close();
     io.stderr.write(`svc admin import: cannot open data directory ${plan.dataDir}: ${(e as Error).message}\n`);

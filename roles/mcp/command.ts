@@ -95,6 +95,7 @@ registerCommand('mcp', {
         dataDir: config.dataDir,
         ...(config.encryptionKey !== null ? { encryptionKey: config.encryptionKey } : { insecure: true }),
         limits: config.limits,
+        limitsFrom: 'environment',
         ...(config.snapshotDir !== null ? { snapshotDir: config.snapshotDir } : {}),
         providers: providersFromConfig(config, env),
         // A server role: reads never wait for a rebuild unless a tool call asks for strong, as over REST and gRPC.

@@ -32,7 +32,7 @@ export const TOOL_SCHEMAS = {
     name: z.string().describe('Name of the new collection: ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$ without "..".').optional(),
     collection: z.string().describe('Same as `name` (give one of the two).').optional(),
     dim: z.number().int().describe('Vector dimension, fixed for the life of the collection (at most SVC_MAX_VECTOR_DIM).'),
-    metric: z.enum(METRICS as [string, ...string[]]).describe('"cosine" (usual for text embeddings), "dot" (inner product) or "l2" (Euclidean; lower is better).'),
+    metric: z.enum(METRICS as [string, ...string[]]).describe('"cosine" (the default; usual for text embeddings), "dot" (inner product) or "l2" (Euclidean; lower is better).').optional(),
     index: z.enum(INDEX_KINDS as [string, ...string[]]).describe('Index family (default "hnsw"; "flat" is exact search).').optional(),
     index_params: z.strictObject({
       m: z.number().int().describe('HNSW links per node (default 16).').optional(),

@@ -24,7 +24,7 @@ const silent = { info: () => undefined, warn: () => undefined, error: () => unde
 
 async function session(principal: Principal, engineOverride?: Partial<EngineApi>, limits?: Partial<Limits>) {
   const root = mkdtempSync(join(tmpdir(), 'svc-mcp-'));
-  const db = await openDatabase({ dataDir: join(root, 'data'), insecure: true, limits });
+  const db = await openDatabase({ dataDir: join(root, 'data'), insecure: true, limits, limitsFrom: 'environment' });
   const engine = Object.assign(Object.create(db) as EngineApi, engineOverride ?? {});
   const audit: AuditRecord[] = [];
   const service = createService(engine, {

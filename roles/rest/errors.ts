@@ -2,6 +2,7 @@ import { SvcError, type ErrorCode } from '../../core/base/errors.js';
 import { LIMIT_VARIABLES, type Limits } from '../../core/base/limits.js';
 import { HTTP_STATUS } from '../../core/service/http-status.js';
 import type { ServiceLogger } from '../../core/service/log.js';
+import { validationMessage } from './validate.js';
 
 /** The reply for any failure: the contract's status, headers and `{"error":{"code","message"}}` body. */
 export interface ErrorReply {
@@ -27,7 +28,11 @@ export function toErrorReply(err: unknown, limits: Limits, requestId: string): {
     return { reply: errorReply(err.code, message, err.detail), internal: err.code === 'internal' };
   }
   const e = err as { code?: string; statusCode?: number; validation?: unknown; validationContext?: string; message?: string } | null;
-  if (e?.validation !== undefined) return { reply: errorReply('invalid_argument', e.message ?? 'invalid request'), internal: false };
+  if (e?.validation !== undefined) {
+    const first = Array.isArray(e.validation) ? e.validation[0] as Parameters<typeof validationMessage>[1] | undefined : undefined;
+    const message = first ? validationMessage(e.validationContext ?? 'body', first) : e.message ?? 'invalid request';
+    return { reply: errorReply('invalid_argument', message), internal: false };
+  }
   if (e?.code === 'FST_ERR_CTP_BODY_TOO_LARGE') {
     return {
       reply: errorReply('limit_exceeded', `request body is larger than ${LIMIT_VARIABLES.maxRequestBodyBytes}=${limits.maxRequestBodyBytes} bytes`),

@@ -23,7 +23,7 @@ afterEach(async () => {
 async function setup() {
   const root = mkdtempSync(join(tmpdir(), 'svc-rest-ops-'));
   const limits = resolveLimits({ maxBatchSize: 3, maxPayloadBytes: 200 });
-  const db = await openDatabase({ dataDir: join(root, 'data'), insecure: true, limits });
+  const db = await openDatabase({ dataDir: join(root, 'data'), insecure: true, limits, limitsFrom: 'environment' });
   const audit: AuditRecord[] = [];
   const metrics = createPromMetrics();
   const service = createService(db, {

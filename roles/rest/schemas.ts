@@ -19,6 +19,7 @@ const filter: Schema = { type: 'object' };
 const vector: Schema = { type: 'array', items: num };
 const consistency: Schema = { type: 'string', enum: ['eventual', 'strong'] };
 
+/** `metric` defaults to `cosine` (DEFAULT_METRIC), as in the embedded API, MCP and gRPC. */
 export const createCollectionBody = obj({
   name: str, dim: int, metric: { type: 'string', enum: [...METRICS] },
   index: { type: 'string', enum: [...INDEX_KINDS] },
@@ -29,7 +30,7 @@ export const createCollectionBody = obj({
   multivector: bool,
   vector_encryption: { anyOf: [{ type: 'string', enum: ['dcpe', 'client_side'] }, { type: 'null' }] },
   exist_ok: bool,
-}, ['name', 'dim', 'metric']);
+}, ['name', 'dim']);
 
 export const upsertBody = obj({ points: { type: 'array', items: obj({ id: str, vector, payload }, ['id', 'vector']) } }, ['points']);
 

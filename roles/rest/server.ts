@@ -12,6 +12,7 @@ import { DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from '../connection-
 import { guardRestServer, restServerOptions } from './connections.js';
 import { errorReply, logInternalError, toErrorReply, type ErrorReply } from './errors.js';
 import { hotPath } from './hot-path.js';
+import { OPENAPI_PATH, openApiDocument } from './openapi.js';
 import type { PromMetrics } from './metrics.js';
 import { fastifyPath, REST_ROUTES, type RestRoute, type RouteRequest } from './routes.js';
 
@@ -118,6 +119,14 @@ export function buildRestApp(state: RestState, opts: RestOptions): FastifyInstan
   app.get('/metrics', { onResponse: counted(opts.metrics, 'GET', '/metrics') }, async (_req, reply) => {
     reply.header('content-type', opts.metrics.registry.contentType);
     return opts.metrics.registry.metrics();
+  });
+
+  // Open, as CONTRACT.md section 1 says: generated from the route table, it holds nothing of this
+  // deployment (openapi.ts), so it tells an unauthenticated caller no more than the repository does.
+  const openapi = JSON.stringify(openApiDocument(REST_ROUTES));
+  app.get(OPENAPI_PATH, { onResponse: counted(opts.metrics, 'GET', OPENAPI_PATH) }, async (_req, reply) => {
+    reply.header('content-type', 'application/json; charset=utf-8');
+    return openapi;
   });
 
   for (const route of REST_ROUTES) registerRoute(app, state, route, opts.metrics);

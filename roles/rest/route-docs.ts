@@ -1,0 +1,145 @@
+import { DEFAULT_METRIC, INDEX_KINDS, METRICS } from '../../core/base/model.js';
+
+/**
+ * What the route table does not say of a REST route (CONTRACT.md section 1): a one-line summary and the
+ * JSON schema of its 2xx answer, for the OpenAPI document and docs/reference/rest.md. Keyed by
+ * `METHOD template`, the contract's own name for a route, so a route added to REST_ROUTES finds its
+ * entry by its wire address (and without one still appears, with its body, as an object answer). A route
+ * whose reply has a fixed shape worth a compiled serializer carries it in the route table (`response`,
+ * the search routes); that one wins. Documentation only: nothing here checks what a handler returns.
+ * An entry for a route of the contract that REST_ROUTES does not have yet (points:count, points:payload,
+ * points:delete) waits unused until the route lands; roles/rest/openapi.test.ts checks every answer
+ * documented here against a real answer of the route.
+ */
+type Schema = Record<string, unknown>;
+
+const str: Schema = { type: 'string' };
+const int: Schema = { type: 'integer' };
+const bool: Schema = { type: 'boolean' };
+const payload: Schema = { type: 'object', description: 'any JSON object' };
+const vector: Schema = { type: 'array', items: { type: 'number' } };
+const obj = (properties: Record<string, Schema>, required: string[] = Object.keys(properties)): Schema => ({
+  type: 'object', properties, required,
+});
+
+export const collectionInfo: Schema = obj({
+  name: str,
+  dim: int,
+  metric: { type: 'string', enum: [...METRICS] },
+  index: { type: 'string', enum: [...INDEX_KINDS] },
+  index_params: obj({ m: int, ef_construction: int, ef_search: int }),
+  quantization: { type: 'string', enum: ['none', 'scalar', 'product', 'binary'] },
+  pq_subspaces: { type: ['integer', 'null'] },
+  filterable: { type: 'array', items: obj({ path: str, field_type: { type: 'string', enum: ['keyword', 'numeric'] } }) },
+  multivector: bool,
+  vector_encryption: { type: ['string', 'null'], enum: ['dcpe', 'client_side', null] },
+  count: int,
+  index_state: { type: 'string', enum: ['current', 'stale'] },
+});
+
+const point: Schema = obj({
+  id: str,
+  vector: { ...vector, description: 'with with_vector' },
+  vectors: { type: 'array', items: vector, description: "a multi-vector document's token vectors, with with_vector" },
+  payload,
+}, ['id', 'payload']);
+
+const upserted = obj({ upserted: int });
+
+const stats: Schema = obj({
+  collections: int,
+  total_points: int,
+  per_collection: {
+    type: 'array',
+    items: obj({ name: str, count: int, index: str, index_state: str, vector_bytes: int, graph_bytes: int }),
+  },
+  snapshot_status: obj({ manifest_version: int, disk_bytes: int }),
+  replication: {
+    type: 'object',
+    description: "this node's part in replication: a leader's commit_seq, or a follower's state and applied seq",
+  },
+}, ['collections', 'total_points', 'per_collection', 'snapshot_status']);
+
+const C = '/v1/collections/{name}';
+
+export interface RouteDoc {
+  summary: string;
+  /** The 2xx answer; the search routes' is the route table's `response`. */
+  reply?: Schema;
+}
+
+export const ROUTE_DOCS: Readonly<Record<string, RouteDoc>> = {
+  'POST /v1/collections': {
+    summary: `Create a collection (metric defaults to ${DEFAULT_METRIC}, index to hnsw); 201 with its info`,
+    reply: collectionInfo,
+  },
+  'GET /v1/collections': { summary: 'List the collections the key may see', reply: obj({ collections: { type: 'array', items: collectionInfo } }) },
+  [`GET ${C}`]: { summary: 'One collection\'s info', reply: collectionInfo },
+  [`DELETE ${C}`]: { summary: 'Drop a collection and destroy its key (its data is unrecoverable)', reply: obj({ existed: bool }) },
+  [`PUT ${C}/points`]: { summary: 'Insert or replace points (at most SVC_MAX_BATCH_SIZE)', reply: upserted },
+  [`POST ${C}/points:bulk`]: {
+    summary: 'Bulk insert or replace (at most SVC_MAX_BULK_BATCH_SIZE); a vector may be vector_b64, base64 of little-endian float32',
+    reply: upserted,
+  },
+  [`GET ${C}/points/{id}`]: { summary: 'One point by id (query with_vector=true for its vector)', reply: point },
+  [`DELETE ${C}/points/{id}`]: { summary: 'Delete one point', reply: obj({ deleted: bool }) },
+  [`POST ${C}/points:fetch`]: { summary: 'Page through points by filter, unranked (limit default 100)', reply: obj({ points: { type: 'array', items: point }, next_cursor: { type: ['string', 'null'] } }) },
+  [`POST ${C}/query`]: { summary: 'Nearest neighbours of a vector (k default 10), with an optional filter' },
+  [`POST ${C}/query/hybrid`]: { summary: 'Dense and sparse (or query_text, BM25) rankings fused by RRF (rrf_k0 default 60)' },
+  [`POST ${C}/points:text`]: { summary: 'Insert texts, embedded by the collection\'s provider and indexed for BM25', reply: upserted },
+  [`POST ${C}/query/text`]: { summary: 'Search by text: embedded query fused with BM25, optionally reranked' },
+  [`PUT ${C}/documents`]: { summary: 'Insert or replace multi-vector documents', reply: upserted },
+  [`POST ${C}/query/multi`]: { summary: 'Multi-vector (MaxSim) search' },
+  [`DELETE ${C}/documents/{id}`]: { summary: 'Delete one multi-vector document', reply: obj({ deleted: bool }) },
+  [`POST ${C}/points:count`]: { summary: 'Count points, optionally by filter', reply: obj({ count: int }) },
+  [`POST ${C}/points:payload`]: { summary: 'Update payloads without resending vectors (mode merge or replace), all or nothing', reply: obj({ updated: int }) },
+  [`POST ${C}/points:delete`]: { summary: 'Delete points by ids or by filter', reply: obj({ deleted: int }) },
+  'GET /v1/stats': { summary: 'Database overview, limited to the key\'s collections', reply: stats },
+  'POST /v1/snapshots': { summary: 'Consistent online backup of the whole database under the snapshot root', reply: obj({ name: str, path: str, manifest_version: int, disk_bytes: int }) },
+};
+
+/**
+ * What a body field means and its default, for the OpenAPI document's `description`s and rest.md. By
+ * dotted path within a body (`index_params.ef_search`), else by field name: the bodies share their names.
+ */
+export const FIELD_NOTES: Readonly<Record<string, string>> = {
+  name: 'matches ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$, never ".."',
+  dim: 'vector dimension, fixed for the life of the collection; at most SVC_MAX_VECTOR_DIM',
+  metric: `default ${DEFAULT_METRIC}; l2 (Euclidean distance) is the one score where lower is better`,
+  index: 'default hnsw; flat is exact search; the other kinds are refused by this build',
+  index_params: 'HNSW parameters, each optional',
+  'index_params.m': 'links per node, default 16',
+  'index_params.ef_construction': 'build beam width, default 200',
+  'index_params.ef_search': "the collection's default query beam width, default 64",
+  quantization: 'default none; this build has none and scalar (one byte per dimension, hnsw only)',
+  pq_subspaces: 'product quantization subspaces (product quantization is not in this build)',
+  filterable: 'the payload fields filters may use (a filter on another field is a 400)',
+  'filterable.path': 'payload field, e.g. "lang" or "meta.year"',
+  multivector: 'default false; true: each document is a set of token vectors ranked by MaxSim',
+  vector_encryption: 'absent or null; dcpe and client_side are refused by this build',
+  exist_ok: 'default false; true: an existing collection of the same shape answers 200 with its info',
+  points: 'the batch: at most SVC_MAX_BATCH_SIZE (points:bulk: SVC_MAX_BULK_BATCH_SIZE)',
+  id: '1 to 256 characters',
+  vector: "as many numbers as the collection's dim",
+  vector_b64: 'base64 of the vector as little-endian float32',
+  payload: 'any JSON object, at most SVC_MAX_PAYLOAD_BYTES serialized; __svc_text__ and __svc_sparse__ are reserved keys',
+  filter: 'and, or, not, eq, ne, in, gt, gte, lt, lte over filterable fields (docs/filters.md)',
+  limit: 'points per page, default 100, at most SVC_MAX_FETCH_LIMIT',
+  cursor: "the previous page's next_cursor; absent or null for the first page",
+  k: 'hits to return, default 10, at most SVC_MAX_K',
+  ef_search: "HNSW beam width for this query (default: the collection's); at most SVC_MAX_EF_SEARCH",
+  with_payload: 'default true',
+  with_vector: 'default false',
+  consistency: 'eventual (default) answers at once, from the prior graph plus an exact scan of newer points; strong waits until the graph holds every write acknowledged before the query',
+  sparse_indices: 'sparse query dimensions, parallel to sparse_values; at most SVC_MAX_SPARSE_TERMS',
+  sparse_values: 'sparse query weights, parallel to sparse_indices',
+  query_text: "words scored with BM25 against the points' __svc_text__",
+  rrf_k0: 'RRF constant, default 60 (0 to 1,000,000)',
+  text: 'the text, embedded by the collection\'s provider ([embedding.<collection>] in svc.toml)',
+  rerank: 'default false; true reorders a candidate pool with the collection\'s rerank provider',
+  rerank_pool: 'candidates to rerank, default max(4k, 50), at most SVC_MAX_K',
+  documents: 'the batch, at most SVC_MAX_BATCH_SIZE',
+  vectors: "token vectors, each as many numbers as the collection's dim",
+  ids: 'point ids',
+  mode: 'merge (default: the keys given replace those keys) or replace (the whole payload)',
+};
