@@ -97,11 +97,13 @@ async function until(what: string, check: () => Promise<boolean>, ms = 600_000):
 const d = data();
 const work = mkdtempSync(join(tmpdir(), 'svc-bench-repl-'));
 const leader = await startSvc();
+/** A replica's /readyz waits for its graph over everything it holds: minutes at 60k points of 784 floats. */
+const REPLICA_READY_MS = 30 * 60_000;
 const followerEnv = (dir: string) => ({ SVC_LEADER_URL: `http://${leader.grpcAddr}`, SVC_LEADER_API_KEY: BENCH_API_KEY, SVC_DATA_DIR: join(work, dir) });
 let follower: SvcServer | null = null;
 try {
   await leader.call('POST', '/v1/collections', { name: 'bench', dim: d.dim, metric: 'l2' });
-  follower = await startSvc(followerEnv('f1'));
+  follower = await startSvc(followerEnv('f1'), REPLICA_READY_MS);
   // 1. The leader's durable ingest with the follower streaming it.
   const track = tracker(leader, () => follower);
   const t0 = performance.now();
@@ -118,12 +120,12 @@ try {
   const missed = await ingest(leader, d, n, n * 100, performance.now() + disconnectSecs * 1000);
   const behind = await seqOf(leader);
   const tResume = performance.now();
-  follower = await startSvc(followerEnv('f1'));
+  follower = await startSvc(followerEnv('f1'), REPLICA_READY_MS);
   await until('the follower resumes and catches up', async () => (await seqOf(follower!)) >= behind);
   const resumeMs = performance.now() - tResume;
   // 3. A new follower: a full logical snapshot of everything.
   const tBoot = performance.now();
-  const fresh = await startSvc(followerEnv('f2'));
+  const fresh = await startSvc(followerEnv('f2'), REPLICA_READY_MS);
   await until('a new follower bootstraps and catches up', async () => (await seqOf(fresh)) >= behind);
   const bootstrapMs = performance.now() - tBoot;
   const points = (await fresh.call<{ count: number }>('GET', '/v1/collections/bench')).count;

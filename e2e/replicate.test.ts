@@ -2,9 +2,9 @@
  * Replicate end to end: an admin client reads the leader's stream over gRPC (a logical snapshot, then
  * the live commit tail) and, applying it to a model of a follower, ends with the leader's state.
  *
- * The record layout (version 1, see core/collection/replication.ts) is decoded here by hand, as a
+ * The record layout (version 2, see core/collection/replication.ts) is decoded here by hand, as a
  * follower in another language would: u8 version | u8 kind | u16 LE key-id length | key id | body, and
- * bodies in the WAL's op encoding.
+ * bodies in the WAL's op encoding (snapshot_begin's: the leader's history id; heartbeats: none).
  */
 import { join } from 'node:path';
 import { Metadata, status, type ServiceError } from '@grpc/grpc-js';
@@ -14,7 +14,7 @@ import { api, MASTER, serve, tempDir, type Server } from './harness.js';
 
 const ADMIN = 'repl-admin-key';
 const SCOPED_ADMIN = 'repl-scoped-admin';
-const KINDS: Record<number, string> = { 1: 'snapshot_begin', 2: 'snapshot', 3: 'snapshot_end', 4: 'commit' };
+const KINDS: Record<number, string> = { 1: 'snapshot_begin', 2: 'snapshot', 3: 'snapshot_end', 4: 'commit', 5: 'heartbeat' };
 
 type Op =
   | { t: 'upsert'; points: { id: string; vector: number[]; payload: unknown }[] }
@@ -22,7 +22,7 @@ type Op =
   | { t: 'create_collection'; uid: string; name: string; params: { dim: number } }
   | { t: 'drop_collection'; uid: string };
 
-interface Rec { seq: number; kind: string; keyId: string; op: Op | null }
+interface Rec { seq: number; kind: string; keyId: string; op: Op | null; history?: string }
 
 /** The WAL op encoding (tags 1 upsert, 2 delete, 64 create, 65 drop), little-endian. */
 function decodeOp(b: Buffer): Op {
@@ -58,9 +58,10 @@ function decodeOp(b: Buffer): Op {
 
 function decodeEvent(e: { seq: number | string; record: Buffer }): Rec {
   const r = e.record;
-  expect(r[0]).toBe(1);
+  expect(r[0]).toBe(2);
   const keyLen = r.readUInt16LE(2);
   const body = r.subarray(4 + keyLen);
+  if (KINDS[r[1]] === 'snapshot_begin') return { seq: Number(e.seq ?? 0), kind: 'snapshot_begin', keyId: 'db', op: null, history: body.toString('utf8') };
   return { seq: Number(e.seq ?? 0), kind: KINDS[r[1]], keyId: r.toString('utf8', 4, 4 + keyLen), op: body.length === 0 ? null : decodeOp(body) };
 }
 
@@ -93,16 +94,23 @@ class Follower {
 }
 
 /** An open stream: every decoded record as it arrives, and a way to wait for a condition. */
-function openStream(g: SvcGrpc, key: string, afterSeq?: number) {
+/** A Replicate stream; heartbeats (the leader's last seq, every 250 ms) are counted, not kept in `recs`. */
+function openStream(g: SvcGrpc, key: string, resume?: { afterSeq: number; history: string }) {
   const md = new Metadata();
   md.set('authorization', `Bearer ${key}`);
-  const stream = (g.client as any).Replicate(afterSeq === undefined ? {} : { after_seq: afterSeq }, md);
+  const stream = (g.client as any).Replicate(resume === undefined ? {} : { after_seq: resume.afterSeq, history: resume.history }, md);
   const recs: Rec[] = [];
+  const beats: number[] = [];
   let error: ServiceError | undefined;
-  stream.on('data', (e: { seq: number; record: Buffer }) => recs.push(decodeEvent(e)));
+  stream.on('data', (e: { seq: number; record: Buffer }) => {
+    const r = decodeEvent(e);
+    if (r.kind === 'heartbeat') beats.push(r.seq);
+    else recs.push(r);
+  });
   stream.on('error', (e: ServiceError) => { error = e; });
   return {
     recs,
+    beats,
     error: () => error,
     async until(what: string, ok: () => boolean): Promise<void> {
       for (let i = 0; i < 300 && !ok() && error === undefined; i++) await new Promise((r) => setTimeout(r, 50));
@@ -189,7 +197,9 @@ describe('Replicate: snapshot then live tail, over gRPC', () => {
     s.cancel();
 
     // Resuming after the last seq seen: no snapshot, only what came since.
-    const resumed = openStream(g, ADMIN, follower.seq);
+    expect(s.recs[0].history).toMatch(/^[0-9a-f]{32}$/);
+    expect(s.beats.length).toBeGreaterThan(0);
+    const resumed = openStream(g, ADMIN, { afterSeq: follower.seq, history: s.recs[0].history! });
     expect((await call('PUT', '/v1/collections/r_three/points', { points: [{ id: 'y', vector: v(4) }] })).status).toBe(200);
     await resumed.until('the new upsert', () => resumed.recs.length >= 2);
     // The collection is announced first (a create record, seq = its create's seq), then the commit.

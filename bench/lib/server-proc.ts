@@ -26,8 +26,11 @@ export interface SvcServer {
   stop(): Promise<void>;
 }
 
-/** `svc serve` on free ports; `env` adds variables (SVC_SEARCH_WORKERS, say). */
-export async function startSvc(env: Record<string, string> = {}): Promise<SvcServer> {
+/**
+ * `svc serve` on free ports; `env` adds variables (SVC_SEARCH_WORKERS, say). `readyMs`: how long /readyz
+ * may take (a replica is ready once its bootstrap is in and its graph built; default two minutes).
+ */
+export async function startSvc(env: Record<string, string> = {}, readyMs = 120_000): Promise<SvcServer> {
   // A data directory given in `env` is the caller's: used as it is and kept at stop (a restart reopens it).
   const own = env.SVC_DATA_DIR === undefined;
   const dir = own ? mkdtempSync(join(tmpdir(), 'svc-bench-server-')) : env.SVC_DATA_DIR;
@@ -56,8 +59,7 @@ export async function startSvc(env: Record<string, string> = {}): Promise<SvcSer
     return JSON.parse(text) as T;
   };
   let up = false;
-  // Up to two minutes: a replica is ready once its bootstrap is in and its graph built.
-  for (let i = 0; i < 1200 && !up; i++) {
+  for (let i = 0; i < readyMs / 100 && !up; i++) {
     if (child.exitCode !== null) break;
     try { up = (await request(`${rest}/readyz`, { dispatcher: agent })).statusCode === 200; } catch { /* not yet */ }
     if (!up) await new Promise((r) => setTimeout(r, 100));

@@ -8,21 +8,22 @@ import {
   type Hit, type HybridQuery, type MultiVectorQuery, type Payload, type PointOutput, type ReplicaResume, type ReplicateRequest, type ReplicationEvent,
   type Reranker, type SearchQuery, type SetPayloadBody, type SnapshotResult, type TextPointInput, type TextQuery,
 } from '../base/model.js';
+import { compareIdsUtf8 } from '../base/id-order.js';
 import { checkName, checkPointId } from '../base/names.js';
 import type { SearchResult } from '../index/flat.js';
 import { compileFilter, type CompiledFilter } from '../query/filter.js';
 import { corpusOf, fuseRankings, type Ranked, type Rankings, type TextStats } from '../query/ranking.js';
 import { DEFAULT_RRF_K0 } from '../query/rrf.js';
-import type { DocRecord, Op, PayloadMode, PayloadPatch } from '../storage/codec.js';
+import type { Op, PayloadMode, PayloadPatch } from '../storage/codec.js';
 import { DataDir } from '../storage/data-dir.js';
 import { NodeFileSystem, joinPath, type FileSystem } from '../storage/fs.js';
 import { queryTermIds, distinctCount } from '../text/tokenizer.js';
 import { validateSparse, type Bm25Corpus, type ScoredSlots } from '../text/sparse-index.js';
 import { Collection, type IndexBuilder } from './collection.js';
-import { infoOf, parseCollectionParams, sameShape, type CollectionSpec } from './params.js';
-import { parsePayload, parsePoints, parseVector } from './points.js';
+import { infoOf, parseCollectionParams, sameShape, splitExistOk, type CollectionSpec } from './params.js';
+import { parseDocuments, parsePayload, parsePoints, parseTextPoints, parseTokens, parseVector } from './points.js';
 import {
-  checkObject, decodeCursor, encodeCursor, parseBool, parseConsistency, parseEf, parseFetchLimit, parseK, parseRrfK0,
+  checkObject, decodeCursor, encodeCursor, parseBool, parseConsistency, parseEf, fusionDepth, parseFetchLimit, parseK, parseRerankPool, parseRrfK0,
 } from './queries.js';
 import { buildIndexInWorker, prewarmIndexBuilds } from './rebuild.js';
 import { SearchDispatch } from './search-dispatch.js';
@@ -98,7 +99,6 @@ const COUNT_KEYS = ['filter'] as const;
 const SET_PAYLOAD_KEYS = ['points', 'mode'] as const;
 const DELETE_POINTS_KEYS = ['ids', 'filter'] as const;
 /** Token vectors per multi-vector document or query (not a spec limit: a bound so no request is unbounded). */
-export const MULTIVECTOR_TOKENS_MAX = 4096;
 /** Ids per delete record when a follower's bootstrap clears a collection. */
 const REPLICA_CLEAR_IDS = 10_000;
 
@@ -690,9 +690,11 @@ export class Database {
     // The common path stays synchronous: no promise hop for an eventual read answered in this thread.
     const wait = this.prepareRead(col, consistency);
     if (wait !== undefined) await wait;
-    const found = this.searchDense(col, vector, k, ef, filter);
-    const r = found instanceof Promise ? await found : found;
-    return { hits: this.denseHits(col, r, withPayload, withVector) };
+    // One more than k: the cut must not fall inside a run of equal distances (ties go by id).
+    const found = this.searchDense(col, vector, k + 1, ef, filter);
+    let r = found instanceof Promise ? await found : found;
+    if (tieAtCut(r.dists, k, k + 1)) r = await widenTies(r, k, k + 1, col.liveCount, (n) => this.searchDense(col, vector, n, Math.max(ef, n), filter));
+    return { hits: this.denseHits(col, r, k, withPayload, withVector) };
   }
 
   /**
@@ -727,10 +729,10 @@ export class Database {
     return undefined;
   }
 
-  private denseHits(col: Collection, r: SearchResult, withPayload: boolean, withVector: boolean): Hit[] {
+  private denseHits(col: Collection, r: SearchResult, k: number, withPayload: boolean, withVector: boolean): Hit[] {
     const slots = tiesById(col, r);
     const hits: Hit[] = [];
-    for (let i = 0; i < slots.length; i++) {
+    for (let i = 0; i < Math.min(k, slots.length); i++) {
       hits.push(this.hit(col, slots[i], i, col.score(r.dists[i]), withPayload, withVector));
     }
     return hits;
@@ -748,7 +750,7 @@ export class Database {
     const q = checkObject(query, 'hybrid body', HYBRID_KEYS);
     const k = parseK(q.k, this.limits);
     const k0 = parseRrfK0(q.rrf_k0);
-    const r = await this.rankingsOf(col, q, this.fusionDepth(k), undefined);
+    const r = await this.rankingsOf(col, q, fusionDepth(k, this.limits), undefined);
     return { hits: fuseRankings([r.dense, r.sparse, r.text].filter((l) => l !== undefined), k, k0) };
   }
 
@@ -790,9 +792,12 @@ export class Database {
     }
     await this.prepareRead(col, parseConsistency(q.consistency));
     const out: Rankings = {};
-    const ranked = (r: SearchResult | ScoredSlots, score: (x: number) => number): Ranked[] => {
-      const dists = 'dists' in r ? r.dists : r.scores;
-      const slots = tiesById(col, { slots: r.slots, dists });
+    // Each ranking `depth` deep with the tie rule at its cut too (see search).
+    const ranked = async (run: (n: number) => SearchResult | Promise<SearchResult>, score: (x: number) => number): Promise<Ranked[]> => {
+      let r = await run(depth + 1);
+      if (tieAtCut(r.dists, depth, depth + 1)) r = await widenTies(r, depth, depth + 1, col.liveCount, run);
+      const dists = r.dists.subarray(0, Math.min(depth, r.dists.length));
+      const slots = tiesById(col, r).subarray(0, dists.length);
       return Array.from(slots, (slot, i) => {
         const e: Ranked = { id: col.idOf(slot), score: score(dists[i]) };
         if (withPayload) e.payload = col.payloadOf(slot);
@@ -802,17 +807,14 @@ export class Database {
     };
     // The dense ranking first: it may run in a search worker; the others are computed after it, in
     // the same synchronous stretch, so every ranking sees the same live points.
-    if (dense !== null) out.dense = ranked(await this.searchDense(col, dense, depth, Math.max(ef, depth), filter), (d) => col.score(d));
-    if (sparse !== null) out.sparse = ranked(col.searchSparseDot(sparse.terms, sparse.weights, depth, filter), (x) => x);
+    if (dense !== null) out.dense = await ranked((n) => this.searchDense(col, dense, n, Math.max(ef, n), filter), (d) => col.score(d));
+    // Scores best first: as negated "distances", so the tie rule reads them the same way.
+    const scored = (r: ScoredSlots): SearchResult => ({ slots: r.slots, dists: r.scores });
+    if (sparse !== null) out.sparse = await ranked((n) => scored(col.searchSparseDot(sparse.terms, sparse.weights, n, filter)), (x) => x);
     // BM25 where some document has text: a text query over a collection without any is its dense ranking.
-    if (terms !== null && (corpus?.n ?? col.sparse.stats().n) > 0) out.text = ranked(col.searchBm25(terms, depth, filter, corpus), (x) => x);
+    if (terms !== null && (corpus?.n ?? col.sparse.stats().n) > 0) out.text = await ranked((n) => scored(col.searchBm25(terms, n, filter, corpus)), (x) => x);
     else if (terms !== null) out.text = [];
     return out;
-  }
-
-  /** How deep each ranking goes before fusion: deeper than k so that RRF can lift a document both lists like. */
-  private fusionDepth(k: number): number {
-    return Math.min(this.limits.maxK, Math.max(k, 100));
   }
 
   private queryTerms(text: unknown): Uint32Array {
@@ -838,18 +840,8 @@ export class Database {
 
   async upsertText(name: string, body: { points: TextPointInput[] }): Promise<{ upserted: number }> {
     const col = this.pointCollection(name);
-    const b = checkObject(body, 'text upsert body', ['points']);
-    if (!Array.isArray(b.points)) throw invalidArgument('points must be a list');
-    checkLimit(this.limits, 'maxBatchSize', b.points.length, 'batch size');
     const embedder = this.embedderFor(col);
-    const items = b.points.map((p: unknown, i: number) => {
-      const o = checkObject(p, `points[${i}]`, ['id', 'text', 'payload']);
-      const id = checkPointId(o.id);
-      if (typeof o.text !== 'string' || o.text.length === 0) throw invalidArgument(`points[${i}].text must be a non-empty string`);
-      const payload = { ...(parsePayload(o.payload, this.limits, `points[${i}].payload`) ?? {}), __svc_text__: o.text };
-      parsePayload(payload, this.limits, `points[${i}].payload`);
-      return { id, text: o.text, payload };
-    });
+    const items = parseTextPoints(body, this.limits);
     if (items.length === 0) return { upserted: 0 };
     // Embed everything first: a provider failure stores nothing of the batch.
     const vectors = await embedder.embed(items.map((x) => x.text), 'document');
@@ -867,10 +859,7 @@ export class Database {
     // Checked before the provider is called: a bad filter or text costs no embedding.
     this.compile(col, q.filter);
     const rerank = parseBool(q.rerank, 'rerank', false);
-    // The pool is never smaller than k, so a rerank can always fill the k hits the fusion could.
-    const pool = q.rerank_pool === undefined || q.rerank_pool === null
-      ? Math.min(this.limits.maxK, Math.max(4 * k, 50))
-      : Math.max(k, this.parseRerankPool(q.rerank_pool));
+    const pool = parseRerankPool(q.rerank_pool, k, this.limits);
     const withPayload = parseBool(q.with_payload, 'with_payload', true);
     const withVector = parseBool(q.with_vector, 'with_vector', false);
     this.queryTerms(q.text);
@@ -881,7 +870,7 @@ export class Database {
     }
     const [qv] = await embedder.embed([q.text], 'query');
     const want = reranker === undefined ? k : pool;
-    const depth = this.fusionDepth(want);
+    const depth = fusionDepth(want, this.limits);
     // The reranker reads each candidate's text, which is in its payload.
     const r = await this.rankingsOf(col, {
       // ef_search: the collection's, at least `depth` (rankingsOf raises it).
@@ -907,41 +896,14 @@ export class Database {
     };
   }
 
-  private parseRerankPool(v: unknown): number {
-    if (typeof v !== 'number' || !Number.isInteger(v) || v < 1) throw invalidArgument('rerank_pool must be a positive integer');
-    checkLimit(this.limits, 'maxK', v, 'rerank_pool');
-    return v;
-  }
-
   // ---------------------------------------------------------------- multi-vector
 
   async upsertDocuments(name: string, body: { documents: DocumentInput[] }): Promise<{ upserted: number }> {
     const col = this.multiCollection(name);
-    const b = checkObject(body, 'documents body', ['documents']);
-    if (!Array.isArray(b.documents)) throw invalidArgument('documents must be a list');
-    checkLimit(this.limits, 'maxBatchSize', b.documents.length, 'batch size');
-    const docs = new Map<string, DocRecord>();
-    b.documents.forEach((d: unknown, i: number) => {
-      const o = checkObject(d, `documents[${i}]`, ['id', 'vectors', 'payload']);
-      const id = checkPointId(o.id);
-      const tokens = this.parseTokens(o.vectors, col, `documents[${i}].vectors`);
-      const payload = parsePayload(o.payload, this.limits, `documents[${i}].payload`);
-      const vectors = new Float32Array(tokens.length * col.spec.dim);
-      tokens.forEach((t, j) => vectors.set(t, j * col.spec.dim));
-      docs.set(id, { id, count: tokens.length, vectors, payload });
-    });
-    if (docs.size === 0) return { upserted: 0 };
-    await this.write(col, { t: 'upsert_docs', docs: [...docs.values()] }, false);
-    return { upserted: docs.size };
-  }
-
-  /** Token vectors of a document or a query: 1 to MULTIVECTOR_TOKENS_MAX vectors of the collection's dim. */
-  private parseTokens(v: unknown, col: Collection, what: string): Float32Array[] {
-    if (!Array.isArray(v) || v.length === 0) throw invalidArgument(`${what} must be a non-empty list of vectors`);
-    if (v.length > MULTIVECTOR_TOKENS_MAX) {
-      throw invalidArgument(`${what} has ${v.length} vectors; at most ${MULTIVECTOR_TOKENS_MAX} are allowed`);
-    }
-    return v.map((t, j) => parseVector(t, col.spec.dim, col.spec.metric, this.limits, `${what}[${j}]`));
+    const docs = parseDocuments(body, col.spec, this.limits);
+    if (docs.length === 0) return { upserted: 0 };
+    await this.write(col, { t: 'upsert_docs', docs }, false);
+    return { upserted: docs.length };
   }
 
   async searchMultiVector(name: string, query: MultiVectorQuery): Promise<{ hits: Hit[] }> {
@@ -949,12 +911,14 @@ export class Database {
     const q = checkObject(query, 'multi-vector query', ['vectors', 'k', 'filter', 'ef_search', 'with_payload', 'with_vector', 'consistency']);
     const k = parseK(q.k, this.limits);
     const ef = parseEf(q.ef_search, this.limits, col.spec.index_params.ef_search);
-    const tokens = this.parseTokens(q.vectors, col, 'vectors');
+    const tokens = parseTokens(q.vectors, col.spec, this.limits, 'vectors');
     const filter = this.compile(col, q.filter);
     const withPayload = parseBool(q.with_payload, 'with_payload', true);
     const withVector = parseBool(q.with_vector, 'with_vector', false);
     await this.prepareRead(col, parseConsistency(q.consistency));
-    const r = col.searchMulti(tokens, k, ef, filter);
+    let r = col.searchMulti(tokens, k + 1, Math.max(ef, k + 1), filter);
+    for (let n = 2 * (k + 1); tieAtCut(r.scores, k, n / 2) && n / 2 <= col.liveCount; n *= 2) r = col.searchMulti(tokens, n, Math.max(ef, n), filter);
+    r = multiTiesById(r, k);
     return {
       hits: r.ids.map((id, rank) => {
         const h: Hit = { id, rank, score: r.scores[rank] };
@@ -1075,7 +1039,7 @@ function tiesById(col: Collection, r: SearchResult): Int32Array {
     while (j < r.dists.length && r.dists[j] === r.dists[i]) j++;
     if (j - i > 1) {
       out ??= Int32Array.from(r.slots);
-      const run = Array.from(out.subarray(i, j)).sort((a, b) => Buffer.compare(Buffer.from(col.idOf(a)), Buffer.from(col.idOf(b))));
+      const run = Array.from(out.subarray(i, j)).sort((a, b) => compareIdsUtf8(col.idOf(a), col.idOf(b)));
       out.set(run, i);
     }
     i = j;
@@ -1090,14 +1054,26 @@ function parsePayloadMode(v: unknown): PayloadMode {
   return v;
 }
 
-/** `exist_ok` taken out of a create body (the collection's spec never holds it). */
-function splitExistOk(params: unknown): { existOk: boolean; rest: unknown } {
-  if (typeof params !== 'object' || params === null || Array.isArray(params) || !Object.hasOwn(params, 'exist_ok')) {
-    return { existOk: false, rest: params };
+/** Whether the cut after `k` of `n` asked for may fall inside a run of equal values (more may tie beyond). */
+function tieAtCut(values: ArrayLike<number>, k: number, n: number): boolean {
+  return k > 0 && values.length >= n && values[n - 1] === values[k - 1];
+}
+
+/** Asks for twice as many until the run of values equal to the k-th ends inside what was found. */
+async function widenTies(
+  r: SearchResult, k: number, n: number, most: number, run: (n: number) => SearchResult | Promise<SearchResult>,
+): Promise<SearchResult> {
+  while (tieAtCut(r.dists, k, n) && n <= most) {
+    n *= 2;
+    r = await run(n);
   }
-  const { exist_ok: v, ...rest } = params as Record<string, unknown>;
-  if (v !== undefined && v !== null && typeof v !== 'boolean') throw invalidArgument('exist_ok must be true or false');
-  return { existOk: v === true, rest };
+  return r;
+}
+
+/** A multi-vector ranking's equal scores in id order, cut to k. */
+function multiTiesById(r: { ids: string[]; scores: number[] }, k: number): { ids: string[]; scores: number[] } {
+  const order = r.ids.map((_, i) => i).sort((a, b) => r.scores[b] - r.scores[a] || compareIdsUtf8(r.ids[a], r.ids[b])).slice(0, k);
+  return { ids: order.map((i) => r.ids[i]), scores: order.map((i) => r.scores[i]) };
 }
 
 /** First index whose id sorts after `id`. */

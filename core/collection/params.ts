@@ -122,3 +122,13 @@ export function sameShape(a: CollectionSpec, b: CollectionSpec): boolean {
     && (a.vector_encryption ?? null) === (b.vector_encryption ?? null)
     && JSON.stringify(fields(a)) === JSON.stringify(fields(b));
 }
+
+/** `exist_ok` taken out of a create body (the collection's spec never holds it). */
+export function splitExistOk(params: unknown): { existOk: boolean; rest: unknown } {
+  if (typeof params !== 'object' || params === null || Array.isArray(params) || !Object.hasOwn(params, 'exist_ok')) {
+    return { existOk: false, rest: params };
+  }
+  const { exist_ok: v, ...rest } = params as Record<string, unknown>;
+  if (v !== undefined && v !== null && typeof v !== 'boolean') throw invalidArgument('exist_ok must be true or false');
+  return { existOk: v === true, rest };
+}

@@ -4,7 +4,8 @@ import { checkLimit, type Limits } from '../base/limits.js';
 import type { Metric, Payload } from '../base/model.js';
 import { checkPointId } from '../base/names.js';
 import { normalize } from '../index/vector-store.js';
-import type { PointRecord } from '../storage/codec.js';
+import type { DocRecord, PointRecord } from '../storage/codec.js';
+import { checkObject } from './queries.js';
 import { docFromPayload } from '../text/sparse-index.js';
 
 const F32_MAX = 3.4028234663852886e38;
@@ -108,4 +109,48 @@ export function parsePoints(
     }
   }
   return out;
+}
+
+export const MULTIVECTOR_TOKENS_MAX = 4096;
+
+/** Token vectors of a document or a query: 1 to MULTIVECTOR_TOKENS_MAX vectors of the collection's dim. */
+export function parseTokens(v: unknown, spec: PointShape, limits: Limits, what: string): Float32Array[] {
+  if (!Array.isArray(v) || v.length === 0) throw invalidArgument(`${what} must be a non-empty list of vectors`);
+  if (v.length > MULTIVECTOR_TOKENS_MAX) {
+    throw invalidArgument(`${what} has ${v.length} vectors; at most ${MULTIVECTOR_TOKENS_MAX} are allowed`);
+  }
+  return v.map((t, j) => parseVector(t, spec.dim, spec.metric, limits, `${what}[${j}]`));
+}
+
+/** A documents body (multi-vector upsert), whole: a later document of the same id replaces an earlier one. */
+export function parseDocuments(body: unknown, spec: PointShape, limits: Limits): DocRecord[] {
+  const b = checkObject(body, 'documents body', ['documents']);
+  if (!Array.isArray(b.documents)) throw invalidArgument('documents must be a list');
+  checkLimit(limits, 'maxBatchSize', b.documents.length, 'batch size');
+  const docs = new Map<string, DocRecord>();
+  b.documents.forEach((d: unknown, i: number) => {
+    const o = checkObject(d, `documents[${i}]`, ['id', 'vectors', 'payload']);
+    const id = checkPointId(o.id);
+    const tokens = parseTokens(o.vectors, spec, limits, `documents[${i}].vectors`);
+    const payload = parsePayload(o.payload, limits, `documents[${i}].payload`);
+    const vectors = new Float32Array(tokens.length * spec.dim);
+    tokens.forEach((t, j) => vectors.set(t, j * spec.dim));
+    docs.set(id, { id, count: tokens.length, vectors, payload });
+  });
+  return [...docs.values()];
+}
+
+/** A text upsert body: each point's text goes into its payload (`__svc_text__`), which must still fit. */
+export function parseTextPoints(body: unknown, limits: Limits): { id: string; text: string; payload: Payload }[] {
+  const b = checkObject(body, 'text upsert body', ['points']);
+  if (!Array.isArray(b.points)) throw invalidArgument('points must be a list');
+  checkLimit(limits, 'maxBatchSize', b.points.length, 'batch size');
+  return b.points.map((p: unknown, i: number) => {
+    const o = checkObject(p, `points[${i}]`, ['id', 'text', 'payload']);
+    const id = checkPointId(o.id);
+    if (typeof o.text !== 'string' || o.text.length === 0) throw invalidArgument(`points[${i}].text must be a non-empty string`);
+    const payload = { ...(parsePayload(o.payload, limits, `points[${i}].payload`) ?? {}), __svc_text__: o.text };
+    parsePayload(payload, limits, `points[${i}].payload`);
+    return { id, text: o.text, payload };
+  });
 }

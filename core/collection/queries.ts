@@ -64,3 +64,16 @@ export function decodeCursor(v: unknown): string | null {
   if (id.length < 1 || id.length > 256 || encodeCursor(id) !== v) throw invalidArgument('cursor is not one this server issued');
   return id;
 }
+
+/** How deep each ranking goes before fusion: deeper than k so that RRF can lift a document both lists like. */
+export function fusionDepth(k: number, limits: Limits): number {
+  return Math.min(limits.maxK, Math.max(k, 100));
+}
+
+/** A text query's rerank pool: given, or 4k (at least 50); never smaller than k, so a rerank can fill k hits. */
+export function parseRerankPool(v: unknown, k: number, limits: Limits): number {
+  if (v === undefined || v === null) return Math.min(limits.maxK, Math.max(4 * k, 50));
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 1) throw invalidArgument('rerank_pool must be a positive integer');
+  checkLimit(limits, 'maxK', v, 'rerank_pool');
+  return Math.max(k, v);
+}

@@ -53,8 +53,3 @@ export function fuseRankings(lists: readonly Ranked[][], k: number, k0: number):
     return { id, rank, score: f.score, ...rest };
   });
 }
-
-/** UTF-8 byte order of two ids (CONTRACT.md section 1's tie order). */
-export function compareIdBytes(a: string, b: string): number {
-  return a === b ? 0 : Buffer.compare(Buffer.from(a, 'utf8'), Buffer.from(b, 'utf8'));
-}

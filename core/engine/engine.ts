@@ -1,0 +1,431 @@
+import { invalidArgument, SvcError } from '../base/errors.js';
+import type { Limits } from '../base/limits.js';
+import {
+  COLLECTION_EXISTED, collectionExisted,
+  type CollectionInfo, type CountQuery, type DatabaseStats, type DeletePointsBody, type DocumentInput, type Embedder, type FetchQuery,
+  type Hit, type HybridQuery, type MultiVectorQuery, type PointOutput, type Reranker, type SearchQuery, type SetPayloadBody,
+  type SnapshotResult, type TextPointInput, type TextQuery,
+} from '../base/model.js';
+import { checkPointId } from '../base/names.js';
+import { owner } from '../cluster/routing/hrw.js';
+import { parseCollectionParams, splitExistOk, type CollectionSpec } from '../collection/params.js';
+import { parseDocuments, parsePoints, parseTextPoints, parseVector } from '../collection/points.js';
+import {
+  checkObject, encodeCursor, fusionDepth, parseBool, parseFetchLimit, parseK, parseRerankPool, parseRrfK0,
+} from '../collection/queries.js';
+import { mergeTopK, scoreOrder, type ScoreOrder } from '../query/merge.js';
+import { fuseRankings, sumTextStats, type Ranked, type Rankings, type TextStats } from '../query/ranking.js';
+import { DEFAULT_RRF_K0 } from '../query/rrf.js';
+import type { EngineApi, ReplicateRequest, ReplicationEvent } from '../service/api.js';
+import type { ShardRef } from './shard.js';
+
+/**
+ * The engine over a set of shards (issue 16): what a router serves. It parses each request as a single
+ * node would (so a bad batch is refused whole, before any shard sees it), sends each point write to the
+ * rendezvous-hash owner of its id (core/cluster/routing/hrw.ts, ranked by shard id), and answers reads by
+ * scatter-gather: each shard's top k, merged into the global top k (core/query/merge.ts); hybrid and
+ * text queries fuse the merged rankings, with BM25 over the whole collection's statistics (summed
+ * first, as Elasticsearch's dfs phase does), so every answer equals the one a single node holding all
+ * the points gives. A text query is embedded and reranked once, here.
+ *
+ * A shard that cannot answer fails the request with `unavailable` naming it (its client says so); no
+ * answer is ever made from the shards that did answer.
+ */
+
+export interface EngineOptions {
+  /** The shards to route by now (the map's, by id): read per request, so a new map applies at once. */
+  shards(): readonly ShardRef[];
+  limits: Limits;
+  embedders?: ReadonlyMap<string, Embedder>;
+  rerankers?: ReadonlyMap<string, Reranker>;
+  /** How long a collection's parameters are reused before they are asked again (default 1 s). */
+  specTtlMs?: number;
+  monotonicMs(): number;
+}
+
+/** Collection writes (creates, drops) that fail on some shards are retried this many times before reporting. */
+const CLUSTER_WRITE_ATTEMPTS = 3;
+
+export class Engine implements EngineApi {
+  private readonly specs = new Map<string, { spec: CollectionSpec; at: number }>();
+
+  constructor(private readonly opts: EngineOptions) {}
+
+  private get limits(): Limits {
+    return this.opts.limits;
+  }
+
+  private shards(): readonly ShardRef[] {
+    const s = this.opts.shards();
+    if (s.length === 0) throw new SvcError('unavailable', 'the cluster has no shards to route to');
+    return s;
+  }
+
+  /** The shard that owns a point (or document) id. */
+  private ownerOf(id: string, shards: readonly ShardRef[]): ShardRef {
+    const at = owner(id, shards.map((s) => s.id));
+    return shards.find((s) => s.id === at)!;
+  }
+
+  /** Ids grouped by owner, each group in the order given. */
+  private byOwner<T>(items: readonly T[], idOf: (t: T) => string): Map<ShardRef, T[]> {
+    const shards = this.shards();
+    const out = new Map<ShardRef, T[]>();
+    for (const it of items) {
+      const s = this.ownerOf(idOf(it), shards);
+      const list = out.get(s);
+      if (list === undefined) out.set(s, [it]);
+      else list.push(it);
+    }
+    return out;
+  }
+
+  /** Every shard's answer, or the first failure (an error of the request itself, or a shard's unavailability). */
+  private all<T>(fn: (s: ShardRef) => Promise<T>): Promise<T[]> {
+    return Promise.all(this.shards().map(fn));
+  }
+
+  /** A collection's parameters (for parsing and merge order), asked of a shard and kept briefly. */
+  private async spec(name: string): Promise<CollectionSpec> {
+    const now = this.opts.monotonicMs();
+    const have = this.specs.get(name);
+    if (have !== undefined && now - have.at < (this.opts.specTtlMs ?? 1000)) return have.spec;
+    const info = await this.shards()[0].shard.collectionInfo(name);
+    const { count: _c, index_state: _s, ...params } = info;
+    const spec = parseCollectionParams(params, this.limits);
+    this.specs.set(name, { spec, at: now });
+    return spec;
+  }
+
+  private async pointSpec(name: string): Promise<CollectionSpec> {
+    const spec = await this.spec(name);
+    if (spec.multivector) throw invalidArgument(`collection '${spec.name}' is a multivector collection: use documents and query/multi`);
+    return spec;
+  }
+
+  private async multiSpec(name: string): Promise<CollectionSpec> {
+    const spec = await this.spec(name);
+    if (!spec.multivector) throw invalidArgument(`collection '${spec.name}' is not a multivector collection: use points, not documents`);
+    return spec;
+  }
+
+  // ---------------------------------------------------------------- collections
+
+  async listCollections(): Promise<{ collections: CollectionInfo[] }> {
+    const lists = await this.all((s) => s.shard.listCollections());
+    const byName = new Map<string, CollectionInfo>();
+    for (const l of lists) for (const c of l.collections) byName.set(c.name, combine(byName.get(c.name), c));
+    return { collections: [...byName.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0)) };
+  }
+
+  async collectionInfo(name: string): Promise<CollectionInfo> {
+    const infos = await this.all((s) => s.shard.collectionInfo(name));
+    return infos.reduce<CollectionInfo | undefined>((acc, c) => combine(acc, c), undefined)!;
+  }
+
+  /**
+   * On every shard, ending the same on all of them: each is asked with exist_ok (so asking again is
+   * harmless), and a shard that fails is asked again; one still failing makes the answer `unavailable`
+   * naming it (asking again completes the create). Exists everywhere already: `already_exists` unless
+   * the caller said exist_ok.
+   */
+  async createCollection(params: unknown): Promise<CollectionInfo> {
+    const { existOk, rest } = splitExistOk(params);
+    const spec = parseCollectionParams(rest, this.limits);
+    const shape = rest as object;
+    const infos = await this.everyShard(`create collection '${spec.name}'`, (s) => s.shard.createCollection({ ...shape, exist_ok: true } as never));
+    this.specs.delete(spec.name);
+    const existed = infos.every((i) => collectionExisted(i));
+    if (existed && !existOk) throw new SvcError('already_exists', `collection '${spec.name}' already exists`);
+    const info = infos.reduce<CollectionInfo | undefined>((acc, c) => combine(acc, c), undefined)!;
+    if (existed) Object.defineProperty(info, COLLECTION_EXISTED, { value: true, enumerable: false });
+    return info;
+  }
+
+  async deleteCollection(name: string): Promise<{ existed: boolean }> {
+    const r = await this.everyShard(`drop collection '${String(name)}'`, (s) => s.shard.deleteCollection(name));
+    this.specs.delete(name);
+    return { existed: r.some((x) => x.existed) };
+  }
+
+  /** A collection write on every shard, each retried a bounded number of times; never left silently partial. */
+  private async everyShard<T>(what: string, fn: (s: ShardRef) => Promise<T>): Promise<T[]> {
+    const shards = this.shards();
+    const out = new Array<T>(shards.length);
+    let left = shards.map((_, i) => i);
+    let lastErrors: { shard: ShardRef; error: unknown }[] = [];
+    for (let attempt = 0; attempt < CLUSTER_WRITE_ATTEMPTS && left.length > 0; attempt++) {
+      const settled = await Promise.allSettled(left.map((i) => fn(shards[i])));
+      lastErrors = [];
+      const again: number[] = [];
+      settled.forEach((r, j) => {
+        const i = left[j];
+        if (r.status === 'fulfilled') out[i] = r.value;
+        else if (r.reason instanceof SvcError && r.reason.code !== 'unavailable' && r.reason.code !== 'internal') throw r.reason;
+        else {
+          again.push(i);
+          lastErrors.push({ shard: shards[i], error: r.reason });
+        }
+      });
+      left = again;
+    }
+    if (left.length > 0) {
+      const names = lastErrors.map((e) => e.shard.name).join(', ');
+      const done = shards.length - left.length;
+      throw new SvcError('unavailable', `${what}: ${names} could not answer (${done} of ${shards.length} shards done; `
+        + 'asking again completes it)', { shards: lastErrors.map((e) => e.shard.id) });
+    }
+    return out;
+  }
+
+  // ---------------------------------------------------------------- point writes
+
+  async upsert(name: string, body: { points: unknown }): Promise<{ upserted: number }> {
+    return this.pointWrite(name, body, 'upsert body', 'maxBatchSize', (s, points) => s.shard.upsert(name, { points } as never));
+  }
+
+  async bulkUpsert(name: string, body: { points: unknown }): Promise<{ upserted: number }> {
+    return this.pointWrite(name, body, 'bulk body', 'maxBulkBatchSize', (s, points) => s.shard.bulkUpsert(name, { points } as never));
+  }
+
+  /**
+   * Checked whole here (a bad point refuses the batch before any shard stores any of it), then each
+   * owner's part sent in parallel. A shard that fails fails the call naming it; the parts the others
+   * stored stay (an upsert is idempotent: sending the batch again completes it).
+   */
+  private async pointWrite(
+    name: string, body: { points: unknown }, what: string, limit: 'maxBatchSize' | 'maxBulkBatchSize',
+    send: (s: ShardRef, points: unknown[]) => Promise<{ upserted: number }>,
+  ): Promise<{ upserted: number }> {
+    const spec = await this.pointSpec(name);
+    const b = checkObject(body, what, ['points']);
+    const parsed = parsePoints(b.points, spec, this.limits, limit);
+    if (parsed.length === 0) return { upserted: 0 };
+    const raw = b.points as unknown[];
+    const groups = this.byOwner(raw.map((p, i) => ({ p, id: checkPointId((p as { id: unknown }).id), i })), (x) => x.id);
+    const r = await Promise.all([...groups].map(([s, items]) => send(s, items.map((x) => x.p))));
+    return { upserted: r.reduce((n, x) => n + x.upserted, 0) };
+  }
+
+  async get(name: string, id: string, opts: { with_vector?: boolean } = {}): Promise<PointOutput> {
+    return this.ownerOf(checkPointId(id), this.shards()).shard.get(name, id, opts);
+  }
+
+  async delete(name: string, id: string): Promise<{ deleted: boolean }> {
+    return this.ownerOf(checkPointId(id), this.shards()).shard.delete(name, id);
+  }
+
+  async setPayload(name: string, body: SetPayloadBody): Promise<{ updated: number }> {
+    const b = checkObject(body, 'payload body', ['points', 'mode']);
+    if (!Array.isArray(b.points)) throw invalidArgument('points must be a list');
+    const groups = this.byOwner(b.points.map((p: unknown, i: number) => {
+      const o = checkObject(p, `points[${i}]`, ['id', 'payload']);
+      return { p, id: checkPointId(o.id) };
+    }), (x) => x.id);
+    const r = await Promise.all([...groups].map(([s, items]) => s.shard.setPayload(name, { ...b, points: items.map((x) => x.p) } as SetPayloadBody)));
+    return { updated: r.reduce((n, x) => n + x.updated, 0) };
+  }
+
+  async deletePoints(name: string, body: DeletePointsBody): Promise<{ deleted: number }> {
+    const b = checkObject(body, 'delete body', ['ids', 'filter']);
+    if (b.ids !== undefined && b.ids !== null && b.filter === undefined) {
+      if (!Array.isArray(b.ids)) throw invalidArgument('ids must be a list');
+      const groups = this.byOwner(b.ids.map((id: unknown) => checkPointId(id)), (id) => id);
+      const r = await Promise.all([...groups].map(([s, ids]) => s.shard.deletePoints(name, { ids })));
+      return { deleted: r.reduce((n, x) => n + x.deleted, 0) };
+    }
+    const r = await this.all((s) => s.shard.deletePoints(name, body));
+    return { deleted: r.reduce((n, x) => n + x.deleted, 0) };
+  }
+
+  async upsertText(name: string, body: { points: TextPointInput[] }): Promise<{ upserted: number }> {
+    const spec = await this.pointSpec(name);
+    const embedder = this.embedderFor(spec);
+    const items = parseTextPoints(body, this.limits);
+    if (items.length === 0) return { upserted: 0 };
+    // Embedded once, here, before any shard stores anything: a provider failure stores nothing.
+    const vectors = await embedder.embed(items.map((x) => x.text), 'document');
+    const points = items.map((x, i) => ({ id: x.id, vector: Array.from(vectors[i]), payload: x.payload }));
+    return this.pointWrite(name, { points }, 'text upsert body', 'maxBatchSize', (s, part) => s.shard.upsert(name, { points: part } as never));
+  }
+
+  async upsertDocuments(name: string, body: { documents: DocumentInput[] }): Promise<{ upserted: number }> {
+    const spec = await this.multiSpec(name);
+    const docs = parseDocuments(body, spec, this.limits);
+    if (docs.length === 0) return { upserted: 0 };
+    const raw = (body as { documents: unknown[] }).documents;
+    const groups = this.byOwner(raw, (d) => checkPointId((d as { id: unknown }).id));
+    const r = await Promise.all([...groups].map(([s, documents]) => s.shard.upsertDocuments(name, { documents } as never)));
+    return { upserted: r.reduce((n, x) => n + x.upserted, 0) };
+  }
+
+  async deleteDocument(name: string, id: string): Promise<{ deleted: boolean }> {
+    return this.ownerOf(checkPointId(id), this.shards()).shard.deleteDocument(name, id);
+  }
+
+  // ---------------------------------------------------------------- reads
+
+  /** Pages through every shard with one cursor: each shard's page after it, merged in id order. */
+  async fetch(name: string, query: FetchQuery = {}): Promise<{ points: PointOutput[]; next_cursor: string | null }> {
+    const q = checkObject(query, 'fetch body', ['filter', 'limit', 'cursor', 'with_vector']);
+    const limit = parseFetchLimit(q.limit, this.limits);
+    const pages = await this.all((s) => s.shard.fetch(name, { ...query, limit }));
+    const merged = pages.flatMap((p) => p.points).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    const points = merged.slice(0, limit);
+    const more = merged.length > limit || pages.some((p) => p.next_cursor !== null);
+    // A cursor is the last id given, encoded as every shard encodes it: each reads it the same way.
+    return { points, next_cursor: more && points.length > 0 ? encodeCursor(points[points.length - 1].id) : null };
+  }
+
+  async count(name: string, query: CountQuery = {}): Promise<{ count: number }> {
+    const r = await this.all((s) => s.shard.count(name, query));
+    return { count: r.reduce((n, x) => n + x.count, 0) };
+  }
+
+  async search(name: string, query: SearchQuery): Promise<{ hits: Hit[] }> {
+    const spec = await this.pointSpec(name);
+    const k = parseK((query as { k?: unknown } | null)?.k, this.limits);
+    const r = await this.all((s) => s.shard.search(name, query));
+    return { hits: mergeTopK(r.map((x) => x.hits), k, scoreOrder(spec.metric)) };
+  }
+
+  async searchMultiVector(name: string, query: MultiVectorQuery): Promise<{ hits: Hit[] }> {
+    await this.multiSpec(name);
+    const k = parseK((query as { k?: unknown } | null)?.k, this.limits);
+    const r = await this.all((s) => s.shard.searchMultiVector(name, query));
+    return { hits: mergeTopK(r.map((x) => x.hits), k, 'higher_first') };
+  }
+
+  async hybridSearch(name: string, query: HybridQuery): Promise<{ hits: Hit[] }> {
+    const spec = await this.pointSpec(name);
+    const q = checkObject(query, 'hybrid body', HYBRID_KEYS);
+    const k = parseK(q.k, this.limits);
+    const k0 = parseRrfK0(q.rrf_k0);
+    const { k: _k, rrf_k0: _k0, ...rest } = q;
+    const r = await this.rankings(name, spec, rest, fusionDepth(k, this.limits));
+    return { hits: fuseRankings([r.dense, r.sparse, r.text].filter((l) => l !== undefined), k, k0) };
+  }
+
+  async searchText(name: string, query: TextQuery): Promise<{ hits: Hit[] }> {
+    const spec = await this.pointSpec(name);
+    const q = checkObject(query, 'text query body', ['text', 'k', 'filter', 'rerank', 'rerank_pool', 'with_payload', 'with_vector', 'consistency']);
+    if (typeof q.text !== 'string' || q.text.length === 0) throw invalidArgument('text must be a non-empty string');
+    const k = parseK(q.k, this.limits);
+    const rerank = parseBool(q.rerank, 'rerank', false);
+    const pool = parseRerankPool(q.rerank_pool, k, this.limits);
+    const withPayload = parseBool(q.with_payload, 'with_payload', true);
+    const withVector = parseBool(q.with_vector, 'with_vector', false);
+    const embedder = this.embedderFor(spec);
+    const reranker = rerank ? this.opts.rerankers?.get(spec.name) : undefined;
+    if (rerank && reranker === undefined) {
+      throw invalidArgument(`collection '${spec.name}' has no rerank provider: configure [rerank.${spec.name}] in svc.toml`);
+    }
+    const [qv] = await embedder.embed([q.text], 'query');
+    const vector = Array.from(parseVector(Array.from(qv), spec.dim, spec.metric, this.limits, 'embedded query'));
+    const want = reranker === undefined ? k : pool;
+    const r = await this.rankings(name, spec, {
+      vector, query_text: q.text, filter: q.filter, with_payload: withPayload || reranker !== undefined, with_vector: withVector, consistency: q.consistency,
+    }, fusionDepth(want, this.limits));
+    const fused = fuseRankings([r.dense!, r.text!].filter((l) => l.length > 0), want, DEFAULT_RRF_K0);
+    if (reranker === undefined) return { hits: fused };
+    if (fused.length === 0) return { hits: [] };
+    const docs = fused.map((h) => (typeof h.payload?.__svc_text__ === 'string' ? h.payload.__svc_text__ : ''));
+    const order = await reranker.rerank(q.text, docs, Math.min(k, docs.length));
+    return {
+      hits: order.slice(0, k).map((o, rank) => {
+        const { id, payload, vector: v } = fused[o.index];
+        const h: Hit = { id, rank, score: o.score };
+        if (withPayload) h.payload = payload;
+        if (v !== undefined) h.vector = v;
+        return h;
+      }),
+    };
+  }
+
+  /**
+   * Every shard's rankings, `depth` deep, merged into the collection's: BM25 first gets the whole
+   * collection's statistics (a first round when there is more than one shard), so each shard scores
+   * with the idf and average length one node of everything would.
+   */
+  private async rankings(name: string, spec: CollectionSpec, body: Record<string, unknown>, depth: number): Promise<Rankings> {
+    const shards = this.shards();
+    let textStats: TextStats | undefined;
+    if (shards.length > 1 && typeof body.query_text === 'string') {
+      textStats = sumTextStats(await Promise.all(shards.map((s) => s.shard.textStats(name, { text: body.query_text as string }))));
+    }
+    const parts = await Promise.all(shards.map((s) => s.shard.rankings(name, { ...body, depth, ...(textStats === undefined ? {} : { text_stats: textStats }) })));
+    const merge = (lists: (Ranked[] | undefined)[], order: ScoreOrder): Ranked[] | undefined => {
+      if (lists.every((l) => l === undefined)) return undefined;
+      return mergeTopK(lists.map((l) => (l ?? []).map((r) => ({ ...r, rank: 0 }))), depth, order).map(({ rank: _, ...r }) => r);
+    };
+    return {
+      dense: merge(parts.map((p) => p.dense), scoreOrder(spec.metric)),
+      sparse: merge(parts.map((p) => p.sparse), 'higher_first'),
+      text: merge(parts.map((p) => p.text), 'higher_first'),
+    };
+  }
+
+  private embedderFor(spec: CollectionSpec): Embedder {
+    const e = this.opts.embedders?.get(spec.name);
+    if (e === undefined) throw invalidArgument(`collection '${spec.name}' has no embedding provider: configure [embedding.${spec.name}] in svc.toml`);
+    if (e.dim !== spec.dim) throw invalidArgument(`collection '${spec.name}' has dim ${spec.dim} but its embedding provider gives ${e.dim}`);
+    return e;
+  }
+
+  // ---------------------------------------------------------------- the node
+
+  async stats(): Promise<DatabaseStats> {
+    const all = await this.all((s) => s.shard.stats());
+    const per = new Map<string, DatabaseStats['per_collection'][number]>();
+    for (const st of all) {
+      for (const c of st.per_collection) {
+        const have = per.get(c.name);
+        per.set(c.name, have === undefined ? { ...c } : {
+          ...have, count: have.count + c.count, vector_bytes: have.vector_bytes + c.vector_bytes, graph_bytes: have.graph_bytes + c.graph_bytes,
+          index_state: have.index_state === 'stale' || c.index_state === 'stale' ? 'stale' : have.index_state,
+        });
+      }
+    }
+    const cols = [...per.values()].sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+    return {
+      collections: cols.length,
+      total_points: cols.reduce((n, c) => n + c.count, 0),
+      per_collection: cols,
+      snapshot_status: {
+        manifest_version: Math.min(...all.map((s) => s.snapshot_status.manifest_version)),
+        disk_bytes: all.reduce((n, s) => n + s.snapshot_status.disk_bytes, 0),
+      },
+    };
+  }
+
+  /** A snapshot of the same name on every shard (each in its own node's snapshot directory). */
+  async snapshot(body: { name: string }): Promise<SnapshotResult> {
+    const r = await this.everyShard(`snapshot '${String(body?.name)}'`, (s) => s.shard.snapshot(body));
+    return {
+      name: r[0].name,
+      path: r.map((x) => x.path).join(', '),
+      manifest_version: Math.min(...r.map((x) => x.manifest_version)),
+      disk_bytes: r.reduce((n, x) => n + x.disk_bytes, 0),
+    };
+  }
+
+  // eslint-disable-next-line require-yield
+  async *replicate(_body?: ReplicateRequest, _signal?: AbortSignal): AsyncGenerator<ReplicationEvent> {
+    throw invalidArgument('a router has no replication stream of its own: replicate each shard from its node');
+  }
+
+  async close(): Promise<void> {
+    this.specs.clear();
+  }
+}
+
+const HYBRID_KEYS = [
+  'vector', 'sparse_indices', 'sparse_values', 'query_text', 'k', 'filter', 'ef_search', 'rrf_k0', 'with_payload',
+  'with_vector', 'consistency',
+] as const;
+
+/** One collection's info from several shards: the same parameters, the counts summed. */
+function combine(acc: CollectionInfo | undefined, c: CollectionInfo): CollectionInfo {
+  if (acc === undefined) return { ...c };
+  return { ...acc, count: acc.count + c.count, index_state: acc.index_state === 'stale' || c.index_state === 'stale' ? 'stale' : acc.index_state };
+}

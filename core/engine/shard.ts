@@ -1,0 +1,30 @@
+import type { Rankings, TextStats } from '../query/ranking.js';
+import type { EngineApi } from '../service/api.js';
+
+/**
+ * One shard as the engine sees it: a whole node's operations on its part of every collection, plus the
+ * two a scatter-gather needs that a client never calls: a query's rankings before fusion, and its BM25
+ * statistics. A local one is the node's own Database (core/collection/database.ts); a remote one speaks
+ * the node's REST API (roles/router/http-shard.ts) with SVC_CLUSTER_SHARD_KEY.
+ *
+ * A call that the shard cannot answer in time, or that fails for another reason than the request
+ * itself, rejects with SvcError `unavailable` naming the shard: an engine never answers short.
+ */
+export type DataShard = Pick<EngineApi,
+  | 'listCollections' | 'collectionInfo' | 'createCollection' | 'deleteCollection'
+  | 'upsert' | 'bulkUpsert' | 'get' | 'delete' | 'fetch' | 'count' | 'setPayload' | 'deletePoints'
+  | 'search' | 'searchMultiVector' | 'upsertDocuments' | 'deleteDocument' | 'stats' | 'snapshot'
+> & {
+  /** A hybrid or text query's rankings, `depth` deep, BM25 over `text_stats` when given. */
+  rankings(name: string, body: Record<string, unknown> & { depth: number; text_stats?: TextStats }): Promise<Rankings>;
+  /** BM25 statistics of a query text's terms over this shard's part of the collection. */
+  textStats(name: string, body: { text: string }): Promise<TextStats>;
+};
+
+/** A shard of the map: its id (what rendezvous hashing ranks) and how to reach it. */
+export interface ShardRef {
+  id: number;
+  /** For messages: `shard 2 (http://s2:6333)`. */
+  name: string;
+  shard: DataShard;
+}
