@@ -4,7 +4,7 @@
  *
  * The record layout (version 2, see core/collection/replication.ts) is decoded here by hand, as a
  * follower in another language would: u8 version | u8 kind | u16 LE key-id length | key id | body, and
- * bodies in the WAL's op encoding (snapshot_begin's: the leader's history id; heartbeats: none).
+ * bodies in the WAL's op encoding (snapshot_begin's: the leader's history id; a heartbeat's: the leader's last seq).
  */
 import { join } from 'node:path';
 import { Metadata, status, type ServiceError } from '@grpc/grpc-js';
@@ -62,6 +62,8 @@ function decodeEvent(e: { seq: number | string; record: Buffer }): Rec {
   const keyLen = r.readUInt16LE(2);
   const body = r.subarray(4 + keyLen);
   if (KINDS[r[1]] === 'snapshot_begin') return { seq: Number(e.seq ?? 0), kind: 'snapshot_begin', keyId: 'db', op: null, history: body.toString('utf8') };
+  // A heartbeat's body is the leader's last seq (u64 LE); its seq, how far the stream has read.
+  if (KINDS[r[1]] === 'heartbeat') return { seq: Number(e.seq ?? 0), kind: 'heartbeat', keyId: 'db', op: null };
   return { seq: Number(e.seq ?? 0), kind: KINDS[r[1]], keyId: r.toString('utf8', 4, 4 + keyLen), op: body.length === 0 ? null : decodeOp(body) };
 }
 

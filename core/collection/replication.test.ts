@@ -56,8 +56,12 @@ describe('replication records', () => {
     expect(() => decodeRecord(encodeRecord(ReplicationKind.snapshotBegin, 'db'))).toThrow(/history/);
     expect(() => decodeRecord(encodeRecord(ReplicationKind.snapshotBegin, 'db', Buffer.from('not hex')))).toThrow(/hex/);
     expect(decodeRecord(encodeRecord(ReplicationKind.snapshotBegin, 'db', Buffer.from('0a1b')))).toEqual({ kind: 'snapshotBegin', keyId: 'db', op: null, history: '0a1b' });
-    expect(decodeRecord(encodeRecord(ReplicationKind.heartbeat, 'db'))).toEqual({ kind: 'heartbeat', keyId: 'db', op: null });
-    expect(() => decodeRecord(encodeRecord(ReplicationKind.heartbeat, 'db', Buffer.from([1])))).toThrow(/no body/);
+    const seq = Buffer.alloc(8);
+    seq.writeUInt32LE(7, 0);
+    seq.writeUInt32LE(1, 4);
+    expect(decodeRecord(encodeRecord(ReplicationKind.heartbeat, 'db', seq))).toEqual({ kind: 'heartbeat', keyId: 'db', op: null, leaderSeq: 2 ** 32 + 7 });
+    expect(() => decodeRecord(encodeRecord(ReplicationKind.heartbeat, 'db'))).toThrow(/u64/);
+    expect(() => decodeRecord(encodeRecord(ReplicationKind.heartbeat, 'db', Buffer.from([1])))).toThrow(/u64/);
     expect(() => decodeRecord(encodeRecord(ReplicationKind.commit, 'abc'))).toThrow(/without a body/);
     for (let cut = 1; cut < r.length; cut++) expect(() => decodeRecord(r.subarray(0, r.length - cut)), `commit cut ${cut}`).toThrow();
   });
@@ -162,7 +166,7 @@ describe('Database.replicate', () => {
     const last = db.replicationView().log.lastSeq;
     const started = performance.now();
     const es = await take(db, { after_seq: last, history: db.history }, (got) => got.filter((e) => decodeRecord(e.record).kind === 'heartbeat').length === 3);
-    expect(es.map((e) => [decodeRecord(e.record).kind, e.seq])).toEqual([['heartbeat', last], ['heartbeat', last], ['heartbeat', last]]);
+    expect(es.map((e) => [decodeRecord(e.record).kind, e.seq, decodeRecord(e.record).leaderSeq])).toEqual([['heartbeat', last, last], ['heartbeat', last, last], ['heartbeat', last, last]]);
     // The first at once, then one per HEARTBEAT_MS (250 ms).
     expect(performance.now() - started).toBeGreaterThanOrEqual(400);
     await db.close();

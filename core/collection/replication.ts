@@ -12,10 +12,11 @@ import type { CollectionSpec } from './params.js';
  *   u8 version (2) | u8 kind | u16 LE key-id length | key id (UTF-8: 'db' or a collection uid) | body
  * kinds: 1 snapshot_begin (body: the leader's history id, UTF-8), 2 snapshot (body: a create_collection
  * op, or a batch of a collection's points), 3 snapshot_end, 4 commit (body: the WAL record's op: an
- * upsert, delete, payload update (set_payload), documents upsert, or a create/drop), 5 heartbeat (no
- * body). Other bodies are core/storage/codec.ts encodings. begin and end carry the snapshot's base seq
- * in `seq`; snapshot chunks carry 0; commits their own seq; a heartbeat the leader's last durable seq
- * when it was sent.
+ * upsert, delete, payload update (set_payload), documents upsert, or a create/drop), 5 heartbeat
+ * (body: the leader's last durable seq when it was sent, u64 LE). Other bodies are core/storage/codec.ts
+ * encodings. begin and end carry the snapshot's base seq in `seq`; snapshot chunks carry 0; commits
+ * their own seq; a heartbeat the seq this stream has read its log through (every record up to it is sent
+ * or was one a stream does not carry), so a follower that has applied what came before holds all of it.
  *
  * History: a position is a seq in one leader's log, and seqs mean nothing across logs (a leader restored
  * from a snapshot, or replaced by a fresh one, numbers its writes on from its own last seq). So a
@@ -82,6 +83,8 @@ export interface DecodedRecord {
   op: AnyOp | null;
   /** snapshotBegin only: the leader's history id. */
   history?: string;
+  /** heartbeat only: the leader's last durable seq. */
+  leaderSeq?: number;
 }
 
 /** The follower's side (and the tests'): refuses an unknown version or kind rather than guessing. */
@@ -99,7 +102,14 @@ export function decodeRecord(record: Uint8Array): DecodedRecord {
     if (!/^[0-9a-f]+$/.test(history)) throw invalidArgument('a snapshotBegin history id is lowercase hex');
     return { kind, keyId, op: null, history };
   }
-  const bare = kind === 'snapshotEnd' || kind === 'heartbeat';
+  if (kind === 'heartbeat') {
+    if (keyId !== 'db' || body.length !== 8) throw invalidArgument('a heartbeat record carries the db key and a u64 seq');
+    const b = Buffer.from(body.buffer, body.byteOffset, body.byteLength);
+    const leaderSeq = b.readUInt32LE(4) * 2 ** 32 + b.readUInt32LE(0);
+    if (!Number.isSafeInteger(leaderSeq)) throw invalidArgument('a heartbeat seq past 2^53');
+    return { kind, keyId, op: null, leaderSeq };
+  }
+  const bare = kind === 'snapshotEnd';
   if (bare && (keyId !== 'db' || body.length > 0)) throw invalidArgument(`a ${kind} record carries the db key and no body`);
   if (!bare && body.length === 0) throw invalidArgument(`a ${kind} record without a body`);
   const op = body.length === 0 ? null : decodeOp(body);
@@ -226,7 +236,10 @@ async function* streamFrom(view: ReplicationView, resumeAfter: number | undefine
   let beatAt = view.monotonicMs();
   const beat = (): ReplicationEvent => {
     beatAt = view.monotonicMs();
-    return { seq: log.lastSeq, record: encodeRecord(ReplicationKind.heartbeat, 'db') };
+    const last = Buffer.alloc(8);
+    last.writeUInt32LE(log.lastSeq % 2 ** 32, 0);
+    last.writeUInt32LE(Math.floor(log.lastSeq / 2 ** 32), 4);
+    return { seq: next - 1, record: encodeRecord(ReplicationKind.heartbeat, 'db', last) };
   };
   if (signal.aborted || view.isClosed()) return;
   yield beat();

@@ -95,10 +95,10 @@ export class Follower {
   private readonly bootstrappedWaiters: (() => void)[] = [];
   /** The first write in flight that failed: the stream ends at the next record. */
   private failure: unknown = null;
-  /** Heartbeats not yet covered by the applied seq: (leader's seq, arrival in monotonic ms), ascending. */
-  private readonly beats: { seq: number; at: number }[] = [];
   /** The last moment this replica held everything its leader had (start: the process's own start). */
   private caughtUpAt: number;
+  /** Counts streams: a heartbeat's completion applies only to the stream that sent it. */
+  private generation = 0;
   /** The leader history of the snapshot being applied (from its begin record). */
   private history: string | null = null;
 
@@ -119,12 +119,9 @@ export class Follower {
   }
 
   private lagMs(): number {
-    const now = this.opts.clock.monotonicMs();
     const applied = this.st.appliedSeq ?? -1;
-    // Heartbeats whose seq is now applied: at their arrival the leader held nothing this replica lacks now.
-    while (this.beats.length > 0 && this.beats[0].seq <= applied) this.caughtUpAt = Math.max(this.caughtUpAt, this.beats.shift()!.at);
     if (this.st.state === 'streaming' && this.st.leaderSeq !== null && applied >= this.st.leaderSeq) return 0;
-    return Math.max(0, now - this.caughtUpAt);
+    return Math.max(0, this.opts.clock.monotonicMs() - this.caughtUpAt);
   }
 
   /** Reads may be served: the first bootstrap is complete, and none runs now in place of the served state. */
@@ -176,6 +173,7 @@ export class Follower {
   private async follow(): Promise<void> {
     const stream = new AbortController();
     this.stream = stream;
+    this.generation++;
     const onStop = () => stream.abort();
     this.stopping.signal.addEventListener('abort', onStop, { once: true });
     try {
@@ -239,7 +237,7 @@ export class Follower {
         await this.commit(rec, seq);
         return;
       case 'heartbeat':
-        this.heartbeat(seq);
+        this.heartbeat(seq, rec.leaderSeq!);
         return;
     }
   }
@@ -280,23 +278,28 @@ export class Follower {
     this.st.records++;
   }
 
-  /** The leader's last seq now: remembered with its arrival, for the lag. */
-  private heartbeat(leaderSeq: number): void {
+  /**
+   * The stream has read the leader's log through `through` (what it skips, such as a replica's own
+   * positions, included), and the leader's log ended at `leaderSeq` when it was sent. Once the writes
+   * in flight are done this replica holds everything through `through`; if that was all the leader had,
+   * it was caught up as of the heartbeat's arrival.
+   */
+  private heartbeat(through: number, leaderSeq: number): void {
     if (this.st.state === 'bootstrapping') throw invalidArgument('a heartbeat inside a snapshot');
-    this.st.leaderSeq = leaderSeq;
-    const now = this.opts.clock.monotonicMs();
-    if ((this.st.appliedSeq ?? -1) >= leaderSeq) {
-      this.beats.length = 0;
-      this.caughtUpAt = now;
-    } else {
-      // A later heartbeat of the same seq is a later moment the leader held no more than that.
-      const last = this.beats[this.beats.length - 1];
-      if (last === undefined || leaderSeq > last.seq) this.beats.push({ seq: leaderSeq, at: now });
-      else last.at = now;
-    }
-    // Bounded: one per HEARTBEAT_MS of a backlog is plenty; the oldest are the ones that matter.
-    if (this.beats.length > 4096) this.beats.splice(1, 1);
+    if (through > leaderSeq) throw invalidArgument(`a heartbeat through ${through}, past the leader's last seq ${leaderSeq}`);
+    this.st.leaderSeq = Math.max(this.st.leaderSeq ?? 0, leaderSeq);
     if (this.st.appliedSeq !== null || this.st.bootstrapped) this.streaming();
+    const at = this.opts.clock.monotonicMs();
+    const generation = this.generation;
+    const covered = (): void => {
+      // Only for the stream that sent it: a later one may be bootstrapping from scratch.
+      if (generation !== this.generation || this.st.state !== 'streaming') return;
+      if (through === leaderSeq) this.caughtUpAt = Math.max(this.caughtUpAt, at);
+      if (through > (this.st.appliedSeq ?? -1)) this.st.appliedSeq = through;
+    };
+    const inFlight = this.pending.filter((p) => !p.settled).map((p) => p.done);
+    if (inFlight.length === 0) covered();
+    else Promise.all(inFlight).then(covered, () => undefined);
   }
 
   private streaming(): void {

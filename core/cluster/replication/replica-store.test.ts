@@ -85,6 +85,17 @@ describe('a read replica re-bootstraps into a side directory', () => {
     await until('the first bootstrap', async () => f.stats().appliedSeq === (await leaderSeq()));
     const before = await ids(store.current);
     expect(before).toHaveLength(200);
+    // A chained replica: a replica of this replica, through the swap to come.
+    const chainedDb = await Database.open({ dataDir: join(root, 'chained'), masterKey: LEADER_KEY, buildIndex: buildIndexInline });
+    const chained = new Follower({
+      source: (resume, signal) => store.current.replicate(resume === undefined ? {} : { after_seq: resume.seq, history: resume.history }, signal),
+      target: chainedDb, clock: systemClock, random: () => 0.5, log: () => undefined,
+      sleep: (ms) => new Promise((r) => setTimeout(r, Math.min(ms, 5))), backoffMs: { base: 1, max: 5 },
+    });
+    chained.start();
+    await until('the chained replica', async () => chained.stats().appliedSeq === store.current.replicationView().log.lastSeq);
+    expect(await ids(chainedDb)).toEqual(before);
+    const historyBefore = store.current.history;
     await f.stop();
 
     // Meanwhile the leader rewrites everything, checkpoints, and drops the log behind the replica.
@@ -112,9 +123,17 @@ describe('a read replica re-bootstraps into a side directory', () => {
     expect(reads).toBeGreaterThan(3);
     expect(await ids(store.current)).toEqual(expected);
     expect(f.stats().bootstraps).toBe(1);
+    // The swapped-in directory numbers its own log afresh: a new history, so the chained replica, whose
+    // position counted in the old one, takes a snapshot instead of resuming into the wrong log.
+    expect(store.current.history).not.toBe(historyBefore);
+    await until('the chained replica re-bootstraps', async () => chained.stats().bootstraps >= 2
+      && chained.stats().appliedSeq === store.current.replicationView().log.lastSeq);
+    expect(await ids(chainedDb)).toEqual(expected);
+    await chained.stop();
+    await chainedDb.close();
     await f.stop();
     await store.close();
-    expect(readdirSync(root).sort()).toEqual(['leader', 'replica']);
+    expect(readdirSync(root).sort()).toEqual(['chained', 'leader', 'replica']);
 
     // A restart resumes from the swapped-in directory's position, with no new snapshot.
     const again = await storeAt(dataDir);
