@@ -57,14 +57,16 @@ function tracker(leader: SvcServer, follower: () => SvcServer | null) {
   })();
   return {
     async stop() { running = false; await loop; },
-    lagsMs(): number[] {
+    /** Each committed sample: when it was seen committed (ms from the first) and how long until applied. */
+    lagSeries(): { t: number; lag: number }[] {
       const applied = [...appliedAt.entries()].sort((a, b) => a[0] - b[0]);
-      const lags: number[] = [];
+      const t0 = Math.min(...committedAt.values());
+      const out: { t: number; lag: number }[] = [];
       for (const [seq, t] of committedAt) {
         const a = applied.find(([s]) => s >= seq);
-        if (a !== undefined) lags.push(Math.max(0, a[1] - t));
+        if (a !== undefined) out.push({ t: t - t0, lag: Math.max(0, a[1] - t) });
       }
-      return lags;
+      return out;
     },
   };
 }
@@ -94,6 +96,22 @@ async function until(what: string, check: () => Promise<boolean>, ms = 600_000):
   return performance.now() - t0;
 }
 
+/** Replication lag over the ingest, as an SVG scatter (ms of lag against seconds into the ingest). */
+function lagPlot(series: { t: number; lag: number }[], title: string): string {
+  const [w, h, m] = [640, 320, 48];
+  const tMax = Math.max(1, ...series.map((p) => p.t));
+  const lagMax = Math.max(1, ...series.map((p) => p.lag));
+  const x = (t: number) => m + ((w - 2 * m) * t) / tMax;
+  const y = (lag: number) => h - m - ((h - 2 * m) * lag) / lagMax;
+  const dots = series.map((p) => `<circle cx="${x(p.t).toFixed(1)}" cy="${y(p.lag).toFixed(1)}" r="1.5" fill="#3366cc"/>`).join('');
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${w}" height="${h}" font-family="sans-serif" font-size="11">`
+    + `<text x="${m}" y="20">replication lag (leader commit to follower applied), ${title}</text>`
+    + `<line x1="${m}" y1="${h - m}" x2="${w - m}" y2="${h - m}" stroke="#000"/><line x1="${m}" y1="${m}" x2="${m}" y2="${h - m}" stroke="#000"/>`
+    + `<text x="${w - m}" y="${h - m + 16}" text-anchor="end">${(tMax / 1000).toFixed(1)} s</text>`
+    + `<text x="${m - 4}" y="${m + 4}" text-anchor="end">${Math.round(lagMax)} ms</text><text x="${m - 4}" y="${h - m}" text-anchor="end">0</text>`
+    + `${dots}</svg>\n`;
+}
+
 const d = data();
 const work = mkdtempSync(join(tmpdir(), 'svc-bench-repl-'));
 const leader = await startSvc();
@@ -113,7 +131,8 @@ try {
   await until('the follower applies the ingest', async () => (await seqOf(follower!)) >= target);
   const applyMs = performance.now() - t0;
   await track.stop();
-  const lags = track.lagsMs();
+  const series = track.lagSeries();
+  const lags = series.map((x) => x.lag);
   // 2. A disconnect: the follower stops, the leader ingests for disconnectSecs, the follower resumes.
   await follower.stop();
   follower = null;
@@ -144,6 +163,7 @@ try {
   };
   console.log(JSON.stringify(out, null, 2));
   writeFileSync(join(import.meta.dirname, 'results', quick ? 'replication-quick.json' : 'replication.json'), `${JSON.stringify(out, null, 2)}\n`);
+  writeFileSync(join(import.meta.dirname, 'results', quick ? 'replication-quick.svg' : 'replication.svg'), lagPlot(series, `${d.name}, ${n} points`));
 } finally {
   await follower?.stop();
   await leader.stop();
