@@ -12,7 +12,9 @@ import { compareIdsUtf8 } from '../base/id-order.js';
 import { checkName, checkPointId } from '../base/names.js';
 import type { SearchResult } from '../index/flat.js';
 import { compileFilter, type CompiledFilter } from '../query/filter.js';
-import { corpusOf, fuseRankings, type Ranked, type Rankings, type TextStats } from '../query/ranking.js';
+import {
+  checkTextStats, corpusOf, fuseRankings, type Ranked, type Rankings, type RankingsBody, type TextStats, type TextStatsBody,
+} from '../query/ranking.js';
 import { DEFAULT_RRF_K0 } from '../query/rrf.js';
 import type { Op, PayloadMode, PayloadPatch } from '../storage/codec.js';
 import { DataDir } from '../storage/data-dir.js';
@@ -23,7 +25,7 @@ import { Collection, type IndexBuilder } from './collection.js';
 import { infoOf, parseCollectionParams, sameShape, splitExistOk, type CollectionSpec } from './params.js';
 import { parseDocuments, parsePayload, parsePoints, parseTextPoints, parseTokens, parseVector } from './points.js';
 import {
-  checkObject, decodeCursor, encodeCursor, parseBool, parseConsistency, parseEf, fusionDepth, parseFetchLimit, parseK, parseRerankPool, parseRrfK0,
+  checkObject, decodeCursor, encodeCursor, parseBool, parseConsistency, parseDepth, parseEf, fusionDepth, parseFetchLimit, parseK, parseRerankPool, parseRrfK0,
 } from './queries.js';
 import { buildIndexInWorker, prewarmIndexBuilds } from './rebuild.js';
 import { SearchDispatch } from './search-dispatch.js';
@@ -759,15 +761,16 @@ export class Database {
    * `depth` deep, best first, equal scores in id order. BM25 scores against `corpus` when given (the
    * whole collection's statistics, summed over its shards), else this collection's own.
    */
-  async rankings(name: string, body: Record<string, unknown> & { depth?: unknown; text_stats?: TextStats }): Promise<Rankings> {
+  async rankings(name: string, body: RankingsBody): Promise<Rankings> {
     const col = this.pointCollection(name);
     const { depth: d, text_stats: stats, ...q } = checkObject(body, 'rankings body', [...RANKINGS_KEYS, 'depth', 'text_stats']);
-    const depth = parseK(d, this.limits);
-    return this.rankingsOf(col, q, depth, stats === undefined || stats === null ? undefined : corpusOf(stats as TextStats));
+    const depth = parseDepth(d, this.limits);
+    const corpus = stats === undefined || stats === null ? undefined : corpusOf(checkTextStats(stats, this.limits.maxSparseTerms));
+    return this.rankingsOf(col, q, depth, corpus);
   }
 
   /** This collection's BM25 statistics for a query text's terms (summed over shards by a router). */
-  async textStats(name: string, body: { text?: unknown }): Promise<TextStats> {
+  async textStats(name: string, body: TextStatsBody): Promise<TextStats> {
     const col = this.pointCollection(name);
     const b = checkObject(body, 'text stats body', ['text']);
     const c = col.sparse.corpus(this.queryTerms(b.text));

@@ -106,6 +106,9 @@ async function runSeed(seed: number): Promise<void> {
     await same(`text ${q}`, (e) => e.searchText('t', { text: t3, k, filter, consistency: 'strong' }));
     await same(`text rerank ${q}`, (e) => e.searchText('t', { text: t4, k, rerank: true, consistency: 'strong' }));
     await same(`multi ${q}`, (e) => e.searchMultiVector('m', { vectors: tokens, k, consistency: 'strong' }));
+    // The engine answers the shards' own two questions as one node would (so an engine can be a shard).
+    await same(`text stats ${q}`, (e) => e.textStats('t', { text: t2 }));
+    await same(`rankings ${q}`, (e) => e.rankings('t', { vector: v8, query_text: t1, filter, depth: k, consistency: 'strong' }));
     await same(`count ${q}`, (e) => e.count('c', filter === undefined ? {} : { filter }));
   }
   for (const limit of [1, 7, 50]) {

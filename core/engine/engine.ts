@@ -11,10 +11,12 @@ import { owner } from '../cluster/routing/hrw.js';
 import { parseCollectionParams, splitExistOk, type CollectionSpec } from '../collection/params.js';
 import { parseDocuments, parsePoints, parseTextPoints, parseVector } from '../collection/points.js';
 import {
-  checkObject, encodeCursor, fusionDepth, parseBool, parseFetchLimit, parseK, parseRerankPool, parseRrfK0,
+  checkObject, encodeCursor, fusionDepth, parseBool, parseDepth, parseFetchLimit, parseK, parseRerankPool, parseRrfK0,
 } from '../collection/queries.js';
 import { mergeTopK, scoreOrder, type ScoreOrder } from '../query/merge.js';
-import { fuseRankings, sumTextStats, type Ranked, type Rankings, type TextStats } from '../query/ranking.js';
+import {
+  checkTextStats, fuseRankings, sumTextStats, type Ranked, type Rankings, type RankingsBody, type TextStats, type TextStatsBody,
+} from '../query/ranking.js';
 import { DEFAULT_RRF_K0 } from '../query/rrf.js';
 import type { EngineApi, ReplicateRequest, ReplicationEvent } from '../service/api.js';
 import type { ShardRef } from './shard.js';
@@ -302,7 +304,7 @@ export class Engine implements EngineApi {
     const k = parseK(q.k, this.limits);
     const k0 = parseRrfK0(q.rrf_k0);
     const { k: _k, rrf_k0: _k0, ...rest } = q;
-    const r = await this.rankings(name, spec, rest, fusionDepth(k, this.limits));
+    const r = await this.gather(name, spec, rest, fusionDepth(k, this.limits), undefined);
     return { hits: fuseRankings([r.dense, r.sparse, r.text].filter((l) => l !== undefined), k, k0) };
   }
 
@@ -323,9 +325,9 @@ export class Engine implements EngineApi {
     const [qv] = await embedder.embed([q.text], 'query');
     const vector = Array.from(parseVector(Array.from(qv), spec.dim, spec.metric, this.limits, 'embedded query'));
     const want = reranker === undefined ? k : pool;
-    const r = await this.rankings(name, spec, {
+    const r = await this.gather(name, spec, {
       vector, query_text: q.text, filter: q.filter, with_payload: withPayload || reranker !== undefined, with_vector: withVector, consistency: q.consistency,
-    }, fusionDepth(want, this.limits));
+    }, fusionDepth(want, this.limits), undefined);
     const fused = fuseRankings([r.dense!, r.text!].filter((l) => l.length > 0), want, DEFAULT_RRF_K0);
     if (reranker === undefined) return { hits: fused };
     if (fused.length === 0) return { hits: [] };
@@ -347,10 +349,10 @@ export class Engine implements EngineApi {
    * collection's statistics (a first round when there is more than one shard), so each shard scores
    * with the idf and average length one node of everything would.
    */
-  private async rankings(name: string, spec: CollectionSpec, body: Record<string, unknown>, depth: number): Promise<Rankings> {
+  private async gather(name: string, spec: CollectionSpec, body: Record<string, unknown>, depth: number, given: TextStats | undefined): Promise<Rankings> {
     const shards = this.shards();
-    let textStats: TextStats | undefined;
-    if (shards.length > 1 && typeof body.query_text === 'string') {
+    let textStats = given;
+    if (textStats === undefined && shards.length > 1 && typeof body.query_text === 'string') {
       textStats = sumTextStats(await Promise.all(shards.map((s) => s.shard.textStats(name, { text: body.query_text as string }))));
     }
     const parts = await Promise.all(shards.map((s) => s.shard.rankings(name, { ...body, depth, ...(textStats === undefined ? {} : { text_stats: textStats }) })));
@@ -363,6 +365,25 @@ export class Engine implements EngineApi {
       sparse: merge(parts.map((p) => p.sparse), 'higher_first'),
       text: merge(parts.map((p) => p.text), 'higher_first'),
     };
+  }
+
+  /**
+   * The rankings themselves, as a shard answers them (an engine over shards can be a shard in turn):
+   * every shard's, merged, BM25 over `text_stats` when given, else over the summed statistics.
+   */
+  async rankings(name: string, body: RankingsBody): Promise<Rankings> {
+    const spec = await this.pointSpec(name);
+    const { depth: d, text_stats: stats, ...q } = checkObject(body, 'rankings body', [...RANKINGS_KEYS, 'depth', 'text_stats']);
+    const depth = parseDepth(d, this.limits);
+    const given = stats === undefined || stats === null ? undefined : checkTextStats(stats, this.limits.maxSparseTerms);
+    return this.gather(name, spec, q, depth, given);
+  }
+
+  /** The collection's BM25 statistics for a query text's terms: every shard's, summed. */
+  async textStats(name: string, body: TextStatsBody): Promise<TextStats> {
+    await this.pointSpec(name);
+    const b = checkObject(body, 'text stats body', ['text']);
+    return sumTextStats(await this.all((s) => s.shard.textStats(name, b)));
   }
 
   private embedderFor(spec: CollectionSpec): Embedder {
@@ -418,6 +439,9 @@ export class Engine implements EngineApi {
     this.specs.clear();
   }
 }
+
+/** What a shard's rankings take (a hybrid body's query fields, without k and rrf_k0), as Database has them. */
+const RANKINGS_KEYS = ['vector', 'sparse_indices', 'sparse_values', 'query_text', 'filter', 'ef_search', 'with_payload', 'with_vector', 'consistency'] as const;
 
 const HYBRID_KEYS = [
   'vector', 'sparse_indices', 'sparse_values', 'query_text', 'k', 'filter', 'ef_search', 'rrf_k0', 'with_payload',

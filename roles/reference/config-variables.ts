@@ -124,6 +124,7 @@ export const CONFIG_VARIABLES: readonly ConfigVariable[] = [
   { name: 'SVC_FOLLOWER_SIM_SEED', default: '1', meaning: 'its first seed (to replay one)', group: 'tests' },
   { name: 'SVC_OPS_SEEDS', default: '8', meaning: 'seeds of the randomized count / payload / delete-by-filter check (core/collection/point-ops.test.ts)', group: 'tests' },
   { name: 'SVC_OPS_SEED', default: '1', meaning: 'its first seed (to replay one)', group: 'tests' },
+  { name: 'SVC_ENGINE_SEEDS', default: '3', meaning: 'seeds of the engine-over-three-shards check against one node (core/engine/engine.test.ts)', group: 'tests' },
   { name: 'SVC_MODEL_RUNS', default: '40', meaning: 'runs of the collection model test (core/collection/model.test.ts)', group: 'tests' },
   { name: 'SVC_MODEL_SEED', default: '20240611', meaning: 'its seed', group: 'tests' },
 ];
