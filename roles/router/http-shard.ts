@@ -8,7 +8,7 @@ import type { DataShard } from '../../core/engine/shard.js';
  * A shard over its REST API (core/engine/shard.ts `DataShard`): what a router's engine calls, as one
  * node's routes, with SVC_CLUSTER_SHARD_KEY as the bearer key.
  *
- * - Each call has one deadline (SVC_CLUSTER_TIMEOUT_MS), attempts included.
+ * - Each call has one deadline (SVC_CLUSTER_TIMEOUT_SECS), attempts included.
  * - A read that could not reach the shard (refused, reset, closed before an answer) or that the shard
  *   answered 503 is tried again, at most `readRetries` times, while the deadline allows. A write is
  *   never sent twice: a write that may or may not have landed is reported, not repeated behind the
@@ -26,7 +26,7 @@ export interface HttpShardOptions {
   url: string;
   /** SVC_CLUSTER_SHARD_KEY; null sends no key (shards started with SVC_INSECURE). */
   key: string | null;
-  /** SVC_CLUSTER_TIMEOUT_MS: the most one call may take, retries included. */
+  /** SVC_CLUSTER_TIMEOUT_SECS, in ms: the most one call may take, retries included. */
   timeoutMs: number;
   /** The connection pool shared by every shard of a router (keep-alive). */
   dispatcher: Dispatcher;
@@ -171,6 +171,11 @@ export class HttpShard implements DataShard {
     return this.json('write', 'POST', '/v1/snapshots', body);
   }
 
+  /** Resolves once the shard answers `GET /readyz` with 200 (a router's readiness); else `unavailable`. */
+  async ready(): Promise<void> {
+    await this.call('read', 'GET', '/readyz');
+  }
+
   // ---------------------------------------------------------------- the wire
 
   private async json<T>(kind: Kind, method: Method, path: string, body?: unknown): Promise<T> {
@@ -206,7 +211,7 @@ export class HttpShard implements DataShard {
   /** One request: an answer, or an error and whether another attempt of a read may help. */
   private async attempt(method: Method, path: string, payload: string | undefined, deadline: number): Promise<{ answer?: Answer; error?: SvcError; retry: boolean }> {
     const left = deadline - performance.now();
-    if (left <= 0) return { error: this.unavailable(`no answer within SVC_CLUSTER_TIMEOUT_MS=${this.opts.timeoutMs}`), retry: false };
+    if (left <= 0) return { error: this.unavailable(`no answer within ${this.opts.timeoutMs / 1000} s (SVC_CLUSTER_TIMEOUT_SECS)`), retry: false };
     const signal = AbortSignal.timeout(Math.ceil(left));
     let status: number;
     let headers: Record<string, string | string[] | undefined>;
@@ -225,7 +230,7 @@ export class HttpShard implements DataShard {
       headers = res.headers;
       text = await readBounded(res.body, this.bytesMax);
     } catch (e) {
-      if (signal.aborted) return { error: this.unavailable(`no answer within SVC_CLUSTER_TIMEOUT_MS=${this.opts.timeoutMs}`), retry: false };
+      if (signal.aborted) return { error: this.unavailable(`no answer within ${this.opts.timeoutMs / 1000} s (SVC_CLUSTER_TIMEOUT_SECS)`), retry: false };
       if (e instanceof AnswerTooLarge) return { error: this.unavailable(e.message), retry: false };
       return { error: this.unavailable(networkCause(e)), retry: true };
     }
