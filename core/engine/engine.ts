@@ -1,15 +1,17 @@
-import { invalidArgument, SvcError } from '../base/errors.js';
+import { invalidArgument, notFound, SvcError } from '../base/errors.js';
 import type { Limits } from '../base/limits.js';
 import {
   COLLECTION_EXISTED, collectionExisted,
   type CollectionInfo, type CountQuery, type DatabaseStats, type DeletePointsBody, type DocumentInput, type Embedder, type FetchQuery,
-  type Hit, type HybridQuery, type MultiVectorQuery, type PointOutput, type Reranker, type SearchQuery, type SetPayloadBody,
+  type Hit, type HybridQuery, type MultiVectorQuery, type Payload, type PointOutput, type Reranker, type SearchQuery, type SetPayloadBody,
   type SnapshotResult, type TextPointInput, type TextQuery,
 } from '../base/model.js';
 import { checkPointId } from '../base/names.js';
 import { owner } from '../cluster/routing/hrw.js';
 import { parseCollectionParams, splitExistOk, type CollectionSpec } from '../collection/params.js';
-import { parseDocuments, parsePoints, parseTextPoints, parseVector } from '../collection/points.js';
+import {
+  checkPayloadResults, parseDocuments, parsePayloadUpdate, parsePoints, parseTextPoints, parseVector,
+} from '../collection/points.js';
 import {
   checkObject, encodeCursor, fusionDepth, parseBool, parseDepth, parseFetchLimit, parseK, parseRerankPool, parseRrfK0,
 } from '../collection/queries.js';
@@ -44,6 +46,9 @@ export interface EngineOptions {
   specTtlMs?: number;
   monotonicMs(): number;
 }
+
+/** Points read at once when a payload update across shards checks its batch first. */
+const PAYLOAD_READS_AT_ONCE = 32;
 
 /** Collection writes (creates, drops) that fail on some shards are retried this many times before reporting. */
 const CLUSTER_WRITE_ATTEMPTS = 3;
@@ -217,15 +222,42 @@ export class Engine implements EngineApi {
     return this.ownerOf(checkPointId(id), this.shards()).shard.delete(name, id);
   }
 
+  /**
+   * All or nothing, as on one node. A batch whose ids one shard owns goes there, which checks and applies
+   * it at once. A batch across shards first reads each point from its owner, so that an unknown id (the
+   * first in batch order, as one node names it) or a merged payload over the limits refuses the whole
+   * batch before any shard changes anything. (A delete racing the update between that read and the
+   * update can still make one shard refuse its part while the others apply theirs.)
+   */
   async setPayload(name: string, body: SetPayloadBody): Promise<{ updated: number }> {
-    const b = checkObject(body, 'payload body', ['points', 'mode']);
-    if (!Array.isArray(b.points)) throw invalidArgument('points must be a list');
-    const groups = this.byOwner(b.points.map((p: unknown, i: number) => {
-      const o = checkObject(p, `points[${i}]`, ['id', 'payload']);
-      return { p, id: checkPointId(o.id) };
-    }), (x) => x.id);
-    const r = await Promise.all([...groups].map(([s, items]) => s.shard.setPayload(name, { ...b, points: items.map((x) => x.p) } as SetPayloadBody)));
+    const spec = await this.spec(name);
+    const { mode, points } = parsePayloadUpdate(body, this.limits);
+    if (points.length === 0) return { updated: 0 };
+    const groups = this.byOwner(points, (p) => p.id);
+    if (groups.size > 1) {
+      const current = await this.payloadsOf(name, [...new Set(points.map((p) => p.id))]);
+      const missing = points.find((p) => !current.has(p.id));
+      if (missing !== undefined) throw notFound(`point '${missing.id}' does not exist in collection '${spec.name}'; no payload was changed`);
+      checkPayloadResults(points, mode, (id) => current.get(id)!, this.limits);
+    }
+    const r = await Promise.all([...groups].map(([s, items]) => s.shard.setPayload(name, { points: items, mode })));
     return { updated: r.reduce((n, x) => n + x.updated, 0) };
+  }
+
+  /** The payloads of the points of `ids` that exist, each read from its owner (a few at a time). */
+  private async payloadsOf(name: string, ids: readonly string[]): Promise<Map<string, Payload>> {
+    const shards = this.shards();
+    const out = new Map<string, Payload>();
+    for (let i = 0; i < ids.length; i += PAYLOAD_READS_AT_ONCE) {
+      await Promise.all(ids.slice(i, i + PAYLOAD_READS_AT_ONCE).map(async (id) => {
+        try {
+          out.set(id, (await this.ownerOf(id, shards).shard.get(name, id)).payload);
+        } catch (e) {
+          if (!(e instanceof SvcError && e.code === 'not_found')) throw e;
+        }
+      }));
+    }
+    return out;
   }
 
   async deletePoints(name: string, body: DeletePointsBody): Promise<{ deleted: number }> {
