@@ -23,7 +23,7 @@ describe('config: the coordinator', () => {
     expect(loadConfig(base, { cwd, defaultFile: null }).coordinator).toBeNull();
     expect(refusal({ SVC_COORDINATOR_STATE: 's.json' })).toBe('SVC_COORDINATOR_STATE');
     expect(refusal({ SVC_AUTOSCALE_ENABLED: 'true' })).toBe('SVC_AUTOSCALE_ENABLED');
-    // A router (later) reads SVC_CLUSTER_SHARDS without being a coordinator.
+    // A router reads SVC_CLUSTER_SHARDS without being a coordinator.
     expect(refusal({ SVC_CLUSTER_SHARDS: '[http://a:1]' })).toBe('accepted');
   });
 
@@ -69,5 +69,27 @@ describe('config: the coordinator', () => {
       [{ ...on, SVC_AUTOSCALE_MAX_SHARDS: '0' }, 'SVC_AUTOSCALE_MAX_SHARDS'],
     ];
     for (const [env, variable] of refused) expect(refusal(env), JSON.stringify(env)).toBe(variable);
+  });
+});
+
+describe('config: the router', () => {
+  it('is a router with SVC_CLUSTER_SHARDS or SVC_COORDINATOR_URL, unless it is the coordinator', () => {
+    expect(loadConfig(base, { cwd, defaultFile: null }).router).toBeNull();
+    const c = loadConfig({ ...base, SVC_CLUSTER_SHARDS: '[http://S1:6333/, http://s2:6333]', SVC_CLUSTER_SHARD_KEY: 'sk' }, { cwd, defaultFile: null });
+    expect(c.router).toEqual({ shards: ['http://s1:6333', 'http://s2:6333'], shardKey: 'sk', coordinatorUrl: null, timeoutMs: 10_000, mapRefreshMs: 5_000 });
+    const only = loadConfig({
+      ...base, SVC_COORDINATOR_URL: 'http://Coord:7000/', SVC_CLUSTER_TIMEOUT_SECS: '0.5', SVC_CLUSTER_MAP_REFRESH_SECS: '2',
+    }, { cwd, defaultFile: null });
+    expect(only.router).toEqual({ shards: [], shardKey: null, coordinatorUrl: 'http://coord:7000', timeoutMs: 500, mapRefreshMs: 2_000 });
+    expect(only.warnings.some((w) => w.includes('SVC_CLUSTER_SHARD_KEY is unset'))).toBe(true);
+    expect(loadConfig({ ...base, SVC_COORDINATOR: 'true', SVC_CLUSTER_SHARDS: '[http://a:1]' }, { cwd, defaultFile: null }).router).toBeNull();
+  });
+
+  it('refuses what a router cannot be', () => {
+    expect(refusal({ SVC_CLUSTER_SHARDS: '[http://a:1,http://a:1]' })).toBe('SVC_CLUSTER_SHARDS');
+    expect(refusal({ SVC_CLUSTER_SHARDS: '[http://a:1/v1]' })).toBe('SVC_CLUSTER_SHARDS');
+    expect(refusal({ SVC_COORDINATOR_URL: 'coord:7000' })).toBe('SVC_COORDINATOR_URL');
+    expect(refusal({ SVC_CLUSTER_SHARDS: '[http://a:1]', SVC_CLUSTER_TIMEOUT_SECS: '0' })).toBe('SVC_CLUSTER_TIMEOUT_SECS');
+    expect(refusal({ SVC_CLUSTER_SHARDS: '[http://a:1]', SVC_LEADER_URL: 'http://l:6334', SVC_LEADER_API_KEY: 'k' })).toBe('SVC_CLUSTER_SHARDS');
   });
 });

@@ -4,7 +4,7 @@ import { availableParallelism } from 'node:os';
 import { resolve } from 'node:path';
 import { parse as parseToml } from 'smol-toml';
 import { DEFAULT_LIMITS, LIMIT_VARIABLES, type Limits } from '../core/base/limits.js';
-import { parseReplicaList, parseUrlList } from '../core/cluster/routing/shard-map.js';
+import { normalizeShardUrl, parseReplicaList, parseUrlList } from '../core/cluster/routing/shard-map.js';
 import type { Role } from '../core/service/api.js';
 import type { ApiKey } from '../core/service/service.js';
 import { CONNECTION_LIMIT_VARIABLES, DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from './connection-limits.js';
@@ -74,6 +74,8 @@ export interface SvcConfig {
   readonly leader: LeaderConfig | null;
   /** SVC_COORDINATOR=true: this process is the cluster coordinator (no data plane). null: it is not. */
   readonly coordinator: CoordinatorConfig | null;
+  /** SVC_CLUSTER_SHARDS or SVC_COORDINATOR_URL without SVC_COORDINATOR: a router (no data directory). null: it is not. */
+  readonly router: RouterConfig | null;
   /** Every other variable of the spec's table, as given (cluster, replication, raft, tui, demo). */
   readonly other: Readonly<Record<string, string>>;
   /** To be logged at startup; the SVC_INSECURE warning is one of them. */
@@ -106,7 +108,8 @@ export const SCALAR_VARS = [
   'SVC_REST_ADDR', 'SVC_GRPC_ADDR', 'SVC_DATA_DIR', 'SVC_SNAPSHOT_DIR', 'SVC_API_KEYS', 'SVC_ENCRYPTION_KEY',
   'SVC_MASTER_KEY_FILE', 'SVC_TLS_CERT', 'SVC_TLS_KEY', 'SVC_TLS_CLIENT_CA', 'SVC_INSECURE', 'RUST_LOG',
   'SVC_AUDIT_LOG', 'SVC_OTLP_ENDPOINT', 'SVC_OTLP_SERVICE_NAME', 'SVC_OTLP_TIMEOUT_SECS',
-  'SVC_RATE_LIMIT_REQUESTS_PER_SECOND', 'SVC_RATE_LIMIT_BURST', 'SVC_SEARCH_WORKERS', 'SVC_REPLICATION_RETAIN_BYTES', ...Object.values(LIMIT_VARIABLES), ...Object.values(CONNECTION_LIMIT_VARIABLES), ...OTHER_VARS,
+  'SVC_RATE_LIMIT_REQUESTS_PER_SECOND', 'SVC_RATE_LIMIT_BURST', 'SVC_SEARCH_WORKERS', 'SVC_REPLICATION_RETAIN_BYTES',
+  'SVC_CLUSTER_TIMEOUT_SECS', 'SVC_CLUSTER_MAP_REFRESH_SECS', ...Object.values(LIMIT_VARIABLES), ...Object.values(CONNECTION_LIMIT_VARIABLES), ...OTHER_VARS,
 ];
 
 export const tomlKey = (v: string): string => (v === 'RUST_LOG' ? 'log' : v.replace(/^SVC_/, '').toLowerCase());
@@ -186,6 +189,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, op
   const snapshotDir = get('SVC_SNAPSHOT_DIR');
   const leader = leaderOf(get, insecure, cwd, warnings);
   const coordinator = coordinatorOf(get, insecure, cwd, warnings, leader !== null);
+  const router = coordinator === null ? routerOf(get, insecure, warnings, leader !== null) : null;
 
   return deepFreeze({
     configFile: file,
@@ -203,7 +207,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, op
     limits, rateLimit, connections, searchWorkers, replicationRetainBytes,
     embedding: providers('embedding'),
     rerank: providers('rerank'),
-    leader, coordinator, other, warnings,
+    leader, coordinator, router, other, warnings,
   });
 }
 
@@ -290,6 +294,68 @@ function coordinatorOf(get: (v: string) => string | undefined, insecure: boolean
   if (enabled && autoscale.highWaterPoints === 0) warnings.push('SVC_AUTOSCALE_ENABLED=true but SVC_AUTOSCALE_HIGH_WATER_POINTS=0: autoscaling never triggers');
   if (enabled && standbyUrls.length === 0) warnings.push('SVC_AUTOSCALE_ENABLED=true but SVC_AUTOSCALE_STANDBY_URLS is empty: there is nothing to scale out to');
   return { stateFile: stateFile === undefined ? null : resolve(cwd, stateFile), seedShards, seedReplicas, shardKey, autoscale };
+}
+
+/**
+ * The router (spec: SVC_CLUSTER_SHARDS "makes the server a stateless router"; CONTRACT.md section 11):
+ * its shards (ids 0, 1, 2, ... in list order), the key it shows them and its coordinator, the deadline of
+ * one call to a shard, and how often the coordinator's map is read. docs/cluster.md, Router.
+ */
+export interface RouterConfig {
+  /** SVC_CLUSTER_SHARDS, normalized, in order (may be empty when SVC_COORDINATOR_URL gives the map). */
+  shards: readonly string[];
+  /** SVC_CLUSTER_SHARD_KEY: shown to every shard, and to the coordinator (an admin key scoped to * on each). */
+  shardKey: string | null;
+  /** SVC_COORDINATOR_URL, normalized; null: the router routes by SVC_CLUSTER_SHARDS alone. */
+  coordinatorUrl: string | null;
+  /** SVC_CLUSTER_TIMEOUT_SECS in ms: the most one call to a shard may take, its retries included. */
+  timeoutMs: number;
+  /** SVC_CLUSTER_MAP_REFRESH_SECS in ms: between two reads of the coordinator's map. */
+  mapRefreshMs: number;
+}
+
+/** SVC_CLUSTER_TIMEOUT_SECS when unset (the spec gives none): long enough for a large batch, short enough to name a dead shard. */
+export const CLUSTER_TIMEOUT_SECS_DEFAULT = 10;
+/** SVC_CLUSTER_MAP_REFRESH_SECS when unset (the spec gives none). */
+export const CLUSTER_MAP_REFRESH_SECS_DEFAULT = 5;
+
+function routerOf(get: (v: string) => string | undefined, insecure: boolean, warnings: string[], follower: boolean): RouterConfig | null {
+  let shards: string[];
+  try {
+    shards = parseUrlList(get('SVC_CLUSTER_SHARDS') ?? '', 'SVC_CLUSTER_SHARDS');
+  } catch (e) {
+    throw new ConfigError('SVC_CLUSTER_SHARDS', `${(e as Error).message}. Fix: REST base URLs like [http://shard-0:6333,http://shard-1:6333]`);
+  }
+  const coordinator = get('SVC_COORDINATOR_URL');
+  if (shards.length === 0 && coordinator === undefined) return null;
+  if (follower) throw new ConfigError('SVC_CLUSTER_SHARDS', 'a router holds no data, so it cannot follow a leader. Fix: unset SVC_LEADER_URL, or SVC_CLUSTER_SHARDS and SVC_COORDINATOR_URL');
+  let coordinatorUrl: string | null = null;
+  if (coordinator !== undefined) {
+    try {
+      coordinatorUrl = normalizeShardUrl(coordinator, 'SVC_COORDINATOR_URL');
+    } catch (e) {
+      throw new ConfigError('SVC_COORDINATOR_URL', `${(e as Error).message}. Fix: the coordinator's REST base URL, like http://coordinator:6333`);
+    }
+  }
+  const seconds = (v: string, fallback: number, min: number, max: number): number => {
+    const s = get(v);
+    if (s === undefined) return fallback * 1000;
+    const n = parseNumber(v, s);
+    if (n < min || n > max) throw new ConfigError(v, `"${s}" is not a number of seconds between ${min} and ${max}`);
+    return Math.round(n * 1000);
+  };
+  const shardKey = get('SVC_CLUSTER_SHARD_KEY') ?? null;
+  if (shardKey === null && !insecure) {
+    warnings.push('SVC_CLUSTER_SHARD_KEY is unset: the router calls its shards without a key, so shards that require one refuse every request');
+  }
+  if (get('SVC_CLUSTER_REPLICAS') !== undefined) {
+    warnings.push('SVC_CLUSTER_REPLICAS is not acted on by this router yet: every read goes to the shards of SVC_CLUSTER_SHARDS (the primaries)');
+  }
+  return {
+    shards, shardKey, coordinatorUrl,
+    timeoutMs: seconds('SVC_CLUSTER_TIMEOUT_SECS', CLUSTER_TIMEOUT_SECS_DEFAULT, 0.01, TIMEOUT_SECS_MAX),
+    mapRefreshMs: seconds('SVC_CLUSTER_MAP_REFRESH_SECS', CLUSTER_MAP_REFRESH_SECS_DEFAULT, 0.01, 86_400),
+  };
 }
 
 /**

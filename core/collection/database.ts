@@ -5,25 +5,29 @@ import { checkLimit, resolveLimits, type Limits } from '../base/limits.js';
 import {
   COLLECTION_EXISTED,
   type CollectionInfo, type CountQuery, type DatabaseStats, type DeletePointsBody, type DocumentInput, type Embedder, type FetchQuery,
-  type Hit, type HybridQuery, type MultiVectorQuery, type Payload, type PointOutput, type ReplicaResume, type ReplicateRequest, type ReplicationEvent,
+  type Hit, type HybridQuery, type MultiVectorQuery, type PointOutput, type ReplicaResume, type ReplicateRequest, type ReplicationEvent,
   type Reranker, type SearchQuery, type SetPayloadBody, type SnapshotResult, type TextPointInput, type TextQuery,
 } from '../base/model.js';
 import { compareIdsUtf8 } from '../base/id-order.js';
 import { checkName, checkPointId } from '../base/names.js';
 import type { SearchResult } from '../index/flat.js';
 import { compileFilter, type CompiledFilter } from '../query/filter.js';
-import { corpusOf, fuseRankings, type Ranked, type Rankings, type TextStats } from '../query/ranking.js';
+import {
+  checkTextStats, corpusOf, fuseRankings, type Ranked, type Rankings, type RankingsBody, type TextStats, type TextStatsBody,
+} from '../query/ranking.js';
 import { DEFAULT_RRF_K0 } from '../query/rrf.js';
-import type { Op, PayloadMode, PayloadPatch } from '../storage/codec.js';
+import type { Op } from '../storage/codec.js';
 import { DataDir } from '../storage/data-dir.js';
 import { NodeFileSystem, joinPath, type FileSystem } from '../storage/fs.js';
 import { queryTermIds, distinctCount } from '../text/tokenizer.js';
 import { validateSparse, type Bm25Corpus, type ScoredSlots } from '../text/sparse-index.js';
 import { Collection, type IndexBuilder } from './collection.js';
 import { infoOf, parseCollectionParams, sameShape, splitExistOk, type CollectionSpec } from './params.js';
-import { parseDocuments, parsePayload, parsePoints, parseTextPoints, parseTokens, parseVector } from './points.js';
 import {
-  checkObject, decodeCursor, encodeCursor, parseBool, parseConsistency, parseEf, fusionDepth, parseFetchLimit, parseK, parseRerankPool, parseRrfK0,
+  checkPayloadResults, parseDocuments, parsePayloadUpdate, parsePoints, parseTextPoints, parseTokens, parseVector,
+} from './points.js';
+import {
+  checkObject, decodeCursor, encodeCursor, parseBool, parseConsistency, parseDepth, parseEf, fusionDepth, parseFetchLimit, parseK, parseRerankPool, parseRrfK0,
 } from './queries.js';
 import { buildIndexInWorker, prewarmIndexBuilds } from './rebuild.js';
 import { SearchDispatch } from './search-dispatch.js';
@@ -96,7 +100,6 @@ const FETCH_KEYS = ['filter', 'limit', 'cursor', 'with_vector'] as const;
 /** What a shard's rankings take (a hybrid body's query fields, without k and rrf_k0). */
 const RANKINGS_KEYS = ['vector', 'sparse_indices', 'sparse_values', 'query_text', 'filter', 'ef_search', 'with_payload', 'with_vector', 'consistency'] as const;
 const COUNT_KEYS = ['filter'] as const;
-const SET_PAYLOAD_KEYS = ['points', 'mode'] as const;
 const DELETE_POINTS_KEYS = ['ids', 'filter'] as const;
 /** Token vectors per multi-vector document or query (not a spec limit: a bound so no request is unbounded). */
 /** Ids per delete record when a follower's bootstrap clears a collection. */
@@ -506,29 +509,12 @@ export class Database {
    */
   async setPayload(name: string, body: SetPayloadBody): Promise<{ updated: number }> {
     const col = this.collection(name);
-    const b = checkObject(body, 'payload body', SET_PAYLOAD_KEYS);
-    const mode = parsePayloadMode(b.mode);
-    if (!Array.isArray(b.points)) throw invalidArgument('points must be a list of {id, payload}');
-    checkLimit(this.limits, 'maxBatchSize', b.points.length, 'batch size');
-    const points: PayloadPatch[] = b.points.map((p: unknown, i: number) => {
-      const o = checkObject(p, `points[${i}]`, ['id', 'payload']);
-      const id = checkPointId(o.id);
-      if (typeof o.payload !== 'object' || o.payload === null || Array.isArray(o.payload)) {
-        throw invalidArgument(`points[${i}].payload must be a JSON object`);
-      }
-      return { id, payload: parsePayload(o.payload, this.limits, `points[${i}].payload`)! };
-    });
+    const { mode, points } = parsePayloadUpdate(body, this.limits);
     const missing = points.find((p) => !col.has(p.id));
     if (missing !== undefined) {
       throw notFound(`point '${missing.id}' does not exist in collection '${col.spec.name}'; no payload was changed`);
     }
-    // What each point's payload becomes, checked as an upsert's would be (size, reserved keys).
-    const after = new Map<string, Payload>();
-    points.forEach((p, i) => {
-      const next = mode === 'replace' ? p.payload : { ...(after.get(p.id) ?? col.point(p.id)!.payload), ...p.payload };
-      parsePayload(next, this.limits, `points[${i}].payload once ${mode === 'merge' ? 'merged' : 'replaced'}`);
-      after.set(p.id, next);
-    });
+    checkPayloadResults(points, mode, (id) => col.point(id)!.payload, this.limits);
     if (points.length === 0) return { updated: 0 };
     return { updated: await this.write(col, { t: 'set_payload', mode, points }, false) };
   }
@@ -759,15 +745,16 @@ export class Database {
    * `depth` deep, best first, equal scores in id order. BM25 scores against `corpus` when given (the
    * whole collection's statistics, summed over its shards), else this collection's own.
    */
-  async rankings(name: string, body: Record<string, unknown> & { depth?: unknown; text_stats?: TextStats }): Promise<Rankings> {
+  async rankings(name: string, body: RankingsBody): Promise<Rankings> {
     const col = this.pointCollection(name);
     const { depth: d, text_stats: stats, ...q } = checkObject(body, 'rankings body', [...RANKINGS_KEYS, 'depth', 'text_stats']);
-    const depth = parseK(d, this.limits);
-    return this.rankingsOf(col, q, depth, stats === undefined || stats === null ? undefined : corpusOf(stats as TextStats));
+    const depth = parseDepth(d, this.limits);
+    const corpus = stats === undefined || stats === null ? undefined : corpusOf(checkTextStats(stats, this.limits.maxSparseTerms));
+    return this.rankingsOf(col, q, depth, corpus);
   }
 
   /** This collection's BM25 statistics for a query text's terms (summed over shards by a router). */
-  async textStats(name: string, body: { text?: unknown }): Promise<TextStats> {
+  async textStats(name: string, body: TextStatsBody): Promise<TextStats> {
     const col = this.pointCollection(name);
     const b = checkObject(body, 'text stats body', ['text']);
     const c = col.sparse.corpus(this.queryTerms(b.text));
@@ -1045,13 +1032,6 @@ function tiesById(col: Collection, r: SearchResult): Int32Array {
     i = j;
   }
   return out ?? r.slots;
-}
-
-/** `mode` of a payload update: `merge` unless given. */
-function parsePayloadMode(v: unknown): PayloadMode {
-  if (v === undefined || v === null) return 'merge';
-  if (v !== 'merge' && v !== 'replace') throw invalidArgument("mode must be 'merge' or 'replace'");
-  return v;
 }
 
 /** Whether the cut after `k` of `n` asked for may fall inside a run of equal values (more may tie beyond). */

@@ -4,7 +4,7 @@ import { checkLimit, type Limits } from '../base/limits.js';
 import type { Metric, Payload } from '../base/model.js';
 import { checkPointId } from '../base/names.js';
 import { normalize } from '../index/vector-store.js';
-import type { DocRecord, PointRecord } from '../storage/codec.js';
+import type { DocRecord, PayloadMode, PayloadPatch, PointRecord } from '../storage/codec.js';
 import { checkObject } from './queries.js';
 import { docFromPayload } from '../text/sparse-index.js';
 
@@ -66,6 +66,43 @@ export function parsePayload(p: unknown, limits: Limits, what = 'payload'): Payl
   const clean = JSON.parse(json) as Payload;
   docFromPayload(clean, limits.maxSparseTerms); // reserved keys are validated at ingest, before the WAL
   return clean;
+}
+
+/** A payload update's body, `{points: [{id, payload}], mode?}`, checked whole (a node's and a router's rules). */
+export function parsePayloadUpdate(body: unknown, limits: Limits): { mode: PayloadMode; points: PayloadPatch[] } {
+  const b = checkObject(body, 'payload body', ['points', 'mode']);
+  const mode = parsePayloadMode(b.mode);
+  if (!Array.isArray(b.points)) throw invalidArgument('points must be a list of {id, payload}');
+  checkLimit(limits, 'maxBatchSize', b.points.length, 'batch size');
+  const points = b.points.map((p: unknown, i: number): PayloadPatch => {
+    const o = checkObject(p, `points[${i}]`, ['id', 'payload']);
+    const id = checkPointId(o.id);
+    if (typeof o.payload !== 'object' || o.payload === null || Array.isArray(o.payload)) {
+      throw invalidArgument(`points[${i}].payload must be a JSON object`);
+    }
+    return { id, payload: parsePayload(o.payload, limits, `points[${i}].payload`)! };
+  });
+  return { mode, points };
+}
+
+/** `mode` of a payload update: `merge` unless given. */
+function parsePayloadMode(v: unknown): PayloadMode {
+  if (v === undefined || v === null) return 'merge';
+  if (v !== 'merge' && v !== 'replace') throw invalidArgument("mode must be 'merge' or 'replace'");
+  return v;
+}
+
+/**
+ * What each point's payload becomes, checked as an upsert's would be (size, reserved keys), in batch
+ * order; `current` is a point's payload before the update (the batch's earlier patches applied over it).
+ */
+export function checkPayloadResults(points: readonly PayloadPatch[], mode: PayloadMode, current: (id: string) => Payload, limits: Limits): void {
+  const after = new Map<string, Payload>();
+  points.forEach((p, i) => {
+    const next = mode === 'replace' ? p.payload : { ...(after.get(p.id) ?? current(p.id)), ...p.payload };
+    parsePayload(next, limits, `points[${i}].payload once ${mode === 'merge' ? 'merged' : 'replaced'}`);
+    after.set(p.id, next);
+  });
 }
 
 export interface PointShape {

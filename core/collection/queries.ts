@@ -20,6 +20,14 @@ export function parseK(v: unknown, limits: Limits, fallback = 10): number {
   return v;
 }
 
+/** How deep a shard's rankings go (a router's fusion depth): a k by another name, under the same limit. */
+export function parseDepth(v: unknown, limits: Limits): number {
+  if (v === undefined || v === null) return fusionDepth(10, limits);
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 1) throw invalidArgument('depth must be a positive integer');
+  checkLimit(limits, 'maxK', v, 'depth');
+  return v;
+}
+
 export function parseEf(v: unknown, limits: Limits, fallback: number): number {
   if (v === undefined || v === null) return Math.min(fallback, limits.maxEfSearch);
   if (typeof v !== 'number' || !Number.isInteger(v) || v < 1) throw invalidArgument('ef_search must be a positive integer');

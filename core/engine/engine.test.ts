@@ -83,6 +83,12 @@ async function runSeed(seed: number): Promise<void> {
   await same('delete points by ids', (e) => e.deletePoints('c', { ids: ['p5', 'p6', 'nope'] }));
   await same('delete points by filter', (e) => e.deletePoints('d', { filter: { eq: { field: 'n', value: 7 } } }));
   await same('set payload', (e) => e.setPayload('c', { points: [{ id: 'p7', payload: { n: 3 } }, { id: 'p8', payload: { tag: 'a' } }], mode: 'merge' }));
+  // All or nothing across shards too: an unknown id, or a merged payload over the limit, changes nothing anywhere.
+  const outcome = (p: Promise<unknown>) => p.then(() => 'ok', (err: { code?: string; message?: string }) => `${err.code}: ${err.message}`);
+  const some = Array.from({ length: 20 }, (_, i) => ({ id: `p${20 + i}`, payload: { tag: 'zz' } }));
+  await same('set payload, an unknown id', (e) => outcome(e.setPayload('c', { points: [...some, { id: 'nope', payload: {} }, { id: 'nope2', payload: {} }] })));
+  await same('set payload, too large once merged', (e) => outcome(e.setPayload('c', { points: [...some, { id: 'p41', payload: { big: 'x'.repeat(40_000) } }, { id: 'p41', payload: { big2: 'x'.repeat(40_000) } }] })));
+  await same('nothing changed', (e) => e.count('c', { filter: { eq: { field: 'tag', value: 'zz' } } }));
 
   // Every point is on exactly one shard.
   const counts = await Promise.all(shards.map(async (s) => (await s.count('c')).count));
@@ -106,6 +112,9 @@ async function runSeed(seed: number): Promise<void> {
     await same(`text ${q}`, (e) => e.searchText('t', { text: t3, k, filter, consistency: 'strong' }));
     await same(`text rerank ${q}`, (e) => e.searchText('t', { text: t4, k, rerank: true, consistency: 'strong' }));
     await same(`multi ${q}`, (e) => e.searchMultiVector('m', { vectors: tokens, k, consistency: 'strong' }));
+    // The engine answers the shards' own two questions as one node would (so an engine can be a shard).
+    await same(`text stats ${q}`, (e) => e.textStats('t', { text: t2 }));
+    await same(`rankings ${q}`, (e) => e.rankings('t', { vector: v8, query_text: t1, filter, depth: k, consistency: 'strong' }));
     await same(`count ${q}`, (e) => e.count('c', filter === undefined ? {} : { filter }));
   }
   for (const limit of [1, 7, 50]) {

@@ -1,20 +1,24 @@
-import { invalidArgument, SvcError } from '../base/errors.js';
+import { invalidArgument, notFound, SvcError } from '../base/errors.js';
 import type { Limits } from '../base/limits.js';
 import {
   COLLECTION_EXISTED, collectionExisted,
   type CollectionInfo, type CountQuery, type DatabaseStats, type DeletePointsBody, type DocumentInput, type Embedder, type FetchQuery,
-  type Hit, type HybridQuery, type MultiVectorQuery, type PointOutput, type Reranker, type SearchQuery, type SetPayloadBody,
+  type Hit, type HybridQuery, type MultiVectorQuery, type Payload, type PointOutput, type Reranker, type SearchQuery, type SetPayloadBody,
   type SnapshotResult, type TextPointInput, type TextQuery,
 } from '../base/model.js';
 import { checkPointId } from '../base/names.js';
 import { owner } from '../cluster/routing/hrw.js';
 import { parseCollectionParams, splitExistOk, type CollectionSpec } from '../collection/params.js';
-import { parseDocuments, parsePoints, parseTextPoints, parseVector } from '../collection/points.js';
 import {
-  checkObject, encodeCursor, fusionDepth, parseBool, parseFetchLimit, parseK, parseRerankPool, parseRrfK0,
+  checkPayloadResults, parseDocuments, parsePayloadUpdate, parsePoints, parseTextPoints, parseVector,
+} from '../collection/points.js';
+import {
+  checkObject, encodeCursor, fusionDepth, parseBool, parseDepth, parseFetchLimit, parseK, parseRerankPool, parseRrfK0,
 } from '../collection/queries.js';
 import { mergeTopK, scoreOrder, type ScoreOrder } from '../query/merge.js';
-import { fuseRankings, sumTextStats, type Ranked, type Rankings, type TextStats } from '../query/ranking.js';
+import {
+  checkTextStats, fuseRankings, sumTextStats, type Ranked, type Rankings, type RankingsBody, type TextStats, type TextStatsBody,
+} from '../query/ranking.js';
 import { DEFAULT_RRF_K0 } from '../query/rrf.js';
 import type { EngineApi, ReplicateRequest, ReplicationEvent } from '../service/api.js';
 import type { ShardRef } from './shard.js';
@@ -42,6 +46,9 @@ export interface EngineOptions {
   specTtlMs?: number;
   monotonicMs(): number;
 }
+
+/** Points read at once when a payload update across shards checks its batch first. */
+const PAYLOAD_READS_AT_ONCE = 32;
 
 /** Collection writes (creates, drops) that fail on some shards are retried this many times before reporting. */
 const CLUSTER_WRITE_ATTEMPTS = 3;
@@ -215,15 +222,42 @@ export class Engine implements EngineApi {
     return this.ownerOf(checkPointId(id), this.shards()).shard.delete(name, id);
   }
 
+  /**
+   * All or nothing, as on one node. A batch whose ids one shard owns goes there, which checks and applies
+   * it at once. A batch across shards first reads each point from its owner, so that an unknown id (the
+   * first in batch order, as one node names it) or a merged payload over the limits refuses the whole
+   * batch before any shard changes anything. (A delete racing the update between that read and the
+   * update can still make one shard refuse its part while the others apply theirs.)
+   */
   async setPayload(name: string, body: SetPayloadBody): Promise<{ updated: number }> {
-    const b = checkObject(body, 'payload body', ['points', 'mode']);
-    if (!Array.isArray(b.points)) throw invalidArgument('points must be a list');
-    const groups = this.byOwner(b.points.map((p: unknown, i: number) => {
-      const o = checkObject(p, `points[${i}]`, ['id', 'payload']);
-      return { p, id: checkPointId(o.id) };
-    }), (x) => x.id);
-    const r = await Promise.all([...groups].map(([s, items]) => s.shard.setPayload(name, { ...b, points: items.map((x) => x.p) } as SetPayloadBody)));
+    const spec = await this.spec(name);
+    const { mode, points } = parsePayloadUpdate(body, this.limits);
+    if (points.length === 0) return { updated: 0 };
+    const groups = this.byOwner(points, (p) => p.id);
+    if (groups.size > 1) {
+      const current = await this.payloadsOf(name, [...new Set(points.map((p) => p.id))]);
+      const missing = points.find((p) => !current.has(p.id));
+      if (missing !== undefined) throw notFound(`point '${missing.id}' does not exist in collection '${spec.name}'; no payload was changed`);
+      checkPayloadResults(points, mode, (id) => current.get(id)!, this.limits);
+    }
+    const r = await Promise.all([...groups].map(([s, items]) => s.shard.setPayload(name, { points: items, mode })));
     return { updated: r.reduce((n, x) => n + x.updated, 0) };
+  }
+
+  /** The payloads of the points of `ids` that exist, each read from its owner (a few at a time). */
+  private async payloadsOf(name: string, ids: readonly string[]): Promise<Map<string, Payload>> {
+    const shards = this.shards();
+    const out = new Map<string, Payload>();
+    for (let i = 0; i < ids.length; i += PAYLOAD_READS_AT_ONCE) {
+      await Promise.all(ids.slice(i, i + PAYLOAD_READS_AT_ONCE).map(async (id) => {
+        try {
+          out.set(id, (await this.ownerOf(id, shards).shard.get(name, id)).payload);
+        } catch (e) {
+          if (!(e instanceof SvcError && e.code === 'not_found')) throw e;
+        }
+      }));
+    }
+    return out;
   }
 
   async deletePoints(name: string, body: DeletePointsBody): Promise<{ deleted: number }> {
@@ -302,7 +336,7 @@ export class Engine implements EngineApi {
     const k = parseK(q.k, this.limits);
     const k0 = parseRrfK0(q.rrf_k0);
     const { k: _k, rrf_k0: _k0, ...rest } = q;
-    const r = await this.rankings(name, spec, rest, fusionDepth(k, this.limits));
+    const r = await this.gather(name, spec, rest, fusionDepth(k, this.limits), undefined);
     return { hits: fuseRankings([r.dense, r.sparse, r.text].filter((l) => l !== undefined), k, k0) };
   }
 
@@ -323,9 +357,9 @@ export class Engine implements EngineApi {
     const [qv] = await embedder.embed([q.text], 'query');
     const vector = Array.from(parseVector(Array.from(qv), spec.dim, spec.metric, this.limits, 'embedded query'));
     const want = reranker === undefined ? k : pool;
-    const r = await this.rankings(name, spec, {
+    const r = await this.gather(name, spec, {
       vector, query_text: q.text, filter: q.filter, with_payload: withPayload || reranker !== undefined, with_vector: withVector, consistency: q.consistency,
-    }, fusionDepth(want, this.limits));
+    }, fusionDepth(want, this.limits), undefined);
     const fused = fuseRankings([r.dense!, r.text!].filter((l) => l.length > 0), want, DEFAULT_RRF_K0);
     if (reranker === undefined) return { hits: fused };
     if (fused.length === 0) return { hits: [] };
@@ -347,10 +381,10 @@ export class Engine implements EngineApi {
    * collection's statistics (a first round when there is more than one shard), so each shard scores
    * with the idf and average length one node of everything would.
    */
-  private async rankings(name: string, spec: CollectionSpec, body: Record<string, unknown>, depth: number): Promise<Rankings> {
+  private async gather(name: string, spec: CollectionSpec, body: Record<string, unknown>, depth: number, given: TextStats | undefined): Promise<Rankings> {
     const shards = this.shards();
-    let textStats: TextStats | undefined;
-    if (shards.length > 1 && typeof body.query_text === 'string') {
+    let textStats = given;
+    if (textStats === undefined && shards.length > 1 && typeof body.query_text === 'string') {
       textStats = sumTextStats(await Promise.all(shards.map((s) => s.shard.textStats(name, { text: body.query_text as string }))));
     }
     const parts = await Promise.all(shards.map((s) => s.shard.rankings(name, { ...body, depth, ...(textStats === undefined ? {} : { text_stats: textStats }) })));
@@ -363,6 +397,25 @@ export class Engine implements EngineApi {
       sparse: merge(parts.map((p) => p.sparse), 'higher_first'),
       text: merge(parts.map((p) => p.text), 'higher_first'),
     };
+  }
+
+  /**
+   * The rankings themselves, as a shard answers them (an engine over shards can be a shard in turn):
+   * every shard's, merged, BM25 over `text_stats` when given, else over the summed statistics.
+   */
+  async rankings(name: string, body: RankingsBody): Promise<Rankings> {
+    const spec = await this.pointSpec(name);
+    const { depth: d, text_stats: stats, ...q } = checkObject(body, 'rankings body', [...RANKINGS_KEYS, 'depth', 'text_stats']);
+    const depth = parseDepth(d, this.limits);
+    const given = stats === undefined || stats === null ? undefined : checkTextStats(stats, this.limits.maxSparseTerms);
+    return this.gather(name, spec, q, depth, given);
+  }
+
+  /** The collection's BM25 statistics for a query text's terms: every shard's, summed. */
+  async textStats(name: string, body: TextStatsBody): Promise<TextStats> {
+    await this.pointSpec(name);
+    const b = checkObject(body, 'text stats body', ['text']);
+    return sumTextStats(await this.all((s) => s.shard.textStats(name, b)));
   }
 
   private embedderFor(spec: CollectionSpec): Embedder {
@@ -418,6 +471,9 @@ export class Engine implements EngineApi {
     this.specs.clear();
   }
 }
+
+/** What a shard's rankings take (a hybrid body's query fields, without k and rrf_k0), as Database has them. */
+const RANKINGS_KEYS = ['vector', 'sparse_indices', 'sparse_values', 'query_text', 'filter', 'ef_search', 'with_payload', 'with_vector', 'consistency'] as const;
 
 const HYBRID_KEYS = [
   'vector', 'sparse_indices', 'sparse_values', 'query_text', 'k', 'filter', 'ef_search', 'rrf_k0', 'with_payload',

@@ -1,4 +1,3 @@
-import type { Rankings, TextStats } from '../query/ranking.js';
 import type { EngineApi } from '../service/api.js';
 
 /**
@@ -14,12 +13,10 @@ export type DataShard = Pick<EngineApi,
   | 'listCollections' | 'collectionInfo' | 'createCollection' | 'deleteCollection'
   | 'upsert' | 'bulkUpsert' | 'get' | 'delete' | 'fetch' | 'count' | 'setPayload' | 'deletePoints'
   | 'search' | 'searchMultiVector' | 'upsertDocuments' | 'deleteDocument' | 'stats' | 'snapshot'
-> & {
-  /** A hybrid or text query's rankings, `depth` deep, BM25 over `text_stats` when given. */
-  rankings(name: string, body: Record<string, unknown> & { depth: number; text_stats?: TextStats }): Promise<Rankings>;
-  /** BM25 statistics of a query text's terms over this shard's part of the collection. */
-  textStats(name: string, body: { text: string }): Promise<TextStats>;
-};
+  // A hybrid or text query's rankings (`depth` deep, BM25 over `text_stats` when given), and the BM25
+  // statistics of a query text's terms over this shard's part of the collection.
+  | 'rankings' | 'textStats'
+>;
 
 /** A shard of the map: its id (what rendezvous hashing ranks) and how to reach it. */
 export interface ShardRef {

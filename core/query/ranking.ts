@@ -1,3 +1,4 @@
+import { invalidArgument } from '../base/errors.js';
 import type { Hit } from '../base/model.js';
 import type { Bm25Corpus } from '../text/sparse-index.js';
 import { rrf } from './rrf.js';
@@ -27,6 +28,43 @@ export interface TextStats {
   total_length: number;
   df: Record<string, number>;
 }
+
+/**
+ * Statistics as a caller sent them (a router's `text_stats`), checked: counts are non-negative safe
+ * integers, `df` has at most `termsMax` entries keyed by a term id (a 32-bit unsigned integer in
+ * decimal), none above `docs`. Wrong statistics would only skew scores, but never silently.
+ */
+export function checkTextStats(v: unknown, termsMax: number): TextStats {
+  const count = (x: unknown, what: string): number => {
+    if (typeof x !== 'number' || !Number.isSafeInteger(x) || x < 0) throw invalidArgument(`text_stats.${what} must be a non-negative integer`);
+    return x;
+  };
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) throw invalidArgument('text_stats must be an object {docs, total_length, df}');
+  const o = v as Record<string, unknown>;
+  for (const k of Object.keys(o)) if (!['docs', 'total_length', 'df'].includes(k)) throw invalidArgument(`text_stats has an unknown field '${k}'`);
+  const docs = count(o.docs, 'docs');
+  const totalLength = count(o.total_length, 'total_length');
+  if (typeof o.df !== 'object' || o.df === null || Array.isArray(o.df)) throw invalidArgument('text_stats.df must be an object of term id to document count');
+  const entries = Object.entries(o.df);
+  if (entries.length > termsMax) throw invalidArgument(`text_stats.df has ${entries.length} terms, more than a query has (${termsMax})`);
+  const df: Record<string, number> = {};
+  for (const [t, n] of entries) {
+    if (!/^(0|[1-9]\d{0,9})$/.test(t) || Number(t) > 0xffffffff) throw invalidArgument(`text_stats.df key '${t.slice(0, 20)}' is not a term id`);
+    if (count(n, `df.${t}`) > docs) throw invalidArgument(`text_stats.df.${t} is more than text_stats.docs`);
+    df[t] = n as number;
+  }
+  return { docs, total_length: totalLength, df };
+}
+
+/**
+ * A shard's part of a hybrid or text query (what a router asks of its shards, never a client): a hybrid
+ * body's query fields without `k` and `rrf_k0`, the depth of each ranking, and optionally the whole
+ * collection's BM25 statistics to score `query_text` against.
+ */
+export type RankingsBody = Record<string, unknown> & { depth?: unknown; text_stats?: TextStats | null };
+
+/** BM25 statistics of a query text's terms: `{text}`. */
+export interface TextStatsBody { text?: unknown }
 
 /** The sum of several shards' statistics. */
 export function sumTextStats(parts: readonly TextStats[]): TextStats {

@@ -6,6 +6,10 @@ import type {
   SnapshotResult, TextPointInput, TextQuery,
 } from '../base/model.js';
 
+import type { Rankings, RankingsBody, TextStats, TextStatsBody } from '../query/ranking.js';
+
+export type { Rankings, RankingsBody, TextStats, TextStatsBody } from '../query/ranking.js';
+
 export type {
   CountQuery, DatabaseStats, DeletePointsBody, DocumentInput, MultiVectorQuery, ReplicateRequest, ReplicationEvent, SetPayloadBody,
   SnapshotResult, TextPointInput, TextQuery,
@@ -56,6 +60,10 @@ export interface SvcApi {
   upsertDocuments(ctx: CallContext, collection: string, body: { documents: DocumentInput[] }): Promise<{ upserted: number }>;
   searchMultiVector(ctx: CallContext, collection: string, query: MultiVectorQuery): Promise<{ hits: Hit[] }>;
   deleteDocument(ctx: CallContext, collection: string, id: string): Promise<{ deleted: boolean }>;
+  /** Internal (a router asks it of its shards): a hybrid or text query's rankings before fusion. */
+  rankings(ctx: CallContext, collection: string, body: RankingsBody): Promise<Rankings>;
+  /** Internal (a router asks it of its shards): the BM25 statistics of a query text's terms. */
+  textStats(ctx: CallContext, collection: string, body: TextStatsBody): Promise<TextStats>;
   stats(ctx: CallContext): Promise<DatabaseStats>;
   snapshot(ctx: CallContext, body: { name: string }): Promise<SnapshotResult>;
   /**

@@ -25,6 +25,9 @@ export const OPERATION_POLICIES: Readonly<Record<OperationName, OperationPolicy>
   searchText: { role: 'read', collection: 'arg', audited: false },
   searchMultiVector: { role: 'read', collection: 'arg', audited: false },
   stats: { role: 'read', collection: 'none', audited: false },
+  // What a router asks of its shards (with SVC_CLUSTER_SHARD_KEY): reads, like the queries they serve.
+  rankings: { role: 'read', collection: 'arg', audited: false },
+  textStats: { role: 'read', collection: 'arg', audited: false },
   upsert: { role: 'write', collection: 'arg', audited: true },
   bulkUpsert: { role: 'write', collection: 'arg', audited: true },
   delete: { role: 'write', collection: 'arg', audited: true },

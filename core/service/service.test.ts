@@ -53,6 +53,8 @@ function fakeEngine(): { engine: EngineApi; calls: string[] } {
       snapshot_status: { manifest_version: 1, disk_bytes: 10 },
     }),
     snapshot: rec('snapshot', { name: 's', path: '/x', manifest_version: 1, disk_bytes: 1 }),
+    rankings: rec('rankings', { dense: [] }),
+    textStats: rec('textStats', { docs: 0, total_length: 0, df: {} }),
     close: async () => undefined,
   };
   return { engine, calls };
@@ -107,6 +109,8 @@ function call(svc: Service, ctx: CallContext, op: OperationName, c: string): Pro
     case 'upsertDocuments': return svc.upsertDocuments(ctx, c, { documents: [] });
     case 'searchMultiVector': return svc.searchMultiVector(ctx, c, { vectors: [[1, 2]] });
     case 'deleteDocument': return svc.deleteDocument(ctx, c, 'd');
+    case 'rankings': return svc.rankings(ctx, c, { vector: [1, 2], depth: 10 });
+    case 'textStats': return svc.textStats(ctx, c, { text: 'x' });
     case 'replicate': return (async () => { for await (const _ of svc.replicate(ctx)) { /* drain */ } })();
   }
 }
@@ -122,6 +126,8 @@ const CONTRACT_ROLE: Record<string, 'read' | 'write' | 'admin'> = {
   upsert: 'write', bulkUpsert: 'write', delete: 'write', setPayload: 'write', deletePoints: 'write', upsertText: 'write',
   upsertDocuments: 'write', deleteDocument: 'write',
   createCollection: 'admin', deleteCollection: 'admin', snapshot: 'admin', replicate: 'admin',
+  // Not in the contract's table: what a router asks of its shards, reads like the queries they serve.
+  rankings: 'read', textStats: 'read',
 };
 
 describe('authentication', () => {

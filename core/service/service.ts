@@ -321,6 +321,11 @@ export function createService(engine: EngineApi, opts: ServiceOptions): Service 
 
     deleteDocument: (ctx, c, id) => run('deleteDocument', ctx, c, `${col(c)}/document/${String(id)}`, { collection: String(c) }, () => engine.deleteDocument(c, id)),
 
+    rankings: (ctx, c, body) => run('rankings', ctx, c, col(c), { collection: String(c) }, () => engine.rankings(c, body),
+      (r) => ({ hits: (r.dense?.length ?? 0) + (r.sparse?.length ?? 0) + (r.text?.length ?? 0) })),
+
+    textStats: (ctx, c, body) => run('textStats', ctx, c, col(c), { collection: String(c) }, () => engine.textStats(c, body)),
+
     stats: (ctx) => run('stats', ctx, undefined, 'database', {}, async () => {
       const s = await engine.stats();
       const per = s.per_collection.filter((p) => inScope(ctx.principal, p.name));

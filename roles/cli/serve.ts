@@ -16,6 +16,7 @@ import { FileAuditSink } from '../log-audit.js';
 import { createLogs, type Logs } from '../log.js';
 import { providersFromConfig } from '../providers.js';
 import { startCoordinator } from '../coordinator/serve.js';
+import { startRouter } from '../router/serve.js';
 import { createTracer, type ClosableTracer } from '../otel.js';
 import { createPromMetrics } from '../rest/metrics.js';
 import { buildRestApp, type RestState } from '../rest/server.js';
@@ -231,7 +232,10 @@ registerCommand('serve', {
     const logs = createLogs(config.logFilter);
     try {
       // SVC_COORDINATOR=true: the membership API and autoscaling, no data plane (roles/coordinator).
-      const server = config.coordinator !== null ? startCoordinator(config, logs) : startServer(config, logs, { env });
+      // SVC_CLUSTER_SHARDS or SVC_COORDINATOR_URL: a router over those shards, no data directory (roles/router).
+      const server = config.coordinator !== null ? startCoordinator(config, logs)
+        : config.router !== null ? startRouter(config, logs, { env })
+          : startServer(config, logs, { env });
       closeOnSignals(server, logs);
       await server;
       return -1; // keep running

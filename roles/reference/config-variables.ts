@@ -1,5 +1,5 @@
 import { DEFAULT_LIMITS, LIMIT_VARIABLES, type Limits } from '../../core/base/limits.js';
-import { REPLICATION_RETAIN_BYTES_DEFAULT } from '../config.js';
+import { CLUSTER_MAP_REFRESH_SECS_DEFAULT, CLUSTER_TIMEOUT_SECS_DEFAULT, REPLICATION_RETAIN_BYTES_DEFAULT } from '../config.js';
 import { CONNECTION_LIMIT_VARIABLES, DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from '../connection-limits.js';
 import { DEFAULT_TUI_URL } from '../tui/command.js';
 
@@ -30,7 +30,7 @@ export const GROUP_TITLES: Readonly<Record<VariableGroup, string>> = {
   observability: 'Logs, audit, traces, rate limiting',
   engine: 'Search and storage',
   replica: 'Read replicas (docs/server.md, Read replicas)',
-  cluster: 'Cluster (docs/cluster.md): the coordinator and autoscaling act on these; the router and consensus ones are accepted and kept for the roles still to come',
+  cluster: 'Cluster (docs/cluster.md): the router, the coordinator and autoscaling act on these; read replicas of shards and the consensus ones are accepted and kept for the roles still to come',
   commands: 'Other commands (`svc mcp`, `svc tui`, `svc demo`)',
   tests: 'Tests and soaks (read by the test suites, not by svc)',
 };
@@ -101,12 +101,14 @@ export const CONFIG_VARIABLES: readonly ConfigVariable[] = [
   { name: 'SVC_LEADER_CLIENT_CERT', default: none, meaning: '`https://` leader only: client certificate for a leader that requires one (with SVC_LEADER_CLIENT_KEY)', group: 'replica' },
   { name: 'SVC_LEADER_CLIENT_KEY', default: none, meaning: 'its private key', group: 'replica' },
   { name: 'SVC_MVCC_READS', default: 'false', meaning: 'experimental lock-free reads (the spec\'s); accepted, not acted on by this build', group: 'cluster' },
-  cluster('SVC_CLUSTER_SHARDS', 'bracketed list of shard REST base URLs: the server becomes a router'),
-  cluster('SVC_CLUSTER_SHARD_KEY', 'key a router or coordinator presents to shards'),
-  cluster('SVC_CLUSTER_REPLICAS', 'per-shard read replicas, `<shard_index>=<url>`, comma-separated'),
+  cluster('SVC_CLUSTER_SHARDS', 'bracketed list of shard REST base URLs (ids 0, 1, 2, ... in this order): the server becomes a router, with no data directory'),
+  cluster('SVC_CLUSTER_SHARD_KEY', 'key a router or coordinator presents to shards, and a router to its coordinator: an admin key scoped to `*` there'),
+  cluster('SVC_CLUSTER_REPLICAS', 'per-shard read replicas, `<shard_index>=<url>`, comma-separated (a coordinator keeps them in its map; the router does not read from them yet)'),
+  { name: 'SVC_CLUSTER_TIMEOUT_SECS', default: String(CLUSTER_TIMEOUT_SECS_DEFAULT), meaning: 'router: the most one call to a shard may take, retries of a read included; past it the request fails with `unavailable` naming the shard', group: 'cluster' },
+  { name: 'SVC_CLUSTER_MAP_REFRESH_SECS', default: String(CLUSTER_MAP_REFRESH_SECS_DEFAULT), meaning: 'router: how often it reads the shard map from SVC_COORDINATOR_URL', group: 'cluster' },
   { name: 'SVC_COORDINATOR', default: 'false', meaning: 'run as the cluster coordinator (membership API, no data plane)', group: 'cluster' },
   cluster('SVC_COORDINATOR_STATE', 'file where the coordinator keeps its shard map and id counter, written atomically (unset: in memory only, with a warning)'),
-  cluster('SVC_COORDINATOR_URL', 'the coordinator a router refreshes its shard map from'),
+  cluster('SVC_COORDINATOR_URL', 'the coordinator a router reads its shard map from (it routes by SVC_CLUSTER_SHARDS until the coordinator answers); alone, it makes the server a router too'),
   { name: 'SVC_AUTOSCALE_ENABLED', default: 'false', meaning: 'automatic scale-out on the coordinator', group: 'cluster' },
   { name: 'SVC_AUTOSCALE_HIGH_WATER_POINTS', default: '0', meaning: 'per-shard point count above which to scale out; 0 disables', group: 'cluster' },
   cluster('SVC_AUTOSCALE_STANDBY_URLS', 'standby shard URLs, one consumed per scale-out'),
@@ -124,6 +126,7 @@ export const CONFIG_VARIABLES: readonly ConfigVariable[] = [
   { name: 'SVC_FOLLOWER_SIM_SEED', default: '1', meaning: 'its first seed (to replay one)', group: 'tests' },
   { name: 'SVC_OPS_SEEDS', default: '8', meaning: 'seeds of the randomized count / payload / delete-by-filter check (core/collection/point-ops.test.ts)', group: 'tests' },
   { name: 'SVC_OPS_SEED', default: '1', meaning: 'its first seed (to replay one)', group: 'tests' },
+  { name: 'SVC_ENGINE_SEEDS', default: '3', meaning: 'seeds of the engine-over-three-shards check against one node (core/engine/engine.test.ts)', group: 'tests' },
   { name: 'SVC_MODEL_RUNS', default: '40', meaning: 'runs of the collection model test (core/collection/model.test.ts)', group: 'tests' },
   { name: 'SVC_MODEL_SEED', default: '20240611', meaning: 'its seed', group: 'tests' },
 ];

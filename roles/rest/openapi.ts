@@ -84,17 +84,17 @@ function queryParameters(query: Schema | undefined): Schema[] {
 }
 
 /**
- * A copy of a body schema with a `description` on each field FIELD_NOTES explains (by dotted path, else
- * by name); the schema itself, which fastify validates with, is left as it is.
+ * A copy of a body schema with a `description` on each field the route's own notes or FIELD_NOTES explain
+ * (by dotted path, else by name); the schema itself, which fastify validates with, is left as it is.
  */
-export function described(schema: Schema, path = ''): Schema {
+export function described(schema: Schema, path = '', notes: Readonly<Record<string, string>> = {}): Schema {
   const out: Schema = { ...schema };
-  if (out.type === 'array' && typeof out.items === 'object' && out.items !== null) out.items = described(out.items as Schema, path);
+  if (out.type === 'array' && typeof out.items === 'object' && out.items !== null) out.items = described(out.items as Schema, path, notes);
   if (typeof out.properties === 'object' && out.properties !== null) {
     out.properties = Object.fromEntries(Object.entries(out.properties as Record<string, Schema>).map(([name, p]) => {
       const at = path === '' ? name : `${path}.${name}`;
-      const note = FIELD_NOTES[at] ?? FIELD_NOTES[name];
-      const d = described(p, at);
+      const note = notes[at] ?? FIELD_NOTES[at] ?? FIELD_NOTES[name];
+      const d = described(p, at, notes);
       return [name, note !== undefined && d.description === undefined ? { description: note, ...d } : d];
     }));
   }
@@ -118,7 +118,7 @@ function operation(r: RestRoute): Schema {
     description: `Needs a key of role \`${policy.role}\` or above, whose scopes ${SCOPE_TEXT[policy.collection]}.${policy.audited ? ' Written to the audit log.' : ''}`,
     tags: [tagOf(r.template)],
     parameters: [...pathParameters(r.template), ...queryParameters(r.query)],
-    ...(r.body ? { requestBody: { required: required.length > 0, content: { 'application/json': { schema: described(r.body) } } } } : {}),
+    ...(r.body ? { requestBody: { required: required.length > 0, content: { 'application/json': { schema: described(r.body, '', ROUTE_DOCS[routeKey(r)]?.fields) } } } } : {}),
     responses: {
       [String(status)]: { description: 'success', content: { 'application/json': { schema: clone(replySchema(r)) } } },
       default: ERROR_RESPONSE,

@@ -60,12 +60,26 @@ const stats: Schema = obj({
   },
 }, ['collections', 'total_points', 'per_collection', 'snapshot_status']);
 
+const ranked: Schema = {
+  type: 'array',
+  items: obj({ id: str, score: { type: 'number' }, payload, vector }, ['id', 'score']),
+  description: 'best first, equal scores by id (UTF-8 bytes)',
+};
+
+const textStats: Schema = obj({
+  docs: int,
+  total_length: int,
+  df: { type: 'object', additionalProperties: int, description: 'documents holding each query term, by term id' },
+});
+
 const C = '/v1/collections/{name}';
 
 export interface RouteDoc {
   summary: string;
   /** The 2xx answer; the search routes' is the route table's `response`. */
   reply?: Schema;
+  /** Notes on this route's body fields that differ from FIELD_NOTES (a field name two bodies use differently). */
+  fields?: Readonly<Record<string, string>>;
 }
 
 export const ROUTE_DOCS: Readonly<Record<string, RouteDoc>> = {
@@ -94,6 +108,15 @@ export const ROUTE_DOCS: Readonly<Record<string, RouteDoc>> = {
   [`POST ${C}/points:count`]: { summary: 'Count points, optionally by filter', reply: obj({ count: int }) },
   [`POST ${C}/points:payload`]: { summary: 'Update payloads without resending vectors (mode merge or replace), all or nothing', reply: obj({ updated: int }) },
   [`POST ${C}/points:delete`]: { summary: 'Delete points by ids or by filter', reply: obj({ deleted: int }) },
+  [`POST ${C}/query/rankings`]: {
+    summary: 'Internal: what a router asks of its shards (REST only, not on gRPC or MCP). A hybrid or text query\'s rankings before fusion, depth deep; BM25 over text_stats when given',
+    reply: obj({ dense: ranked, sparse: ranked, text: ranked }, []),
+  },
+  [`POST ${C}/query/text-stats`]: {
+    summary: 'Internal: what a router asks of its shards (REST only, not on gRPC or MCP). BM25 statistics of a query text\'s terms over this node\'s part of the collection',
+    reply: textStats,
+    fields: { text: 'the query text, analysed as query_text is (not embedded)' },
+  },
   'GET /v1/stats': { summary: 'Database overview, limited to the key\'s collections', reply: stats },
   'POST /v1/snapshots': { summary: 'Consistent online backup of the whole database under the snapshot root', reply: obj({ name: str, path: str, manifest_version: int, disk_bytes: int }) },
 };
@@ -141,5 +164,7 @@ export const FIELD_NOTES: Readonly<Record<string, string>> = {
   documents: 'the batch, at most SVC_MAX_BATCH_SIZE',
   vectors: "token vectors, each as many numbers as the collection's dim",
   ids: 'point ids',
+  depth: 'how many entries each ranking holds, default 100, at most SVC_MAX_K',
+  text_stats: "the whole collection's BM25 statistics (the sum of every shard's query/text-stats); absent: this node's own",
   mode: 'merge (default: the keys given replace those keys) or replace (the whole payload)',
 };

@@ -58,6 +58,9 @@ export const REST_ROUTES: readonly RestRoute[] = [
   { method: 'PUT', template: `${C}/documents`, op: 'upsertDocuments', body: s.documentsBody, collection: byPath, call: (v, c, r) => v.upsertDocuments(c, r.params.name, r.body) },
   { method: 'POST', template: `${C}/query/multi`, op: 'searchMultiVector', hot: true, body: s.multiQueryBody, response: s.hitsReply, collection: byPath, call: (v, c, r) => v.searchMultiVector(c, r.params.name, r.body) },
   { method: 'DELETE', template: `${C}/documents/{id}`, op: 'deleteDocument', collection: byPath, call: (v, c, r) => v.deleteDocument(c, r.params.name, r.params.id) },
+  // Internal: what a router asks of its shards for hybrid and text queries (docs/cluster.md, Router).
+  { method: 'POST', template: `${C}/query/rankings`, op: 'rankings', body: s.rankingsBody, collection: byPath, call: (v, c, r) => v.rankings(c, r.params.name, r.body) },
+  { method: 'POST', template: `${C}/query/text-stats`, op: 'textStats', body: s.textStatsBody, collection: byPath, call: (v, c, r) => v.textStats(c, r.params.name, r.body) },
   { method: 'GET', template: '/v1/stats', op: 'stats', collection: none, call: (v, c) => v.stats(c) },
   { method: 'POST', template: '/v1/snapshots', op: 'snapshot', body: s.snapshotBody, collection: none, call: (v, c, r) => v.snapshot(c, r.body) },
 ];

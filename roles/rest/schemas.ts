@@ -64,6 +64,24 @@ export const hybridBody = obj({
   ef_search: int, rrf_k0: num, with_payload: bool, with_vector: bool, consistency,
 });
 
+/**
+ * Internal (what a router asks of its shards): a hybrid body's query fields without k and rrf_k0, how
+ * deep each ranking goes, and the whole collection's BM25 statistics to score query_text against.
+ */
+export const rankingsBody = obj({
+  vector, sparse_indices: { type: 'array', items: int }, sparse_values: vector, query_text: str, filter,
+  ef_search: int, with_payload: bool, with_vector: bool, consistency, depth: int,
+  text_stats: {
+    anyOf: [
+      obj({ docs: int, total_length: int, df: { type: 'object', additionalProperties: int } }, ['docs', 'total_length', 'df']),
+      { type: 'null' },
+    ],
+  },
+});
+
+/** Internal: the BM25 statistics of a query text's terms. */
+export const textStatsBody = obj({ text: str }, ['text']);
+
 export const textPointsBody = obj({ points: { type: 'array', items: obj({ id: str, text: str, payload }, ['id', 'text']) } }, ['points']);
 
 export const textQueryBody = obj({

@@ -54,6 +54,7 @@ function memoryEngine(): EngineApi {
     count: async (n) => ({ count: must(n).points.size }),
     setPayload: notYet, deletePoints: notYet,
     hybridSearch: notYet, upsertText: notYet, searchText: notYet, upsertDocuments: notYet, searchMultiVector: notYet, deleteDocument: notYet,
+    rankings: notYet, textStats: notYet,
     stats: async () => ({ collections: cols.size, total_points: 0, per_collection: [], snapshot_status: { manifest_version: 1, disk_bytes: 0 } }),
     snapshot: async () => { throw new Error('disk on fire'); },
     close: async () => undefined,

@@ -34,6 +34,8 @@ export interface RestOptions {
 /** The service arrives when the database is open; until then /v1 answers 503 not_ready. */
 export interface RestState {
   service: Service | null;
+  /** What not_ready says meanwhile; default `storage is not open yet` (a router waits for its shards). */
+  notReady?: string;
 }
 
 declare module 'fastify' {
@@ -48,7 +50,7 @@ const MAX_PARAM_LENGTH = 4096;
 
 /** The service, or not_ready until the database is open. */
 function openService(state: RestState): Service {
-  if (state.service === null) throw new SvcError('not_ready', 'storage is not open yet');
+  if (state.service === null) throw new SvcError('not_ready', state.notReady ?? 'storage is not open yet');
   return state.service;
 }
 
@@ -115,7 +117,7 @@ export function buildRestApp(state: RestState, opts: RestOptions): FastifyInstan
   app.get('/healthz', { onResponse: counted(opts.metrics, 'GET', '/healthz') }, async () => ({ status: 'ok' }));
   app.get('/readyz', { onResponse: counted(opts.metrics, 'GET', '/readyz') }, async (_req, reply) => (state.service
     ? { status: 'ok' }
-    : send(reply, errorReply('not_ready', 'storage is not open yet'))));
+    : send(reply, errorReply('not_ready', state.notReady ?? 'storage is not open yet'))));
   app.get('/metrics', { onResponse: counted(opts.metrics, 'GET', '/metrics') }, async (_req, reply) => {
     reply.header('content-type', opts.metrics.registry.contentType);
     return opts.metrics.registry.metrics();

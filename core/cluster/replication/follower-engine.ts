@@ -15,7 +15,7 @@ type Kind = 'read' | 'write' | 'stream';
 /** Every operation, classified: the compiler refuses a new one without an entry here. */
 const KINDS: Readonly<Record<OperationName, Kind>> = {
   listCollections: 'read', collectionInfo: 'read', get: 'read', fetch: 'read', count: 'read', search: 'read', hybridSearch: 'read',
-  searchText: 'read', searchMultiVector: 'read', stats: 'read', snapshot: 'read',
+  searchText: 'read', searchMultiVector: 'read', stats: 'read', snapshot: 'read', rankings: 'read', textStats: 'read',
   upsert: 'write', bulkUpsert: 'write', delete: 'write', setPayload: 'write', deletePoints: 'write', upsertText: 'write',
   upsertDocuments: 'write', deleteDocument: 'write', createCollection: 'write', deleteCollection: 'write',
   replicate: 'stream',

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { normalizeShardUrl, parseReplicaList, parseUrlList } from './shard-map.js';
+import { normalizeShardUrl, parseReplicaList, parseShardMap, parseUrlList, routedShards } from './shard-map.js';
 
 const refused = (fn: () => unknown): string => {
   try {
@@ -40,5 +40,33 @@ describe('shard URLs', () => {
     expect(parseReplicaList('0=http://r0:1, 1=http://r1:1,0=http://r0b:1', 2, 'R')).toEqual(new Map([[0, ['http://r0:1', 'http://r0b:1']], [1, ['http://r1:1']]]));
     expect(refused(() => parseReplicaList('2=http://r:1', 2, 'R'))).toBe('invalid_argument');
     expect(refused(() => parseReplicaList('0=http://r:1,0=http://R:1', 2, 'R'))).toBe('invalid_argument');
+  });
+});
+
+describe('a map from the coordinator', () => {
+  const good = {
+    version: 7, standby: ['http://spare:6333'],
+    shards: [
+      { id: 2, url: 'http://S2:6333/', replicas: [], state: 'joining', points: null },
+      { id: 0, url: 'http://s0:6333', replicas: ['http://r0:6333'], state: 'active', points: 10 },
+      { id: 1, url: 'http://s1:6333', replicas: [], state: 'draining', points: 4 },
+    ],
+  };
+
+  it('is read in canonical form, and routed by its active and draining shards in id order', () => {
+    const m = parseShardMap(good);
+    expect(m.shards.map((s) => s.url)).toEqual(['http://s2:6333', 'http://s0:6333', 'http://s1:6333']);
+    expect(routedShards(m).map((s) => s.id)).toEqual([0, 1]);
+  });
+
+  it('is refused whole when it is not one', () => {
+    const broken: unknown[] = [
+      null, {}, { ...good, version: -1 }, { ...good, shards: 'x' },
+      { ...good, shards: [...good.shards, { id: 0, url: 'http://s9:6333', state: 'active' }] },
+      { ...good, shards: [...good.shards, { id: 9, url: 'http://s0:6333', state: 'active' }] },
+      { ...good, shards: [{ id: 3, url: 'http://s3:6333', state: 'gone' }] },
+      { ...good, shards: [{ id: 3, url: 'http://s3:6333/path', state: 'active' }] },
+    ];
+    for (const b of broken) expect(refused(() => parseShardMap(b)), JSON.stringify(b)).toBe('invalid_argument');
   });
 });

@@ -109,3 +109,46 @@ export function parseReplicaList(text: string, shardCount: number, what: string)
   }
   return out;
 }
+
+/** Most shards a map may hold (the coordinator's own cap). */
+const MAP_SHARDS_MAX = 1024;
+
+/**
+ * A map as a coordinator answered it (`GET /cluster/map`), checked before a router routes by it: a
+ * version, shards with distinct small integer ids and distinct canonical URLs, known states. A map that
+ * is not one is refused whole (the router keeps the map it has), never half read.
+ */
+export function parseShardMap(v: unknown): ShardMap {
+  const o = v as { version?: unknown; shards?: unknown; standby?: unknown } | null;
+  if (typeof o !== 'object' || o === null || !Number.isSafeInteger(o.version) || (o.version as number) < 0) {
+    throw invalidArgument('a shard map needs a version, a non-negative integer');
+  }
+  if (!Array.isArray(o.shards) || o.shards.length > MAP_SHARDS_MAX) throw invalidArgument(`a shard map needs shards, a list of at most ${MAP_SHARDS_MAX}`);
+  const ids = new Set<number>();
+  const urls = new Set<string>();
+  const shards = o.shards.map((s: unknown, i: number): ShardEntry => {
+    const e = s as Partial<Record<keyof ShardEntry, unknown>> | null;
+    if (typeof e !== 'object' || e === null) throw invalidArgument(`shards[${i}] is not an object`);
+    if (!Number.isSafeInteger(e.id) || (e.id as number) < 0 || ids.has(e.id as number)) throw invalidArgument(`shards[${i}].id is not a new non-negative integer`);
+    const url = normalizeShardUrl(e.url, `shards[${i}].url`);
+    if (urls.has(url)) throw invalidArgument(`shards[${i}].url ${url} is another shard's too`);
+    if (!SHARD_STATES.includes(e.state as ShardState)) throw invalidArgument(`shards[${i}].state is not one of ${SHARD_STATES.join(', ')}`);
+    const replicas = Array.isArray(e.replicas) ? e.replicas.map((r, j) => normalizeShardUrl(r, `shards[${i}].replicas[${j}]`)) : [];
+    const points = Number.isSafeInteger(e.points) && (e.points as number) >= 0 ? e.points as number : null;
+    ids.add(e.id as number);
+    urls.add(url);
+    return { id: e.id as number, url, replicas, state: e.state as ShardState, points };
+  });
+  const standby = Array.isArray(o.standby) ? o.standby.map((u, i) => normalizeShardUrl(u, `standby[${i}]`)) : [];
+  return { version: o.version as number, shards, standby };
+}
+
+/**
+ * The shards a router sends reads and writes to, by id: the active ones, and the draining ones too, for
+ * as long as nothing moves a draining shard's points away (the rebalance is not built yet: routing
+ * around it would make its points unreachable). A joining shard is left out until its points have
+ * arrived and it turns active: routing by it now would look for points where none are.
+ */
+export function routedShards(map: ShardMap): ShardEntry[] {
+  return map.shards.filter((s) => s.state === 'active' || s.state === 'draining').sort((a, b) => a.id - b.id);
+}

@@ -1,0 +1,135 @@
+import type { Dispatcher } from 'undici';
+import { parseShardMap, routedShards, type ShardMap } from '../../core/cluster/routing/shard-map.js';
+import type { ShardRef } from '../../core/engine/shard.js';
+import type { ServiceLogger } from '../../core/service/log.js';
+import type { HttpShard } from './http-shard.js';
+
+/**
+ * The map a router routes by (CONTRACT.md section 11): its own SVC_CLUSTER_SHARDS (ids 0, 1, 2, ... in
+ * list order, all active, version 0) until the coordinator of SVC_COORDINATOR_URL answers, then the
+ * coordinator's, each time its version changes. The engine reads `routed()` on every request, so a new
+ * map applies at once; a shard kept across maps (same id, same URL) keeps its client.
+ */
+export type MapSource = 'list' | 'coordinator';
+
+export class RouterMap {
+  private map: ShardMap = { version: 0, shards: [], standby: [] };
+  private from: MapSource | null = null;
+  private refs: ShardRef[] = [];
+  private clients = new Map<string, HttpShard>();
+
+  constructor(private readonly client: (id: number, url: string) => HttpShard, seed: readonly string[]) {
+    if (seed.length > 0) {
+      this.adopt({ version: 0, shards: seed.map((url, id) => ({ id, url, replicas: [], state: 'active', points: null })), standby: [] }, 'list');
+    }
+  }
+
+  /** The map routed by now (`GET /cluster/map` on the router answers it). */
+  current(): ShardMap {
+    return this.map;
+  }
+
+  /** Where the map came from; null before there is one (a router with only SVC_COORDINATOR_URL). */
+  source(): MapSource | null {
+    return this.from;
+  }
+
+  /** The shards requests go to, by id. */
+  routed(): readonly ShardRef[] {
+    return this.refs;
+  }
+
+  /** The clients of the routed shards (for readiness). */
+  routedClients(): HttpShard[] {
+    return this.refs.map((r) => r.shard as HttpShard);
+  }
+
+  /** Routes by `map` from now on. */
+  adopt(map: ShardMap, from: MapSource): void {
+    const clients = new Map<string, HttpShard>();
+    this.refs = routedShards(map).map((e) => {
+      const key = `${e.id} ${e.url}`;
+      const shard = this.clients.get(key) ?? this.client(e.id, e.url);
+      clients.set(key, shard);
+      return { id: e.id, name: shard.name, shard };
+    });
+    this.clients = clients;
+    this.map = map;
+    this.from = from;
+  }
+}
+
+export interface MapRefreshOptions {
+  coordinatorUrl: string;
+  key: string | null;
+  timeoutMs: number;
+  intervalMs: number;
+  dispatcher: Dispatcher;
+  log: ServiceLogger;
+}
+
+/**
+ * Reads the coordinator's map now and then every interval (timed from the end of the last read), and
+ * routes by it once it answers and whenever its version changes. A coordinator that cannot be read, or
+ * answers something that is not a map, changes nothing: the router goes on with the map it has (told
+ * once per streak of failures, not every interval).
+ */
+export function startMapRefresh(map: RouterMap, opts: MapRefreshOptions): { stop(): Promise<void> } {
+  let timer: NodeJS.Timeout | null = null;
+  let running: Promise<void> | null = null;
+  let stopped = false;
+  let failing = false;
+
+  const read = async (): Promise<ShardMap> => {
+    const res = await opts.dispatcher.request({
+      origin: opts.coordinatorUrl, path: '/cluster/map', method: 'GET',
+      headers: { accept: 'application/json', ...(opts.key === null ? {} : { authorization: `Bearer ${opts.key}` }) },
+      signal: AbortSignal.timeout(opts.timeoutMs),
+    });
+    const text = await res.body.text();
+    if (res.statusCode !== 200) {
+      const hint = res.statusCode === 401 || res.statusCode === 403 ? ' (SVC_CLUSTER_SHARD_KEY must be an admin key scoped to * on the coordinator)' : '';
+      throw new Error(`it answered ${res.statusCode}${hint}: ${text.slice(0, 200)}`);
+    }
+    return parseShardMap(JSON.parse(text));
+  };
+
+  const tick = async (): Promise<void> => {
+    try {
+      const next = await read();
+      if (failing) opts.log.info({ coordinator: opts.coordinatorUrl }, 'the coordinator answers again');
+      failing = false;
+      const was = map.current();
+      if (map.source() !== 'coordinator' || next.version !== was.version) {
+        map.adopt(next, 'coordinator');
+        opts.log.info({
+          coordinator: opts.coordinatorUrl, version: next.version, previous_version: was.version,
+          routed: map.routed().map((r) => r.id), shards: next.shards.map((s) => ({ id: s.id, state: s.state })),
+        }, 'routing by the coordinator\'s shard map');
+      }
+    } catch (e) {
+      if (!failing) {
+        opts.log.warn({ coordinator: opts.coordinatorUrl, err: (e as Error).message, routing_by: map.source(), version: map.current().version },
+          'could not read the shard map from the coordinator; routing by the map already held');
+      }
+      failing = true;
+    }
+  };
+  const schedule = (ms: number): void => {
+    if (stopped) return;
+    timer = setTimeout(() => {
+      running = tick().finally(() => {
+        running = null;
+        schedule(opts.intervalMs);
+      });
+    }, ms);
+  };
+  schedule(0);
+  return {
+    async stop() {
+      stopped = true;
+      if (timer !== null) clearTimeout(timer);
+      await running;
+    },
+  };
+}

@@ -1,0 +1,154 @@
+import { readFileSync } from 'node:fs';
+import type { AddressInfo } from 'node:net';
+import { setTimeout as delay } from 'node:timers/promises';
+import { systemClock } from '../../core/base/clock.js';
+import { Engine } from '../../core/engine/engine.js';
+import { buildProviders } from '../../core/index.js';
+import type { EngineApi } from '../../core/service/api.js';
+import type { AuditSink } from '../../core/service/audit.js';
+import { createService, type Service } from '../../core/service/service.js';
+import { logTracer } from '../../core/service/tracing.js';
+import type { SvcConfig } from '../config.js';
+import { startGrpcServer } from '../grpc/server.js';
+import { FileAuditSink } from '../log-audit.js';
+import type { Logs } from '../log.js';
+import { createTracer } from '../otel.js';
+import { providersFromConfig } from '../providers.js';
+import { createPromMetrics } from '../rest/metrics.js';
+import { buildRestApp, type RestState } from '../rest/server.js';
+import { HttpShard, shardPool } from './http-shard.js';
+import { RouterMap, startMapRefresh } from './map.js';
+import { routerMetrics } from './metrics.js';
+import { addClusterMapRoute } from './rest.js';
+
+/**
+ * `svc serve` with SVC_CLUSTER_SHARDS (or SVC_COORDINATOR_URL): a stateless router. No data directory:
+ * REST (HTTP/1.1, and HTTP/2 with TLS) and gRPC over the one service layer (the router's own keys,
+ * scopes, limits, rate limit, audit under the caller's key name, metrics, spans) over core/engine's
+ * Engine, whose shards are nodes reached over HTTP with SVC_CLUSTER_SHARD_KEY (http-shard.ts). The map
+ * it routes by is its own list until the coordinator answers, then the coordinator's (map.ts).
+ *
+ * Ready (`/readyz` 200, `/v1` served) once it has a map and every shard routed by answers `/readyz`;
+ * from then on it stays ready, and a shard that stops answering fails the requests that need it with
+ * `unavailable` naming it (docs/cluster.md, Router).
+ */
+export interface RunningRouter {
+  restPort: number;
+  grpcPort: number;
+  service: Service;
+  engine: EngineApi;
+  close(): Promise<void>;
+}
+
+/** How often a router that is not ready yet asks its shards' /readyz again, and how often it says what it waits for. */
+const READY_POLL_MS = 200;
+const READY_TELL_MS = 5_000;
+
+export async function startRouter(config: SvcConfig, logs: Logs, opts: { env?: Readonly<Record<string, string | undefined>> } = {}): Promise<RunningRouter> {
+  const r = config.router!;
+  const log = logs.target('svc::router');
+  for (const w of config.warnings) (w.includes('SVC_INSECURE') ? log.error.bind(log) : log.warn.bind(log))({ warning: true }, w);
+  // Text is embedded and reranked here, once, so the router holds the provider tables (api_key_env read now).
+  const { embedders, rerankers } = buildProviders(providersFromConfig(config, opts.env ?? process.env));
+
+  const pool = shardPool();
+  const metrics = createPromMetrics();
+  let series: ReturnType<typeof routerMetrics> | null = null;
+  const map = new RouterMap((id, url) => new HttpShard({
+    id, url, key: r.shardKey, timeoutMs: r.timeoutMs, dispatcher: pool,
+    observe: (outcome, seconds) => series?.shardCall(id, outcome, seconds),
+  }), r.shards);
+  series = routerMetrics(metrics, map);
+
+  const engine = new Engine({ shards: () => map.routed(), limits: config.limits, embedders, rerankers, monotonicMs: () => performance.now() });
+  const fileSink = config.auditLog !== null ? new FileAuditSink(config.auditLog, {
+    masterKeyHex: config.encryptionKey, onWarning: (m) => logs.target('svc::audit').warn({ warning: true }, m),
+  }) : null;
+  const audit: AuditSink = fileSink ?? { append: () => undefined };
+  const otlp = config.otlp.endpoint ? { endpoint: config.otlp.endpoint, serviceName: config.otlp.serviceName, timeoutSecs: config.otlp.timeoutSecs } : null;
+  const tracer = createTracer(otlp, logTracer(logs.target('svc::span'), systemClock), logs.target('svc::otel'));
+  const service = createService(engine, {
+    keys: config.apiKeys, insecure: config.insecure, limits: config.limits, rateLimit: config.rateLimit,
+    audit, auditLog: logs.target('svc::audit'), clock: systemClock, metrics, log: logs.target('svc::span'), tracer,
+  });
+  // The engine gauges (svc_points...) are the cluster's: every shard's stats, summed, at each scrape.
+  metrics.setStatsSource(() => engine.stats());
+
+  const state: RestState = { service: null, notReady: 'the router is waiting for its shards to answer /readyz' };
+  const app = buildRestApp(state, { limits: config.limits, metrics, log: logs.target('svc::rest'), tls: config.tls, connections: config.connections });
+  addClusterMapRoute(app, service, () => map.current(), metrics);
+
+  const refresh = r.coordinatorUrl === null ? null : startMapRefresh(map, {
+    coordinatorUrl: r.coordinatorUrl, key: r.shardKey, timeoutMs: r.timeoutMs, intervalMs: r.mapRefreshMs, dispatcher: pool, log,
+  });
+  const release = async (): Promise<void> => {
+    await refresh?.stop();
+    await engine.close();
+    await pool.close();
+    fileSink?.close();
+    await tracer.shutdown();
+  };
+
+  let grpc: { port: number; close(): Promise<void> };
+  try {
+    await app.listen({ host: config.restAddr.host, port: config.restAddr.port });
+    grpc = await startGrpcServer({
+      service, host: config.grpcAddr.host, port: config.grpcAddr.port, limits: config.limits, log: logs.target('svc::grpc'), metrics,
+      connections: config.connections,
+      tls: config.tls === null ? undefined : {
+        cert: readFileSync(config.tls.cert), key: readFileSync(config.tls.key),
+        ...(config.tls.clientCa ? { clientCa: readFileSync(config.tls.clientCa) } : {}),
+      },
+    });
+  } catch (e) {
+    await app.close();
+    await release();
+    throw e;
+  }
+  const restPort = (app.server.address() as AddressInfo).port;
+  log.info({
+    rest_port: restPort, grpc_port: grpc.port, tls: config.tls !== null, shards: r.shards, coordinator: r.coordinatorUrl,
+    timeout_secs: r.timeoutMs / 1000,
+  }, 'svc router listening; waiting for its shards');
+
+  const waiting = new AbortController();
+  const readiness = becomeReady(map, log, waiting.signal).then(() => {
+    state.service = service;
+    log.info({ routed: map.routed().map((s) => s.id), version: map.current().version, from: map.source() }, 'svc router ready');
+  }, () => undefined);
+
+  let closing: Promise<void> | null = null;
+  return {
+    restPort, grpcPort: grpc.port, service, engine,
+    close() {
+      closing ??= (async () => {
+        waiting.abort();
+        await readiness;
+        await Promise.all([app.close(), grpc.close()]);
+        await release();
+      })();
+      return closing;
+    },
+  };
+}
+
+/** Resolves once there is a map with shards and each of them answers /readyz; rejects when `signal` aborts. */
+async function becomeReady(map: RouterMap, log: ReturnType<Logs['target']>, signal: AbortSignal): Promise<void> {
+  let toldAt = performance.now();
+  for (;;) {
+    signal.throwIfAborted();
+    const shards = map.routedClients();
+    const waitingFor: string[] = [];
+    if (shards.length === 0) waitingFor.push(map.source() === null ? 'the coordinator\'s first map' : 'a map with an active shard');
+    else {
+      const answers = await Promise.allSettled(shards.map((s) => s.ready()));
+      for (const a of answers) if (a.status === 'rejected') waitingFor.push((a.reason as Error).message);
+    }
+    if (waitingFor.length === 0) return;
+    if (performance.now() - toldAt >= READY_TELL_MS) {
+      toldAt = performance.now();
+      log.warn({ waiting_for: waitingFor }, 'svc router not ready yet');
+    }
+    await delay(READY_POLL_MS, undefined, { signal });
+  }
+}
