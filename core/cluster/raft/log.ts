@@ -34,7 +34,9 @@ export class RaftLog {
 
   constructor(private readonly storage: Storage, committed: number, applied: number) {
     this.unstable = { snapshot: null, entries: [], offset: storage.lastIndex() + 1 };
-    this.committed = committed;
+    // A snapshot holds only committed state, so its index is committed even if the hard state written
+    // after it was lost in a crash.
+    this.committed = Math.max(committed, storage.firstIndex() - 1);
     this.applied = Math.max(applied, storage.firstIndex() - 1);
     assert(this.committed <= this.lastIndex(), `commit ${committed} beyond the last index ${this.lastIndex()}`);
     assert(this.applied <= this.committed, `applied ${applied} beyond the commit ${committed}`);
@@ -154,6 +156,10 @@ export class RaftLog {
     assert(snapshot.meta.index > this.committed, 'a snapshot at or below the commit is never installed');
     this.committed = snapshot.meta.index;
     this.unstable = { snapshot, entries: [], offset: snapshot.meta.index + 1 };
+  }
+
+  hasUnstableEntries(): boolean {
+    return this.unstable.entries.length > 0;
   }
 
   unstableEntries(): readonly Entry[] {

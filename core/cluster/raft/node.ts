@@ -90,7 +90,7 @@ export class RaftNode {
     return (
       r.msgs.length > 0 ||
       r.readStates.length > 0 ||
-      r.log.unstableEntries().length > 0 ||
+      r.log.hasUnstableEntries() ||
       r.log.unstableSnapshot() !== null ||
       r.log.hasNextCommitted() ||
       !sameHard(this.hardState(), this.prevHard) ||

@@ -444,7 +444,10 @@ export class Raft {
     pr.probeSent = false;
     // It hears us but has answered no append for an election timeout: the pipeline was lost, restart it.
     if (pr.state === 'replicate' && pr.inflightCount() > 0 && this.ticks - pr.heardTick >= this.electionTicks) pr.becomeProbe(this.ticks);
-    if (pr.match < this.log.lastIndex()) this.sendAppend(m.from);
+    // Behind: send more, unless all of it is already pipelined (an empty append overtaking the
+    // entries in flight would only be rejected and send it back to probing).
+    const allInFlight = pr.state === 'replicate' && pr.next > this.log.lastIndex();
+    if (pr.match < this.log.lastIndex() && !allInFlight) this.sendAppend(m.from);
     this.reads.ack(m.from, m.readSeq);
     for (const r of this.reads.release(this.members, this.id)) this.answerRead(r.from, r.ctx, r.index);
   }
