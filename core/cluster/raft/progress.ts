@@ -20,6 +20,8 @@ export class Progress {
   probeSent = false;
   /** snapshot: the index of the snapshot sent. */
   pendingSnapshot = 0;
+  /** The commit index last sent to it (in an append or heartbeat): whether it may be missing ours. */
+  sentCommit = 0;
   /** Heard from since the last CheckQuorum round. */
   recentActive = false;
   /** The leader's tick when this follower last answered an append, or changed state. */

@@ -434,6 +434,9 @@ export class Raft {
     if (pr.state === 'replicate') pr.freeTo(m.index);
     else pr.becomeReplicate(this.ticks);
     if (this.maybeCommit()) this.broadcastAppend();
+    // It was paused when the commit moved (or the append carrying it was lost): tell it now rather
+    // than at the next heartbeat, since it holds entries past the commit index it last heard.
+    else if (pr.sentCommit < Math.min(this.log.committed, pr.match)) this.sendAppend(m.from);
     while (this.sendAppend(m.from, false));
   }
 
@@ -464,6 +467,7 @@ export class Raft {
     if (entries.length === 0 && !sendIfEmpty) return false;
     this.send({ type: 'app', to, prevIndex, prevTerm, entries, commit: this.log.committed });
     pr.sentAppend(prevIndex + entries.length);
+    pr.sentCommit = this.log.committed;
     return true;
   }
 
@@ -485,6 +489,7 @@ export class Raft {
       const pr = this.progress.get(peer);
       const commit = Math.min(pr ? pr.match : 0, this.log.committed);
       this.send({ type: 'heartbeat', to: peer, commit, readSeq });
+      if (pr) pr.sentCommit = Math.max(pr.sentCommit, commit);
     }
   }
 
