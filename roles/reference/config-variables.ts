@@ -124,6 +124,7 @@ export const CONFIG_VARIABLES: readonly ConfigVariable[] = [
   { name: 'SVC_FOLLOWER_SIM_SEED', default: '1', meaning: 'its first seed (to replay one)', group: 'tests' },
   { name: 'SVC_RAFT_SIM_SEEDS', default: '300', meaning: 'seeds of the Raft simulation in core/testing/raft-sim.test.ts (`npm run sim:raft -- --seeds N` runs any number)', group: 'tests' },
   { name: 'SVC_RAFT_SIM_SEED', default: '1', meaning: 'its first seed (`npm run sim:raft -- --seed N --trace` replays one)', group: 'tests' },
+  { name: 'SVC_RAFT_REWRITE', default: 'unset', meaning: '`1` writes the actual outputs into the Raft transcripts (core/cluster/raft/testdata/*.txt) instead of comparing, for review in the diff', group: 'tests' },
   { name: 'SVC_OPS_SEEDS', default: '8', meaning: 'seeds of the randomized count / payload / delete-by-filter check (core/collection/point-ops.test.ts)', group: 'tests' },
   { name: 'SVC_OPS_SEED', default: '1', meaning: 'its first seed (to replay one)', group: 'tests' },
   { name: 'SVC_MODEL_RUNS', default: '40', meaning: 'runs of the collection model test (core/collection/model.test.ts)', group: 'tests' },
