@@ -20,7 +20,8 @@ import {
  *   partition a b | c d e    drop messages between the groups; `heal` restores every link
  *   crash n1 | restart n1    what n1 had not persisted is lost; it restarts from its disk
  *   compact n1 index         snapshot n1's state machine at index and drop its log before it
- *   status [ids]             role, term, vote, commit, applied and the terms of the log, per member
+ *   status [ids]             role, term, vote, commit, applied and the terms of the log, per member;
+ *                            a leader adds what it knows of each follower's log
  */
 export class RaftTranscript {
   private ids: NodeId[] = [];
@@ -254,7 +255,9 @@ export class RaftTranscript {
     for (let i = st.firstIndex; i <= st.lastIndex; i++) terms.push(node.entryTerm(i) ?? 0);
     const snap = st.firstIndex > 1 ? `(snapshot ${st.firstIndex - 1}/${node.entryTerm(st.firstIndex - 1)}) ` : '';
     const head = `${id}: ${st.role} term=${st.term} vote=${st.vote ?? '-'} leader=${st.leaderId ?? '-'} commit=${st.commit} applied=${st.applied}`;
-    return `${head} | ${snap}${terms.join(' ')}`.trimEnd();
+    const line = `${head} | ${snap}${terms.join(' ')}`.trimEnd();
+    if (st.progress.length === 0) return line;
+    return `${line}\n  ${st.progress.map((p) => `${p.id} match=${p.match} next=${p.next} ${p.state}`).join(', ')}`;
   }
 
   private selected(args: string[]): NodeId[] {

@@ -29,6 +29,15 @@ export interface Ready {
   readonly mustSync: boolean;
 }
 
+/** A leader's view of one follower's log. */
+export interface FollowerProgress {
+  readonly id: NodeId;
+  /** The highest index it is known to hold durably in agreement with the leader. */
+  readonly match: number;
+  readonly next: number;
+  readonly state: 'probe' | 'replicate' | 'snapshot';
+}
+
 export interface RaftStatus {
   readonly id: NodeId;
   readonly role: Role;
@@ -40,6 +49,8 @@ export interface RaftStatus {
   readonly firstIndex: number;
   readonly lastIndex: number;
   readonly members: readonly NodeId[];
+  /** The followers' progress when this member leads; empty otherwise. */
+  readonly progress: readonly FollowerProgress[];
 }
 
 /**
@@ -153,6 +164,10 @@ export class RaftNode {
       firstIndex: r.log.firstIndex(),
       lastIndex: r.log.lastIndex(),
       members: r.members,
+      progress: r.role !== 'leader' ? [] : r.members.flatMap((id) => {
+        const pr = r.progressOf(id);
+        return pr ? [{ id, match: pr.match, next: pr.next, state: pr.state }] : [];
+      }),
     };
   }
 
