@@ -10,7 +10,7 @@ import {
  *
  *   members n1 n2 n3 [max-entries=N] [prevote=false] [checkquorum=false]   a fresh group, empty logs
  *   log n2 terms=1,1,4 [term=T] [vote=ID] [commit=C]    replace n2's disk with this log, restart it
- *   campaign n1 | tick n1 [count] | propose n1 text | read n1 ctx
+ *   campaign n1 | tick n1 [n2 ...] [count] | propose n1 text | read n1 ctx
  *   process [ids]      handle Ready: persist, queue messages, apply; prints what each Ready held
  *   deliver [ids]      deliver the queued messages to these members (default all); prints each one
  *   stabilize [ids]    process and deliver among these members until nothing moves
@@ -107,9 +107,12 @@ export class RaftTranscript {
 
   // ---- inputs ----
 
+  /** `tick n2 n3 10`: the members tick in lockstep (no message moves in between). */
   private tick(args: string[]): string[] {
-    const count = Number(args[1] ?? 1);
-    for (let k = 0; k < count; k++) this.node(args[0]).tick();
+    const last = args[args.length - 1];
+    const count = /^\d+$/.test(last) ? Number(last) : 1;
+    const ids = /^\d+$/.test(last) ? args.slice(0, -1) : args;
+    for (let k = 0; k < count; k++) for (const id of ids) this.node(id).tick();
     return [];
   }
 
@@ -198,7 +201,13 @@ export class RaftTranscript {
   private drop(to: NodeId[]): string[] {
     const lost = this.queue.filter((m) => to.includes(m.to));
     this.queue = this.queue.filter((m) => !to.includes(m.to));
-    return lost.map((m) => `${formatMessage(m)}  (dropped)`);
+    // Repeated messages of one kind on one link (a cut-off leader's heartbeats) print once, counted.
+    const groups = new Map<string, Message[]>();
+    for (const m of lost) {
+      const key = `${m.from}->${m.to} ${m.type}`;
+      groups.set(key, [...(groups.get(key) ?? []), m]);
+    }
+    return [...groups.entries()].map(([key, ms]) => (ms.length === 1 ? `${formatMessage(ms[0])}  (dropped)` : `${key} x${ms.length}  (dropped)`));
   }
 
   // ---- faults ----

@@ -15,9 +15,9 @@ export function formatMessage(m: Message): string {
     case 'preVoteResp':
       return `${head} ${m.reject ? 'rejected' : 'granted'}`;
     case 'heartbeat':
-      return `${head} commit=${m.commit} read=${m.readSeq}`;
+      return `${head} commit=${m.commit} read=${m.readSeq} sent=${m.sent}`;
     case 'heartbeatResp':
-      return `${head} read=${m.readSeq}`;
+      return `${head} read=${m.readSeq} sent=${m.sent} last=${m.lastIndex}`;
     case 'snap':
       return `${head} snapshot=${m.snapshot.meta.index}/${m.snapshot.meta.term}`;
     case 'readIndex':

@@ -390,7 +390,7 @@ export class Raft {
   private handleHeartbeat(m: HeartbeatMessage): void {
     // The leader sends at most what it knows we hold, so this never commits an entry we lack.
     this.log.commitTo(m.commit);
-    this.send({ type: 'heartbeatResp', to: m.from, readSeq: m.readSeq });
+    this.send({ type: 'heartbeatResp', to: m.from, readSeq: m.readSeq, sent: m.sent, lastIndex: this.log.lastIndex() });
   }
 
   private handleSnapshot(m: SnapshotMessage): void {
@@ -445,14 +445,24 @@ export class Raft {
     if (!pr) return;
     pr.recentActive = true;
     pr.probeSent = false;
-    // It hears us but has answered no append for an election timeout: the pipeline was lost, restart it.
-    if (pr.state === 'replicate' && pr.inflightCount() > 0 && this.ticks - pr.heardTick >= this.electionTicks) pr.becomeProbe(this.ticks);
+    if (pr.state === 'replicate' && this.pipelineLost(pr, m)) pr.becomeProbe(this.ticks);
     // Behind: send more, unless all of it is already pipelined (an empty append overtaking the
     // entries in flight would only be rejected and send it back to probing).
     const allInFlight = pr.state === 'replicate' && pr.next > this.log.lastIndex();
     if (pr.match < this.log.lastIndex() && !allInFlight) this.sendAppend(m.from);
     this.reads.ack(m.from, m.readSeq);
     for (const r of this.reads.release(this.members, this.id)) this.answerRead(r.from, r.ctx, r.index);
+  }
+
+  /**
+   * Pipelined appends were lost if the follower lacks entries sent before this heartbeat (over an
+   * in-order transport that is certain; reordered, it costs at most a resend), or, as a last resort, if
+   * it hears us but has answered no append for an election timeout.
+   */
+  private pipelineLost(pr: Progress, m: HeartbeatResponseMessage): boolean {
+    if (pr.inflightCount() === 0) return false;
+    if (m.lastIndex < m.sent && pr.match < m.sent) return true;
+    return this.ticks - pr.heardTick >= this.electionTicks;
   }
 
   /** Sends the next append (or a snapshot) if the follower is not paused; whether anything was sent. */
@@ -488,7 +498,7 @@ export class Raft {
     for (const peer of this.peers) {
       const pr = this.progress.get(peer);
       const commit = Math.min(pr ? pr.match : 0, this.log.committed);
-      this.send({ type: 'heartbeat', to: peer, commit, readSeq });
+      this.send({ type: 'heartbeat', to: peer, commit, readSeq, sent: pr ? pr.next - 1 : 0 });
       if (pr) pr.sentCommit = Math.max(pr.sentCommit, commit);
     }
   }

@@ -86,16 +86,23 @@ export interface VoteResponseMessage extends MessageBase {
   readonly reject: boolean;
 }
 
-/** `commit` is at most what the follower is known to hold; `readSeq` is echoed to confirm leadership. */
+/**
+ * `commit` is at most what the follower is known to hold; `readSeq` is echoed to confirm leadership;
+ * `sent` is the last index the leader had sent this follower, echoed with the follower's last index so
+ * the leader learns at once that pipelined appends were lost (a restarted follower, a dropped link).
+ */
 export interface HeartbeatMessage extends MessageBase {
   readonly type: 'heartbeat';
   readonly commit: number;
   readonly readSeq: number;
+  readonly sent: number;
 }
 
 export interface HeartbeatResponseMessage extends MessageBase {
   readonly type: 'heartbeatResp';
   readonly readSeq: number;
+  readonly sent: number;
+  readonly lastIndex: number;
 }
 
 export interface SnapshotMessage extends MessageBase {
