@@ -1,0 +1,199 @@
+import { assert } from '../../base/assert.js';
+import { Raft, type ProposeResult, type RaftOptions, type ReadIndexResult } from './raft.js';
+import type { Entry, HardState, Message, NodeId, ReadState, Role, Snapshot } from './types.js';
+
+/** Who leads, as this member sees it; in a Ready only when it changed. */
+export interface SoftState {
+  readonly role: Role;
+  readonly leaderId: NodeId | null;
+}
+
+/**
+ * One batch of work for the host, to be done in this order:
+ * 1. install `snapshot` (if any) in storage and the state machine;
+ * 2. append `entries` to stable storage, dropping any persisted entries at or after entries[0].index;
+ * 3. persist `hardState` (if any), and sync: all of it must be durable before step 4;
+ * 4. send `messages` (they may promise what steps 1-3 persisted: a vote, an acknowledged append);
+ * 5. apply `committedEntries` in order; answer `readStates` once applied through their index;
+ * 6. call advance(ready).
+ */
+export interface Ready {
+  readonly softState: SoftState | null;
+  readonly hardState: HardState | null;
+  readonly snapshot: Snapshot | null;
+  readonly entries: readonly Entry[];
+  readonly messages: readonly Message[];
+  readonly committedEntries: readonly Entry[];
+  readonly readStates: readonly ReadState[];
+  /** Whether steps 1-3 wrote anything that needs an fsync. */
+  readonly mustSync: boolean;
+}
+
+/** A leader's view of one follower's log. */
+export interface FollowerProgress {
+  readonly id: NodeId;
+  /** The highest index it is known to hold durably in agreement with the leader. */
+  readonly match: number;
+  readonly next: number;
+  readonly state: 'probe' | 'replicate' | 'snapshot';
+}
+
+export interface RaftStatus {
+  readonly id: NodeId;
+  readonly role: Role;
+  readonly term: number;
+  readonly vote: NodeId | null;
+  readonly leaderId: NodeId | null;
+  readonly commit: number;
+  readonly applied: number;
+  readonly firstIndex: number;
+  readonly lastIndex: number;
+  readonly members: readonly NodeId[];
+  /** The followers' progress when this member leads; empty otherwise. */
+  readonly progress: readonly FollowerProgress[];
+}
+
+/**
+ * The host's handle on one member (etcd's RawNode): inputs in (tick, step, propose, readIndex), work out
+ * as Ready batches. One Ready at a time: ready() then advance() before the next ready(); tick and step
+ * may be called in between (their effects go into the next Ready).
+ */
+export class RaftNode {
+  private readonly raft: Raft;
+  private prevHard: HardState;
+  private prevSoft: SoftState;
+  private outstanding: Ready | null = null;
+  private readonly maxApplyEntries: number;
+
+  constructor(options: RaftOptions) {
+    this.raft = new Raft(options);
+    this.prevHard = this.hardState();
+    this.prevSoft = this.softState();
+    this.maxApplyEntries = options.maxApplyEntries ?? 1024;
+  }
+
+  tick(): void {
+    this.raft.tick();
+  }
+
+  step(message: Message): void {
+    this.raft.step(message);
+  }
+
+  /** Appends `data` if this member leads; otherwise says who does (null while no leader is known). */
+  propose(data: Uint8Array): ProposeResult {
+    return this.raft.propose(data);
+  }
+
+  /** Asks for a linearizable read index; the answer comes as a ReadState in a later Ready. */
+  readIndex(ctx: string): ReadIndexResult {
+    return this.raft.readIndex(ctx);
+  }
+
+  /** Campaigns now, as an election timeout would (tests; leadership hand-over later). */
+  campaign(): void {
+    this.raft.campaign();
+  }
+
+  hasReady(): boolean {
+    if (this.outstanding) return false;
+    const r = this.raft;
+    return (
+      r.msgs.length > 0 ||
+      r.readStates.length > 0 ||
+      r.log.hasUnstableEntries() ||
+      r.log.unstableSnapshot() !== null ||
+      r.log.hasNextCommitted() ||
+      !sameHard(this.hardState(), this.prevHard) ||
+      !sameSoft(this.softState(), this.prevSoft)
+    );
+  }
+
+  ready(): Ready {
+    assert(this.outstanding === null, 'ready() again before advance()');
+    const r = this.raft;
+    const hard = this.hardState();
+    const soft = this.softState();
+    const entries = r.log.unstableEntries();
+    const snapshot = r.log.unstableSnapshot();
+    const hardChanged = !sameHard(hard, this.prevHard);
+    const rd: Ready = {
+      softState: sameSoft(soft, this.prevSoft) ? null : soft,
+      hardState: hardChanged ? hard : null,
+      snapshot,
+      entries,
+      messages: r.msgs,
+      committedEntries: r.log.nextCommitted({ maxCount: this.maxApplyEntries, maxBytes: Number.MAX_SAFE_INTEGER }),
+      readStates: r.readStates,
+      mustSync: entries.length > 0 || snapshot !== null || (hardChanged && (hard.term !== this.prevHard.term || hard.vote !== this.prevHard.vote)),
+    };
+    r.msgs = [];
+    r.readStates = [];
+    this.prevHard = hard;
+    this.prevSoft = soft;
+    this.outstanding = rd;
+    return rd;
+  }
+
+  /** The host did everything `rd` asked. */
+  advance(rd: Ready): void {
+    assert(rd === this.outstanding, 'advance() with a Ready that is not the outstanding one');
+    this.outstanding = null;
+    const log = this.raft.log;
+    if (rd.snapshot) {
+      log.stableSnapshotTo(rd.snapshot.meta.index);
+      log.appliedTo(Math.max(log.applied, rd.snapshot.meta.index));
+    }
+    const last = rd.entries[rd.entries.length - 1];
+    if (last) log.stableTo(last.index, last.term);
+    const applied = rd.committedEntries[rd.committedEntries.length - 1];
+    if (applied) log.appliedTo(applied.index);
+    this.raft.onPersisted();
+  }
+
+  status(): RaftStatus {
+    const r = this.raft;
+    return {
+      id: r.id,
+      role: r.role,
+      term: r.term,
+      vote: r.vote,
+      leaderId: r.leaderId,
+      commit: r.log.committed,
+      applied: r.log.applied,
+      firstIndex: r.log.firstIndex(),
+      lastIndex: r.log.lastIndex(),
+      members: r.members,
+      progress: r.role !== 'leader' ? [] : r.members.flatMap((id) => {
+        const pr = r.progressOf(id);
+        return pr ? [{ id, match: pr.match, next: pr.next, state: pr.state }] : [];
+      }),
+    };
+  }
+
+  /** The term of entry i in this member's log (null when compacted or absent): for checkers and tests. */
+  entryTerm(i: number): number | null {
+    return this.raft.log.term(i);
+  }
+
+  /** Entries [lo, hi) of this member's log, or null when lo is compacted: for checkers and tests. */
+  entries(lo: number, hi: number): Entry[] | null {
+    return this.raft.log.slice(lo, Math.min(hi, this.raft.log.lastIndex() + 1));
+  }
+
+  private hardState(): HardState {
+    return { term: this.raft.term, vote: this.raft.vote, commit: this.raft.log.committed };
+  }
+
+  private softState(): SoftState {
+    return { role: this.raft.role, leaderId: this.raft.leaderId };
+  }
+}
+
+function sameHard(a: HardState, b: HardState): boolean {
+  return a.term === b.term && a.vote === b.vote && a.commit === b.commit;
+}
+
+function sameSoft(a: SoftState, b: SoftState): boolean {
+  return a.role === b.role && a.leaderId === b.leaderId;
+}

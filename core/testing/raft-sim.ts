@@ -1,0 +1,539 @@
+import { assert } from '../base/assert.js';
+import { Prng } from '../base/prng.js';
+import { MemoryStorage, RaftNode, formatMessage, type Entry, type Message, type NodeId, type Ready, type Snapshot } from '../cluster/raft/index.js';
+import { RaftChecker } from './raft-sim-checker.js';
+
+/**
+ * A deterministic simulation of one Raft group, in the manner of TigerBeetle's VOPR: one seed chooses
+ * the group size and a fault profile, then drives every tick, message, crash and client request. After
+ * every event the checker verifies Raft's safety properties; at the end the network heals, every member
+ * restarts, and every acknowledged write must be applied by every member. A failure names the seed;
+ * `npm run sim:raft -- --seed N --trace` replays it event by event.
+ *
+ * The host here does what a real one must, in Ready order: install a snapshot, append entries, persist
+ * the hard state, and only then send messages and apply. Its disk is the member's MemoryStorage: what a
+ * Ready had not finished persisting when the member crashed is lost (a torn persist keeps a prefix).
+ */
+
+/** Simulated time: a member ticks every TICK_UNITS units (unless its clock skips); messages take 1+ units. */
+const TICK_UNITS = 10;
+const ELECTION_TICKS = 10;
+const HEARTBEAT_TICKS = 1;
+const MAX_WRITES = 150;
+const MAX_PENDING_READS = 64;
+const LONG_DELAY_UNITS = 40 * TICK_UNITS;
+
+export interface FaultProfile {
+  readonly members: number;
+  /** Per message. */
+  readonly lossP: number;
+  readonly dupP: number;
+  /** Ordinary delay is 1..maxDelayUnits: reordering among messages in flight. */
+  readonly maxDelayUnits: number;
+  /** Per message: delayed up to 40 ticks, so it arrives terms later. */
+  readonly longDelayP: number;
+  /** Per unit: a new cut (a split, an isolated member or a one-way link); cuts add up until a heal. */
+  readonly partitionP: number;
+  readonly healP: number;
+  /** Per unit and live member. */
+  readonly crashP: number;
+  /** Per Ready: the member crashes in the middle of persisting it. */
+  readonly tornP: number;
+  /** Per unit: a member snapshots its state machine and compacts its log. */
+  readonly compactP: number;
+  /** Per tick: a slow clock misses it. */
+  readonly tickSkipP: number;
+  readonly proposeP: number;
+  readonly readP: number;
+  /** Raft's flow control: 1 entry per message lets old-term entries travel without the new no-op (figure 8). */
+  readonly maxEntriesPerMsg: number;
+  readonly maxInflightMsgs: number;
+  /**
+   * Safety must not rest on these (they serve liveness): without CheckQuorum a cut-off leader lingers,
+   * which is what a ReadIndex that skipped its heartbeat round would be caught by.
+   */
+  readonly preVote: boolean;
+  readonly checkQuorum: boolean;
+}
+
+const pick = <T>(prng: Prng, choices: readonly T[]): T => choices[prng.int(choices.length)];
+
+export function faultProfile(prng: Prng): FaultProfile {
+  return {
+    members: pick(prng, [3, 5]),
+    lossP: pick(prng, [0, 0.01, 0.05, 0.2]),
+    dupP: pick(prng, [0, 0.02, 0.1]),
+    maxDelayUnits: pick(prng, [2, 10, 30]),
+    longDelayP: pick(prng, [0, 0.01, 0.05]),
+    partitionP: pick(prng, [0, 0.001, 0.005]),
+    healP: pick(prng, [0.002, 0.01]),
+    crashP: pick(prng, [0, 0.0003, 0.001]),
+    tornP: pick(prng, [0, 0.01, 0.05]),
+    compactP: pick(prng, [0, 0.01, 0.05]),
+    tickSkipP: pick(prng, [0, 0.1, 0.3]),
+    proposeP: pick(prng, [0.02, 0.1]),
+    readP: pick(prng, [0, 0.02]),
+    maxEntriesPerMsg: pick(prng, [1, 8, 64]),
+    maxInflightMsgs: pick(prng, [1, 4, 16]),
+    preVote: pick(prng, [true, true, false]),
+    checkQuorum: pick(prng, [true, true, false]),
+  };
+}
+
+export interface RaftSimOptions {
+  /** Units of faults before the heal (default 4000, about 400 ticks). */
+  chaosUnits?: number;
+  /** Units the healed group has to converge (default 4000); not converging is a liveness failure. */
+  healUnits?: number;
+  /** Receives one line per event (messages, crashes, roles, writes): for replaying one seed. */
+  trace?: (line: string) => void;
+}
+
+export interface RaftSimStats {
+  seed: number;
+  members: number;
+  units: number;
+  leaders: number;
+  maxTerm: number;
+  writes: number;
+  acked: number;
+  overwritten: number;
+  reads: number;
+  readsAnswered: number;
+  crashes: number;
+  tornPersists: number;
+  compactions: number;
+  snapshotsInstalled: number;
+  sent: number;
+  lost: number;
+  duplicated: number;
+  partitions: number;
+}
+
+export class RaftSimFailure extends Error {
+  constructor(readonly seed: number, readonly unit: number, readonly reason: unknown) {
+    const why = reason instanceof Error ? reason.message : String(reason);
+    super(`raft simulation seed ${seed} failed at unit ${unit}: ${why}\n  replay: npm run sim:raft -- --seed ${seed} --trace`);
+    this.name = 'RaftSimFailure';
+  }
+}
+
+interface PendingWrite {
+  readonly id: number;
+  readonly index: number;
+  readonly term: number;
+}
+
+/** One member and what survives its crashes (storage) and what does not (the rest). */
+class Host {
+  node: RaftNode | null = null;
+  readonly storage = new MemoryStorage();
+  /** The state machine: the data of entries 1..applied. */
+  values: number[] = [];
+  restartAt = 0;
+  role = 'follower';
+  /** Writes this member accepted as leader, by index, until it applies that index. */
+  readonly writes = new Map<number, PendingWrite>();
+  /** Reads asked of this member: ctx -> highest acknowledged write index when asked. */
+  readonly reads = new Map<string, number>();
+  constructor(readonly id: NodeId, readonly phase: number) {}
+}
+
+export function runRaftSim(seed: number, options: RaftSimOptions = {}): RaftSimStats {
+  return new RaftSim(seed, options).run();
+}
+
+export class RaftSim {
+  readonly profile: FaultProfile;
+  private readonly prng: Prng;
+  private readonly ids: NodeId[];
+  private readonly hosts: Host[];
+  private readonly checker = new RaftChecker();
+  private readonly inFlight: (Message[] | undefined)[] = [];
+  private readonly blocked = new Set<string>();
+  private readonly chaosUnits: number;
+  private readonly healUnits: number;
+  private readonly trace: ((line: string) => void) | undefined;
+  private now = 0;
+  private faults = true;
+  private nextWrite = 1;
+  private nextRead = 1;
+  private readonly stats: RaftSimStats;
+
+  constructor(readonly seed: number, options: RaftSimOptions = {}) {
+    this.prng = new Prng(seed);
+    this.profile = faultProfile(this.prng);
+    this.ids = Array.from({ length: this.profile.members }, (_, k) => `n${k + 1}`);
+    this.hosts = this.ids.map((id) => new Host(id, this.prng.int(TICK_UNITS)));
+    this.chaosUnits = options.chaosUnits ?? 4000;
+    this.healUnits = options.healUnits ?? 4000;
+    this.trace = options.trace;
+    this.stats = {
+      seed, members: this.ids.length, units: 0, leaders: 0, maxTerm: 0, writes: 0, acked: 0, overwritten: 0, reads: 0,
+      readsAnswered: 0, crashes: 0, tornPersists: 0, compactions: 0, snapshotsInstalled: 0, sent: 0, lost: 0, duplicated: 0, partitions: 0,
+    };
+  }
+
+  run(): RaftSimStats {
+    try {
+      this.log(`profile ${JSON.stringify(this.profile)}`);
+      for (const h of this.hosts) this.restart(h);
+      for (; this.now < this.chaosUnits; this.now++) this.unit();
+      this.heal();
+      const end = this.chaosUnits + this.healUnits;
+      for (; this.now < end && !this.converged(); this.now++) this.unit();
+      if (!this.converged()) throw new Error(`liveness: the healed group did not converge in ${this.healUnits} units (${this.describe()})`);
+      this.checker.durable(this.hosts);
+    } catch (e) {
+      throw new RaftSimFailure(this.seed, this.now, e);
+    }
+    this.stats.units = this.now;
+    this.stats.leaders = this.checker.leaders();
+    this.stats.acked = this.checker.acked.length;
+    return this.stats;
+  }
+
+  private unit(): void {
+    if (this.faults) this.injectFaults();
+    this.clients();
+    this.ticks();
+    this.deliver();
+  }
+
+  // ---- time and network ----
+
+  private ticks(): void {
+    for (const h of this.hosts) {
+      if (!h.node || (this.now + h.phase) % TICK_UNITS !== 0) continue;
+      if (this.faults && this.chance(this.profile.tickSkipP)) continue;
+      h.node.tick();
+      this.after(h);
+    }
+  }
+
+  private deliver(): void {
+    const batch = this.inFlight[this.now];
+    if (!batch) return;
+    this.inFlight[this.now] = undefined;
+    shuffle(this.prng, batch);
+    for (const m of batch) {
+      const h = this.host(m.to);
+      if (this.blocked.has(`${m.from}>${m.to}`) || !h.node) {
+        this.stats.lost++;
+        continue;
+      }
+      this.log(`  ${formatMessage(m)}`);
+      h.node.step(m);
+      this.after(h);
+    }
+  }
+
+  private send(m: Message): void {
+    this.stats.sent++;
+    if (this.faults && this.chance(this.profile.lossP)) {
+      this.stats.lost++;
+      return;
+    }
+    Object.freeze(m);
+    this.schedule(m);
+    if (this.faults && this.chance(this.profile.dupP)) {
+      this.stats.duplicated++;
+      this.schedule(m);
+    }
+  }
+
+  private schedule(m: Message): void {
+    const long = this.faults && this.chance(this.profile.longDelayP);
+    const at = this.now + 1 + this.prng.int(long ? LONG_DELAY_UNITS : this.profile.maxDelayUnits);
+    (this.inFlight[at] ??= []).push(m);
+  }
+
+  // ---- faults ----
+
+  private injectFaults(): void {
+    const p = this.profile;
+    if (this.chance(p.partitionP)) this.partition();
+    else if (this.blocked.size > 0 && this.chance(p.healP)) this.healLinks();
+    for (const h of this.hosts) {
+      if (h.node && this.chance(p.crashP)) this.crash(h, 'crash');
+      else if (!h.node && this.now >= h.restartAt) this.restart(h);
+    }
+    if (this.chance(p.compactP)) this.compact(this.hosts[this.prng.int(this.hosts.length)]);
+  }
+
+  private partition(): void {
+    this.stats.partitions++;
+    const kind = this.prng.int(3);
+    if (kind === 2) {
+      const a = this.prng.int(this.ids.length);
+      const b = (a + 1 + this.prng.int(this.ids.length - 1)) % this.ids.length;
+      this.blocked.add(`${this.ids[a]}>${this.ids[b]}`);
+      this.log(`cut ${this.ids[a]} -> ${this.ids[b]}`);
+      return;
+    }
+    const order = shuffle(this.prng, [...this.ids]);
+    const side = order.slice(0, kind === 0 ? 1 : 1 + this.prng.int(this.ids.length - 1));
+    for (const a of side) {
+      for (const b of this.ids) {
+        if (side.includes(b)) continue;
+        this.blocked.add(`${a}>${b}`);
+        this.blocked.add(`${b}>${a}`);
+      }
+    }
+    this.log(`partition [${side.join(' ')}] from the rest`);
+  }
+
+  private healLinks(): void {
+    this.blocked.clear();
+    this.log('links heal');
+  }
+
+  private crash(h: Host, why: string): void {
+    this.stats.crashes++;
+    h.node = null;
+    h.role = 'down';
+    h.writes.clear();
+    h.reads.clear();
+    h.restartAt = this.now + TICK_UNITS * (5 + this.prng.int(60));
+    this.log(`${h.id} ${why}`);
+  }
+
+  /** A member starts from what its disk holds: hard state, entries and snapshot. */
+  private restart(h: Host): void {
+    const snap = h.storage.snapshot();
+    h.values = decodeValues(snap);
+    h.role = 'follower';
+    h.node = new RaftNode({
+      id: h.id, members: this.ids, storage: h.storage, prng: new Prng(this.prng.nextU32()),
+      electionTicks: ELECTION_TICKS, heartbeatTicks: HEARTBEAT_TICKS, applied: snap.meta.index,
+      maxEntriesPerMsg: this.profile.maxEntriesPerMsg, maxInflightMsgs: this.profile.maxInflightMsgs,
+      preVote: this.profile.preVote, checkQuorum: this.profile.checkQuorum,
+    });
+    this.log(`${h.id} starts: ${JSON.stringify(h.storage.hardState())} log ${h.storage.firstIndex()}..${h.storage.lastIndex()}`);
+  }
+
+  /** Snapshot the state machine at (about) the applied index and drop the log before (about) it. */
+  private compact(h: Host): void {
+    if (!h.node) return;
+    const snapIndex = h.storage.snapshot().meta.index;
+    const applied = h.values.length;
+    if (applied <= snapIndex) return;
+    const index = applied - this.prng.int(Math.min(3, applied - snapIndex));
+    h.storage.createSnapshot(index, encodeValues(h.values.slice(0, index)));
+    h.storage.compact(Math.max(h.storage.firstIndex() - 1, index - this.prng.int(4)));
+    this.stats.compactions++;
+  }
+
+  private heal(): void {
+    this.faults = false;
+    this.healLinks();
+    for (const h of this.hosts) if (!h.node) this.restart(h);
+    this.log('heal: no more faults; everyone is up');
+  }
+
+  // ---- clients ----
+
+  private clients(): void {
+    if (this.faults && this.nextWrite <= MAX_WRITES && this.chance(this.profile.proposeP)) this.propose();
+    if (this.faults && this.chance(this.profile.readP)) this.read();
+  }
+
+  /** A client writes to a random live member and follows one redirect to the leader it names. */
+  private propose(): void {
+    let h = this.randomLive();
+    if (!h?.node) return;
+    const id = this.nextWrite++;
+    this.stats.writes++;
+    let r = h.node.propose(encodeId(id));
+    if (!r.ok && r.reason === 'not_leader' && r.leaderId !== null) {
+      const leader = this.host(r.leaderId);
+      if (leader.node) {
+        h = leader;
+        r = leader.node.propose(encodeId(id));
+      }
+    }
+    if (!r.ok) return;
+    h.writes.set(r.index, { id, index: r.index, term: r.term });
+    this.log(`${h.id} accepts write ${id} at ${r.index}/${r.term}`);
+    this.after(h);
+  }
+
+  private read(): void {
+    const h = this.randomLive();
+    if (!h?.node || h.reads.size >= MAX_PENDING_READS) return;
+    const ctx = `r${this.nextRead++}`;
+    this.stats.reads++;
+    if (!h.node.readIndex(ctx).ok) return;
+    h.reads.set(ctx, this.checker.maxAckedIndex);
+    this.after(h);
+  }
+
+  // ---- the host's Ready loop ----
+
+  private after(h: Host): void {
+    this.handleReady(h);
+    if (h.node) this.observe(h, h.node);
+  }
+
+  private handleReady(h: Host): void {
+    for (let rounds = 0; h.node?.hasReady(); rounds++) {
+      assert(rounds < 100, 'a member keeps producing Ready without input');
+      const node = h.node;
+      const rd = node.ready();
+      if (this.faults && this.chance(this.profile.tornP)) {
+        this.persistTorn(h, rd);
+        return;
+      }
+      this.persist(h, rd);
+      for (const m of rd.messages) this.send(m);
+      this.apply(h, rd);
+      node.advance(rd);
+    }
+  }
+
+  private persist(h: Host, rd: Ready): void {
+    if (rd.snapshot) this.installSnapshot(h, rd.snapshot);
+    this.appendEntries(h, rd.entries);
+    if (rd.hardState) h.storage.setHardState(rd.hardState);
+  }
+
+  private installSnapshot(h: Host, snap: Snapshot): void {
+    const values = decodeValues(snap);
+    this.checker.snapshotInstalled(h.id, values);
+    h.storage.applySnapshot(snap);
+    h.values = values;
+    for (const index of h.writes.keys()) if (index <= snap.meta.index) h.writes.delete(index); // outcome unknown to it
+    this.stats.snapshotsInstalled++;
+    this.log(`${h.id} installs snapshot ${snap.meta.index}/${snap.meta.term}`);
+  }
+
+  private appendEntries(h: Host, entries: readonly Entry[]): void {
+    if (entries.length === 0) return;
+    const prevTerm = h.storage.term(entries[0].index - 1);
+    assert(prevTerm !== null, `${h.id} appends at ${entries[0].index} with no entry before it`);
+    this.checker.persisted(h.id, entries.map((e) => ({ index: e.index, term: e.term, data: decodeId(e.data) })), prevTerm);
+    h.storage.append(entries);
+  }
+
+  /** The member dies while persisting: a prefix of the work reaches the disk, nothing is sent or applied. */
+  private persistTorn(h: Host, rd: Ready): void {
+    this.stats.tornPersists++;
+    const snapshotKept = rd.snapshot === null || this.chance(0.5);
+    if (rd.snapshot && snapshotKept) h.storage.applySnapshot(rd.snapshot);
+    const kept = snapshotKept ? this.prng.int(rd.entries.length + 1) : 0;
+    this.appendEntries(h, rd.entries.slice(0, kept));
+    if (snapshotKept && kept === rd.entries.length && rd.hardState && this.chance(0.5)) h.storage.setHardState(rd.hardState);
+    this.crash(h, `crashes persisting (kept ${kept} of ${rd.entries.length} entries)`);
+  }
+
+  private apply(h: Host, rd: Ready): void {
+    for (const e of rd.committedEntries) {
+      assert(e.index === h.values.length + 1, `${h.id} applies ${e.index} after ${h.values.length}`);
+      const data = decodeId(e.data);
+      this.checker.appliedEntry(h.id, e.index, e.term, data);
+      h.values.push(data);
+      const w = h.writes.get(e.index);
+      if (!w) continue;
+      h.writes.delete(e.index);
+      if (w.term !== e.term) {
+        this.stats.overwritten++;
+        continue;
+      }
+      this.checker.ack({ ...w, member: h.id }, data);
+      this.log(`${h.id} acknowledges write ${w.id} at ${w.index}/${w.term}`);
+    }
+    for (const rs of rd.readStates) {
+      const ackedBefore = h.reads.get(rs.ctx);
+      if (ackedBefore === undefined) continue; // a duplicated answer
+      h.reads.delete(rs.ctx);
+      this.checker.readAnswered(h.id, rs.ctx, rs.index, ackedBefore);
+      this.stats.readsAnswered++;
+    }
+  }
+
+  private observe(h: Host, node: RaftNode): void {
+    const st = node.status();
+    this.stats.maxTerm = Math.max(this.stats.maxTerm, st.term);
+    if (st.role !== h.role) {
+      h.role = st.role;
+      this.log(`${h.id} is ${st.role} in term ${st.term} (log ${st.firstIndex}..${st.lastIndex}, commit ${st.commit})`);
+    }
+    if (st.role !== 'leader') return;
+    const termAt = (i: number): number | null => node.entryTerm(i);
+    if (this.checker.leader(st.term, st.id)) this.checker.newLeader(st.term, st.id, termAt);
+    this.checker.leaderCommitted(st.term, st.id, st.commit, termAt);
+  }
+
+  // ---- the end ----
+
+  /** One leader whose log is all committed in its term, and every member applied all of it. */
+  private converged(): boolean {
+    const leader = this.hosts.find((h) => h.node?.status().role === 'leader')?.node;
+    if (!leader) return false;
+    const ls = leader.status();
+    if (ls.commit !== ls.lastIndex || leader.entryTerm(ls.commit) !== ls.term) return false;
+    return this.hosts.every((h) => {
+      const st = h.node?.status();
+      return st !== undefined && st.applied === ls.commit && st.lastIndex === ls.lastIndex;
+    });
+  }
+
+  private describe(): string {
+    return this.hosts
+      .map((h) => {
+        const st = h.node?.status();
+        return st ? `${h.id} ${st.role} t${st.term} commit ${st.commit} applied ${st.applied} last ${st.lastIndex}` : `${h.id} down`;
+      })
+      .join('; ');
+  }
+
+  // ---- helpers ----
+
+  private chance(p: number): boolean {
+    return p > 0 && this.prng.next() < p;
+  }
+
+  private host(id: NodeId): Host {
+    const h = this.hosts.find((x) => x.id === id);
+    assert(h !== undefined, `no member ${id}`);
+    return h;
+  }
+
+  private randomLive(): Host | undefined {
+    const live = this.hosts.filter((h) => h.node);
+    return live.length > 0 ? live[this.prng.int(live.length)] : undefined;
+  }
+
+  private log(line: string): void {
+    this.trace?.(`${this.now} ${line}`);
+  }
+}
+
+function shuffle<T>(prng: Prng, items: T[]): T[] {
+  for (let i = items.length - 1; i > 0; i--) {
+    const j = prng.int(i + 1);
+    [items[i], items[j]] = [items[j], items[i]];
+  }
+  return items;
+}
+
+/** A write's data is its id, 4 bytes little-endian; a leader's no-op is empty (id 0). */
+function encodeId(id: number): Uint8Array {
+  const b = new Uint8Array(4);
+  new DataView(b.buffer).setUint32(0, id, true);
+  return b;
+}
+
+function decodeId(data: Uint8Array): number {
+  return data.byteLength === 0 ? 0 : new DataView(data.buffer, data.byteOffset, 4).getUint32(0, true);
+}
+
+function encodeValues(values: readonly number[]): Uint8Array {
+  return new Uint8Array(Uint32Array.from(values).buffer);
+}
+
+function decodeValues(snap: Snapshot): number[] {
+  const d = snap.data;
+  assert(d.byteLength === snap.meta.index * 4, `snapshot at ${snap.meta.index} holds ${d.byteLength / 4} values`);
+  return Array.from(new Uint32Array(d.buffer.slice(d.byteOffset, d.byteOffset + d.byteLength)));
+}
