@@ -26,14 +26,15 @@ const base = randomVectors(n, DIM, 11);
 const queries = randomVectors(QUERIES, DIM, 12);
 const row = (m: Float32Array, i: number) => Array.from(m.subarray(i * DIM, (i + 1) * DIM));
 
-async function load(entry: SvcServer): Promise<void> {
+async function load(entry: SvcServer, nodes: SvcServer[] = [entry]): Promise<void> {
   await entry.call('POST', '/v1/collections', { name: 'bench', dim: DIM, metric: 'l2' });
   for (let i = 0; i < n; i += 500) {
     const points = Array.from({ length: Math.min(500, n - i) }, (_, j) => ({ id: `p${i + j}`, vector: row(base, i + j) }));
     await entry.call('POST', '/v1/collections/bench/points:bulk', { points });
   }
-  // Every graph built before the clock starts.
-  await entry.call('POST', '/v1/collections/bench/query', { vector: row(queries, 0), k: 10, consistency: 'strong' });
+  // Every graph built before the clock starts: asked of each node itself (a strong read waits for the
+  // build, which can take longer than a router's per-call deadline).
+  for (const node of nodes) await node.call('POST', '/v1/collections/bench/query', { vector: row(queries, 0), k: 10, consistency: 'strong' });
 }
 
 async function measure(entry: SvcServer) {
@@ -57,7 +58,7 @@ for (const count of SHARD_COUNTS) {
   let router: SvcServer | null = null;
   try {
     router = await startSvc({ SVC_CLUSTER_SHARDS: `[${shards.map((s) => s.rest).join(',')}]`, SVC_CLUSTER_SHARD_KEY: BENCH_API_KEY });
-    await load(router);
+    await load(router, shards);
     const r = await measure(router);
     routed.push({
       shards: count, ...r,
