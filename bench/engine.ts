@@ -8,7 +8,7 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Prng } from '../core/base/prng.js';
-import { openDatabase } from '../core/index.js';
+import { openDatabase } from '../core/embedded.js';
 
 const require = createRequire(import.meta.url);
 const quick = process.argv.includes('--quick');

@@ -6,7 +6,7 @@ import { mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Prng } from '../core/base/prng.js';
-import { openDatabase } from '../core/index.js';
+import { openDatabase } from '../core/embedded.js';
 
 const quick = process.argv.includes('--quick');
 const arg = (name: string, dflt: number): number => {

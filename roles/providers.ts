@@ -1,4 +1,4 @@
-import type { ProviderTableOptions, ProvidersOptions } from '../core/index.js';
+import type { ProviderTableOptions, ProvidersOptions } from '../core/embedded.js';
 import { ConfigError, type ProviderTable, type SvcConfig } from './config.js';
 
 const TABLE_KEYS = ['provider', 'model', 'endpoint', 'dim', 'api_key_env'] as const;

@@ -6,7 +6,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { openDatabase } from '../../core/index.js';
+import { openDatabase } from '../../core/embedded.js';
 import { Hnsw } from '../../core/index/hnsw/hnsw.js';
 import { VectorStore } from '../../core/index/vector-store.js';
 import type { BenchMetric, Dataset } from '../lib/data.js';

@@ -7,7 +7,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { openDatabase } from '../../core/index.js';
+import { openDatabase } from '../../core/embedded.js';
 import { randomVectors, row } from '../lib/data.js';
 import { startSvc } from '../lib/server-proc.js';
 import { round } from '../lib/stats.js';

@@ -38,7 +38,7 @@ export const notFound = (message: string): SvcError => new SvcError('not_found',
 
 /**
  * A limit of the spec was exceeded; the message names the SVC_MAX_* variable so the operator knows the knob.
- * The detail keeps the parts, so the embedded API can name its `limits` option instead (core/index.ts).
+ * The detail keeps the parts, so the embedded API can name its `limits` option instead (core/embedded.ts).
  */
 export const limitExceeded = (variable: string, max: number, got: number, what: string): SvcError =>
   new SvcError('limit_exceeded', `${what} is ${got}, above ${variable}=${max}`, { variable, max, got, what });

@@ -12,7 +12,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { SvcError } from '../base/errors.js';
 import type { Embedder, Hit, Reranker } from '../base/model.js';
 import { Prng } from '../base/prng.js';
-import { openDatabase } from '../index.js';
+import { openDatabase } from '../embedded.js';
 import { FakeEmbedder } from '../providers/fake.js';
 import { termId } from '../text/tokenizer.js';
 import { Database } from './database.js';

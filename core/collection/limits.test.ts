@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SvcError } from '../base/errors.js';
 import { LIMIT_VARIABLES, type Limits } from '../base/limits.js';
-import { openDatabase } from '../index.js';
+import { openDatabase } from '../embedded.js';
 import type { Database } from './database.js';
 
 /**

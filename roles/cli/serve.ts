@@ -4,7 +4,7 @@ import { systemClock } from '../../core/base/clock.js';
 import { Follower } from '../../core/cluster/replication/follower.js';
 import { followerEngine } from '../../core/cluster/replication/follower-engine.js';
 import { ReplicaStore } from '../../core/cluster/replication/replica-store.js';
-import { openDatabase, type Database, type ProvidersOptions } from '../../core/index.js';
+import { openDatabase, type Database, type ProvidersOptions } from '../../core/embedded.js';
 import type { EngineApi } from '../../core/service/api.js';
 import type { AuditSink } from '../../core/service/audit.js';
 import { createService, type Service } from '../../core/service/service.js';

@@ -5,7 +5,7 @@
  */
 import { LIMIT_VARIABLES, type Limits } from '../../core/base/limits.js';
 import { METRICS, type FieldType, type FilterableField, type Metric } from '../../core/base/model.js';
-import { openDatabase } from '../../core/index.js';
+import { openDatabase } from '../../core/embedded.js';
 import { registerCommand } from '../cli/commands.js';
 import { ImportFatal, SOURCE_KINDS, type SourceKind } from './convert.js';
 import { runImport, type ImportSummary } from './importer.js';

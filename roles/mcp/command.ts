@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { format } from 'node:util';
 import { systemClock } from '../../core/base/clock.js';
 import { SvcError } from '../../core/base/errors.js';
-import { openDatabase } from '../../core/index.js';
+import { openDatabase } from '../../core/embedded.js';
 import type { EngineApi, Principal } from '../../core/service/api.js';
 import type { AuditSink } from '../../core/service/audit.js';
 import { noopMetrics } from '../../core/service/metrics.js';

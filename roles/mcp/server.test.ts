@@ -6,7 +6,7 @@ import { InMemoryTransport } from '@modelcontextprotocol/sdk/inMemory.js';
 import { afterEach, describe, expect, it } from 'vitest';
 import { systemClock } from '../../core/base/clock.js';
 import { resolveLimits, type Limits } from '../../core/base/limits.js';
-import { openDatabase } from '../../core/index.js';
+import { openDatabase } from '../../core/embedded.js';
 import type { AuditRecord } from '../../core/service/audit.js';
 import type { EngineApi, Principal } from '../../core/service/api.js';
 import { noopMetrics } from '../../core/service/metrics.js';

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_LIMITS } from '../../core/base/limits.js';
 import { DEFAULT_METRIC } from '../../core/base/model.js';
-import { openDatabase, type Database } from '../../core/index.js';
+import { openDatabase, type Database } from '../../core/embedded.js';
 import { silentLogger } from '../../core/service/log.js';
 import { createService } from '../../core/service/service.js';
 import { createCollectionParams } from '../grpc/convert.js';

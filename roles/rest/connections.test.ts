@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { systemClock } from '../../core/base/clock.js';
 import { resolveLimits } from '../../core/base/limits.js';
-import { openDatabase, type Database } from '../../core/index.js';
+import { openDatabase, type Database } from '../../core/embedded.js';
 import { silentLogger } from '../../core/service/log.js';
 import { createService } from '../../core/service/service.js';
 import type { ConnectionLimits } from '../connection-limits.js';

@@ -8,7 +8,7 @@ import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { systemClock } from '../../core/base/clock.js';
 import { resolveLimits } from '../../core/base/limits.js';
-import { openDatabase, type Database } from '../../core/index.js';
+import { openDatabase, type Database } from '../../core/embedded.js';
 import { silentLogger } from '../../core/service/log.js';
 import { createService } from '../../core/service/service.js';
 import { createPromMetrics } from './metrics.js';

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { Ajv2020 } from 'ajv/dist/2020.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_LIMITS } from '../../core/base/limits.js';
-import { openDatabase, type Database } from '../../core/index.js';
+import { openDatabase, type Database } from '../../core/embedded.js';
 import { silentLogger } from '../../core/service/log.js';
 import { createService } from '../../core/service/service.js';
 import { createPromMetrics } from './metrics.js';

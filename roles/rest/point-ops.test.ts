@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { resolveLimits } from '../../core/base/limits.js';
-import { openDatabase } from '../../core/index.js';
+import { openDatabase } from '../../core/embedded.js';
 import type { AuditRecord } from '../../core/service/audit.js';
 import { silentLogger } from '../../core/service/log.js';
 import { createService } from '../../core/service/service.js';

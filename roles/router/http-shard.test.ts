@@ -7,7 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SvcError } from '../../core/base/errors.js';
 import { DEFAULT_LIMITS } from '../../core/base/limits.js';
 import { collectionExisted } from '../../core/base/model.js';
-import { openDatabase, type Database } from '../../core/index.js';
+import { openDatabase, type Database } from '../../core/embedded.js';
 import { silentLogger } from '../../core/service/log.js';
 import { createService } from '../../core/service/service.js';
 import { createPromMetrics } from '../rest/metrics.js';

@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
 import { systemClock } from '../../core/base/clock.js';
 import { Engine } from '../../core/engine/engine.js';
-import { buildProviders } from '../../core/index.js';
+import { buildProviders } from '../../core/embedded.js';
 import type { EngineApi } from '../../core/service/api.js';
 import type { AuditSink } from '../../core/service/audit.js';
 import { createService, type Service } from '../../core/service/service.js';

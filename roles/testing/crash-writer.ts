@@ -5,7 +5,7 @@
  * and checks that every acknowledged batch is there, whole.
  * argv: dataDir keyHex startBatch
  */
-import { openDatabase } from '../../core/index.js';
+import { openDatabase } from '../../core/embedded.js';
 
 const [dataDir, keyHex, startArg] = process.argv.slice(2);
 const start = Number(startArg);

@@ -2,7 +2,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { openDatabase } from '../../../core/index.js';
+import { openDatabase } from '../../../core/embedded.js';
 import type { PointOutput } from '../../../core/base/model.js';
 import { importCommand } from '../command.js';
 
