@@ -17,6 +17,8 @@ days=${SVC_CERT_DAYS:-825}
 
 command -v openssl >/dev/null || { echo "compose-certs: openssl is needed" >&2; exit 1; }
 mkdir -p "$dir"
+# The servers (uid 10001) must get through the folder: only the keys are private.
+chmod 0755 "$dir"
 umask 077
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days "$days" \
   -subj "/CN=svc compose CA" -keyout "$dir.ca.key" -out "$dir/ca.pem" 2>/dev/null
