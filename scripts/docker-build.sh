@@ -37,6 +37,8 @@ start=$(date +%s)
 args=(--build-arg "BUILD_FROM=$from" -t "$image")
 case "$from" in
   host)
+    # Only the build context needs it: gone afterwards, so that no linter or search walks its copy of dist.
+    trap 'rm -rf .docker-build' EXIT
     rm -rf .docker-build
     mkdir -p .docker-build/app .docker-build/var-lib-svc
     npm run build >/dev/null
