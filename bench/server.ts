@@ -53,7 +53,7 @@ async function main(): Promise<void> {
   const points = Array.from({ length: N }, (_, i) => ({ id: `p${i}`, vector: vec(), payload: { i } }));
 
   // Embedded baseline first (its own data dir), then the server.
-  const { openDatabase } = await import(join(ROOT, 'dist', 'core', 'index.js'));
+  const { openDatabase } = await import(join(ROOT, 'dist', 'core', 'embedded.js'));
   const db = await openDatabase({ dataDir: join(dir, 'embedded'), encryptionKey: MASTER });
   await db.createCollection({ name: 'b', dim: DIM, metric: 'l2' });
   for (let i = 0; i < N; i += 1000) await db.upsert('b', { points: points.slice(i, i + 1000) });

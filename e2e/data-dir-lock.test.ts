@@ -24,7 +24,7 @@ function fingerprint(dir: string): Record<string, string> {
 
 /** An embedded open from another Node process, as a user's script would do it with the package. */
 function embeddedOpen(dataDir: string): Promise<{ code: number | null; out: string }> {
-  const script = `import { openDatabase } from ${JSON.stringify(join(ROOT, 'dist', 'core', 'index.js'))};
+  const script = `import { openDatabase } from ${JSON.stringify(join(ROOT, 'dist', 'core', 'embedded.js'))};
 try {
   const db = await openDatabase({ dataDir: ${JSON.stringify(dataDir)}, encryptionKey: ${JSON.stringify(MASTER)} });
   const { collections } = await db.listCollections();
