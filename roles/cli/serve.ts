@@ -6,18 +6,17 @@ import { followerEngine } from '../../core/cluster/replication/follower-engine.j
 import { ReplicaStore } from '../../core/cluster/replication/replica-store.js';
 import { openDatabase, type Database, type ProvidersOptions } from '../../core/embedded.js';
 import type { EngineApi } from '../../core/service/api.js';
-import type { AuditSink } from '../../core/service/audit.js';
 import { createService, type Service } from '../../core/service/service.js';
-import { logTracer } from '../../core/service/tracing.js';
 import { ConfigError, loadConfig, type LeaderConfig, type SvcConfig } from '../config.js';
 import { grpcReplicationSource } from '../grpc/replicate-client.js';
 import { startGrpcServer } from '../grpc/server.js';
 import { FileAuditSink } from '../log-audit.js';
 import { createLogs, type Logs } from '../log.js';
+import { serviceParts } from '../service-parts.js';
 import { providersFromConfig } from '../providers.js';
 import { startCoordinator } from '../coordinator/serve.js';
 import { startRouter } from '../router/serve.js';
-import { createTracer, type ClosableTracer } from '../otel.js';
+import { type ClosableTracer } from '../otel.js';
 import { createPromMetrics } from '../rest/metrics.js';
 import { buildRestApp, type RestState } from '../rest/server.js';
 import { variablesHelp } from '../reference/markdown.js';
@@ -107,17 +106,8 @@ async function openAndServe(
   const engine: EngineApi = follower === null ? leaderDb! : followerEngine({
     current, read: (fn) => store!.read(fn), follower, leaderUrl: config.leader!.url, close: () => store!.close(),
   });
-  const fileSink = config.auditLog !== null ? new FileAuditSink(config.auditLog, {
-    masterKeyHex: config.encryptionKey, onWarning: (m) => logs.target('svc::audit').warn({ warning: true }, m),
-  }) : null;
-  const audit: AuditSink = fileSink ?? { append: () => undefined };
-  // Spans to the log (svc::span), and over OTLP/gRPC when SVC_OTLP_ENDPOINT is set (roles/otel.ts).
-  const otlp = config.otlp.endpoint ? { endpoint: config.otlp.endpoint, serviceName: config.otlp.serviceName, timeoutSecs: config.otlp.timeoutSecs } : null;
-  const tracer = createTracer(otlp, logTracer(logs.target('svc::span'), systemClock), logs.target('svc::otel'));
-  const service = createService(engine, {
-    keys: config.apiKeys, insecure: config.insecure, limits: config.limits, rateLimit: config.rateLimit,
-    audit, auditLog: logs.target('svc::audit'), clock: systemClock, metrics, log: logs.target('svc::span'), tracer,
-  });
+  const { fileSink, tracer, options } = serviceParts(config, logs, metrics);
+  const service = createService(engine, options);
   metrics.setStatsSource(() => engine.stats());
   metrics.setSearchPoolSource(() => current().searchPoolStats());
   try {

@@ -3,14 +3,11 @@ import { systemClock } from '../../core/base/clock.js';
 import type { Decision } from '../../core/cluster/coordinator/autoscale.js';
 import { Coordinator, type AutoscaleStep } from '../../core/cluster/coordinator/coordinator.js';
 import { FileStore, MemoryStore, type CoordinatorStore } from '../../core/cluster/coordinator/store.js';
-import type { AuditSink } from '../../core/service/audit.js';
 import { createClusterService, type ClusterService } from '../../core/service/cluster.js';
-import { logTracer } from '../../core/service/tracing.js';
 import { NodeFileSystem } from '../../core/storage/fs.js';
 import type { CoordinatorConfig, SvcConfig } from '../config.js';
-import { FileAuditSink } from '../log-audit.js';
 import type { Logs } from '../log.js';
-import { createTracer } from '../otel.js';
+import { serviceParts } from '../service-parts.js';
 import { createPromMetrics } from '../rest/metrics.js';
 import { coordinatorMetrics, type CoordinatorMetrics } from './metrics.js';
 import { buildCoordinatorApp } from './rest.js';
@@ -52,17 +49,9 @@ export async function startCoordinator(config: SvcConfig, logs: Logs): Promise<R
     log.info({}, 'SVC_CLUSTER_SHARDS is not read: the saved map is used (the variable only seeds a coordinator that has no state)');
   }
 
-  const fileSink = config.auditLog !== null ? new FileAuditSink(config.auditLog, {
-    masterKeyHex: config.encryptionKey, onWarning: (m) => logs.target('svc::audit').warn({ warning: true }, m),
-  }) : null;
-  const audit: AuditSink = fileSink ?? { append: () => undefined };
-  const otlp = config.otlp.endpoint ? { endpoint: config.otlp.endpoint, serviceName: config.otlp.serviceName, timeoutSecs: config.otlp.timeoutSecs } : null;
-  const tracer = createTracer(otlp, logTracer(logs.target('svc::span'), systemClock), logs.target('svc::otel'));
   const metrics = createPromMetrics();
-  const cluster = createClusterService(coordinator, {
-    keys: config.apiKeys, insecure: config.insecure, limits: config.limits, rateLimit: config.rateLimit,
-    audit, auditLog: logs.target('svc::audit'), clock: systemClock, metrics, log: logs.target('svc::span'), tracer,
-  });
+  const { fileSink, tracer, options } = serviceParts(config, logs, metrics);
+  const cluster = createClusterService(coordinator, options);
   const series = coordinatorMetrics(metrics, coordinator);
   const app = buildCoordinatorApp(cluster, { limits: config.limits, metrics, log: logs.target('svc::rest'), tls: config.tls, connections: config.connections });
   const release = async (): Promise<void> => {

@@ -1,18 +1,14 @@
 import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
-import { systemClock } from '../../core/base/clock.js';
 import { Engine } from '../../core/engine/engine.js';
 import { buildProviders } from '../../core/embedded.js';
 import type { EngineApi } from '../../core/service/api.js';
-import type { AuditSink } from '../../core/service/audit.js';
 import { createService, type Service } from '../../core/service/service.js';
-import { logTracer } from '../../core/service/tracing.js';
 import type { SvcConfig } from '../config.js';
 import { startGrpcServer } from '../grpc/server.js';
-import { FileAuditSink } from '../log-audit.js';
 import type { Logs } from '../log.js';
-import { createTracer } from '../otel.js';
+import { serviceParts } from '../service-parts.js';
 import { providersFromConfig } from '../providers.js';
 import { createPromMetrics } from '../rest/metrics.js';
 import { buildRestApp, type RestState } from '../rest/server.js';
@@ -61,16 +57,8 @@ export async function startRouter(config: SvcConfig, logs: Logs, opts: { env?: R
   series = routerMetrics(metrics, map);
 
   const engine = new Engine({ shards: () => map.routed(), limits: config.limits, embedders, rerankers, monotonicMs: () => performance.now() });
-  const fileSink = config.auditLog !== null ? new FileAuditSink(config.auditLog, {
-    masterKeyHex: config.encryptionKey, onWarning: (m) => logs.target('svc::audit').warn({ warning: true }, m),
-  }) : null;
-  const audit: AuditSink = fileSink ?? { append: () => undefined };
-  const otlp = config.otlp.endpoint ? { endpoint: config.otlp.endpoint, serviceName: config.otlp.serviceName, timeoutSecs: config.otlp.timeoutSecs } : null;
-  const tracer = createTracer(otlp, logTracer(logs.target('svc::span'), systemClock), logs.target('svc::otel'));
-  const service = createService(engine, {
-    keys: config.apiKeys, insecure: config.insecure, limits: config.limits, rateLimit: config.rateLimit,
-    audit, auditLog: logs.target('svc::audit'), clock: systemClock, metrics, log: logs.target('svc::span'), tracer,
-  });
+  const { fileSink, tracer, options } = serviceParts(config, logs, metrics);
+  const service = createService(engine, options);
   // The engine gauges (svc_points...) are the cluster's: every shard's stats, summed, at each scrape.
   metrics.setStatsSource(() => engine.stats());
 

@@ -1,0 +1,32 @@
+import { systemClock } from '../core/base/clock.js';
+import type { AuditSink } from '../core/service/audit.js';
+import type { Metrics } from '../core/service/metrics.js';
+import type { ServiceOptions } from '../core/service/service.js';
+import { logTracer } from '../core/service/tracing.js';
+import type { SvcConfig } from './config.js';
+import { FileAuditSink } from './log-audit.js';
+import type { Logs } from './log.js';
+import { createTracer, type ClosableTracer } from './otel.js';
+
+/**
+ * What every role's service layer is built from (a node, a router, a coordinator): the audit sink (a
+ * keyed file when SVC_AUDIT_LOG is set), the tracer (spans to the log, and over OTLP when
+ * SVC_OTLP_ENDPOINT is set), and the service options they go into. The caller closes both at shutdown.
+ */
+export function serviceParts(config: SvcConfig, logs: Logs, metrics: Metrics): {
+  fileSink: FileAuditSink | null; tracer: ClosableTracer; options: ServiceOptions;
+} {
+  const fileSink = config.auditLog !== null ? new FileAuditSink(config.auditLog, {
+    masterKeyHex: config.encryptionKey, onWarning: (m) => logs.target('svc::audit').warn({ warning: true }, m),
+  }) : null;
+  const audit: AuditSink = fileSink ?? { append: () => undefined };
+  const otlp = config.otlp.endpoint ? { endpoint: config.otlp.endpoint, serviceName: config.otlp.serviceName, timeoutSecs: config.otlp.timeoutSecs } : null;
+  const tracer = createTracer(otlp, logTracer(logs.target('svc::span'), systemClock), logs.target('svc::otel'));
+  return {
+    fileSink, tracer,
+    options: {
+      keys: config.apiKeys, insecure: config.insecure, limits: config.limits, rateLimit: config.rateLimit,
+      audit, auditLog: logs.target('svc::audit'), clock: systemClock, metrics, log: logs.target('svc::span'), tracer,
+    },
+  };
+}
