@@ -10,6 +10,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BENCH_API_KEY, startSvc, type SvcServer } from './lib/server-proc.js';
 import { mnist, randomVectors } from './lib/data.js';
+import { cpuSample, type CpuSample } from './lib/proc-cpu.js';
 import { percentile } from './lib/stats.js';
 
 const sorted = (xs: number[]): number[] => [...xs].sort((a, b) => a - b);
@@ -126,13 +127,20 @@ try {
   follower = await startSvc(followerEnv('f1'), REPLICA_READY_MS);
   // 1. The leader's durable ingest with the follower streaming it.
   const track = tracker(leader, () => follower);
+  const cpu0 = [cpuSample(leader.pid), cpuSample(follower.pid)];
   const t0 = performance.now();
   await ingest(leader, d, 0, n);
   const ingestMs = performance.now() - t0;
   const target = await seqOf(leader);
   await until('the follower applies the ingest', async () => (await seqOf(follower!)) >= target);
   const applyMs = performance.now() - t0;
+  const cpu1 = [cpuSample(leader.pid), cpuSample(follower.pid)];
   await track.stop();
+  // CPU each process spent on the ingest, per 1000 points (every thread, the main thread): the follower
+  // must not cost more than the leader, or on equal machines it falls behind at the leader's top rate.
+  const perK = (a: CpuSample | null, b: CpuSample | null) => (a === null || b === null ? null
+    : { process_ms: Math.round(((b.process - a.process) * 1e6) / n), main_thread_ms: Math.round(((b.mainThread - a.mainThread) * 1e6) / n) });
+  const cpuPer1k = { leader: perK(cpu0[0], cpu1[0]), follower: perK(cpu0[1], cpu1[1]) };
   const series = track.lagSeries();
   const lags = series.map((x) => x.lag);
   // 2. A disconnect: the follower stops, the leader ingests for disconnectSecs, the follower resumes.
@@ -159,6 +167,7 @@ try {
     follower_apply_points_per_s: Math.round(n / (applyMs / 1000)),
     follower_apply_mb_per_s: Number((mb(n) / (applyMs / 1000)).toFixed(1)),
     follower_done_after_leader_ms: Math.round(applyMs - ingestMs),
+    cpu_per_1k_points: cpuPer1k,
     lag_ms: { p50: Math.round(percentile(sorted(lags), 50)), p99: Math.round(percentile(sorted(lags), 99)), max: Math.round(Math.max(...lags)), samples: lags.length },
     disconnect: { secs: disconnectSecs, updates_missed: missed, resume_catch_up_ms: Math.round(resumeMs) },
     rebootstrap: { points, catch_up_ms: Math.round(bootstrapMs), points_per_s: Math.round(points / (bootstrapMs / 1000)) },

@@ -16,6 +16,12 @@ import { ROOT_DIR } from './on-demand.js';
 
 export const BENCH_API_KEY = 'bench-admin-key';
 
+/** With BENCH_PROF_DIR set, a server writes V8 CPU profiles there at exit (bench/README.md). */
+const profile = (port: number): string[] => {
+  const dir = process.env.BENCH_PROF_DIR;
+  return dir === undefined || dir === '' ? [] : ['--cpu-prof', `--cpu-prof-dir=${join(dir, String(port))}`];
+};
+
 export interface SvcServer {
   /** The server process (bench/lib/proc-cpu.ts reads its CPU). */
   pid: number;
@@ -36,7 +42,7 @@ export async function startSvc(env: Record<string, string> = {}, readyMs = 120_0
   const dir = own ? mkdtempSync(join(tmpdir(), 'svc-bench-server-')) : env.SVC_DATA_DIR;
   const restPort = await freePort();
   const grpcPort = await freePort();
-  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', join(ROOT_DIR, 'roles', 'cli', 'main.ts'), 'serve'], {
+  const child: ChildProcess = spawn(process.execPath, [...profile(restPort), '--import', 'tsx', join(ROOT_DIR, 'roles', 'cli', 'main.ts'), 'serve'], {
     cwd: ROOT_DIR,
     env: {
       PATH: process.env.PATH, SVC_API_KEYS: BENCH_API_KEY, SVC_ENCRYPTION_KEY: BENCH_MASTER_KEY, SVC_DATA_DIR: join(dir, 'data'),
