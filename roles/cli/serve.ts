@@ -83,7 +83,14 @@ export async function startServer(
 async function openAndServe(
   config: SvcConfig, providers: ProvidersOptions, logs: Logs, metrics: ReturnType<typeof createPromMetrics>, state: RestState, fallback: boolean,
 ) {
-  const open = (dataDir: string, side = false) => openDatabase({
+  // A read replica indexes when it is not applying its leader's records (set once the follower exists).
+  let applying = (): boolean => false;
+  const open = async (dataDir: string, side = false) => {
+    const db = await openDb(dataDir, side);
+    if (config.leader !== null) db.deferIndexingWhile(() => applying());
+    return db;
+  };
+  const openDb = (dataDir: string, side: boolean) => openDatabase({
     dataDir,
     ...(config.encryptionKey !== null ? { encryptionKey: config.encryptionKey } : { insecure: true }),
     limits: config.limits,
@@ -103,6 +110,7 @@ async function openAndServe(
   const current = (): Database => store?.current ?? leaderDb!;
   const leaderDb = store === null ? await open(config.dataDir) : null;
   const follower = store === null ? null : startFollower(config, config.leader!, store, logs, metrics);
+  if (follower !== null) applying = () => follower.applying;
   const engine: EngineApi = follower === null ? leaderDb! : followerEngine({
     current, read: (fn) => store!.read(fn), follower, leaderUrl: config.leader!.url, close: () => store!.close(),
   });
