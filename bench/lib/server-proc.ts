@@ -35,14 +35,17 @@ export interface SvcServer {
 /**
  * `svc serve` on free ports; `env` adds variables (SVC_SEARCH_WORKERS, say). `readyMs`: how long /readyz
  * may take (a replica is ready once its bootstrap is in and its graph built; default two minutes).
+ * `cpus` (Linux `taskset -c` syntax, e.g. "1") pins the server to those cores, its threads included.
  */
-export async function startSvc(env: Record<string, string> = {}, readyMs = 120_000): Promise<SvcServer> {
+export async function startSvc(env: Record<string, string> = {}, readyMs = 120_000, cpus?: string): Promise<SvcServer> {
   // A data directory given in `env` is the caller's: used as it is and kept at stop (a restart reopens it).
   const own = env.SVC_DATA_DIR === undefined;
   const dir = own ? mkdtempSync(join(tmpdir(), 'svc-bench-server-')) : env.SVC_DATA_DIR;
   const restPort = await freePort();
   const grpcPort = await freePort();
-  const child: ChildProcess = spawn(process.execPath, [...profile(restPort), '--import', 'tsx', join(ROOT_DIR, 'roles', 'cli', 'main.ts'), 'serve'], {
+  const args = [...profile(restPort), '--import', 'tsx', join(ROOT_DIR, 'roles', 'cli', 'main.ts'), 'serve'];
+  // taskset execs node in its place: the pid stays the server's.
+  const child: ChildProcess = spawn(cpus === undefined ? process.execPath : 'taskset', cpus === undefined ? args : ['-c', cpus, process.execPath, ...args], {
     cwd: ROOT_DIR,
     env: {
       PATH: process.env.PATH, SVC_API_KEYS: BENCH_API_KEY, SVC_ENCRYPTION_KEY: BENCH_MASTER_KEY, SVC_DATA_DIR: join(dir, 'data'),
