@@ -14,7 +14,7 @@ const built = fileURLToPath(new URL('../../dist/roles/testing/crash-writer.js', 
 const source = fileURLToPath(new URL('../../roles/testing/crash-writer.ts', import.meta.url));
 const writerArgs = existsSync(built) ? [built] : ['--import', 'tsx', source];
 
-/** Runs the writer until it has acknowledged something, then SIGKILLs it after a random delay. */
+/** Runs the writer until it has acknowledged a batch, then SIGKILLs it after a random delay. */
 function runAndKill(dataDir: string, start: number, delayMs: number): Promise<number[]> {
   return new Promise((resolve, reject) => {
     const child = spawn(process.execPath, [...writerArgs, dataDir, KEY_HEX, String(start)], { stdio: ['ignore', 'pipe', 'pipe'] });
@@ -28,8 +28,11 @@ function runAndKill(dataDir: string, start: number, delayMs: number): Promise<nu
       while ((nl = buf.indexOf('\n')) >= 0) {
         const line = buf.slice(0, nl);
         buf = buf.slice(nl + 1);
-        if (line === 'ready' && timer === undefined) timer = setTimeout(() => child.kill('SIGKILL'), delayMs);
-        else if (line.startsWith('ack ')) acked.push(Number(line.slice(4)));
+        if (!line.startsWith('ack ')) continue;
+        acked.push(Number(line.slice(4)));
+        // The delay counts from the first ack, not from 'ready': the first batch of a cold process can
+        // take longer than the whole delay on a loaded machine, and such a trial adds no acknowledged batch.
+        if (timer === undefined) timer = setTimeout(() => child.kill('SIGKILL'), delayMs);
       }
     });
     child.stderr.on('data', (d: Buffer) => (err += d.toString()));

@@ -12,7 +12,8 @@ import { joinPath, mkdirDurable, type FileHandle, type FileSystem } from './fs.j
  * or 'db'), AAD = (format version, 'wal', keyId, seq), so a record copied elsewhere fails to open.
  *
  * Files: `<dir>/<first seq, 20 digits>.wal`, each a 16-byte header then frames. Appends are group
- * committed: whatever arrives while an fsync is in flight goes out in the next single write + fsync.
+ * committed: those issued in one synchronous run go out together, and whatever arrives while an fsync
+ * is in flight goes out in the next single write + fsync.
  *
  * Readers (replication) see it as a CommitLog (commit-log.ts): `readFrom` finds the file by its name and
  * the position in it from a sparse in-memory index (one mark every WAL_INDEX_STRIDE_BYTES, made as
@@ -368,10 +369,14 @@ export class Wal implements CommitLog {
     });
   }
 
+  /**
+   * Starts the flush a microtask later, so appends issued back to back in one synchronous run share its
+   * first write + fsync. `flushing` is set now: later appends only queue, and close() waits for it.
+   */
   private kick(): void {
     if (this.flushing) return;
     this.flushing = true;
-    void this.flushLoop();
+    queueMicrotask(() => void this.flushLoop());
   }
 
   private async flushLoop(): Promise<void> {
