@@ -1,10 +1,11 @@
 /**
  * The domain model shared by every layer: collections, points, filters, hits. These mirror the REST
- * bodies of CONTRACT.md section 1 (snake_case on the wire and here, so no layer renames fields).
+ * bodies of CONTRACT.md section 1 (snake_case on the wire and here, so no layer renames fields); the
+ * request bodies' types are inferred from their one schema, in bodies.ts.
  */
 
 import type * as z from 'zod';
-import { INDEX_KINDS, METRICS, type Body, type FilterableFieldBody, type PointBody, type DocumentBody, type TextPointBody } from './bodies.js';
+import { INDEX_KINDS, METRICS, type Body, type DocumentBody, type FilterableFieldBody, type PointBody, type TextPointBody } from './bodies.js';
 import type { CONSISTENCIES, FIELD_TYPES, QUANTIZATIONS, VECTOR_ENCRYPTIONS } from './bodies.js';
 
 export { METRICS, INDEX_KINDS };
@@ -30,10 +31,9 @@ export interface HnswParams {
 }
 
 /**
- * The request bodies, inferred from their one schema (core/base/bodies.ts): what the embedded API takes,
- * what the service layer passes on, what REST and MCP validate against.
+ * createCollection's body, inferred from its schema (bodies.ts) as every request body below: `metric`
+ * defaults to `cosine` (DEFAULT_METRIC); `exist_ok` answers an existing collection of the same shape.
  */
-/** createCollection: `metric` defaults to `cosine` (DEFAULT_METRIC); `exist_ok` answers an existing collection of the same shape. */
 export type CollectionParams = Body<'createCollection'>;
 
 export type IndexState = 'current' | 'stale';

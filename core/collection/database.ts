@@ -5,10 +5,10 @@ import { invalidArgument, limitExceeded, notFound, SvcError } from '../base/erro
 import { checkLimit, resolveLimits, type Limits } from '../base/limits.js';
 import {
   COLLECTION_EXISTED,
-  type BulkUpsertBody, type CollectionParams, type GetOptions, type SnapshotBody, type UpsertBody,
-  type CollectionInfo, type CountQuery, type DatabaseStats, type DeletePointsBody, type DocumentInput, type Embedder, type FetchQuery,
+  type BulkUpsertBody, type CollectionParams, type GetOptions, type SnapshotBody, type UpsertBody, type UpsertDocumentsBody, type UpsertTextBody,
+  type CollectionInfo, type CountQuery, type DatabaseStats, type DeletePointsBody, type Embedder, type FetchQuery,
   type Hit, type HybridQuery, type MultiVectorQuery, type PointOutput, type ReplicaResume, type ReplicateRequest, type ReplicationEvent,
-  type Reranker, type SearchQuery, type SetPayloadBody, type SnapshotResult, type TextPointInput, type TextQuery,
+  type Reranker, type SearchQuery, type SetPayloadBody, type SnapshotResult, type TextQuery,
 } from '../base/model.js';
 import { compareIdsUtf8 } from '../base/id-order.js';
 import { checkName, checkPointId } from '../base/names.js';
@@ -826,7 +826,7 @@ export class Database {
     return e;
   }
 
-  async upsertText(name: string, body: { points: TextPointInput[] }): Promise<{ upserted: number }> {
+  async upsertText(name: string, body: UpsertTextBody): Promise<{ upserted: number }> {
     const col = this.pointCollection(name);
     const embedder = this.embedderFor(col);
     const items = parseTextPoints(body, this.limits);
@@ -886,7 +886,7 @@ export class Database {
 
   // ---------------------------------------------------------------- multi-vector
 
-  async upsertDocuments(name: string, body: { documents: DocumentInput[] }): Promise<{ upserted: number }> {
+  async upsertDocuments(name: string, body: UpsertDocumentsBody): Promise<{ upserted: number }> {
     const col = this.multiCollection(name);
     const docs = parseDocuments(body, col.spec, this.limits);
     if (docs.length === 0) return { upserted: 0 };
