@@ -5,7 +5,7 @@
  */
 
 import type * as z from 'zod';
-import { INDEX_KINDS, METRICS, type Body, type DocumentBody, type FilterableFieldBody, type PointBody, type TextPointBody } from './bodies.js';
+import { INDEX_KINDS, METRICS, type Body, type BulkPointBody, type DocumentBody, type FilterableFieldBody, type PointBody, type TextPointBody } from './bodies.js';
 import type { CONSISTENCIES, FIELD_TYPES, QUANTIZATIONS, VECTOR_ENCRYPTIONS } from './bodies.js';
 
 export { METRICS, INDEX_KINDS };
@@ -91,7 +91,15 @@ export type SetPayloadBody = Body<'setPayload'>;
 /** `points:delete`: by ids, or every point matching a filter (one of the two). */
 export type DeletePointsBody = Body<'deletePoints'>;
 export type UpsertBody = Body<'upsert'>;
-export type BulkUpsertBody = Body<'bulkUpsert'>;
+/**
+ * A points:bulk point: its schema's fields (bodies.ts), with the schema's "one of vector, vector_b64"
+ * (a JSON-schema oneOf, which zod's inference cannot see) said in the type too.
+ */
+export type BulkPointInput = Omit<z.input<typeof BulkPointBody>, 'vector' | 'vector_b64'> & (
+  | { vector: NonNullable<z.input<typeof BulkPointBody>['vector']>; vector_b64?: never }
+  | { vector_b64: string; vector?: never }
+);
+export type BulkUpsertBody = Omit<Body<'bulkUpsert'>, 'points'> & { points: BulkPointInput[] };
 export type GetOptions = Body<'get'>;
 export type TextPointInput = z.input<typeof TextPointBody>;
 export type TextQuery = Body<'searchText'>;

@@ -52,6 +52,10 @@ export async function wrongBodies(db: Database): Promise<void> {
   await db.upsert('docs', { points: [{ id: 'a', vector: ['1', '0', '0'] }] });
   // @ts-expect-error: a point's fields are id, vector, payload
   await db.upsert('docs', { points: [{ id: 'a', vectr: [1, 0, 0] }] });
+  // @ts-expect-error: a bulk point has a vector or a vector_b64
+  await db.bulkUpsert('docs', { points: [{ id: 'a' }] });
+  // @ts-expect-error: and not both
+  await db.bulkUpsert('docs', { points: [{ id: 'a', vector: [1, 0, 0], vector_b64: 'AACAPw==' }] });
   // @ts-expect-error: a search needs a vector
   await db.search('docs', { k: 5 });
   // @ts-expect-error: consistency is eventual or strong
