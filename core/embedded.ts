@@ -1,6 +1,9 @@
 /**
  * The embedded API (CONTRACT.md section 7): `openDatabase(options)` resolves to a database whose methods
- * are the MCP tools in camelCase, taking the REST bodies and resolving to the REST responses.
+ * are the MCP tools in camelCase, taking the REST bodies and resolving to the REST responses. The bodies'
+ * types (CollectionParams, SearchQuery, ...) are inferred from the one schema of each body
+ * (core/base/bodies.ts) that REST, MCP and the proto check are held to, so an editor completes them and a
+ * wrong body does not compile (core/testing/embedded-types.fixture.ts).
  */
 import { invalidArgument, SvcError } from './base/errors.js';
 import { LIMIT_VARIABLES, type Limits } from './base/limits.js';

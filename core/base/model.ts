@@ -1,25 +1,28 @@
 /**
  * The domain model shared by every layer: collections, points, filters, hits. These mirror the REST
- * bodies of CONTRACT.md section 1 (snake_case on the wire and here, so no layer renames fields).
+ * bodies of CONTRACT.md section 1 (snake_case on the wire and here, so no layer renames fields); the
+ * request bodies' types are inferred from their one schema, in bodies.ts.
  */
 
-export type Metric = 'cosine' | 'dot' | 'l2';
-export const METRICS: readonly Metric[] = ['cosine', 'dot', 'l2'];
+import type * as z from 'zod';
+import { INDEX_KINDS, METRICS, type Body, type BulkPointBody, type DocumentBody, type FilterableFieldBody, type PointBody, type TextPointBody } from './bodies.js';
+import type { CONSISTENCIES, FIELD_TYPES, QUANTIZATIONS, VECTOR_ENCRYPTIONS } from './bodies.js';
+
+export { METRICS, INDEX_KINDS };
+export type { Filter, Scalar } from './bodies.js';
+
+export type Metric = (typeof METRICS)[number];
 /** A collection created without `metric`, on every transport (the spec's default for a new collection, as `svc admin import --metric`). */
 export const DEFAULT_METRIC: Metric = 'cosine';
 
-/** Every index family of the spec. Those not built yet are refused with invalid_argument at create. */
-export type IndexKind = 'hnsw' | 'flat' | 'ivf' | 'vamana' | 'disk_vamana' | 'colbert';
-export const INDEX_KINDS: readonly IndexKind[] = ['hnsw', 'flat', 'ivf', 'vamana', 'disk_vamana', 'colbert'];
+/** The index families this build has (core/base/bodies.ts): the spec's others come with their issues. */
+export type IndexKind = (typeof INDEX_KINDS)[number];
 
-export type FieldType = 'keyword' | 'numeric';
-export interface FilterableField {
-  path: string;
-  field_type: FieldType;
-}
+export type FieldType = (typeof FIELD_TYPES)[number];
+export type FilterableField = z.output<typeof FilterableFieldBody>;
 
-export type VectorEncryption = 'dcpe' | 'client_side';
-export type Quantization = 'none' | 'scalar' | 'product' | 'binary';
+export type VectorEncryption = (typeof VECTOR_ENCRYPTIONS)[number];
+export type Quantization = (typeof QUANTIZATIONS)[number];
 
 export interface HnswParams {
   m: number;
@@ -27,21 +30,11 @@ export interface HnswParams {
   ef_search: number;
 }
 
-export interface CollectionParams {
-  name: string;
-  dim: number;
-  /** Default `cosine` (DEFAULT_METRIC). */
-  metric?: Metric;
-  index?: IndexKind;
-  index_params?: Partial<HnswParams>;
-  quantization?: Quantization;
-  pq_subspaces?: number;
-  filterable?: FilterableField[];
-  multivector?: boolean;
-  vector_encryption?: VectorEncryption | null;
-  /** Chroma's get_or_create: an existing collection of the same shape is answered, not refused. */
-  exist_ok?: boolean;
-}
+/**
+ * createCollection's body, inferred from its schema (bodies.ts) as every request body below: `metric`
+ * defaults to `cosine` (DEFAULT_METRIC); `exist_ok` answers an existing collection of the same shape.
+ */
+export type CollectionParams = Body<'createCollection'>;
 
 export type IndexState = 'current' | 'stale';
 
@@ -62,11 +55,7 @@ export interface CollectionInfo {
 
 export type Payload = Record<string, unknown>;
 
-export interface PointInput {
-  id: string;
-  vector: number[] | Float32Array;
-  payload?: Payload;
-}
+export type PointInput = z.input<typeof PointBody>;
 
 export interface PointOutput {
   id: string;
@@ -86,72 +75,40 @@ export interface Hit {
   vectors?: number[][];
 }
 
-/** Filter expressions (CONTRACT.md section 1). A condition names a declared filterable field. */
-export type Scalar = string | number | boolean;
-export type Filter =
-  | { and: Filter[] }
-  | { or: Filter[] }
-  | { not: Filter }
-  | { eq: { field: string; value: Scalar } }
-  | { ne: { field: string; value: Scalar } }
-  | { in: { field: string; value: Scalar[] } }
-  | { gt: { field: string; value: number } }
-  | { gte: { field: string; value: number } }
-  | { lt: { field: string; value: number } }
-  | { lte: { field: string; value: number } };
+export type Consistency = (typeof CONSISTENCIES)[number];
 
-export type Consistency = 'eventual' | 'strong';
-
-export interface SearchQuery {
-  vector: number[] | Float32Array;
-  k?: number;
-  filter?: Filter;
-  ef_search?: number;
-  with_payload?: boolean;
-  with_vector?: boolean;
-  consistency?: Consistency;
-}
-
-export interface FetchQuery {
-  filter?: Filter;
-  limit?: number;
-  cursor?: string | null;
-  with_vector?: boolean;
-}
-
-export interface HybridQuery {
-  vector?: number[] | Float32Array;
-  sparse_indices?: number[];
-  sparse_values?: number[];
-  query_text?: string;
-  k?: number;
-  filter?: Filter;
-  ef_search?: number;
-  rrf_k0?: number;
-  with_payload?: boolean;
-  with_vector?: boolean;
-  consistency?: Consistency;
-}
-
+export type SearchQuery = Body<'search'>;
+/** `points:fetch`: `limit` default 100; `cursor` the previous page's next_cursor. */
+export type FetchQuery = Body<'fetch'>;
+export type HybridQuery = Body<'hybridSearch'>;
 /** `points:count` (CONTRACT.md section 1): the points matching `filter`, or every point. */
-export interface CountQuery {
-  filter?: Filter;
-}
-
+export type CountQuery = Body<'count'>;
 /**
  * `points:payload`: new payloads for existing points, vectors untouched. `merge` (the default): the keys
  * given replace those keys, the others stay; `replace`: the payload becomes the one given.
  */
-export interface SetPayloadBody {
-  points: { id: string; payload: Payload }[];
-  mode?: 'merge' | 'replace';
-}
-
+export type SetPayloadBody = Body<'setPayload'>;
 /** `points:delete`: by ids, or every point matching a filter (one of the two). */
-export interface DeletePointsBody {
-  ids?: string[];
-  filter?: Filter;
-}
+export type DeletePointsBody = Body<'deletePoints'>;
+export type UpsertBody = Body<'upsert'>;
+/**
+ * A points:bulk point: its schema's fields (bodies.ts), with the schema's "one of vector, vector_b64"
+ * (a JSON-schema oneOf, which zod's inference cannot see) said in the type too.
+ */
+export type BulkPointInput = Omit<z.input<typeof BulkPointBody>, 'vector' | 'vector_b64'> & (
+  | { vector: NonNullable<z.input<typeof BulkPointBody>['vector']>; vector_b64?: never }
+  | { vector_b64: string; vector?: never }
+);
+export type BulkUpsertBody = Omit<Body<'bulkUpsert'>, 'points'> & { points: BulkPointInput[] };
+export type GetOptions = Body<'get'>;
+export type TextPointInput = z.input<typeof TextPointBody>;
+export type TextQuery = Body<'searchText'>;
+export type DocumentInput = z.input<typeof DocumentBody>;
+export type MultiVectorQuery = Body<'searchMultiVector'>;
+export type SnapshotBody = Body<'snapshot'>;
+export type UpsertTextBody = Body<'upsertText'>;
+export type UpsertDocumentsBody = Body<'upsertDocuments'>;
+
 
 /**
  * Set (not enumerable, so never in JSON) on the info `createCollection` answers with `exist_ok` for a
@@ -191,36 +148,6 @@ export interface SnapshotResult {
   path: string;
   manifest_version: number;
   disk_bytes: number;
-}
-
-export interface TextPointInput {
-  id: string;
-  text: string;
-  payload?: Payload;
-}
-
-export interface TextQuery {
-  text: string;
-  k?: number;
-  filter?: Filter;
-  rerank?: boolean;
-  rerank_pool?: number;
-  with_payload?: boolean;
-  with_vector?: boolean;
-  consistency?: 'eventual' | 'strong';
-}
-
-export interface DocumentInput {
-  id: string;
-  vectors: number[][];
-  payload?: Payload;
-}
-
-export interface MultiVectorQuery {
-  vectors: number[][];
-  k?: number;
-  filter?: Filter;
-  with_payload?: boolean;
 }
 
 

@@ -1,12 +1,14 @@
 import { randomInt } from 'node:crypto';
+import { BODIES, bodyKeys } from '../base/bodies.js';
 import { sleep, systemClock, type Clock } from '../base/clock.js';
 import { invalidArgument, limitExceeded, notFound, SvcError } from '../base/errors.js';
 import { checkLimit, resolveLimits, type Limits } from '../base/limits.js';
 import {
   COLLECTION_EXISTED,
-  type CollectionInfo, type CountQuery, type DatabaseStats, type DeletePointsBody, type DocumentInput, type Embedder, type FetchQuery,
+  type BulkUpsertBody, type CollectionParams, type GetOptions, type SnapshotBody, type UpsertBody, type UpsertDocumentsBody, type UpsertTextBody,
+  type CollectionInfo, type CountQuery, type DatabaseStats, type DeletePointsBody, type Embedder, type FetchQuery,
   type Hit, type HybridQuery, type MultiVectorQuery, type PointOutput, type ReplicaResume, type ReplicateRequest, type ReplicationEvent,
-  type Reranker, type SearchQuery, type SetPayloadBody, type SnapshotResult, type TextPointInput, type TextQuery,
+  type Reranker, type SearchQuery, type SetPayloadBody, type SnapshotResult, type TextQuery,
 } from '../base/model.js';
 import { compareIdsUtf8 } from '../base/id-order.js';
 import { checkName, checkPointId } from '../base/names.js';
@@ -90,17 +92,16 @@ export interface DatabaseOptions {
   searchPoolIdleMs?: number;
 }
 
-const SEARCH_KEYS = ['vector', 'k', 'filter', 'ef_search', 'with_payload', 'with_vector', 'consistency'] as const;
-const HYBRID_KEYS = [
-  'vector', 'sparse_indices', 'sparse_values', 'query_text', 'k', 'filter', 'ef_search', 'rrf_k0', 'with_payload',
-  'with_vector', 'consistency',
-] as const;
-const TEXT_QUERY_KEYS = ['text', 'k', 'filter', 'rerank', 'rerank_pool', 'with_payload', 'with_vector', 'consistency'] as const;
-const FETCH_KEYS = ['filter', 'limit', 'cursor', 'with_vector'] as const;
-/** What a shard's rankings take (a hybrid body's query fields, without k and rrf_k0). */
-const RANKINGS_KEYS = ['vector', 'sparse_indices', 'sparse_values', 'query_text', 'filter', 'ef_search', 'with_payload', 'with_vector', 'consistency'] as const;
-const COUNT_KEYS = ['filter'] as const;
-const DELETE_POINTS_KEYS = ['ids', 'filter'] as const;
+/** The fields each body may have: from the one schema of each body (core/base/bodies.ts). */
+const SEARCH_KEYS = bodyKeys(BODIES.search);
+const HYBRID_KEYS = bodyKeys(BODIES.hybridSearch);
+const TEXT_QUERY_KEYS = bodyKeys(BODIES.searchText);
+const FETCH_KEYS = bodyKeys(BODIES.fetch);
+const MULTI_QUERY_KEYS = bodyKeys(BODIES.searchMultiVector);
+/** What a shard's rankings take (a hybrid body's query fields, without k and rrf_k0, plus depth and text_stats). */
+const RANKINGS_KEYS = bodyKeys(BODIES.rankings);
+const COUNT_KEYS = bodyKeys(BODIES.count);
+const DELETE_POINTS_KEYS = bodyKeys(BODIES.deletePoints);
 /** Token vectors per multi-vector document or query (not a spec limit: a bound so no request is unbounded). */
 /** Ids per delete record when a follower's bootstrap clears a collection. */
 const REPLICA_CLEAR_IDS = 10_000;
@@ -289,7 +290,7 @@ export class Database {
     return infoOf(col.spec, col.count, col.indexState === 'stale');
   }
 
-  async createCollection(params: unknown): Promise<CollectionInfo> {
+  async createCollection(params: CollectionParams): Promise<CollectionInfo> {
     this.checkOpen();
     const { existOk, rest } = splitExistOk(params);
     const spec = parseCollectionParams(rest, this.limits);
@@ -469,18 +470,18 @@ export class Database {
 
   // ---------------------------------------------------------------- writes
 
-  async upsert(name: string, body: { points: unknown }): Promise<{ upserted: number }> {
+  async upsert(name: string, body: UpsertBody): Promise<{ upserted: number }> {
     const col = this.pointCollection(name);
-    const b = checkObject(body, 'upsert body', ['points']);
+    const b = checkObject(body, 'upsert body', bodyKeys(BODIES.upsert));
     const points = parsePoints(b.points, col.spec, this.limits, 'maxBatchSize');
     if (points.length === 0) return { upserted: 0 };
     await this.write(col, { t: 'upsert', points }, false);
     return { upserted: points.length };
   }
 
-  async bulkUpsert(name: string, body: { points: unknown }): Promise<{ upserted: number }> {
+  async bulkUpsert(name: string, body: BulkUpsertBody): Promise<{ upserted: number }> {
     const col = this.pointCollection(name);
-    const b = checkObject(body, 'bulk body', ['points']);
+    const b = checkObject(body, 'bulk body', bodyKeys(BODIES.bulkUpsert));
     const points = parsePoints(b.points, col.spec, this.limits, 'maxBulkBatchSize');
     if (points.length === 0) return { upserted: 0 };
     // A bulk is one WAL record, so it is applied whole or not at all, after a crash too; only a bulk
@@ -625,7 +626,7 @@ export class Database {
 
   // ---------------------------------------------------------------- point reads
 
-  async get(name: string, id: string, opts: { with_vector?: boolean } = {}): Promise<PointOutput> {
+  async get(name: string, id: string, opts: GetOptions = {}): Promise<PointOutput> {
     const col = this.collection(name);
     const pid = checkPointId(id);
     const withVector = parseBool(opts.with_vector, 'with_vector', false);
@@ -758,7 +759,7 @@ export class Database {
    */
   async rankings(name: string, body: RankingsBody): Promise<Rankings> {
     const col = this.pointCollection(name);
-    const { depth: d, text_stats: stats, ...q } = checkObject(body, 'rankings body', [...RANKINGS_KEYS, 'depth', 'text_stats']);
+    const { depth: d, text_stats: stats, ...q } = checkObject(body, 'rankings body', RANKINGS_KEYS);
     const depth = parseDepth(d, this.limits);
     const corpus = stats === undefined || stats === null ? undefined : corpusOf(checkTextStats(stats, this.limits.maxSparseTerms));
     return this.rankingsOf(col, q, depth, corpus);
@@ -767,7 +768,7 @@ export class Database {
   /** This collection's BM25 statistics for a query text's terms (summed over shards by a router). */
   async textStats(name: string, body: TextStatsBody): Promise<TextStats> {
     const col = this.pointCollection(name);
-    const b = checkObject(body, 'text stats body', ['text']);
+    const b = checkObject(body, 'text stats body', bodyKeys(BODIES.textStats));
     const c = col.sparse.corpus(this.queryTerms(b.text));
     return { docs: c.n, total_length: c.totalLength, df: Object.fromEntries([...c.df].map(([t, n]) => [String(t), n])) };
   }
@@ -836,7 +837,7 @@ export class Database {
     return e;
   }
 
-  async upsertText(name: string, body: { points: TextPointInput[] }): Promise<{ upserted: number }> {
+  async upsertText(name: string, body: UpsertTextBody): Promise<{ upserted: number }> {
     const col = this.pointCollection(name);
     const embedder = this.embedderFor(col);
     const items = parseTextPoints(body, this.limits);
@@ -896,7 +897,7 @@ export class Database {
 
   // ---------------------------------------------------------------- multi-vector
 
-  async upsertDocuments(name: string, body: { documents: DocumentInput[] }): Promise<{ upserted: number }> {
+  async upsertDocuments(name: string, body: UpsertDocumentsBody): Promise<{ upserted: number }> {
     const col = this.multiCollection(name);
     const docs = parseDocuments(body, col.spec, this.limits);
     if (docs.length === 0) return { upserted: 0 };
@@ -906,7 +907,7 @@ export class Database {
 
   async searchMultiVector(name: string, query: MultiVectorQuery): Promise<{ hits: Hit[] }> {
     const col = this.multiCollection(name);
-    const q = checkObject(query, 'multi-vector query', ['vectors', 'k', 'filter', 'ef_search', 'with_payload', 'with_vector', 'consistency']);
+    const q = checkObject(query, 'multi-vector query', MULTI_QUERY_KEYS);
     const k = parseK(q.k, this.limits);
     const ef = parseEf(q.ef_search, this.limits, col.spec.index_params.ef_search);
     const tokens = parseTokens(q.vectors, col.spec, this.limits, 'vectors');
@@ -970,9 +971,9 @@ export class Database {
     };
   }
 
-  async snapshot(body: { name: string }): Promise<SnapshotResult> {
+  async snapshot(body: SnapshotBody): Promise<SnapshotResult> {
     this.checkOpen();
-    const b = checkObject(body, 'snapshot body', ['name']);
+    const b = checkObject(body, 'snapshot body', bodyKeys(BODIES.snapshot));
     const name = checkName(b.name, 'snapshot name');
     const root = this.opts.snapshotDir ?? `${this.opts.dataDir.replace(/\/+$/, '')}-snapshots`;
     const path = joinPath(root, name);

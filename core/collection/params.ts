@@ -1,6 +1,7 @@
+import { BODIES, bodyKeys, IndexParamsBody, QUANTIZATIONS } from '../base/bodies.js';
 import { invalidArgument } from '../base/errors.js';
 import { checkLimit, type Limits } from '../base/limits.js';
-import { DEFAULT_METRIC, INDEX_KINDS, METRICS, type CollectionInfo, type HnswParams, type IndexKind, type Metric } from '../base/model.js';
+import { DEFAULT_METRIC, INDEX_KINDS, METRICS, type CollectionInfo, type HnswParams, type IndexKind, type Metric, type Quantization } from '../base/model.js';
 import { checkName } from '../base/names.js';
 import { checkFilterableFields } from '../query/filter.js';
 
@@ -9,15 +10,14 @@ export type CollectionSpec = Omit<CollectionInfo, 'count' | 'index_state'>;
 
 export const DEFAULT_HNSW: HnswParams = Object.freeze({ m: 16, ef_construction: 200, ef_search: 64 });
 
-/** Index families built so far. The others are refused by name, never silently replaced. */
-const BUILT_INDEXES: ReadonlySet<IndexKind> = new Set(['hnsw', 'flat']);
+/** The spec's index families this build does not have: refused by name (with what is available), never silently replaced. */
+const PLANNED_INDEXES: ReadonlySet<string> = new Set(['ivf', 'vamana', 'disk_vamana', 'colbert']);
 const HNSW_M_MAX = 128;
 const HNSW_EF_CONSTRUCTION_MAX = 4096;
 
-const KNOWN_KEYS = new Set([
-  'name', 'dim', 'metric', 'index', 'index_params', 'quantization', 'pq_subspaces', 'filterable', 'multivector',
-  'vector_encryption',
-]);
+/** A create body's fields (core/base/bodies.ts), but `exist_ok`, which splitExistOk takes out first. */
+const KNOWN_KEYS: ReadonlySet<string> = new Set(bodyKeys(BODIES.createCollection).filter((k) => k !== 'exist_ok'));
+const INDEX_PARAM_KEYS = bodyKeys(IndexParamsBody);
 
 function intIn(v: unknown, what: string, min: number, max: number): number {
   if (typeof v !== 'number' || !Number.isInteger(v) || v < min || v > max) {
@@ -47,18 +47,18 @@ export function parseCollectionParams(body: unknown, limits: Limits): Collection
   const multivector = p.multivector ?? false;
   if (typeof multivector !== 'boolean') throw invalidArgument('multivector must be a boolean');
   const index = p.index ?? 'hnsw';
+  if (typeof index === 'string' && PLANNED_INDEXES.has(index)) {
+    throw invalidArgument(`index '${index}' is not available in this version of svc (available: ${INDEX_KINDS.join(', ')})`);
+  }
   if (typeof index !== 'string' || !INDEX_KINDS.includes(index as IndexKind)) {
     throw invalidArgument(`index must be one of ${INDEX_KINDS.join(', ')}`);
-  }
-  if (!BUILT_INDEXES.has(index as IndexKind)) {
-    throw invalidArgument(`index '${index}' is not available in this version of svc (available: hnsw, flat)`);
   }
   const ip = p.index_params ?? {};
   if (typeof ip !== 'object' || ip === null || Array.isArray(ip)) throw invalidArgument('index_params must be an object');
   const ipr = ip as Record<string, unknown>;
   for (const key of Object.keys(ipr)) {
-    if (key !== 'm' && key !== 'ef_construction' && key !== 'ef_search') {
-      throw invalidArgument(`unknown index parameter '${key}' (known: m, ef_construction, ef_search)`);
+    if (!INDEX_PARAM_KEYS.includes(key)) {
+      throw invalidArgument(`unknown index parameter '${key}' (known: ${INDEX_PARAM_KEYS.join(', ')})`);
     }
   }
   const index_params: HnswParams = {
@@ -71,8 +71,8 @@ export function parseCollectionParams(body: unknown, limits: Limits): Collection
       : intIn(ipr.ef_search, 'index_params.ef_search', 1, limits.maxEfSearch),
   };
   const quantization = p.quantization ?? 'none';
-  if (quantization !== 'none' && quantization !== 'scalar') {
-    throw invalidArgument(`quantization '${String(quantization)}' is not available in this version of svc (available: none, scalar)`);
+  if (typeof quantization !== 'string' || !QUANTIZATIONS.includes(quantization as Quantization)) {
+    throw invalidArgument(`quantization '${String(quantization)}' is not available in this version of svc (available: ${QUANTIZATIONS.join(', ')})`);
   }
   if (quantization === 'scalar' && index !== 'hnsw') {
     throw invalidArgument(`quantization 'scalar' needs index 'hnsw' (a flat index scans the full-precision vectors)`);
@@ -87,7 +87,7 @@ export function parseCollectionParams(body: unknown, limits: Limits): Collection
   }
   const filterable = checkFilterableFields(p.filterable ?? []);
   return {
-    name, dim: p.dim, metric: metric as Metric, index: index as IndexKind, index_params, quantization,
+    name, dim: p.dim, metric: metric as Metric, index: index as IndexKind, index_params, quantization: quantization as Quantization,
     pq_subspaces, filterable, multivector, vector_encryption: null,
   };
 }

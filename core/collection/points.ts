@@ -1,3 +1,4 @@
+import { BODIES, bodyKeys, BulkPointBody, DocumentBody, PayloadPatchBody, PointBody, TextPointBody } from '../base/bodies.js';
 import { invalidArgument } from '../base/errors.js';
 import { checkJsonKeys } from '../base/json-keys.js';
 import { checkLimit, type Limits } from '../base/limits.js';
@@ -7,6 +8,13 @@ import { normalize } from '../index/vector-store.js';
 import type { DocRecord, PayloadMode, PayloadPatch, PointRecord } from '../storage/codec.js';
 import { checkObject } from './queries.js';
 import { docFromPayload } from '../text/sparse-index.js';
+
+/** The fields of each batch item (core/base/bodies.ts). */
+const POINT_KEYS = bodyKeys(PointBody);
+const BULK_POINT_KEYS = bodyKeys(BulkPointBody);
+const PAYLOAD_PATCH_KEYS = bodyKeys(PayloadPatchBody);
+const DOCUMENT_KEYS = bodyKeys(DocumentBody);
+const TEXT_POINT_KEYS = bodyKeys(TextPointBody);
 
 const F32_MAX = 3.4028234663852886e38;
 /**
@@ -70,12 +78,12 @@ export function parsePayload(p: unknown, limits: Limits, what = 'payload'): Payl
 
 /** A payload update's body, `{points: [{id, payload}], mode?}`, checked whole (a node's and a router's rules). */
 export function parsePayloadUpdate(body: unknown, limits: Limits): { mode: PayloadMode; points: PayloadPatch[] } {
-  const b = checkObject(body, 'payload body', ['points', 'mode']);
+  const b = checkObject(body, 'payload body', bodyKeys(BODIES.setPayload));
   const mode = parsePayloadMode(b.mode);
   if (!Array.isArray(b.points)) throw invalidArgument('points must be a list of {id, payload}');
   checkLimit(limits, 'maxBatchSize', b.points.length, 'batch size');
   const points = b.points.map((p: unknown, i: number): PayloadPatch => {
-    const o = checkObject(p, `points[${i}]`, ['id', 'payload']);
+    const o = checkObject(p, `points[${i}]`, PAYLOAD_PATCH_KEYS);
     const id = checkPointId(o.id);
     if (typeof o.payload !== 'object' || o.payload === null || Array.isArray(o.payload)) {
       throw invalidArgument(`points[${i}].payload must be a JSON object`);
@@ -124,8 +132,9 @@ export function parsePoints(
   for (let i = 0; i < points.length; i++) {
     const p = points[i] as Record<string, unknown> | null;
     if (typeof p !== 'object' || p === null || Array.isArray(p)) throw invalidArgument(`points[${i}] must be an object`);
+    const known = batchLimit === 'maxBulkBatchSize' ? BULK_POINT_KEYS : POINT_KEYS;
     for (const key of Object.keys(p)) {
-      if (key !== 'id' && key !== 'vector' && key !== 'payload' && !(key === 'vector_b64' && batchLimit === 'maxBulkBatchSize')) {
+      if (!known.includes(key)) {
         throw invalidArgument(`points[${i}] has an unknown field '${key}'`);
       }
     }
@@ -161,12 +170,12 @@ export function parseTokens(v: unknown, spec: PointShape, limits: Limits, what: 
 
 /** A documents body (multi-vector upsert), whole: a later document of the same id replaces an earlier one. */
 export function parseDocuments(body: unknown, spec: PointShape, limits: Limits): DocRecord[] {
-  const b = checkObject(body, 'documents body', ['documents']);
+  const b = checkObject(body, 'documents body', bodyKeys(BODIES.upsertDocuments));
   if (!Array.isArray(b.documents)) throw invalidArgument('documents must be a list');
   checkLimit(limits, 'maxBatchSize', b.documents.length, 'batch size');
   const docs = new Map<string, DocRecord>();
   b.documents.forEach((d: unknown, i: number) => {
-    const o = checkObject(d, `documents[${i}]`, ['id', 'vectors', 'payload']);
+    const o = checkObject(d, `documents[${i}]`, DOCUMENT_KEYS);
     const id = checkPointId(o.id);
     const tokens = parseTokens(o.vectors, spec, limits, `documents[${i}].vectors`);
     const payload = parsePayload(o.payload, limits, `documents[${i}].payload`);
@@ -179,11 +188,11 @@ export function parseDocuments(body: unknown, spec: PointShape, limits: Limits):
 
 /** A text upsert body: each point's text goes into its payload (`__svc_text__`), which must still fit. */
 export function parseTextPoints(body: unknown, limits: Limits): { id: string; text: string; payload: Payload }[] {
-  const b = checkObject(body, 'text upsert body', ['points']);
+  const b = checkObject(body, 'text upsert body', bodyKeys(BODIES.upsertText));
   if (!Array.isArray(b.points)) throw invalidArgument('points must be a list');
   checkLimit(limits, 'maxBatchSize', b.points.length, 'batch size');
   return b.points.map((p: unknown, i: number) => {
-    const o = checkObject(p, `points[${i}]`, ['id', 'text', 'payload']);
+    const o = checkObject(p, `points[${i}]`, TEXT_POINT_KEYS);
     const id = checkPointId(o.id);
     if (typeof o.text !== 'string' || o.text.length === 0) throw invalidArgument(`points[${i}].text must be a non-empty string`);
     const payload = { ...(parsePayload(o.payload, limits, `points[${i}].payload`) ?? {}), __svc_text__: o.text };

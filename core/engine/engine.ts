@@ -1,3 +1,4 @@
+import { BODIES, bodyKeys } from '../base/bodies.js';
 import { invalidArgument, notFound, SvcError } from '../base/errors.js';
 import type { Limits } from '../base/limits.js';
 import {
@@ -261,7 +262,7 @@ export class Engine implements EngineApi {
   }
 
   async deletePoints(name: string, body: DeletePointsBody): Promise<{ deleted: number }> {
-    const b = checkObject(body, 'delete body', ['ids', 'filter']);
+    const b = checkObject(body, 'delete body', bodyKeys(BODIES.deletePoints));
     if (b.ids !== undefined && b.ids !== null && b.filter === undefined) {
       if (!Array.isArray(b.ids)) throw invalidArgument('ids must be a list');
       const groups = this.byOwner(b.ids.map((id: unknown) => checkPointId(id)), (id) => id);
@@ -301,7 +302,7 @@ export class Engine implements EngineApi {
 
   /** Pages through every shard with one cursor: each shard's page after it, merged in id order. */
   async fetch(name: string, query: FetchQuery = {}): Promise<{ points: PointOutput[]; next_cursor: string | null }> {
-    const q = checkObject(query, 'fetch body', ['filter', 'limit', 'cursor', 'with_vector']);
+    const q = checkObject(query, 'fetch body', bodyKeys(BODIES.fetch));
     const limit = parseFetchLimit(q.limit, this.limits);
     const pages = await this.all((s) => s.shard.fetch(name, { ...query, limit }));
     const merged = pages.flatMap((p) => p.points).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
@@ -332,7 +333,7 @@ export class Engine implements EngineApi {
 
   async hybridSearch(name: string, query: HybridQuery): Promise<{ hits: Hit[] }> {
     const spec = await this.pointSpec(name);
-    const q = checkObject(query, 'hybrid body', HYBRID_KEYS);
+    const q = checkObject(query, 'hybrid body', bodyKeys(BODIES.hybridSearch));
     const k = parseK(q.k, this.limits);
     const k0 = parseRrfK0(q.rrf_k0);
     const { k: _k, rrf_k0: _k0, ...rest } = q;
@@ -342,7 +343,7 @@ export class Engine implements EngineApi {
 
   async searchText(name: string, query: TextQuery): Promise<{ hits: Hit[] }> {
     const spec = await this.pointSpec(name);
-    const q = checkObject(query, 'text query body', ['text', 'k', 'filter', 'rerank', 'rerank_pool', 'with_payload', 'with_vector', 'consistency']);
+    const q = checkObject(query, 'text query body', bodyKeys(BODIES.searchText));
     if (typeof q.text !== 'string' || q.text.length === 0) throw invalidArgument('text must be a non-empty string');
     const k = parseK(q.k, this.limits);
     const rerank = parseBool(q.rerank, 'rerank', false);
@@ -405,7 +406,7 @@ export class Engine implements EngineApi {
    */
   async rankings(name: string, body: RankingsBody): Promise<Rankings> {
     const spec = await this.pointSpec(name);
-    const { depth: d, text_stats: stats, ...q } = checkObject(body, 'rankings body', [...RANKINGS_KEYS, 'depth', 'text_stats']);
+    const { depth: d, text_stats: stats, ...q } = checkObject(body, 'rankings body', bodyKeys(BODIES.rankings));
     const depth = parseDepth(d, this.limits);
     const given = stats === undefined || stats === null ? undefined : checkTextStats(stats, this.limits.maxSparseTerms);
     return this.gather(name, spec, q, depth, given);
@@ -414,7 +415,7 @@ export class Engine implements EngineApi {
   /** The collection's BM25 statistics for a query text's terms: every shard's, summed. */
   async textStats(name: string, body: TextStatsBody): Promise<TextStats> {
     await this.pointSpec(name);
-    const b = checkObject(body, 'text stats body', ['text']);
+    const b = checkObject(body, 'text stats body', bodyKeys(BODIES.textStats));
     return sumTextStats(await this.all((s) => s.shard.textStats(name, b)));
   }
 
@@ -471,14 +472,6 @@ export class Engine implements EngineApi {
     this.specs.clear();
   }
 }
-
-/** What a shard's rankings take (a hybrid body's query fields, without k and rrf_k0), as Database has them. */
-const RANKINGS_KEYS = ['vector', 'sparse_indices', 'sparse_values', 'query_text', 'filter', 'ef_search', 'with_payload', 'with_vector', 'consistency'] as const;
-
-const HYBRID_KEYS = [
-  'vector', 'sparse_indices', 'sparse_values', 'query_text', 'k', 'filter', 'ef_search', 'rrf_k0', 'with_payload',
-  'with_vector', 'consistency',
-] as const;
 
 /** One collection's info from several shards: the same parameters, the counts summed. */
 function combine(acc: CollectionInfo | undefined, c: CollectionInfo): CollectionInfo {

@@ -1,9 +1,9 @@
 import type {
-  CollectionInfo, CollectionParams, FetchQuery, Hit, HybridQuery, PointInput, PointOutput, SearchQuery,
+  BulkUpsertBody, CollectionInfo, CollectionParams, FetchQuery, GetOptions, Hit, HybridQuery, PointOutput, SearchQuery, SnapshotBody,
+  UpsertBody, UpsertDocumentsBody, UpsertTextBody,
 } from '../base/model.js';
 import type {
-  CountQuery, DatabaseStats, DeletePointsBody, DocumentInput, MultiVectorQuery, ReplicateRequest, ReplicationEvent, SetPayloadBody,
-  SnapshotResult, TextPointInput, TextQuery,
+  CountQuery, DatabaseStats, DeletePointsBody, MultiVectorQuery, ReplicateRequest, ReplicationEvent, SetPayloadBody, SnapshotResult, TextQuery,
 } from '../base/model.js';
 
 import type { Rankings, RankingsBody, TextStats, TextStatsBody } from '../query/ranking.js';
@@ -18,7 +18,8 @@ export type {
 /**
  * The one service surface. REST, gRPC, MCP and the embedded API are thin adapters over this:
  * each call takes the caller's context first; auth, scope, limits, audit and metrics happen behind it.
- * Request and response bodies are CONTRACT.md section 1's, with `collection` for the path's {name}.
+ * Request and response bodies are CONTRACT.md section 1's, with `collection` for the path's {name}; each
+ * request body's type is inferred from its one schema (core/base/bodies.ts).
  */
 
 export type Role = 'read' | 'write' | 'admin';
@@ -45,9 +46,9 @@ export interface SvcApi {
   /** 201 on REST; 200 when `exist_ok` answered an existing collection (collectionExisted(info)). */
   createCollection(ctx: CallContext, params: CollectionParams): Promise<CollectionInfo>;
   deleteCollection(ctx: CallContext, name: string): Promise<{ existed: boolean }>;
-  upsert(ctx: CallContext, collection: string, body: { points: PointInput[] }): Promise<{ upserted: number }>;
-  bulkUpsert(ctx: CallContext, collection: string, body: { points: (PointInput | (Omit<PointInput, 'vector'> & { vector_b64: string }))[] }): Promise<{ upserted: number }>;
-  get(ctx: CallContext, collection: string, id: string, opts?: { with_vector?: boolean }): Promise<PointOutput>;
+  upsert(ctx: CallContext, collection: string, body: UpsertBody): Promise<{ upserted: number }>;
+  bulkUpsert(ctx: CallContext, collection: string, body: BulkUpsertBody): Promise<{ upserted: number }>;
+  get(ctx: CallContext, collection: string, id: string, opts?: GetOptions): Promise<PointOutput>;
   delete(ctx: CallContext, collection: string, id: string): Promise<{ deleted: boolean }>;
   fetch(ctx: CallContext, collection: string, query: FetchQuery): Promise<{ points: PointOutput[]; next_cursor: string | null }>;
   count(ctx: CallContext, collection: string, query?: CountQuery): Promise<{ count: number }>;
@@ -55,9 +56,9 @@ export interface SvcApi {
   deletePoints(ctx: CallContext, collection: string, body: DeletePointsBody): Promise<{ deleted: number }>;
   search(ctx: CallContext, collection: string, query: SearchQuery): Promise<{ hits: Hit[] }>;
   hybridSearch(ctx: CallContext, collection: string, query: HybridQuery): Promise<{ hits: Hit[] }>;
-  upsertText(ctx: CallContext, collection: string, body: { points: TextPointInput[] }): Promise<{ upserted: number }>;
+  upsertText(ctx: CallContext, collection: string, body: UpsertTextBody): Promise<{ upserted: number }>;
   searchText(ctx: CallContext, collection: string, query: TextQuery): Promise<{ hits: Hit[] }>;
-  upsertDocuments(ctx: CallContext, collection: string, body: { documents: DocumentInput[] }): Promise<{ upserted: number }>;
+  upsertDocuments(ctx: CallContext, collection: string, body: UpsertDocumentsBody): Promise<{ upserted: number }>;
   searchMultiVector(ctx: CallContext, collection: string, query: MultiVectorQuery): Promise<{ hits: Hit[] }>;
   deleteDocument(ctx: CallContext, collection: string, id: string): Promise<{ deleted: boolean }>;
   /** Internal (a router asks it of its shards): a hybrid or text query's rankings before fusion. */
@@ -65,7 +66,7 @@ export interface SvcApi {
   /** Internal (a router asks it of its shards): the BM25 statistics of a query text's terms. */
   textStats(ctx: CallContext, collection: string, body: TextStatsBody): Promise<TextStats>;
   stats(ctx: CallContext): Promise<DatabaseStats>;
-  snapshot(ctx: CallContext, body: { name: string }): Promise<SnapshotResult>;
+  snapshot(ctx: CallContext, body: SnapshotBody): Promise<SnapshotResult>;
   /**
    * The leader's replication stream: a logical snapshot, then the live commit tail, until `signal` aborts.
    * Authorization happens when it is called (it throws then); a bad body fails the first step.

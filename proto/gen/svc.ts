@@ -114,6 +114,8 @@ export interface Hit {
     | undefined;
   /** Empty unless with_vector was true. */
   vector: number[];
+  /** A multi-vector document's token vectors: empty unless with_vector was true. */
+  vectors: DenseVector[];
 }
 
 export interface UpsertResponse {
@@ -127,14 +129,16 @@ export interface SearchResponse {
 export interface CreateCollectionRequest {
   name: string;
   dim: number;
-  /** `cosine`, `dot` or `l2`. */
-  metric: string;
-  /** `hnsw` (default), `flat`, `ivf`, `vamana`, `disk_vamana` or `colbert`. */
+  /** `cosine` (default), `dot` or `l2`. Optional, as in every body (an empty string is unset too). */
+  metric?:
+    | string
+    | undefined;
+  /** `hnsw` (default) or `flat`. */
   index?: string | undefined;
   index_params?:
     | IndexParams
     | undefined;
-  /** `none` (default), `scalar`, `product` or `binary`. */
+  /** `none` (default) or `scalar`. */
   quantization?: string | undefined;
   pq_subspaces?: number | undefined;
   filterable: FilterableField[];
@@ -358,7 +362,15 @@ export interface SearchMultiVectorRequest {
   k?: number | undefined;
   filter?: { [key: string]: any } | undefined;
   with_payload?: boolean | undefined;
-  consistency?: string | undefined;
+  consistency?:
+    | string
+    | undefined;
+  /** HNSW beam width (default: the collection's), at most SVC_MAX_EF_SEARCH. */
+  ef_search?:
+    | number
+    | undefined;
+  /** Each hit's token vectors in `vectors`. */
+  with_vector?: boolean | undefined;
 }
 
 export interface DeleteDocumentRequest {
@@ -1129,7 +1141,7 @@ export const PointInput: MessageFns<PointInput> = {
 };
 
 function createBaseHit(): Hit {
-  return { id: "", rank: 0, score: 0, payload: undefined, vector: [] };
+  return { id: "", rank: 0, score: 0, payload: undefined, vector: [], vectors: [] };
 }
 
 export const Hit: MessageFns<Hit> = {
@@ -1152,6 +1164,9 @@ export const Hit: MessageFns<Hit> = {
         writer.float(v);
       }
       writer.join();
+    }
+    for (const v of message.vectors) {
+      DenseVector.encode(v!, writer.uint32(50).fork()).join();
     }
     return writer;
   },
@@ -1219,6 +1234,14 @@ export const Hit: MessageFns<Hit> = {
 
             break;
           }
+          case 6: {
+            if (tag !== 50) {
+              break;
+            }
+
+            message.vectors.push(DenseVector.decode(reader, reader.uint32()));
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -1241,6 +1264,7 @@ export const Hit: MessageFns<Hit> = {
     message.score = object.score ?? 0;
     message.payload = object.payload ?? undefined;
     message.vector = object.vector?.map((e) => e) || [];
+    message.vectors = object.vectors?.map((e) => DenseVector.fromPartial(e)) || [];
     return message;
   },
 };
@@ -1359,7 +1383,7 @@ function createBaseCreateCollectionRequest(): CreateCollectionRequest {
   return {
     name: "",
     dim: 0,
-    metric: "",
+    metric: undefined,
     index: undefined,
     index_params: undefined,
     quantization: undefined,
@@ -1379,7 +1403,7 @@ export const CreateCollectionRequest: MessageFns<CreateCollectionRequest> = {
     if (message.dim !== 0) {
       writer.uint32(16).uint32(message.dim);
     }
-    if (message.metric !== "") {
+    if (message.metric !== undefined) {
       writer.uint32(26).string(message.metric);
     }
     if (message.index !== undefined) {
@@ -1529,7 +1553,7 @@ export const CreateCollectionRequest: MessageFns<CreateCollectionRequest> = {
     const message = createBaseCreateCollectionRequest();
     message.name = object.name ?? "";
     message.dim = object.dim ?? 0;
-    message.metric = object.metric ?? "";
+    message.metric = object.metric ?? undefined;
     message.index = object.index ?? undefined;
     message.index_params = (object.index_params !== undefined && object.index_params !== null)
       ? IndexParams.fromPartial(object.index_params)
@@ -3719,6 +3743,8 @@ function createBaseSearchMultiVectorRequest(): SearchMultiVectorRequest {
     filter: undefined,
     with_payload: undefined,
     consistency: undefined,
+    ef_search: undefined,
+    with_vector: undefined,
   };
 }
 
@@ -3741,6 +3767,12 @@ export const SearchMultiVectorRequest: MessageFns<SearchMultiVectorRequest> = {
     }
     if (message.consistency !== undefined) {
       writer.uint32(50).string(message.consistency);
+    }
+    if (message.ef_search !== undefined) {
+      writer.uint32(56).uint32(message.ef_search);
+    }
+    if (message.with_vector !== undefined) {
+      writer.uint32(64).bool(message.with_vector);
     }
     return writer;
   },
@@ -3806,6 +3838,22 @@ export const SearchMultiVectorRequest: MessageFns<SearchMultiVectorRequest> = {
             message.consistency = reader.string();
             continue;
           }
+          case 7: {
+            if (tag !== 56) {
+              break;
+            }
+
+            message.ef_search = reader.uint32();
+            continue;
+          }
+          case 8: {
+            if (tag !== 64) {
+              break;
+            }
+
+            message.with_vector = reader.bool();
+            continue;
+          }
         }
         if ((tag & 7) === 4 || tag === 0) {
           break;
@@ -3829,6 +3877,8 @@ export const SearchMultiVectorRequest: MessageFns<SearchMultiVectorRequest> = {
     message.filter = object.filter ?? undefined;
     message.with_payload = object.with_payload ?? undefined;
     message.consistency = object.consistency ?? undefined;
+    message.ef_search = object.ef_search ?? undefined;
+    message.with_vector = object.with_vector ?? undefined;
     return message;
   },
 };

@@ -84,6 +84,11 @@ describe('requests from the wire', () => {
     expect(d).toEqual({ id: 'd', vectors: [[1, 0], [0, 1]], payload: { a: 1 } });
     const q = c.multiVectorQuery(wire(pb.SearchMultiVectorRequest, { collection: 'c', vectors: [{ values: [1, 0] }], k: 3 }));
     expect(q).toEqual({ vectors: [[1, 0]], k: 3 });
+    // ef_search and with_vector, as the body has them (issue 21: the proto lacked both).
+    const full = c.multiVectorQuery(wire(pb.SearchMultiVectorRequest, { collection: 'c', vectors: [{ values: [1, 0] }], ef_search: 32, with_vector: true }));
+    expect(full).toEqual({ vectors: [[1, 0]], ef_search: 32, with_vector: true });
+    const hit = wire(pb.SearchResponse, c.hits({ hits: [{ id: 'm', rank: 0, score: 1, vectors: [[1, 0], [0, 1]] }] })).hits[0];
+    expect(hit.vectors).toEqual([{ values: [1, 0] }, { values: [0, 1] }]);
   });
 });
 

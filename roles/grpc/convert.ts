@@ -4,6 +4,7 @@
  * bytes. Nothing is validated here: the engine validates every argument, so gRPC and REST refuse the
  * same bodies with the same messages.
  */
+import { CONSISTENCIES } from '../../core/base/bodies.js';
 import { invalidArgument } from '../../core/base/errors.js';
 import type { CollectionInfo, CollectionParams, FetchQuery, Hit, HybridQuery, PointInput, PointOutput, SearchQuery } from '../../core/base/model.js';
 import type {
@@ -95,7 +96,7 @@ export function deletePointsBody(r: pb.DeletePointsRequest): DeletePointsBody {
 /** A SearchRequest as the server decodes it: the vector may be a Float32Array (packed-vector.ts). */
 export type SearchRequestIn = Omit<pb.SearchRequest, 'vector'> & { vector: number[] | Float32Array };
 
-const CONSISTENCY: ReadonlySet<unknown> = new Set((schemas.queryBody.properties as { consistency: { enum: string[] } }).consistency.enum);
+const CONSISTENCY: ReadonlySet<unknown> = new Set(CONSISTENCIES);
 
 /**
  * The search body, checked on the typed message itself (the hot path: no copy through `defined`, no
@@ -198,7 +199,9 @@ export function multiVectorQuery(r: pb.SearchMultiVectorRequest): MultiVectorQue
     vectors: r.vectors.map((v) => v.values),
     k: r.k,
     filter: r.filter,
+    ef_search: r.ef_search,
     with_payload: r.with_payload,
+    with_vector: r.with_vector,
     consistency: r.consistency,
   });
 }
@@ -228,7 +231,7 @@ export function point(p: PointOutput): pb.Point {
 }
 
 export function hit(h: Hit): pb.Hit {
-  return { id: h.id, rank: h.rank, score: h.score, payload: h.payload, vector: h.vector ?? [] };
+  return { id: h.id, rank: h.rank, score: h.score, payload: h.payload, vector: h.vector ?? [], vectors: (h.vectors ?? []).map((values) => ({ values })) };
 }
 
 export function hits(r: { hits: Hit[] }): pb.SearchResponse {

@@ -191,7 +191,7 @@ export const TOOLS: { [K in ToolName]: ToolDef<K> } = {
     readOnly: true,
     op: 'searchMultiVector',
     call: (svc, ctx, a) => {
-      const [c, q] = split<MultiVectorQuery & { consistency?: 'eventual' | 'strong' }>(a);
+      const [c, q] = split<MultiVectorQuery>(a);
       return svc.searchMultiVector(ctx, c, strong(q));
     },
   },

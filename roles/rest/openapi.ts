@@ -2,12 +2,13 @@ import { ERROR_CODES } from '../../core/base/errors.js';
 import { NAME_PATTERN, POINT_ID_MAX_LENGTH } from '../../core/base/names.js';
 import { HTTP_STATUS } from '../../core/service/http-status.js';
 import { OPERATION_POLICIES, type OperationPolicy } from '../../core/service/roles.js';
-import { FIELD_NOTES, ROUTE_DOCS } from './route-docs.js';
+import { ROUTE_DOCS } from './route-docs.js';
 import { REST_ROUTES, type RestRoute } from './routes.js';
 
 /**
  * The OpenAPI 3.1 document of the REST API, generated from the route table (routes.ts), its body schemas
- * (schemas.ts, the ones fastify validates with), the role table (core/service/roles.ts) and the error
+ * (schemas.ts, the ones fastify validates with, derived with their field descriptions from the one
+ * schema of each body, core/base/bodies.ts), the role table (core/service/roles.ts) and the error
  * table (core/service/http-status.ts): nothing in it is written twice, and a route added to REST_ROUTES
  * appears in it, with its body, without touching this file (STYLE.md habit 10).
  *
@@ -83,24 +84,6 @@ function queryParameters(query: Schema | undefined): Schema[] {
     .map(([name, schema]) => ({ name, in: 'query', required: required.has(name), schema: clone(schema) }));
 }
 
-/**
- * A copy of a body schema with a `description` on each field the route's own notes or FIELD_NOTES explain
- * (by dotted path, else by name); the schema itself, which fastify validates with, is left as it is.
- */
-export function described(schema: Schema, path = '', notes: Readonly<Record<string, string>> = {}): Schema {
-  const out: Schema = { ...schema };
-  if (out.type === 'array' && typeof out.items === 'object' && out.items !== null) out.items = described(out.items as Schema, path, notes);
-  if (typeof out.properties === 'object' && out.properties !== null) {
-    out.properties = Object.fromEntries(Object.entries(out.properties as Record<string, Schema>).map(([name, p]) => {
-      const at = path === '' ? name : `${path}.${name}`;
-      const note = notes[at] ?? FIELD_NOTES[at] ?? FIELD_NOTES[name];
-      const d = described(p, at, notes);
-      return [name, note !== undefined && d.description === undefined ? { description: note, ...d } : d];
-    }));
-  }
-  return clone(out);
-}
-
 const ERROR_RESPONSE = { $ref: '#/components/responses/Error' };
 
 /** The 2xx answer's schema: the route table's serializer schema, else the documented reply. */
@@ -118,7 +101,7 @@ function operation(r: RestRoute): Schema {
     description: `Needs a key of role \`${policy.role}\` or above, whose scopes ${SCOPE_TEXT[policy.collection]}.${policy.audited ? ' Written to the audit log.' : ''}`,
     tags: [tagOf(r.template)],
     parameters: [...pathParameters(r.template), ...queryParameters(r.query)],
-    ...(r.body ? { requestBody: { required: required.length > 0, content: { 'application/json': { schema: described(r.body, '', ROUTE_DOCS[routeKey(r)]?.fields) } } } } : {}),
+    ...(r.body ? { requestBody: { required: required.length > 0, content: { 'application/json': { schema: clone(r.body) } } } } : {}),
     responses: {
       [String(status)]: { description: 'success', content: { 'application/json': { schema: clone(replySchema(r)) } } },
       default: ERROR_RESPONSE,
@@ -172,7 +155,7 @@ export function openApiDocument(routes: readonly RestRoute[] = REST_ROUTES): Sch
       title: 'svc REST API',
       version: 'v1',
       summary: 'A vector database: collections of vectors with JSON payloads; dense, filtered, hybrid, text and multi-vector search',
-      description: 'Generated from the REST route table of svc (roles/rest/routes.ts and schemas.ts). '
+      description: 'Generated from the REST route table of svc (roles/rest/routes.ts) and the one schema of each body (core/base/bodies.ts). '
         + 'Every route but the open ones needs `authorization: Bearer <key>`; a request body is JSON, and a field the schema does not list is refused.',
       license: { name: 'Apache-2.0', identifier: 'Apache-2.0' },
     },

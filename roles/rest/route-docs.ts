@@ -1,8 +1,10 @@
-import { DEFAULT_METRIC, INDEX_KINDS, METRICS } from '../../core/base/model.js';
+import { INDEX_KINDS, METRICS, QUANTIZATIONS } from '../../core/base/bodies.js';
+import { DEFAULT_METRIC } from '../../core/base/model.js';
 
 /**
  * What the route table does not say of a REST route (CONTRACT.md section 1): a one-line summary and the
- * JSON schema of its 2xx answer, for the OpenAPI document and docs/reference/rest.md. Keyed by
+ * JSON schema of its 2xx answer, for the OpenAPI document and docs/reference/rest.md (a body's fields are
+ * described where the body is defined, core/base/bodies.ts). Keyed by
  * `METHOD template`, the contract's own name for a route, so a route added to REST_ROUTES finds its
  * entry by its wire address (and without one still appears, with its body, as an object answer). A route
  * whose reply has a fixed shape worth a compiled serializer carries it in the route table (`response`,
@@ -28,7 +30,7 @@ export const collectionInfo: Schema = obj({
   metric: { type: 'string', enum: [...METRICS] },
   index: { type: 'string', enum: [...INDEX_KINDS] },
   index_params: obj({ m: int, ef_construction: int, ef_search: int }),
-  quantization: { type: 'string', enum: ['none', 'scalar', 'product', 'binary'] },
+  quantization: { type: 'string', enum: [...QUANTIZATIONS] },
   pq_subspaces: { type: ['integer', 'null'] },
   filterable: { type: 'array', items: obj({ path: str, field_type: { type: 'string', enum: ['keyword', 'numeric'] } }) },
   multivector: bool,
@@ -78,8 +80,6 @@ export interface RouteDoc {
   summary: string;
   /** The 2xx answer; the search routes' is the route table's `response`. */
   reply?: Schema;
-  /** Notes on this route's body fields that differ from FIELD_NOTES (a field name two bodies use differently). */
-  fields?: Readonly<Record<string, string>>;
 }
 
 export const ROUTE_DOCS: Readonly<Record<string, RouteDoc>> = {
@@ -115,56 +115,7 @@ export const ROUTE_DOCS: Readonly<Record<string, RouteDoc>> = {
   [`POST ${C}/query/text-stats`]: {
     summary: 'Internal: what a router asks of its shards (REST only, not on gRPC or MCP). BM25 statistics of a query text\'s terms over this node\'s part of the collection',
     reply: textStats,
-    fields: { text: 'the query text, analysed as query_text is (not embedded)' },
   },
   'GET /v1/stats': { summary: 'Database overview, limited to the key\'s collections', reply: stats },
   'POST /v1/snapshots': { summary: 'Consistent online backup of the whole database under the snapshot root', reply: obj({ name: str, path: str, manifest_version: int, disk_bytes: int }) },
-};
-
-/**
- * What a body field means and its default, for the OpenAPI document's `description`s and rest.md. By
- * dotted path within a body (`index_params.ef_search`), else by field name: the bodies share their names.
- */
-export const FIELD_NOTES: Readonly<Record<string, string>> = {
-  name: 'matches ^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$, never ".."',
-  dim: 'vector dimension, fixed for the life of the collection; at most SVC_MAX_VECTOR_DIM',
-  metric: `default ${DEFAULT_METRIC}; l2 (Euclidean distance) is the one score where lower is better`,
-  index: 'default hnsw; flat is exact search; the other kinds are refused by this build',
-  index_params: 'HNSW parameters, each optional',
-  'index_params.m': 'links per node, default 16',
-  'index_params.ef_construction': 'build beam width, default 200',
-  'index_params.ef_search': "the collection's default query beam width, default 64",
-  quantization: 'default none; this build has none and scalar (one byte per dimension, hnsw only)',
-  pq_subspaces: 'product quantization subspaces (product quantization is not in this build)',
-  filterable: 'the payload fields filters may use (a filter on another field is a 400)',
-  'filterable.path': 'payload field, e.g. "lang" or "meta.year"',
-  multivector: 'default false; true: each document is a set of token vectors ranked by MaxSim',
-  vector_encryption: 'absent or null; dcpe and client_side are refused by this build',
-  exist_ok: 'default false; true: an existing collection of the same shape answers 200 with its info',
-  points: 'the batch: at most SVC_MAX_BATCH_SIZE (points:bulk: SVC_MAX_BULK_BATCH_SIZE)',
-  id: '1 to 256 characters',
-  vector: "as many numbers as the collection's dim",
-  vector_b64: 'base64 of the vector as little-endian float32',
-  payload: 'any JSON object, at most SVC_MAX_PAYLOAD_BYTES serialized; __svc_text__ and __svc_sparse__ are reserved keys',
-  filter: 'and, or, not, eq, ne, in, gt, gte, lt, lte over filterable fields (docs/filters.md)',
-  limit: 'points per page, default 100, at most SVC_MAX_FETCH_LIMIT',
-  cursor: "the previous page's next_cursor; absent or null for the first page",
-  k: 'hits to return, default 10, at most SVC_MAX_K',
-  ef_search: "HNSW beam width for this query (default: the collection's); at most SVC_MAX_EF_SEARCH",
-  with_payload: 'default true',
-  with_vector: 'default false',
-  consistency: 'eventual (default) answers at once, from the prior graph plus an exact scan of newer points; strong waits until the graph holds every write acknowledged before the query',
-  sparse_indices: 'sparse query dimensions, parallel to sparse_values; at most SVC_MAX_SPARSE_TERMS',
-  sparse_values: 'sparse query weights, parallel to sparse_indices',
-  query_text: "words scored with BM25 against the points' __svc_text__",
-  rrf_k0: 'RRF constant, default 60 (0 to 1,000,000)',
-  text: 'the text, embedded by the collection\'s provider ([embedding.<collection>] in svc.toml)',
-  rerank: 'default false; true reorders a candidate pool with the collection\'s rerank provider',
-  rerank_pool: 'candidates to rerank, default max(4k, 50), at most SVC_MAX_K',
-  documents: 'the batch, at most SVC_MAX_BATCH_SIZE',
-  vectors: "token vectors, each as many numbers as the collection's dim",
-  ids: 'point ids',
-  depth: 'how many entries each ranking holds, default 100, at most SVC_MAX_K',
-  text_stats: "the whole collection's BM25 statistics (the sum of every shard's query/text-stats); absent: this node's own",
-  mode: 'merge (default: the keys given replace those keys) or replace (the whole payload)',
 };
