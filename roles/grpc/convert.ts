@@ -116,7 +116,7 @@ export function searchQuery(r: SearchRequestIn): SearchQuery {
   if (r.with_payload !== undefined) q.with_payload = r.with_payload;
   if (r.with_vector !== undefined) q.with_vector = r.with_vector;
   if (r.consistency !== undefined) {
-    if (!CONSISTENCY.has(r.consistency)) throw invalidArgument('body/consistency must be equal to one of the allowed values');
+    if (!CONSISTENCY.has(r.consistency)) throw invalidArgument('body/consistency must be one of: eventual, strong');
     q.consistency = r.consistency;
   }
   return q as unknown as SearchQuery;

@@ -216,13 +216,13 @@ describe('gRPC server over the service', () => {
   it('refuses what the REST schema refuses, with the same message, and only after role and scope', async () => {
     h.calls.length = 0;
     const bad = await call(c, 'createCollection', { name: 'docs', dim: 2, metric: 'hamming', filterable: [] }, auth('admin-secret'));
-    expect([bad.err?.code, codeOf(bad.err), bad.err?.details]).toEqual([status.INVALID_ARGUMENT, 'invalid_argument', 'body/metric must be equal to one of the allowed values']);
+    expect([bad.err?.code, codeOf(bad.err), bad.err?.details]).toEqual([status.INVALID_ARGUMENT, 'invalid_argument', 'body/metric must be one of: cosine, dot, l2']);
     const mode = await call(c, 'setPayload', { collection: 'docs', points: [{ id: 'a', payload: {} }], mode: 'upsert' }, auth('admin-secret'));
-    expect([mode.err?.code, mode.err?.details]).toEqual([status.INVALID_ARGUMENT, 'body/mode must be equal to one of the allowed values']);
+    expect([mode.err?.code, mode.err?.details]).toEqual([status.INVALID_ARGUMENT, 'body/mode must be one of: merge, replace']);
     const noPayload = await call(c, 'setPayload', { collection: 'docs', points: [{ id: 'a' }] }, auth('admin-secret'));
     expect([noPayload.err?.code, noPayload.err?.details]).toEqual([status.INVALID_ARGUMENT, "body/points/0 must have required property 'payload'"]);
     const consistency = await call(c, 'search', { collection: 'docs', vector: [1, 2], consistency: 'sometimes' }, auth('admin-secret'));
-    expect([consistency.err?.code, consistency.err?.details]).toEqual([status.INVALID_ARGUMENT, 'body/consistency must be equal to one of the allowed values']);
+    expect([consistency.err?.code, consistency.err?.details]).toEqual([status.INVALID_ARGUMENT, 'body/consistency must be one of: eventual, strong']);
     expect(h.calls).toEqual([]);
     const denied = await call(c, 'createCollection', { name: 'docs', dim: 2, metric: 'hamming', filterable: [] }, auth('read-secret'));
     expect(denied.err?.code).toBe(status.PERMISSION_DENIED);

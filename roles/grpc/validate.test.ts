@@ -40,6 +40,6 @@ describe('gRPC body checks', () => {
     const req = wire({ collection: 'c', points: [{ id: 'x', vector: [1], payload: { tags: ['a'], n: { m: null } } }] });
     expect(c.upsertBody(req)).toEqual({ points: [{ id: 'x', vector: [1], payload: { tags: ['a'], n: { m: null } } }] });
     const bad = pb.FetchRequest.decode(pb.FetchRequest.encode({ collection: 'c', consistency: 'now' }).finish());
-    expect(() => c.fetchQuery(bad)).toThrow('body/consistency must be equal to one of the allowed values');
+    expect(() => c.fetchQuery(bad)).toThrow('body/consistency must be one of: eventual, strong');
   });
 });

@@ -4,8 +4,8 @@ import { invalidArgument } from '../../core/base/errors.js';
 /**
  * A body checked against a REST route's JSON schema outside fastify (gRPC bodies once converted to
  * their REST shape, and the REST hot path), with the options fastify uses (no coercion, no defaults,
- * unknown fields refused) and refused with a message of the same form (`body/metric must be equal to
- * one of the allowed values`).
+ * unknown fields refused) and refused with a message of the same form (`body/metric must be one of:
+ * cosine, l2, dot`).
  */
 const ajv = new Ajv({ removeAdditional: false, coerceTypes: false, useDefaults: false, allErrors: false });
 const compiled = new WeakMap<object, ValidateFunction>();
@@ -32,6 +32,11 @@ export function validationMessage(context: string, e: Pick<ErrorObject, 'keyword
   const where = `${context}${e.instancePath}`;
   if (e.keyword === 'additionalProperties') {
     return `${where} has an unknown field '${String((e.params as { additionalProperty?: unknown }).additionalProperty)}'`;
+  }
+  if (e.keyword === 'enum') {
+    // The values this version takes, named: `body/index must be one of: hnsw, flat`.
+    const allowed = (e.params as { allowedValues?: unknown[] }).allowedValues;
+    if (Array.isArray(allowed)) return `${where} must be one of: ${allowed.map(String).join(', ')}`;
   }
   return `${where} ${e.message ?? 'is invalid'}`;
 }
