@@ -1,7 +1,8 @@
 /**
  * Starts `svc serve` from the source tree (tsx), so the suite measures the code as it is now rather than
  * a possibly stale dist/, with encryption on, on free loopback ports; REST through undici, gRPC through
- * @grpc/grpc-js with proto/svc.proto. Stopped by its pid.
+ * @grpc/grpc-js with proto/svc.proto. Stopped by its pid. `nodeArgs` go to node itself (`--cpu-prof`,
+ * which NODE_OPTIONS refuses).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -30,13 +31,13 @@ export interface SvcServer {
  * `svc serve` on free ports; `env` adds variables (SVC_SEARCH_WORKERS, say). `readyMs`: how long /readyz
  * may take (a replica is ready once its bootstrap is in and its graph built; default two minutes).
  */
-export async function startSvc(env: Record<string, string> = {}, readyMs = 120_000): Promise<SvcServer> {
+export async function startSvc(env: Record<string, string> = {}, readyMs = 120_000, nodeArgs: readonly string[] = []): Promise<SvcServer> {
   // A data directory given in `env` is the caller's: used as it is and kept at stop (a restart reopens it).
   const own = env.SVC_DATA_DIR === undefined;
   const dir = own ? mkdtempSync(join(tmpdir(), 'svc-bench-server-')) : env.SVC_DATA_DIR;
   const restPort = await freePort();
   const grpcPort = await freePort();
-  const child: ChildProcess = spawn(process.execPath, ['--import', 'tsx', join(ROOT_DIR, 'roles', 'cli', 'main.ts'), 'serve'], {
+  const child: ChildProcess = spawn(process.execPath, [...nodeArgs, '--import', 'tsx', join(ROOT_DIR, 'roles', 'cli', 'main.ts'), 'serve'], {
     cwd: ROOT_DIR,
     env: {
       PATH: process.env.PATH, SVC_API_KEYS: BENCH_API_KEY, SVC_ENCRYPTION_KEY: BENCH_MASTER_KEY, SVC_DATA_DIR: join(dir, 'data'),
