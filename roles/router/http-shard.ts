@@ -69,12 +69,14 @@ export class HttpShard implements DataShard {
   /** For messages: `shard 2 (http://s2:6333)`. */
   readonly name: string;
   private readonly headers: Record<string, string>;
+  private readonly jsonHeaders: Record<string, string>;
   private readonly retries: number;
   private readonly bytesMax: number;
 
   constructor(private readonly opts: HttpShardOptions) {
     this.name = `shard ${opts.id} (${opts.url})`;
     this.headers = { accept: 'application/json', ...(opts.key === null ? {} : { authorization: `Bearer ${opts.key}` }) };
+    this.jsonHeaders = { ...this.headers, 'content-type': 'application/json' };
     this.retries = opts.readRetries ?? READ_RETRIES;
     this.bytesMax = opts.answerBytesMax ?? ANSWER_BYTES_MAX;
   }
@@ -186,7 +188,7 @@ export class HttpShard implements DataShard {
   private async call(kind: Kind, method: Method, path: string, body?: unknown): Promise<Answer> {
     const started = performance.now();
     const deadline = started + this.opts.timeoutMs;
-    const payload = body === undefined ? undefined : toJson(body);
+    const payload = body === undefined ? undefined : bodyJson(body);
     const attempts = kind === 'read' ? this.retries + 1 : 1;
     let outcome: CallOutcome = 'unavailable';
     try {
@@ -212,25 +214,29 @@ export class HttpShard implements DataShard {
   private async attempt(method: Method, path: string, payload: string | undefined, deadline: number): Promise<{ answer?: Answer; error?: SvcError; retry: boolean }> {
     const left = deadline - performance.now();
     if (left <= 0) return { error: this.unavailable(`no answer within ${this.opts.timeoutMs / 1000} s (SVC_CLUSTER_TIMEOUT_SECS)`), retry: false };
-    const signal = AbortSignal.timeout(Math.ceil(left));
+    const wait = Math.ceil(left);
     let status: number;
     let headers: Record<string, string | string[] | undefined>;
     let text: string;
     try {
       // Dispatcher.request sends the path as given: a URL would resolve an id of '.' or '..' away.
+      // The deadline is undici's own headers and body timeouts (its timer wheel), not an AbortSignal.timeout
+      // per call: that signal, its timer and its listeners were about 3% of a router's event loop per shard
+      // call (bench/router.ts, --cpu-prof). readBounded stops a body that trickles past the deadline.
       const res = await this.opts.dispatcher.request({
         origin: this.opts.url,
         path,
         method,
-        headers: payload === undefined ? this.headers : { ...this.headers, 'content-type': 'application/json' },
+        headers: payload === undefined ? this.headers : this.jsonHeaders,
         ...(payload === undefined ? {} : { body: payload }),
-        signal,
+        headersTimeout: wait,
+        bodyTimeout: wait,
       });
       status = res.statusCode;
       headers = res.headers;
-      text = await readBounded(res.body, this.bytesMax);
+      text = await readBounded(res.body, this.bytesMax, deadline);
     } catch (e) {
-      if (signal.aborted) return { error: this.unavailable(`no answer within ${this.opts.timeoutMs / 1000} s (SVC_CLUSTER_TIMEOUT_SECS)`), retry: false };
+      if (isTimeout(e)) return { error: this.unavailable(`no answer within ${this.opts.timeoutMs / 1000} s (SVC_CLUSTER_TIMEOUT_SECS)`), retry: false };
       if (e instanceof AnswerTooLarge) return { error: this.unavailable(e.message), retry: false };
       return { error: this.unavailable(networkCause(e)), retry: true };
     }
@@ -281,6 +287,22 @@ function first(v: string | string[] | undefined): string | undefined {
 }
 
 /**
+ * A body as JSON, written once however many shards it goes to: the engine hands every shard of a
+ * scatter the same object (a 128-float query vector is most of a search's body; writing it again for each
+ * shard was about 4% of a router's event loop at 2 shards). Bodies are not changed once handed over.
+ */
+const written = new WeakMap<object, string>();
+function bodyJson(body: unknown): string {
+  if (typeof body !== 'object' || body === null) return toJson(body);
+  let text = written.get(body);
+  if (text === undefined) {
+    text = toJson(body);
+    written.set(body, text);
+  }
+  return text;
+}
+
+/**
  * A body as JSON. A gRPC search hands its vector over as a Float32Array (roles/grpc/packed-vector.ts),
  * which JSON.stringify would write as an object: a top-level typed array is written as the list it is.
  */
@@ -298,7 +320,10 @@ function toJson(body: unknown): string {
 
 class AnswerTooLarge extends Error {}
 
-async function readBounded(body: AsyncIterable<Buffer | Uint8Array> & { destroy?: () => void }, bytesMax: number): Promise<string> {
+class PastDeadline extends Error {}
+
+/** The answer's body, up to `bytesMax` bytes and until `deadline` (performance.now() ms). */
+async function readBounded(body: AsyncIterable<Buffer | Uint8Array> & { destroy?: () => void }, bytesMax: number, deadline: number): Promise<string> {
   const chunks: Buffer[] = [];
   let n = 0;
   for await (const chunk of body) {
@@ -307,9 +332,20 @@ async function readBounded(body: AsyncIterable<Buffer | Uint8Array> & { destroy?
       body.destroy?.();
       throw new AnswerTooLarge(`its answer is larger than ${bytesMax} bytes`);
     }
+    if (performance.now() > deadline) {
+      body.destroy?.();
+      throw new PastDeadline();
+    }
     chunks.push(Buffer.from(chunk));
   }
-  return Buffer.concat(chunks).toString('utf8');
+  return chunks.length === 1 ? chunks[0].toString('utf8') : Buffer.concat(chunks).toString('utf8');
+}
+
+/** undici's headers or body timeout, or the body read past the deadline. */
+function isTimeout(e: unknown): boolean {
+  if (e instanceof PastDeadline) return true;
+  const code = (e as { code?: string } | null)?.code;
+  return code === 'UND_ERR_HEADERS_TIMEOUT' || code === 'UND_ERR_BODY_TIMEOUT';
 }
 
 function networkCause(e: unknown): string {
