@@ -30,6 +30,8 @@ export interface HttpShardOptions {
   timeoutMs: number;
   /** The connection pool shared by every shard of a router (keep-alive). */
   dispatcher: Dispatcher;
+  /** Set for a shard's read replica: its index in the shard's replica list (messages name it so). */
+  replica?: number;
   /** Extra attempts of a read (default 2). */
   readRetries?: number;
   /** The most bytes of one answer (default 256 MiB: a page of points with vectors, not more). */
@@ -66,19 +68,32 @@ type Method = 'GET' | 'POST' | 'PUT' | 'DELETE';
 interface Answer { status: number; body: unknown }
 
 export class HttpShard implements DataShard {
-  /** For messages: `shard 2 (http://s2:6333)`. */
+  /** For messages: `shard 2 (http://s2:6333)`, or `shard 2 replica 0 (http://s2r:6333)`. */
   readonly name: string;
   private readonly headers: Record<string, string>;
   private readonly jsonHeaders: Record<string, string>;
   private readonly retries: number;
   private readonly bytesMax: number;
+  /** Set on a view made by `until`: the deadline of its calls (performance.now() ms) instead of now + timeoutMs. */
+  private deadlineAt: number | null = null;
 
   constructor(private readonly opts: HttpShardOptions) {
-    this.name = `shard ${opts.id} (${opts.url})`;
+    this.name = opts.replica === undefined ? `shard ${opts.id} (${opts.url})` : `shard ${opts.id} replica ${opts.replica} (${opts.url})`;
     this.headers = { accept: 'application/json', ...(opts.key === null ? {} : { authorization: `Bearer ${opts.key}` }) };
     this.jsonHeaders = { ...this.headers, 'content-type': 'application/json' };
     this.retries = opts.readRetries ?? READ_RETRIES;
     this.bytesMax = opts.answerBytesMax ?? ANSWER_BYTES_MAX;
+  }
+
+  /**
+   * This shard with every call's deadline at `deadline` (performance.now() ms) rather than timeoutMs
+   * after it starts: a read that falls over from a replica to the next, then to the primary, stays
+   * within one SVC_CLUSTER_TIMEOUT_SECS (roles/router/replica-set.ts).
+   */
+  until(deadline: number): HttpShard {
+    const view = Object.create(this) as HttpShard;
+    view.deadlineAt = deadline;
+    return view;
   }
 
   // ---------------------------------------------------------------- collections
@@ -187,7 +202,7 @@ export class HttpShard implements DataShard {
   /** One call: attempts within the deadline, then the answer, the contract error, or `unavailable`. */
   private async call(kind: Kind, method: Method, path: string, body?: unknown): Promise<Answer> {
     const started = performance.now();
-    const deadline = started + this.opts.timeoutMs;
+    const deadline = this.deadlineAt ?? started + this.opts.timeoutMs;
     const payload = body === undefined ? undefined : bodyJson(body);
     const attempts = kind === 'read' ? this.retries + 1 : 1;
     let outcome: CallOutcome = 'unavailable';
