@@ -3,7 +3,7 @@
 // router's throughput and p99 as ratios of the single node's, per shard count, and what each request
 // cost in CPU in each process (the router, its shards, the single node, this client).
 // Run: npm run bench:router [-- --quick] [--n 20000] [--secs 10] [--clients 8] [--rounds 2]
-//        [--shard-workers N] [--cpu-prof DIR]
+//        [--shard-workers N] [--cpu-prof DIR]; --replot FILE draws FILE's SVG again
 //
 // On one machine every shard, the router and the client share the cores: the scatter-gather figures
 // are CPU-bound here, not network-bound; they say what the router costs, not what more machines give.
@@ -132,6 +132,13 @@ function cpuPressure(): number | null {
   }
 }
 
+// --replot FILE: only draw FILE's SVG again (beside it), from its figures.
+const replot = arg('replot', '');
+if (replot !== '') {
+  writeFileSync(replot.replace(/\.json$/, '.svg'), bars(JSON.parse(readFileSync(replot, 'utf8'))));
+  process.exit(0);
+}
+
 const workersEnv: Record<string, string> = shardWorkers === '' ? {} : { SVC_SEARCH_WORKERS: shardWorkers };
 const single = await startSvc(workersEnv);
 const routed: Record<string, unknown>[] = [];
@@ -196,26 +203,22 @@ const out = {
 console.log(JSON.stringify(out, null, 2));
 const name = quick ? 'router-quick' : 'router';
 writeFileSync(join(import.meta.dirname, 'results', `${name}.json`), `${JSON.stringify(out, null, 2)}\n`);
-writeFileSync(join(import.meta.dirname, 'results', `${name}.svg`), bars(out.single_node.qps, routed as { shards: number; qps: number; qps_ratio: number; cpu_us_per_request: Record<string, number> }[]));
+writeFileSync(join(import.meta.dirname, 'results', `${name}.svg`), bars(out as unknown as Parameters<typeof bars>[0]));
 
-/** Queries per second: the single node, then the router over each shard count, with the ratios. */
-function bars(singleQps: number, through: { shards: number; qps: number; qps_ratio: number; cpu_us_per_request: Record<string, number> }[]): string {
-  const items = [
-    { label: 'single node', qps: singleQps, note: '' },
-    ...through.map((t) => ({
-      label: `router, ${t.shards} shard${t.shards > 1 ? 's' : ''}`, qps: t.qps,
-      note: ` (x${t.qps_ratio}; router ${t.cpu_us_per_request.router} us CPU/req)`,
-    })),
-  ];
-  const [w, rowH, m] = [640, 28, 150];
-  const max = Math.max(1, ...items.map((x) => x.qps));
-  const rows = items.map((x, i) => {
-    const y = 30 + i * rowH;
-    const len = ((w - m - 260) * x.qps) / max;
-    return `<text x="${m - 8}" y="${y + 14}" text-anchor="end">${x.label}</text>`
-      + `<rect x="${m}" y="${y}" width="${len.toFixed(1)}" height="${rowH - 8}" fill="#3366cc"/>`
-      + `<text x="${(m + len + 4).toFixed(1)}" y="${y + 14}">${x.qps}${x.note}</text>`;
+/** Per shard count, the router's QPS and CPU per request as ratios of the single node's measured alongside (1 = as fast). */
+function bars(o: { n: number; clients: number; through_router: { shards: number; qps: number; qps_ratio: number; cpu_ratio: number }[] }): string {
+  const [w, m, barH, gap] = [640, 150, 14, 10];
+  const scale = (w - m - 150) / 1;
+  const rows = o.through_router.map((t, i) => {
+    const y = 44 + i * (2 * barH + gap);
+    const bar = (dy: number, v: number, fill: string, what: string) => `<rect x="${m}" y="${y + dy}" width="${(scale * Math.min(1, v)).toFixed(1)}" height="${barH - 2}" fill="${fill}"/>`
+      + `<text x="${(m + scale * Math.min(1, v) + 4).toFixed(1)}" y="${y + dy + 10}">${what} x${v}</text>`;
+    return `<text x="${m - 8}" y="${y + barH + 4}" text-anchor="end">router, ${t.shards} shard${t.shards > 1 ? 's' : ''} (${t.qps} QPS)</text>`
+      + bar(0, t.qps_ratio, '#3366cc', 'QPS') + bar(barH, t.cpu_ratio, '#dc9a28', 'CPU per request (inverse)');
   }).join('');
-  return `<svg xmlns="http://www.w3.org/2000/svg" width="${w}" height="${40 + items.length * rowH}" font-family="sans-serif" font-size="11">`
-    + `<text x="8" y="18">search QPS, k=10, ${n} points of ${DIM} floats, ${clients} clients (one machine; ratios against the node measured alongside)</text>${rows}</svg>\n`;
+  const height = 60 + o.through_router.length * (2 * barH + gap);
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${w}" height="${height}" font-family="sans-serif" font-size="11">`
+    + `<text x="8" y="18">router / single node (1 = as fast), search k=10, ${o.n} points of ${DIM} floats, ${o.clients} clients, one 2-core machine</text>`
+    + `<text x="8" y="32">each ratio against the single node measured right before and after, under the same load</text>`
+    + `<line x1="${m + scale}" y1="36" x2="${m + scale}" y2="${height - 8}" stroke="#999"/>${rows}</svg>\n`;
 }
