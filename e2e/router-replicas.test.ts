@@ -1,22 +1,26 @@
 /**
  * A router reading from a shard's read replica (issue 16, SVC_CLUSTER_REPLICAS): shard 0 has a primary
- * and a follower of it (SVC_LEADER_URL), shard 1 a primary only, and a router in front. Eventual reads of
+ * and a follower of it (SVC_LEADER_URL), shard 1 a primary and a follower cut from it until a test opens
+ * the way (not ready before its first bootstrap), and a router in front. Eventual reads of
  * shard 0 land on the replica (its own request metrics count them, the primary's do not); strong reads,
  * every write and the payload update's pre-read go to the primary (the replica never sees a write); a
- * replica killed with -9 costs no request: its reads fall back to the primary, with the same answers.
+ * replica not ready yet gets no reads until it is; a replica killed with -9 costs no request: its reads
+ * fall back to the primary, with the same answers.
  * Imports no project code.
  */
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { caughtUp, eventually, KEY, startNode } from './cluster-harness.js';
+import { caughtUp, eventually, FaultProxy, KEY, startNode } from './cluster-harness.js';
 import { api, MASTER, serve, tempDir, type Server } from './harness.js';
 
 const SHARD_KEY = 'router-to-shards-key';
 const ROUTER_KEY = 'router-admin-key';
 const FOLLOWER_MASTER = 'c3'.repeat(32);
 const running = new Set<Server>();
+let links: FaultProxy[] = [];
 afterAll(async () => {
   await Promise.all([...running].map((s) => s.stop('SIGKILL')));
+  await Promise.all(links.map((l) => l.close()));
 });
 
 async function started(p: Promise<Server>): Promise<Server> {
@@ -47,6 +51,9 @@ describe('the router with a read replica', () => {
   let primary: Server;
   let replica: Server;
   let other: Server;
+  /** Shard 1's replica, whose way to its leader is cut until a test opens it: not ready before its first bootstrap. */
+  let late: Server;
+  let lateLink: FaultProxy;
   let router: Server;
   let viaRouter: ReturnType<typeof api>;
 
@@ -56,9 +63,17 @@ describe('the router with a read replica', () => {
     replica = await started(startNode(join(dir, 'replica-0'), {
       SVC_API_KEYS: `${KEY},${SHARD_KEY}`, SVC_LEADER_URL: `http://127.0.0.1:${primary.grpcPort}`, SVC_LEADER_API_KEY: KEY,
     }, FOLLOWER_MASTER));
+    lateLink = new FaultProxy(other.grpcPort);
+    links = [lateLink];
+    await lateLink.start();
+    lateLink.refuse(true);
+    late = await started(serve({
+      SVC_API_KEYS: `${KEY},${SHARD_KEY}`, SVC_ENCRYPTION_KEY: FOLLOWER_MASTER, SVC_DATA_DIR: join(dir, 'replica-1'),
+      SVC_LEADER_URL: `http://127.0.0.1:${lateLink.port}`, SVC_LEADER_API_KEY: KEY,
+    }, { ready: async (b) => (await fetch(`${b}/readyz`)).status === 503 }));
     router = await started(serve({
       SVC_API_KEYS: ROUTER_KEY, SVC_ENCRYPTION_KEY: MASTER, SVC_CLUSTER_SHARD_KEY: SHARD_KEY, SVC_CLUSTER_TIMEOUT_SECS: '5',
-      SVC_CLUSTER_SHARDS: `[${primary.base},${other.base}]`, SVC_CLUSTER_REPLICAS: `0=${replica.base}`,
+      SVC_CLUSTER_SHARDS: `[${primary.base},${other.base}]`, SVC_CLUSTER_REPLICAS: `0=${replica.base},1=${late.base}`,
     }));
     viaRouter = api(router.base, ROUTER_KEY);
     await eventually('the router uses the replica', async () => (
@@ -102,6 +117,24 @@ describe('the router with a read replica', () => {
     // A point the replica may not hold yet is asked of the primary: never a 404 the primary would not say.
     expect((await viaRouter('GET', '/v1/collections/c/points/new')).status).toBe(200);
   });
+
+  it('reads a replica before its first bootstrap from the primary, and from the replica once it is ready', async () => {
+    expect(await metric(router, 'svc_router_replica_usable{shard="1",replica="0"}')).toBe(0);
+    expect((await fetch(`${late.base}/readyz`)).status).toBe(503);
+    const p1 = await metric(other, QUERY);
+    for (let i = 0; i < 5; i++) expect((await viaRouter('POST', '/v1/collections/c/query', { vector: [1, 1, 1, 1], k: 3 })).status).toBe(200);
+    expect(await metric(other, QUERY) - p1).toBe(5);
+    expect(await metric(late, QUERY)).toBe(0);
+
+    lateLink.refuse(false);
+    await eventually('the late replica bootstraps and the router uses it', async () => (
+      await metric(router, 'svc_router_replica_usable{shard="1",replica="0"}') === 1 ? true : 'not usable yet'), 60_000);
+    await caughtUp(other, late);
+    const p1b = await metric(other, QUERY);
+    for (let i = 0; i < 5; i++) expect((await viaRouter('POST', '/v1/collections/c/query', { vector: [1, 1, 1, 1], k: 3 })).status).toBe(200);
+    expect(await metric(late, QUERY)).toBe(5);
+    expect(await metric(other, QUERY) - p1b).toBe(0);
+  }, 90_000);
 
   it('answers every read while the replica is killed with -9, from the primary, with the same hits', async () => {
     const want = await viaRouter('POST', '/v1/collections/c/query', { vector: [3, 1, 1, 1], k: 7, consistency: 'strong' });
