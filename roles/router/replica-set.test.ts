@@ -59,8 +59,9 @@ describe('a shard with read replicas', () => {
     expect(await from(set.stats())).toBe('primary');
     expect(await from(set.search('c', { vector: [1], k: 1, consistency: 'strong' }))).toBe('primary');
     expect(await from(set.rankings('c', { vector: [1], depth: 5, consistency: 'strong' } as never))).toBe('primary');
+    expect(await from(set.count('c', { consistency: 'strong' } as never))).toBe('primary');
     expect(await from(set.search('c', { vector: [1], k: 1, consistency: 'eventual' }))).toMatch(/^replica/);
-    expect(primary.calls.map((c) => c.op)).toEqual(['upsert', 'stats', 'search', 'rankings']);
+    expect(primary.calls.map((c) => c.op)).toEqual(['upsert', 'stats', 'search', 'rankings', 'count']);
   });
 
   it('sends a read to the replica with the fewest reads in flight', async () => {
