@@ -122,14 +122,14 @@ const d = data();
 const work = mkdtempSync(join(tmpdir(), 'svc-bench-repl-'));
 const pin = process.argv.includes('--pin');
 if (pin) execFileSync('taskset', ['-apc', '0', String(process.pid)], { stdio: 'ignore' });
-const leader = await startSvc({}, undefined, pin ? '0' : undefined);
+const leader = await startSvc({}, undefined, { cpus: pin ? '0' : undefined });
 /** A replica's /readyz waits for its graph over everything it holds: minutes at 60k points of 784 floats. */
 const REPLICA_READY_MS = 30 * 60_000;
 const followerEnv = (dir: string) => ({ SVC_LEADER_URL: `http://${leader.grpcAddr}`, SVC_LEADER_API_KEY: BENCH_API_KEY, SVC_DATA_DIR: join(work, dir) });
 let follower: SvcServer | null = null;
 try {
   await leader.call('POST', '/v1/collections', { name: 'bench', dim: d.dim, metric: 'l2' });
-  follower = await startSvc(followerEnv('f1'), REPLICA_READY_MS, pin ? '1' : undefined);
+  follower = await startSvc(followerEnv('f1'), REPLICA_READY_MS, { cpus: pin ? '1' : undefined });
   // 1. The leader's durable ingest with the follower streaming it.
   const track = tracker(leader, () => follower);
   const cpu0 = [cpuSample(leader.pid), cpuSample(follower.pid)];
@@ -154,12 +154,12 @@ try {
   const missed = await ingest(leader, d, n, n * 100, performance.now() + disconnectSecs * 1000);
   const behind = await seqOf(leader);
   const tResume = performance.now();
-  follower = await startSvc(followerEnv('f1'), REPLICA_READY_MS, pin ? '1' : undefined);
+  follower = await startSvc(followerEnv('f1'), REPLICA_READY_MS, { cpus: pin ? '1' : undefined });
   await until('the follower resumes and catches up', async () => (await seqOf(follower!)) >= behind);
   const resumeMs = performance.now() - tResume;
   // 3. A new follower: a full logical snapshot of everything.
   const tBoot = performance.now();
-  const fresh = await startSvc(followerEnv('f2'), REPLICA_READY_MS, pin ? '1' : undefined);
+  const fresh = await startSvc(followerEnv('f2'), REPLICA_READY_MS, { cpus: pin ? '1' : undefined });
   await until('a new follower bootstraps and catches up', async () => (await seqOf(fresh)) >= behind);
   const bootstrapMs = performance.now() - tBoot;
   const points = (await fresh.call<{ count: number }>('GET', '/v1/collections/bench')).count;

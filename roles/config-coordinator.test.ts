@@ -76,11 +76,22 @@ describe('config: the router', () => {
   it('is a router with SVC_CLUSTER_SHARDS or SVC_COORDINATOR_URL, unless it is the coordinator', () => {
     expect(loadConfig(base, { cwd, defaultFile: null }).router).toBeNull();
     const c = loadConfig({ ...base, SVC_CLUSTER_SHARDS: '[http://S1:6333/, http://s2:6333]', SVC_CLUSTER_SHARD_KEY: 'sk' }, { cwd, defaultFile: null });
-    expect(c.router).toEqual({ shards: ['http://s1:6333', 'http://s2:6333'], shardKey: 'sk', coordinatorUrl: null, timeoutMs: 10_000, mapRefreshMs: 5_000 });
+    expect(c.router).toEqual({
+      shards: ['http://s1:6333', 'http://s2:6333'], shardKey: 'sk', coordinatorUrl: null, timeoutMs: 10_000, mapRefreshMs: 5_000,
+      replicas: [[], []], replicaMaxLagMs: 5_000,
+    });
+    const withReplicas = loadConfig({
+      ...base, SVC_CLUSTER_SHARDS: '[http://s1:6333,http://s2:6333]', SVC_CLUSTER_REPLICAS: '1=http://R2:6333/,1=http://r2b:6333,0=http://r1:6333',
+      SVC_CLUSTER_REPLICA_MAX_LAG_SECS: '0.5',
+    }, { cwd, defaultFile: null });
+    expect(withReplicas.router).toMatchObject({ replicas: [['http://r1:6333'], ['http://r2:6333', 'http://r2b:6333']], replicaMaxLagMs: 500 });
+    expect(withReplicas.warnings.some((w) => w.includes('SVC_CLUSTER_REPLICAS'))).toBe(false);
     const only = loadConfig({
       ...base, SVC_COORDINATOR_URL: 'http://Coord:7000/', SVC_CLUSTER_TIMEOUT_SECS: '0.5', SVC_CLUSTER_MAP_REFRESH_SECS: '2',
     }, { cwd, defaultFile: null });
-    expect(only.router).toEqual({ shards: [], shardKey: null, coordinatorUrl: 'http://coord:7000', timeoutMs: 500, mapRefreshMs: 2_000 });
+    expect(only.router).toEqual({
+      shards: [], shardKey: null, coordinatorUrl: 'http://coord:7000', timeoutMs: 500, mapRefreshMs: 2_000, replicas: [], replicaMaxLagMs: 5_000,
+    });
     expect(only.warnings.some((w) => w.includes('SVC_CLUSTER_SHARD_KEY is unset'))).toBe(true);
     expect(loadConfig({ ...base, SVC_COORDINATOR: 'true', SVC_CLUSTER_SHARDS: '[http://a:1]' }, { cwd, defaultFile: null }).router).toBeNull();
   });
@@ -91,5 +102,8 @@ describe('config: the router', () => {
     expect(refusal({ SVC_COORDINATOR_URL: 'coord:7000' })).toBe('SVC_COORDINATOR_URL');
     expect(refusal({ SVC_CLUSTER_SHARDS: '[http://a:1]', SVC_CLUSTER_TIMEOUT_SECS: '0' })).toBe('SVC_CLUSTER_TIMEOUT_SECS');
     expect(refusal({ SVC_CLUSTER_SHARDS: '[http://a:1]', SVC_LEADER_URL: 'http://l:6334', SVC_LEADER_API_KEY: 'k' })).toBe('SVC_CLUSTER_SHARDS');
+    expect(refusal({ SVC_CLUSTER_SHARDS: '[http://a:1]', SVC_CLUSTER_REPLICAS: '1=http://r:1' })).toBe('SVC_CLUSTER_REPLICAS');
+    expect(refusal({ SVC_CLUSTER_SHARDS: '[http://a:1,http://b:1]', SVC_CLUSTER_REPLICAS: '0=http://b:1' })).toBe('SVC_CLUSTER_REPLICAS');
+    expect(refusal({ SVC_CLUSTER_SHARDS: '[http://a:1]', SVC_CLUSTER_REPLICA_MAX_LAG_SECS: '-1' })).toBe('SVC_CLUSTER_REPLICA_MAX_LAG_SECS');
   });
 });

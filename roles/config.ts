@@ -109,7 +109,7 @@ export const SCALAR_VARS = [
   'SVC_MASTER_KEY_FILE', 'SVC_TLS_CERT', 'SVC_TLS_KEY', 'SVC_TLS_CLIENT_CA', 'SVC_INSECURE', 'RUST_LOG',
   'SVC_AUDIT_LOG', 'SVC_OTLP_ENDPOINT', 'SVC_OTLP_SERVICE_NAME', 'SVC_OTLP_TIMEOUT_SECS',
   'SVC_RATE_LIMIT_REQUESTS_PER_SECOND', 'SVC_RATE_LIMIT_BURST', 'SVC_SEARCH_WORKERS', 'SVC_REPLICATION_RETAIN_BYTES',
-  'SVC_CLUSTER_TIMEOUT_SECS', 'SVC_CLUSTER_MAP_REFRESH_SECS', ...Object.values(LIMIT_VARIABLES), ...Object.values(CONNECTION_LIMIT_VARIABLES), ...OTHER_VARS,
+  'SVC_CLUSTER_TIMEOUT_SECS', 'SVC_CLUSTER_MAP_REFRESH_SECS', 'SVC_CLUSTER_REPLICA_MAX_LAG_SECS', ...Object.values(LIMIT_VARIABLES), ...Object.values(CONNECTION_LIMIT_VARIABLES), ...OTHER_VARS,
 ];
 
 export const tomlKey = (v: string): string => (v === 'RUST_LOG' ? 'log' : v.replace(/^SVC_/, '').toLowerCase());
@@ -312,12 +312,18 @@ export interface RouterConfig {
   timeoutMs: number;
   /** SVC_CLUSTER_MAP_REFRESH_SECS in ms: between two reads of the coordinator's map. */
   mapRefreshMs: number;
+  /** SVC_CLUSTER_REPLICAS: the read replicas of each shard of `shards`, by its index (one list per shard). */
+  replicas: readonly (readonly string[])[];
+  /** SVC_CLUSTER_REPLICA_MAX_LAG_SECS in ms: a replica further behind its leader gets no reads. */
+  replicaMaxLagMs: number;
 }
 
 /** SVC_CLUSTER_TIMEOUT_SECS when unset (the spec gives none): long enough for a large batch, short enough to name a dead shard. */
 export const CLUSTER_TIMEOUT_SECS_DEFAULT = 10;
 /** SVC_CLUSTER_MAP_REFRESH_SECS when unset (the spec gives none). */
 export const CLUSTER_MAP_REFRESH_SECS_DEFAULT = 5;
+/** SVC_CLUSTER_REPLICA_MAX_LAG_SECS when unset (the spec gives none): 20 of a leader's 250 ms heartbeats. */
+export const CLUSTER_REPLICA_MAX_LAG_SECS_DEFAULT = 5;
 
 function routerOf(get: (v: string) => string | undefined, insecure: boolean, warnings: string[], follower: boolean): RouterConfig | null {
   let shards: string[];
@@ -348,13 +354,21 @@ function routerOf(get: (v: string) => string | undefined, insecure: boolean, war
   if (shardKey === null && !insecure) {
     warnings.push('SVC_CLUSTER_SHARD_KEY is unset: the router calls its shards without a key, so shards that require one refuse every request');
   }
-  if (get('SVC_CLUSTER_REPLICAS') !== undefined) {
-    warnings.push('SVC_CLUSTER_REPLICAS is not acted on by this router yet: every read goes to the shards of SVC_CLUSTER_SHARDS (the primaries)');
+  let replicas: string[][];
+  try {
+    const byIndex = parseReplicaList(get('SVC_CLUSTER_REPLICAS') ?? '', shards.length, 'SVC_CLUSTER_REPLICAS');
+    replicas = shards.map((_, i) => byIndex.get(i) ?? []);
+  } catch (e) {
+    throw new ConfigError('SVC_CLUSTER_REPLICAS', `${(e as Error).message}. Fix: <shard_index>=<url>, comma-separated, indexes of SVC_CLUSTER_SHARDS`);
   }
+  const both = replicas.flat().find((u) => shards.includes(u));
+  if (both !== undefined) throw new ConfigError('SVC_CLUSTER_REPLICAS', `${both} is in SVC_CLUSTER_SHARDS too. Fix: a replica is a follower of a shard, not a shard`);
   return {
     shards, shardKey, coordinatorUrl,
     timeoutMs: seconds('SVC_CLUSTER_TIMEOUT_SECS', CLUSTER_TIMEOUT_SECS_DEFAULT, 0.01, TIMEOUT_SECS_MAX),
     mapRefreshMs: seconds('SVC_CLUSTER_MAP_REFRESH_SECS', CLUSTER_MAP_REFRESH_SECS_DEFAULT, 0.01, 86_400),
+    replicas,
+    replicaMaxLagMs: seconds('SVC_CLUSTER_REPLICA_MAX_LAG_SECS', CLUSTER_REPLICA_MAX_LAG_SECS_DEFAULT, 0, 86_400),
   };
 }
 

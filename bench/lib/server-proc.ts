@@ -1,7 +1,8 @@
 /**
  * Starts `svc serve` from the source tree (tsx), so the suite measures the code as it is now rather than
  * a possibly stale dist/, with encryption on, on free loopback ports; REST through undici, gRPC through
- * @grpc/grpc-js with proto/svc.proto. Stopped by its pid.
+ * @grpc/grpc-js with proto/svc.proto. Stopped by its pid. `nodeArgs` go to node itself (`--cpu-prof`,
+ * which NODE_OPTIONS refuses).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -35,15 +36,17 @@ export interface SvcServer {
 /**
  * `svc serve` on free ports; `env` adds variables (SVC_SEARCH_WORKERS, say). `readyMs`: how long /readyz
  * may take (a replica is ready once its bootstrap is in and its graph built; default two minutes).
- * `cpus` (Linux `taskset -c` syntax, e.g. "1") pins the server to those cores, its threads included.
+ * `opts.cpus` (Linux `taskset -c` syntax, e.g. "1") pins the server to those cores, its threads included;
+ * `opts.nodeArgs` go to node before the script (`--cpu-prof`, say).
  */
-export async function startSvc(env: Record<string, string> = {}, readyMs = 120_000, cpus?: string): Promise<SvcServer> {
+export async function startSvc(env: Record<string, string> = {}, readyMs = 120_000, opts: { cpus?: string; nodeArgs?: readonly string[] } = {}): Promise<SvcServer> {
   // A data directory given in `env` is the caller's: used as it is and kept at stop (a restart reopens it).
   const own = env.SVC_DATA_DIR === undefined;
   const dir = own ? mkdtempSync(join(tmpdir(), 'svc-bench-server-')) : env.SVC_DATA_DIR;
   const restPort = await freePort();
   const grpcPort = await freePort();
-  const args = [...profile(restPort), '--import', 'tsx', join(ROOT_DIR, 'roles', 'cli', 'main.ts'), 'serve'];
+  const { cpus, nodeArgs = [] } = opts;
+  const args = [...profile(restPort), ...nodeArgs, '--import', 'tsx', join(ROOT_DIR, 'roles', 'cli', 'main.ts'), 'serve'];
   // taskset execs node in its place: the pid stays the server's.
   const child: ChildProcess = spawn(cpus === undefined ? process.execPath : 'taskset', cpus === undefined ? args : ['-c', cpus, process.execPath, ...args], {
     cwd: ROOT_DIR,

@@ -56,6 +56,7 @@ const CLUSTER_WRITE_ATTEMPTS = 3;
 
 export class Engine implements EngineApi {
   private readonly specs = new Map<string, { spec: CollectionSpec; at: number }>();
+  private readonly asking = new Map<string, Promise<CollectionSpec>>();
 
   constructor(private readonly opts: EngineOptions) {}
 
@@ -93,16 +94,27 @@ export class Engine implements EngineApi {
     return Promise.all(this.shards().map(fn));
   }
 
-  /** A collection's parameters (for parsing and merge order), asked of a shard and kept briefly. */
+  /**
+   * A collection's parameters (for parsing and merge order), asked of a shard's primary (a replica may
+   * not have a new collection yet) and kept briefly. Requests that find it expired together share one
+   * question instead of each asking.
+   */
   private async spec(name: string): Promise<CollectionSpec> {
     const now = this.opts.monotonicMs();
     const have = this.specs.get(name);
     if (have !== undefined && now - have.at < (this.opts.specTtlMs ?? 1000)) return have.spec;
-    const info = await this.shards()[0].shard.collectionInfo(name);
-    const { count: _c, index_state: _s, ...params } = info;
-    const spec = parseCollectionParams(params, this.limits);
-    this.specs.set(name, { spec, at: now });
-    return spec;
+    let asking = this.asking.get(name);
+    if (asking === undefined) {
+      const first = this.shards()[0];
+      asking = (first.primary ?? first.shard).collectionInfo(name).then((info) => {
+        const { count: _c, index_state: _s, ...params } = info;
+        const spec = parseCollectionParams(params, this.limits);
+        this.specs.set(name, { spec, at: now });
+        return spec;
+      }).finally(() => this.asking.delete(name));
+      this.asking.set(name, asking);
+    }
+    return asking;
   }
 
   private async pointSpec(name: string): Promise<CollectionSpec> {
@@ -252,7 +264,9 @@ export class Engine implements EngineApi {
     for (let i = 0; i < ids.length; i += PAYLOAD_READS_AT_ONCE) {
       await Promise.all(ids.slice(i, i + PAYLOAD_READS_AT_ONCE).map(async (id) => {
         try {
-          out.set(id, (await this.ownerOf(id, shards).shard.get(name, id)).payload);
+          const owner = this.ownerOf(id, shards);
+          // From the primary: what a write is checked against must not be a replica's older copy.
+          out.set(id, (await (owner.primary ?? owner.shard).get(name, id)).payload);
         } catch (e) {
           if (!(e instanceof SvcError && e.code === 'not_found')) throw e;
         }
@@ -304,7 +318,8 @@ export class Engine implements EngineApi {
   async fetch(name: string, query: FetchQuery = {}): Promise<{ points: PointOutput[]; next_cursor: string | null }> {
     const q = checkObject(query, 'fetch body', bodyKeys(BODIES.fetch));
     const limit = parseFetchLimit(q.limit, this.limits);
-    const pages = await this.all((s) => s.shard.fetch(name, { ...query, limit }));
+    const body = { ...query, limit };
+    const pages = await this.all((s) => s.shard.fetch(name, body));
     const merged = pages.flatMap((p) => p.points).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
     const points = merged.slice(0, limit);
     const more = merged.length > limit || pages.some((p) => p.next_cursor !== null);
@@ -386,9 +401,14 @@ export class Engine implements EngineApi {
     const shards = this.shards();
     let textStats = given;
     if (textStats === undefined && shards.length > 1 && typeof body.query_text === 'string') {
-      textStats = sumTextStats(await Promise.all(shards.map((s) => s.shard.textStats(name, { text: body.query_text as string }))));
+      const ask = { text: body.query_text };
+      // A strong read's statistics come from the primaries its rankings come from.
+      const strong = body.consistency === 'strong';
+      textStats = sumTextStats(await Promise.all(shards.map((s) => (strong ? s.primary ?? s.shard : s.shard).textStats(name, ask))));
     }
-    const parts = await Promise.all(shards.map((s) => s.shard.rankings(name, { ...body, depth, ...(textStats === undefined ? {} : { text_stats: textStats }) })));
+    // One body for every shard (its JSON is written once).
+    const ask = { ...body, depth, ...(textStats === undefined ? {} : { text_stats: textStats }) };
+    const parts = await Promise.all(shards.map((s) => s.shard.rankings(name, ask)));
     const merge = (lists: (Ranked[] | undefined)[], order: ScoreOrder): Ranked[] | undefined => {
       if (lists.every((l) => l === undefined)) return undefined;
       return mergeTopK(lists.map((l) => (l ?? []).map((r) => ({ ...r, rank: 0 }))), depth, order).map(({ rank: _, ...r }) => r);

@@ -24,4 +24,9 @@ export interface ShardRef {
   /** For messages: `shard 2 (http://s2:6333)`. */
   name: string;
   shard: DataShard;
+  /**
+   * The shard's primary, where `shard` may read from its replicas (roles/router/replica-set.ts): what a
+   * read that feeds a write, or must see every acknowledged write, asks. Absent: `shard` is the primary.
+   */
+  primary?: DataShard;
 }

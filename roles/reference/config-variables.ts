@@ -1,5 +1,5 @@
 import { DEFAULT_LIMITS, LIMIT_VARIABLES, type Limits } from '../../core/base/limits.js';
-import { CLUSTER_MAP_REFRESH_SECS_DEFAULT, CLUSTER_TIMEOUT_SECS_DEFAULT, REPLICATION_RETAIN_BYTES_DEFAULT } from '../config.js';
+import { CLUSTER_MAP_REFRESH_SECS_DEFAULT, CLUSTER_REPLICA_MAX_LAG_SECS_DEFAULT, CLUSTER_TIMEOUT_SECS_DEFAULT, REPLICATION_RETAIN_BYTES_DEFAULT } from '../config.js';
 import { CONNECTION_LIMIT_VARIABLES, DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from '../connection-limits.js';
 import { DEFAULT_TUI_URL } from '../tui/command.js';
 
@@ -103,8 +103,9 @@ export const CONFIG_VARIABLES: readonly ConfigVariable[] = [
   { name: 'SVC_MVCC_READS', default: 'false', meaning: 'experimental lock-free reads (the spec\'s); accepted, not acted on by this build', group: 'cluster' },
   cluster('SVC_CLUSTER_SHARDS', 'bracketed list of shard REST base URLs (ids 0, 1, 2, ... in this order): the server becomes a router, with no data directory'),
   cluster('SVC_CLUSTER_SHARD_KEY', 'key a router or coordinator presents to shards, and a router to its coordinator: an admin key scoped to `*` there'),
-  cluster('SVC_CLUSTER_REPLICAS', 'per-shard read replicas, `<shard_index>=<url>`, comma-separated (a coordinator keeps them in its map; the router does not read from them yet)'),
+  cluster('SVC_CLUSTER_REPLICAS', 'per-shard read replicas (followers of that shard), `<shard_index>=<url>`, comma-separated, the index of SVC_CLUSTER_SHARDS: a router spreads reads over them (fewest in flight first), falling back to the primary; writes and `consistency: "strong"` reads go to the primary; a coordinator keeps them in its map'),
   { name: 'SVC_CLUSTER_TIMEOUT_SECS', default: String(CLUSTER_TIMEOUT_SECS_DEFAULT), meaning: 'router: the most one call to a shard may take, retries of a read included; past it the request fails with `unavailable` naming the shard', group: 'cluster' },
+  { name: 'SVC_CLUSTER_REPLICA_MAX_LAG_SECS', default: String(CLUSTER_REPLICA_MAX_LAG_SECS_DEFAULT), meaning: 'router: a read replica further behind its leader than this (its svc_replication_lag_seconds) gets no reads until it catches up', group: 'cluster' },
   { name: 'SVC_CLUSTER_MAP_REFRESH_SECS', default: String(CLUSTER_MAP_REFRESH_SECS_DEFAULT), meaning: 'router: how often it reads the shard map from SVC_COORDINATOR_URL', group: 'cluster' },
   { name: 'SVC_COORDINATOR', default: 'false', meaning: 'run as the cluster coordinator (membership API, no data plane)', group: 'cluster' },
   cluster('SVC_COORDINATOR_STATE', 'file where the coordinator keeps its shard map and id counter, written atomically (unset: in memory only, with a warning)'),

@@ -119,6 +119,36 @@ describe('a shard over HTTP', () => {
     await new Promise<void>((r) => silent.close(() => r()));
   });
 
+  it('keeps a shard\'s Retry-After, and cuts an answer too large or trickling past the deadline', async () => {
+    const stand = createServer((req: IncomingMessage, res: ServerResponse) => {
+      req.resume();
+      req.on('end', () => {
+        if (req.url === '/v1/collections/c/points:count') {
+          res.writeHead(429, { 'content-type': 'application/json', 'retry-after': '7' });
+          res.end('{"error":{"code":"rate_limited","message":"slow down"}}');
+        } else if (req.url === '/v1/stats') {
+          res.writeHead(200, { 'content-type': 'application/json' });
+          res.end(JSON.stringify({ pad: 'x'.repeat(500) }));
+        } else {
+          res.writeHead(200, { 'content-type': 'application/json' });
+          res.write('{"hits":[');
+          const t = setInterval(() => { if (!res.destroyed) res.write(' '); }, 50);
+          setTimeout(() => { clearInterval(t); res.end(']}'); }, 3_000);
+        }
+      });
+    });
+    await new Promise<void>((r) => stand.listen(0, '127.0.0.1', r));
+    const at = `http://127.0.0.1:${(stand.address() as AddressInfo).port}`;
+    const s = new HttpShard({ id: 4, url: at, key: null, timeoutMs: 400, dispatcher: pool, answerBytesMax: 100 });
+    expect(await codeAndMessage(s.count('c', {}))).toEqual({ code: 'rate_limited', message: 'slow down', detail: { retryAfterSeconds: 7 } });
+    expect(await codeAndMessage(s.stats())).toMatchObject({ code: 'unavailable', message: `shard 4 (${at}) could not answer: its answer is larger than 100 bytes` });
+    const t0 = performance.now();
+    expect(await codeAndMessage(s.search('c', { vector: [1] }))).toMatchObject({ code: 'unavailable', message: `shard 4 (${at}) could not answer: no answer within 0.4 s (SVC_CLUSTER_TIMEOUT_SECS)` });
+    expect(performance.now() - t0).toBeLessThan(2_000);
+    stand.closeAllConnections();
+    await new Promise<void>((r) => stand.close(() => r()));
+  });
+
   it('tries a read again on 503 and a dropped connection, a write never', async () => {
     let calls = 0;
     let failFirst = 2;

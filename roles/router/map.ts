@@ -3,24 +3,40 @@ import { parseShardMap, routedShards, type ShardMap } from '../../core/cluster/r
 import type { ShardRef } from '../../core/engine/shard.js';
 import type { ServiceLogger } from '../../core/service/log.js';
 import type { HttpShard } from './http-shard.js';
+import { ReplicaSet, type FallbackReason, type Replica } from './replica-set.js';
 
 /**
- * The map a router routes by (CONTRACT.md section 11): its own SVC_CLUSTER_SHARDS (ids 0, 1, 2, ... in
- * list order, all active, version 0) until the coordinator of SVC_COORDINATOR_URL answers, then the
- * coordinator's, each time its version changes. The engine reads `routed()` on every request, so a new
- * map applies at once; a shard kept across maps (same id, same URL) keeps its client.
+ * The map a router routes by (CONTRACT.md section 11): its own SVC_CLUSTER_SHARDS and
+ * SVC_CLUSTER_REPLICAS (ids 0, 1, 2, ... in list order, all active, version 0) until the coordinator of
+ * SVC_COORDINATOR_URL answers, then the coordinator's, each time its version changes. The engine reads
+ * `routed()` on every request, so a new map applies at once; a shard kept across maps (same id, same
+ * URL) keeps its client, and a replica kept (same shard id, same URL) keeps its client and its health.
+ * A shard with replicas is a ReplicaSet (replica-set.ts) whose primary is also its ref's `primary`.
  */
 export type MapSource = 'list' | 'coordinator';
+
+export interface RouterMapOptions {
+  /** A client of a shard's primary (`replica` null) or of its replica at that index. */
+  client(id: number, url: string, replica: number | null): HttpShard;
+  /** SVC_CLUSTER_TIMEOUT_SECS in ms: one read over a shard's copies. */
+  timeoutMs: number;
+  onFallback?(shard: number, reason: FallbackReason): void;
+}
 
 export class RouterMap {
   private map: ShardMap = { version: 0, shards: [], standby: [] };
   private from: MapSource | null = null;
   private refs: ShardRef[] = [];
+  private primaries: HttpShard[] = [];
   private clients = new Map<string, HttpShard>();
+  private replicaStates = new Map<string, Replica>();
+  private replicaList: Replica[] = [];
 
-  constructor(private readonly client: (id: number, url: string) => HttpShard, seed: readonly string[]) {
+  constructor(private readonly opts: RouterMapOptions, seed: readonly string[], seedReplicas: readonly (readonly string[])[] = []) {
     if (seed.length > 0) {
-      this.adopt({ version: 0, shards: seed.map((url, id) => ({ id, url, replicas: [], state: 'active', points: null })), standby: [] }, 'list');
+      this.adopt({
+        version: 0, shards: seed.map((url, id) => ({ id, url, replicas: [...(seedReplicas[id] ?? [])], state: 'active', points: null })), standby: [],
+      }, 'list');
     }
   }
 
@@ -39,21 +55,43 @@ export class RouterMap {
     return this.refs;
   }
 
-  /** The clients of the routed shards (for readiness). */
+  /** The clients of the routed shards' primaries (for readiness). */
   routedClients(): HttpShard[] {
-    return this.refs.map((r) => r.shard as HttpShard);
+    return this.primaries;
+  }
+
+  /** The read replicas of the routed shards (probed, and shown in metrics). */
+  replicas(): readonly Replica[] {
+    return this.replicaList;
   }
 
   /** Routes by `map` from now on. */
   adopt(map: ShardMap, from: MapSource): void {
     const clients = new Map<string, HttpShard>();
+    const states = new Map<string, Replica>();
+    const primaries: HttpShard[] = [];
     this.refs = routedShards(map).map((e) => {
       const key = `${e.id} ${e.url}`;
-      const shard = this.clients.get(key) ?? this.client(e.id, e.url);
-      clients.set(key, shard);
-      return { id: e.id, name: shard.name, shard };
+      const primary = this.clients.get(key) ?? this.opts.client(e.id, e.url, null);
+      clients.set(key, primary);
+      primaries.push(primary);
+      if (e.replicas.length === 0) return { id: e.id, name: primary.name, shard: primary };
+      const replicas = e.replicas.map((url, index) => {
+        const rkey = `${e.id} ${url}`;
+        const had = this.replicaStates.get(rkey);
+        const r: Replica = had !== undefined && had.index === index ? had : {
+          shard: e.id, index, url, client: this.opts.client(e.id, url, index), outstanding: 0, usable: false, why: 'not probed yet', downUntil: 0,
+        };
+        states.set(rkey, r);
+        return r;
+      });
+      const set = new ReplicaSet({ id: e.id, primary, replicas, timeoutMs: this.opts.timeoutMs, onFallback: this.opts.onFallback });
+      return { id: e.id, name: primary.name, shard: set, primary };
     });
     this.clients = clients;
+    this.primaries = primaries;
+    this.replicaStates = states;
+    this.replicaList = [...states.values()];
     this.map = map;
     this.from = from;
   }

@@ -15,6 +15,7 @@ import { buildRestApp, type RestState } from '../rest/server.js';
 import { HttpShard, shardPool } from './http-shard.js';
 import { RouterMap, startMapRefresh } from './map.js';
 import { routerMetrics } from './metrics.js';
+import { startReplicaProbe } from './replica-set.js';
 import { addClusterMapRoute } from './rest.js';
 
 /**
@@ -36,6 +37,10 @@ export interface RunningRouter {
   close(): Promise<void>;
 }
 
+/** How often each read replica's /readyz and lag are read (replica-set.ts), and the most one probe may take. */
+const REPLICA_PROBE_MS = 1_000;
+const REPLICA_PROBE_TIMEOUT_MS = 2_000;
+
 /** How often a router that is not ready yet asks its shards' /readyz again, and how often it says what it waits for. */
 const READY_POLL_MS = 200;
 const READY_TELL_MS = 5_000;
@@ -50,11 +55,25 @@ export async function startRouter(config: SvcConfig, logs: Logs, opts: { env?: R
   const pool = shardPool();
   const metrics = createPromMetrics();
   let series: ReturnType<typeof routerMetrics> | null = null;
-  const map = new RouterMap((id, url) => new HttpShard({
-    id, url, key: r.shardKey, timeoutMs: r.timeoutMs, dispatcher: pool,
-    observe: (outcome, seconds) => series?.shardCall(id, outcome, seconds),
-  }), r.shards);
+  const map = new RouterMap({
+    client: (id, url, replica) => new HttpShard({
+      id, url, key: r.shardKey, timeoutMs: r.timeoutMs, dispatcher: pool,
+      ...(replica === null ? {
+        observe: (outcome, seconds) => series?.shardCall(id, outcome, seconds),
+      } : {
+        // A replica's read that fails goes to the next copy at once: no retries of the same one.
+        replica, readRetries: 0,
+        observe: (outcome, seconds) => series?.replicaCall(id, replica, outcome, seconds),
+      }),
+    }),
+    timeoutMs: r.timeoutMs,
+    onFallback: (id, reason) => series?.fallback(id, reason),
+  }, r.shards, r.replicas);
   series = routerMetrics(metrics, map);
+  const probe = startReplicaProbe({
+    replicas: () => map.replicas(), dispatcher: pool, timeoutMs: Math.min(r.timeoutMs, REPLICA_PROBE_TIMEOUT_MS),
+    intervalMs: REPLICA_PROBE_MS, maxLagMs: r.replicaMaxLagMs, log,
+  });
 
   const engine = new Engine({ shards: () => map.routed(), limits: config.limits, embedders, rerankers, monotonicMs: () => performance.now() });
   const { fileSink, tracer, options } = serviceParts(config, logs, metrics);
@@ -71,6 +90,7 @@ export async function startRouter(config: SvcConfig, logs: Logs, opts: { env?: R
   });
   const release = async (): Promise<void> => {
     await refresh?.stop();
+    await probe.stop();
     await engine.close();
     await pool.close();
     fileSink?.close();
@@ -95,7 +115,7 @@ export async function startRouter(config: SvcConfig, logs: Logs, opts: { env?: R
   }
   const restPort = (app.server.address() as AddressInfo).port;
   log.info({
-    rest_port: restPort, grpc_port: grpc.port, tls: config.tls !== null, shards: r.shards, coordinator: r.coordinatorUrl,
+    rest_port: restPort, grpc_port: grpc.port, tls: config.tls !== null, shards: r.shards, replicas: r.replicas, coordinator: r.coordinatorUrl,
     timeout_secs: r.timeoutMs / 1000,
   }, 'svc router listening; waiting for its shards');
 
