@@ -13,6 +13,7 @@ import { startSvc } from '../lib/server-proc.js';
 import { round } from '../lib/stats.js';
 import { b64, BENCH_MASTER_KEY } from '../peers/svc.js';
 import type { Mode } from '../run.js';
+import type { PointInput } from '../../core/base/model.js';
 
 const DIM = 128;
 const BATCH = 1000;
@@ -51,7 +52,7 @@ export async function runIngest(mode: Mode, log: (l: string) => void): Promise<R
     for (const [name, writers, bulk] of [['upsert', 1, false], ['upsert', 4, false], ['bulkUpsert (vector_b64, 10k a call)', 1, true]] as const) {
       const col = `c${rows.length}`;
       await db.createCollection({ name: col, dim: DIM, metric: 'l2' });
-      const s = await timed(n, writers, (i0, i1) => (bulk ? db.bulkUpsert(col, { points: pointsOf(m, i0, i1, true, 'p') }) : db.upsert(col, { points: pointsOf(m, i0, i1, false, 'p') })), bulk ? 10_000 : BATCH);
+      const s = await timed(n, writers, (i0, i1) => (bulk ? db.bulkUpsert(col, { points: pointsOf(m, i0, i1, true, 'p') }) : db.upsert(col, { points: pointsOf(m, i0, i1, false, 'p') as PointInput[] })), bulk ? 10_000 : BATCH);
       const t1 = performance.now();
       await db.search(col, { vector: Array.from(row(m, DIM, 0)), k: 1, consistency: 'strong' });
       add({ path: 'embedded', method: name, writers, points: n, seconds: round(s), points_per_s: Math.round(n / s), index_ready_s: round((performance.now() - t1) / 1000) });
