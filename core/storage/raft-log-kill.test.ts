@@ -54,8 +54,8 @@ describe('RaftLog under kill -9 of a real process', () => {
   it('keeps every acknowledged entry and hard state across SIGKILLs at random times', async () => {
     const root = mkdtempSync(join(tmpdir(), 'svc-rlog-kill-'));
     const dir = join(root, 'raft');
-    const prng = new Prng(Number(process.env.SVC_CRASH_SEED ?? 77));
-    const trials = Number(process.env.SVC_CRASH_TRIALS ?? 8);
+    const prng = new Prng(Number(process.env.SVC_RAFT_KILL_SEED ?? 77));
+    const trials = Number(process.env.SVC_RAFT_KILL_TRIALS ?? 8);
     /** index -> term of the log as acknowledged so far. */
     const model = new Map<number, number>();
     let modelLast = 0;
