@@ -123,7 +123,7 @@ describe('RaftTransport on 127.0.0.1', () => {
   });
 
   it('closes and counts malformed and oversize frames (fuzzed), before and after the handshake, and keeps serving', async () => {
-    const { members, peers } = await group(['n1', 'n2'], { limits: { frameBytesMax: 4096, backoffBaseMs: 10, backoffMaxMs: 100 } });
+    const { members, peers } = await group(['n1', 'n2'], { limits: { frameBytesMax: 64 << 10, backoffBaseMs: 10, backoffMaxMs: 100 } });
     const port = peers[1].port;
     const n2 = members[1];
     await fc.assert(fc.asyncProperty(fc.uint8Array({ minLength: 1, maxLength: 600 }), fc.boolean(), async (junk, afterHandshake) => {
@@ -134,7 +134,17 @@ describe('RaftTransport on 127.0.0.1', () => {
       s.end();
       await closed(s);
     }), { numRuns: 60 });
-    // An oversize length and a message claiming another sender, each closing the connection.
+    // A hello longer than any handshake, an oversize length after it, and a message claiming another
+    // sender: each closes the connection.
+    const oversizeBefore = n2.t.stats.rejected.oversize;
+    const early = net.connect({ host: '127.0.0.1', port });
+    early.on('error', () => undefined);
+    const hello = Buffer.alloc(5);
+    hello.writeUInt32LE(10_000, 0);
+    hello[4] = FrameType.hello;
+    early.write(Buffer.concat([hello, Buffer.alloc(6000)])); // within frameBytesMax, past the handshake bound
+    await closed(early);
+    expect(n2.t.stats.rejected.oversize).toBe(oversizeBefore + 1);
     const big = await rawDialer(port, 'n1', 'n2', SECRET);
     const head = Buffer.alloc(5);
     head.writeUInt32LE(1 << 20, 0);
@@ -144,7 +154,7 @@ describe('RaftTransport on 127.0.0.1', () => {
     spoof.write(encodeFrame(FrameType.messages, encodeMessages([hb('n3', 'n2', 1)])));
     await closed(spoof);
     const r = n2.t.stats.rejected;
-    expect(r.oversize).toBeGreaterThanOrEqual(1);
+    expect(r.oversize).toBe(oversizeBefore + 2);
     expect(r.misaddressed).toBe(1);
     expect(r.malformed).toBeGreaterThan(10);
     // Still serving its real peer.

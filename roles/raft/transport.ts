@@ -4,7 +4,7 @@ import * as tls from 'node:tls';
 import { SvcError } from '../../core/base/errors.js';
 import type { Message, MessageHandler, NodeId, Transport } from '../../core/cluster/raft/index.js';
 import { decodeMessages, encodeMessages, encodedMessageBytes, WireError, WIRE_BATCH_MESSAGES_MAX } from '../../core/cluster/raft-wire/codec.js';
-import { encodeFrame, FrameDecoder, FrameType, RAFT_FRAME_BYTES_MAX, type Frame } from '../../core/cluster/raft-wire/frame.js';
+import { encodeFrame, FrameDecoder, FrameType, HANDSHAKE_FRAME_BYTES_MAX, RAFT_FRAME_BYTES_MAX, type Frame } from '../../core/cluster/raft-wire/frame.js';
 import {
   authKey, decodeChallenge, decodeHello, decodeProof, encodeChallenge, encodeHello, NONCE_BYTES, proof, proofMatches,
 } from '../../core/cluster/raft-wire/handshake.js';
@@ -208,7 +208,8 @@ export class RaftTransport implements Transport {
     }
     this.inbound.add(socket);
     socket.setNoDelay(true);
-    const decoder = new FrameDecoder(this.limits.frameBytesMax);
+    // Until the peer has proved itself it may not make this member buffer more than a handshake.
+    const decoder = new FrameDecoder(Math.min(HANDSHAKE_FRAME_BYTES_MAX, this.limits.frameBytesMax));
     let state: 'hello' | 'proof' | 'ready' = 'hello';
     let peer: string | null = null;
     let expected: Buffer | null = null;
@@ -237,6 +238,7 @@ export class RaftTransport implements Transport {
         if (f.type !== FrameType.proof) throw new WireError(`frame type ${f.type} before the proof`);
         if (!proofMatches(expected!, decodeProof(f.payload))) throw new Rejected('auth', 'the dialer\'s proof does not match (a different cluster secret?)');
         clearTimeout(timer);
+        decoder.setFrameBytesMax(this.limits.frameBytesMax);
         state = 'ready';
       }
     };
@@ -323,7 +325,8 @@ class PeerLink {
       : tls.connect({ host, port, cert: o.tls.cert, key: o.tls.key, ca: o.tls.ca ?? undefined, rejectUnauthorized: o.tls.ca !== null, servername: net.isIP(host) ? undefined : host });
     this.socket = socket;
     socket.setNoDelay(true);
-    const decoder = new FrameDecoder(this.t.lim.frameBytesMax);
+    // The peer called only ever sends its challenge.
+    const decoder = new FrameDecoder(HANDSHAKE_FRAME_BYTES_MAX);
     const nonceA = randomBytes(NONCE_BYTES);
     const handshakeTimer = setTimeout(() => this.t.reject('handshakeTimeout', socket, 'no handshake in time', this.peer.id), this.t.lim.handshakeTimeoutMs);
     socket.once(o.tls === null ? 'connect' : 'secureConnect', () => {

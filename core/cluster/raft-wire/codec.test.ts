@@ -89,9 +89,9 @@ describe('frames', () => {
     const d = new FrameDecoder(1024);
     const head = Buffer.alloc(4);
     head.writeUInt32LE(5000, 0);
-    expect(() => d.push(head)).toThrow(expect.objectContaining({ kind: 'oversize' }));
-    expect(() => new FrameDecoder(1024).push(Buffer.from([0, 0, 0, 0]))).toThrow(/empty frame/);
-    expect(() => new FrameDecoder(1024).push(Buffer.from([1, 0, 0, 0, 99]))).toThrow(/unknown frame type/);
+    expect(() => [...d.push(head)]).toThrow(expect.objectContaining({ kind: 'oversize' }));
+    expect(() => [...new FrameDecoder(1024).push(Buffer.from([0, 0, 0, 0]))]).toThrow(/empty frame/);
+    expect(() => [...new FrameDecoder(1024).push(Buffer.from([1, 0, 0, 0, 99]))]).toThrow(/unknown frame type/);
   });
 });
 

@@ -10,6 +10,8 @@ import { WireError } from './codec.js';
 /** 64 MiB: a batch of appends, or a snapshot (the logical snapshot moves to a streamed transfer later). */
 export const RAFT_FRAME_BYTES_MAX = 64 << 20;
 export const FRAME_HEADER_BYTES = 5;
+/** Before a peer has authenticated, no frame may be larger than a handshake needs (ids, nonce, proof). */
+export const HANDSHAKE_FRAME_BYTES_MAX = 4096;
 
 export const FrameType = { hello: 1, challenge: 2, proof: 3, messages: 4 } as const;
 export type FrameTypeCode = (typeof FrameType)[keyof typeof FrameType];
@@ -33,8 +35,14 @@ export class FrameDecoder {
   private chunks: Buffer[] = [];
   private buffered = 0;
 
-  constructor(private readonly frameBytesMax = RAFT_FRAME_BYTES_MAX) {
+  constructor(private frameBytesMax = RAFT_FRAME_BYTES_MAX) {
     assert(frameBytesMax >= 64, 'a frame bound fits a handshake');
+  }
+
+  /** Raises (or lowers) the bound for frames not yet started: after authentication, say. */
+  setFrameBytesMax(n: number): void {
+    assert(n >= 64, 'a frame bound fits a handshake');
+    this.frameBytesMax = n;
   }
 
   /** Bytes held for a frame not yet complete. */
@@ -42,21 +50,24 @@ export class FrameDecoder {
     return this.buffered;
   }
 
-  push(chunk: Buffer): Frame[] {
+  /**
+   * Takes bytes and yields the frames they complete, one at a time: the caller acts on each (a finished
+   * handshake raises the bound) before the next one's length is checked.
+   */
+  *push(chunk: Buffer): Generator<Frame, void, undefined> {
     this.chunks.push(chunk);
     this.buffered += chunk.length;
-    const out: Frame[] = [];
     for (;;) {
-      if (this.buffered < 4) return out;
+      if (this.buffered < 4) return;
       const head = this.peek(4);
       const length = head.readUInt32LE(0);
       if (length === 0) throw new WireError('an empty frame');
       if (length + 4 > this.frameBytesMax) throw new WireError(`a frame of ${length + 4} bytes (at most ${this.frameBytesMax})`, 'oversize');
-      if (this.buffered < 4 + length) return out;
+      if (this.buffered < 4 + length) return;
       const whole = this.take(4 + length);
       const type = whole[4];
       if (!KNOWN.has(type)) throw new WireError(`unknown frame type ${type}`);
-      out.push({ type: type as FrameTypeCode, payload: whole.subarray(FRAME_HEADER_BYTES) });
+      yield { type: type as FrameTypeCode, payload: whole.subarray(FRAME_HEADER_BYTES) };
     }
   }
 
