@@ -23,8 +23,9 @@ interface Member {
   got: Message[];
 }
 
-async function group(ids: string[], over: Partial<RaftTransportOptions> = {}, secrets: (Buffer | null)[] = []): Promise<{ members: Member[]; peers: RaftPeer[] }> {
-  const peers = await Promise.all(ids.map(async (id) => ({ id, host: '127.0.0.1', port: await freePort() })));
+/** Members `ids`, started; `ghosts` are listed as peers but never run (the raw test clients pose as them). */
+async function group(ids: string[], over: Partial<RaftTransportOptions> = {}, secrets: (Buffer | null)[] = [], ghosts: string[] = []): Promise<{ members: Member[]; peers: RaftPeer[] }> {
+  const peers = await Promise.all([...ids, ...ghosts].map(async (id) => ({ id, host: '127.0.0.1', port: await freePort() })));
   const members = ids.map((id, k) => {
     const got: Message[] = [];
     const t = new RaftTransport({
@@ -123,11 +124,11 @@ describe('RaftTransport on 127.0.0.1', () => {
   });
 
   it('closes and counts malformed and oversize frames (fuzzed), before and after the handshake, and keeps serving', async () => {
-    const { members, peers } = await group(['n1', 'n2'], { limits: { frameBytesMax: 64 << 10, backoffBaseMs: 10, backoffMaxMs: 100 } });
+    const { members, peers } = await group(['n1', 'n2'], { limits: { frameBytesMax: 64 << 10, backoffBaseMs: 10, backoffMaxMs: 100 } }, [], ['n3']);
     const port = peers[1].port;
     const n2 = members[1];
     await fc.assert(fc.asyncProperty(fc.uint8Array({ minLength: 1, maxLength: 600 }), fc.boolean(), async (junk, afterHandshake) => {
-      const s = afterHandshake ? await rawDialer(port, 'n1', 'n2', SECRET) : net.connect({ host: '127.0.0.1', port });
+      const s = afterHandshake ? await rawDialer(port, 'n3', 'n2', SECRET) : net.connect({ host: '127.0.0.1', port });
       s.on('error', () => undefined);
       // A messages frame of junk, or raw junk on the stream.
       s.write(afterHandshake ? encodeFrame(FrameType.messages, junk) : junk);
@@ -145,13 +146,13 @@ describe('RaftTransport on 127.0.0.1', () => {
     early.write(Buffer.concat([hello, Buffer.alloc(6000)])); // within frameBytesMax, past the handshake bound
     await closed(early);
     expect(n2.t.stats.rejected.oversize).toBe(oversizeBefore + 1);
-    const big = await rawDialer(port, 'n1', 'n2', SECRET);
+    const big = await rawDialer(port, 'n3', 'n2', SECRET);
     const head = Buffer.alloc(5);
     head.writeUInt32LE(1 << 20, 0);
     big.write(head);
     await closed(big);
-    const spoof = await rawDialer(port, 'n1', 'n2', SECRET);
-    spoof.write(encodeFrame(FrameType.messages, encodeMessages([hb('n3', 'n2', 1)])));
+    const spoof = await rawDialer(port, 'n3', 'n2', SECRET);
+    spoof.write(encodeFrame(FrameType.messages, encodeMessages([hb('n1', 'n2', 1)])));
     await closed(spoof);
     const r = n2.t.stats.rejected;
     expect(r.oversize).toBe(oversizeBefore + 2);
@@ -160,6 +161,16 @@ describe('RaftTransport on 127.0.0.1', () => {
     // Still serving its real peer.
     n2.got.length = 0;
     await sendUntil(members[0].t, () => [hb('n1', 'n2', 5)], () => n2.got.some((m) => m.term === 5));
+  });
+
+  it('a peer\'s newer connection replaces its older one (no half-open sockets pile up)', async () => {
+    const { peers } = await group(['n1', 'n2'], {}, [], ['n3']);
+    const first = await rawDialer(peers[1].port, 'n3', 'n2', SECRET);
+    first.on('error', () => undefined);
+    const second = await rawDialer(peers[1].port, 'n3', 'n2', SECRET);
+    await closed(first);
+    expect(second.destroyed).toBe(false);
+    second.destroy();
   });
 
   it('a peer that stops reading: the queue stays bounded, the excess is dropped and counted', async () => {

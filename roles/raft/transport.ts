@@ -30,6 +30,8 @@ import { isLoopback } from '../config.js';
  *   is closed and the reason counted (`rejected`); nothing a peer sends can throw out of this class.
  */
 
+const INBOUND_KEEPALIVE_MS = 10_000;
+
 export interface RaftPeer {
   readonly id: NodeId;
   readonly host: string;
@@ -111,6 +113,8 @@ export class RaftTransport implements Transport {
   private readonly key: Buffer | null;
   private readonly links = new Map<NodeId, PeerLink>();
   private readonly inbound = new Set<net.Socket>();
+  /** The authenticated inbound connection of each peer: a peer dials us once, so a newer one replaces it. */
+  private readonly inboundByPeer = new Map<NodeId, net.Socket>();
   private server: net.Server | null = null;
   private closed = false;
 
@@ -208,6 +212,9 @@ export class RaftTransport implements Transport {
     }
     this.inbound.add(socket);
     socket.setNoDelay(true);
+    // A peer lost without a FIN (a partition) leaves a half-open socket: keepalive finds it eventually,
+    // and the peer's next handshake replaces it at once (below).
+    socket.setKeepAlive(true, INBOUND_KEEPALIVE_MS);
     // Until the peer has proved itself it may not make this member buffer more than a handshake.
     const decoder = new FrameDecoder(Math.min(HANDSHAKE_FRAME_BYTES_MAX, this.limits.frameBytesMax));
     let state: 'hello' | 'proof' | 'ready' = 'hello';
@@ -217,6 +224,7 @@ export class RaftTransport implements Transport {
     socket.on('close', () => {
       clearTimeout(timer);
       this.inbound.delete(socket);
+      if (peer !== null && this.inboundByPeer.get(peer) === socket) this.inboundByPeer.delete(peer);
     });
     socket.on('error', () => undefined);
     const onFrame = (f: Frame): void => {
@@ -240,6 +248,9 @@ export class RaftTransport implements Transport {
         clearTimeout(timer);
         decoder.setFrameBytesMax(this.limits.frameBytesMax);
         state = 'ready';
+        const older = this.inboundByPeer.get(peer!);
+        this.inboundByPeer.set(peer!, socket);
+        older?.destroy();
       }
     };
     socket.on('data', (chunk: Buffer) => {
