@@ -76,6 +76,32 @@ describe('ConsensusMember (the Proposer seam)', () => {
     expect(g.members.get(old)!.waiting).toBe(0);
   });
 
+  it('a strong read on the leader or a follower waits until that member applied every earlier write', async () => {
+    const g = group();
+    await g.tickUntil('a leader', () => g.leader() !== undefined);
+    const l = g.leader()!;
+    const acks = ['w1', 'w2', 'w3'].map((w) => g.members.get(l)!.propose(Buffer.from(w)));
+    await g.tickUntil('acked', () => g.applied.get(l)!.length === 3);
+    const last = (await Promise.all(acks)).at(-1)!.index;
+    for (const id of g.ids) {
+      const read = g.members.get(id)!.readBarrier(AbortSignal.timeout(5000));
+      let index = -1;
+      void read.then((i) => { index = i; });
+      await g.tickUntil(`read on ${id}`, () => index >= 0);
+      expect(index).toBeGreaterThanOrEqual(last);
+      // Answered only once that member applied through it.
+      expect(g.applied.get(id)).toEqual(['w1', 'w2', 'w3']);
+    }
+    // Cut off from the group, a member cannot confirm a read: its deadline ends it.
+    const f = g.ids.find((id) => id !== l)!;
+    g.cut.add(l);
+    const ctl = new AbortController();
+    const stuck = g.members.get(f)!.readBarrier(ctl.signal).catch((e: unknown) => e);
+    await g.settle();
+    ctl.abort();
+    expect(String(await stuck)).toMatch(/did not confirm/);
+  });
+
   it('stops when persisting fails: pending writes fail as not acknowledged, later ones are refused', async () => {
     const g = group();
     await g.tickUntil('a leader', () => g.leader() !== undefined);

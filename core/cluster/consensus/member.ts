@@ -50,6 +50,13 @@ export interface ConsensusMemberOptions {
   readonly log?: (message: string, detail?: Record<string, unknown>) => void;
 }
 
+interface PendingRead {
+  readonly resolve: (index: number) => void;
+  readonly reject: (e: unknown) => void;
+  /** Set once the leader confirmed the read index; answered when the state machine reaches it. */
+  index: number | null;
+}
+
 interface Pending {
   readonly term: number;
   readonly resolve: (ack: ProposeAck) => void;
@@ -59,6 +66,9 @@ interface Pending {
 export class ConsensusMember implements Proposer {
   private readonly node: RaftNode;
   private readonly pending = new Map<number, Pending>();
+  private readonly reads = new Map<string, PendingRead>();
+  private nextRead = 1;
+  private applied: number;
   private running = false;
   private failed: unknown = null;
   private closed = false;
@@ -69,6 +79,7 @@ export class ConsensusMember implements Proposer {
       ...o.raft, id: o.id, members: o.members, storage: o.storage, prng: o.prng,
       electionTicks: o.electionTicks, heartbeatTicks: o.heartbeatTicks, applied: o.applied ?? o.storage.snapshot().meta.index,
     });
+    this.applied = o.applied ?? o.storage.snapshot().meta.index;
   }
 
   /** One logical clock tick (the host's timer: heartbeatTicks of them make a heartbeat interval). */
@@ -102,6 +113,31 @@ export class ConsensusMember implements Proposer {
       this.pending.set(r.index, {
         term: r.term,
         resolve: (ack) => { signal?.removeEventListener('abort', onAbort); resolve(ack); },
+        reject: (e) => { signal?.removeEventListener('abort', onAbort); reject(e); },
+      });
+      this.kick();
+    });
+  }
+
+  /**
+   * A linearizable read (ReadIndex): resolves with an index once this member's state machine has
+   * applied through it, so reading the state machine then reflects every write acknowledged before
+   * the call, on a follower too (it asks the leader). Without an answer in time (no leader, leadership
+   * lost) the caller's signal ends it with `unavailable`.
+   */
+  readBarrier(signal?: AbortSignal): Promise<number> {
+    if (!this.usable()) return Promise.reject(this.failed ?? new SvcError('unavailable', 'the consensus member is closed'));
+    const ctx = `r${this.nextRead++}`;
+    const r = this.node.readIndex(ctx);
+    if (!r.ok) return Promise.reject(new SvcError('unavailable', r.reason === 'busy' ? 'too many reads wait for the leader' : 'no leader is known to confirm a strong read', { reason: r.reason }));
+    return new Promise<number>((resolve, reject) => {
+      const onAbort = (): void => {
+        if (this.reads.delete(ctx)) reject(new SvcError('unavailable', 'the leader did not confirm the strong read in time', { reason: 'read_timeout' }));
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.reads.set(ctx, {
+        index: null,
+        resolve: (index) => { signal?.removeEventListener('abort', onAbort); resolve(index); },
         reject: (e) => { signal?.removeEventListener('abort', onAbort); reject(e); },
       });
       this.kick();
@@ -143,6 +179,7 @@ export class ConsensusMember implements Proposer {
         if (rd.messages.length > 0) this.o.transport.send(rd.messages);
         if (rd.snapshot) {
           await this.o.stateMachine.restore(rd.snapshot);
+          this.applied = Math.max(this.applied, rd.snapshot.meta.index);
           // Whether our own pending writes are in a leader's snapshot is unknown: never acknowledge a guess.
           for (const [index, p] of this.pending) {
             if (index > rd.snapshot.meta.index) continue;
@@ -152,12 +189,18 @@ export class ConsensusMember implements Proposer {
         }
         for (const e of rd.committedEntries) {
           await this.o.stateMachine.apply(e);
+          this.applied = e.index;
           const p = this.pending.get(e.index);
           if (p === undefined) continue;
           this.pending.delete(e.index);
           if (p.term === e.term) p.resolve({ index: e.index, term: e.term });
           else p.reject(new SvcError('unavailable', 'the write was not committed: leadership changed and another entry took its place', { reason: 'overwritten' }));
         }
+        for (const rs of rd.readStates) {
+          const read = this.reads.get(rs.ctx);
+          if (read !== undefined) read.index = rs.index;
+        }
+        this.answerReads();
         this.node.advance(rd);
       }
     } catch (e) {
@@ -171,9 +214,20 @@ export class ConsensusMember implements Proposer {
     }
   }
 
+  /** Reads whose index the state machine has reached. */
+  private answerReads(): void {
+    for (const [ctx, read] of this.reads) {
+      if (read.index === null || read.index > this.applied) continue;
+      this.reads.delete(ctx);
+      read.resolve(read.index);
+    }
+  }
+
   private failAll(e: SvcError): void {
     for (const p of this.pending.values()) p.reject(e);
     this.pending.clear();
+    for (const r of this.reads.values()) r.reject(e);
+    this.reads.clear();
   }
 }
 
