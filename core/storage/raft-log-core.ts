@@ -30,6 +30,8 @@ export interface RaftLogWrite {
   readonly deleteFiles: readonly string[];
   readonly records: readonly RaftRecord[];
   readonly snapshotData: Uint8Array | null;
+  /** false: write without fsync (only a commit-index change: see RaftLogUpdate.sync). */
+  readonly sync: boolean;
 }
 
 export interface RaftLogUpdate {
@@ -37,6 +39,13 @@ export interface RaftLogUpdate {
   readonly snapshot?: RaftLogSnapshot | null;
   readonly entries?: readonly RaftLogEntry[];
   readonly hardState?: RaftLogHardState | null;
+  /**
+   * false (a Ready whose mustSync is false: no entries, no snapshot, the same term and vote) writes
+   * without fsync, as etcd does: only the commit index moves, which Raft need not keep (a restarted
+   * member learns it from its leader). A later synced write makes it durable; a crash before may lose
+   * or tear it like any unsynced tail. Ignored (synced) when the update holds anything else.
+   */
+  readonly sync?: boolean;
 }
 
 interface LogFileInfo {
@@ -84,7 +93,12 @@ export class RaftLogCore {
     for (const e of u.entries ?? []) records.push({ kind: 'entry', index: e.index, term: e.term, data: e.data });
     if (u.hardState) records.push({ kind: 'state', term: u.hardState.term, vote: u.hardState.vote, commit: u.hardState.commit });
     if (records.length === 0) return null;
-    return this.prepare(records, snap);
+    const commitOnly = snap === null && (u.entries ?? []).length === 0 && this.sameVote(u.hardState ?? null);
+    return this.prepare(records, snap, !(u.sync === false && commitOnly));
+  }
+
+  private sameVote(h: RaftLogHardState | null): boolean {
+    return h !== null && h.term === this.image.hard.term && h.vote === this.image.hard.vote;
   }
 
   /** The plan that records this member's own snapshot at `index` (at most its applied index). */
@@ -103,7 +117,7 @@ export class RaftLogCore {
     return this.prepare([{ kind: 'compact', index, term }], null);
   }
 
-  private prepare(records: RaftRecord[], snap: RaftLogSnapshot | null): RaftLogWrite {
+  private prepare(records: RaftRecord[], snap: RaftLogSnapshot | null, sync = true): RaftLogWrite {
     assert(!this.pending, 'one write plan at a time');
     const active = this.files[this.files.length - 1];
     const roll = active === undefined || (active.bytes >= this.segmentBytesMax && active.bytes > FILE_HEADER_BYTES);
@@ -120,7 +134,7 @@ export class RaftLogCore {
     const snapshotFile = snap === null ? null : { name: raftSnapshotFileName(snap.meta.index, snap.meta.term), bytes: encodeSnapshotFile(this.sealer, snap.meta.index, snap.meta.term, snap.data) };
     this.pending = true;
     return {
-      snapshotFile, file, create: roll, offset: roll ? 0 : active.bytes, bytes, records, snapshotData: snap?.data ?? null,
+      snapshotFile, file, create: roll, offset: roll ? 0 : active.bytes, bytes, records, snapshotData: snap?.data ?? null, sync: sync || roll,
       deleteFiles: this.deletable(records, file, snapshotFile?.name ?? null),
     };
   }

@@ -206,6 +206,37 @@ describe('RaftLog', () => {
     }
   });
 
+  it('writes a commit-only update without fsync when asked: lost at power loss, durable after the next synced write', async () => {
+    for (const fate of ['drop', 'tear', 'keep'] as const) {
+      const fs = new FaultyFileSystem(9);
+      const opts = { sealer, log: quiet };
+      const log = await RaftLog.open(fs, '/r', opts);
+      const e = (index: number) => ({ index, term: 2, data: new Uint8Array(30).fill(index) });
+      await log.save({ entries: [e(1), e(2), e(3)], hardState: { term: 2, vote: 'n1', commit: 1 } });
+      const fsyncs = fs.stats.fsyncs;
+      await log.save({ hardState: { term: 2, vote: 'n1', commit: 3 }, sync: false });
+      expect(fs.stats.fsyncs).toBe(fsyncs);
+      fs.crash({ writes: fate });
+      fs.restart();
+      const again = await RaftLog.open(fs, '/r', opts);
+      expect(again.lastIndex()).toBe(3);
+      expect([1, 3]).toContain(again.hardState().commit);
+      if (fate === 'drop') expect(again.hardState().commit).toBe(1);
+      // A change of vote or term is never left unsynced, whatever the caller says.
+      const before = fs.stats.fsyncs;
+      await again.save({ hardState: { term: 3, vote: null, commit: 2 }, sync: false });
+      expect(fs.stats.fsyncs).toBe(before + 1);
+      await again.save({ hardState: { term: 3, vote: null, commit: 3 }, sync: false });
+      await again.save({ entries: [e(4)] });
+      fs.crash({ writes: 'drop' });
+      fs.restart();
+      const third = await RaftLog.open(fs, '/r', opts);
+      expect(third.hardState()).toEqual({ term: 3, vote: null, commit: 3 });
+      expect(third.lastIndex()).toBe(4);
+      await third.close();
+    }
+  });
+
   it('refuses to open on damage inside a complete batch (a flipped bit), naming the file', async () => {
     const fs = new FaultyFileSystem(3);
     const opts = { sealer, log: quiet };

@@ -166,7 +166,7 @@ export class RaftLog {
       this.active = h;
     } else {
       await this.active!.write(w.bytes, w.offset);
-      await this.active!.sync();
+      if (w.sync) await this.active!.sync();
     }
     // One at a time, oldest first: a crash must leave a prefix deleted, never a hole.
     for (const name of w.deleteFiles) {

@@ -15,7 +15,7 @@ import { RaftNode, type Entry, type HardState, type Message, type RaftOptions, t
 
 /** What the member needs of its log beyond Raft's reads: RaftLog's save (one write + fsync per Ready). */
 export interface DurableRaftStorage extends Storage {
-  save(update: { snapshot?: Snapshot | null; entries?: readonly Entry[]; hardState?: HardState | null }): Promise<void>;
+  save(update: { snapshot?: Snapshot | null; entries?: readonly Entry[]; hardState?: HardState | null; sync?: boolean }): Promise<void>;
 }
 
 export interface ProposeAck {
@@ -175,7 +175,8 @@ export class ConsensusMember implements Proposer {
     try {
       while (!this.closed && this.node.hasReady()) {
         const rd = this.node.ready();
-        await this.o.storage.save({ snapshot: rd.snapshot, entries: rd.entries, hardState: rd.hardState });
+        // Without mustSync only the commit index moved: written, not fsynced (RaftLogUpdate.sync).
+        await this.o.storage.save({ snapshot: rd.snapshot, entries: rd.entries, hardState: rd.hardState, sync: rd.mustSync });
         if (rd.messages.length > 0) this.o.transport.send(rd.messages);
         if (rd.snapshot) {
           await this.o.stateMachine.restore(rd.snapshot);
