@@ -23,7 +23,7 @@ import { isLoopback } from '../config.js';
  *   While a peer is in reconnect backoff its messages are dropped (`dropped.notConnected`).
  * - Reconnect with full-jitter exponential backoff (`backoffBaseMs` doubling up to `backoffMaxMs`).
  * - Authentication, both ways: mutual TLS when `tls` has a CA (SVC_TLS_CERT, SVC_TLS_KEY,
- *   SVC_TLS_CLIENT_CA); and the HMAC challenge-response of raft-wire/handshake.ts whenever a cluster
+ *   SVC_TLS_CLIENT_CA), each side's certificate valid for that member's address in SVC_RAFT_MEMBERS; and the HMAC challenge-response of raft-wire/handshake.ts whenever a cluster
  *   secret is set (SVC_RAFT_SECRET), which also binds both member ids. The secret is never sent or logged.
  * - A non-loopback listen address needs TLS unless `insecure` (SVC_INSECURE=true), as for REST and gRPC.
  * - A malformed or oversize frame, a failed handshake, a message naming other members: the connection
@@ -238,6 +238,7 @@ export class RaftTransport implements Transport {
         if (hello.to !== this.options.id || !this.links.has(hello.from)) {
           throw new Rejected('auth', `hello from '${hello.from}' to '${hello.to}': not a peer of '${this.options.id}'`);
         }
+        this.checkPeerCertificate(socket, hello.from);
         const nonce = randomBytes(NONCE_BYTES);
         expected = proof(this.key, 'dialer', hello.from, hello.to, hello.nonce, nonce);
         socket.write(encodeFrame(FrameType.challenge, encodeChallenge(nonce, proof(this.key, 'acceptor', hello.from, hello.to, hello.nonce, nonce))));
@@ -263,6 +264,18 @@ export class RaftTransport implements Transport {
         this.refuse(e, socket, peer);
       }
     });
+  }
+
+  /**
+   * Under mutual TLS the certificate must be valid for the address the claimed member has in
+   * SVC_RAFT_MEMBERS, as the dialer checks the acceptor's: a certificate of the cluster CA cannot pose
+   * as another member. (The secret's proofs bind the ids on their own.)
+   */
+  private checkPeerCertificate(socket: net.Socket, id: NodeId): void {
+    if (!(socket instanceof tls.TLSSocket) || this.options.tls?.ca == null) return;
+    const host = this.links.get(id)!.host;
+    const err = tls.checkServerIdentity(host, socket.getPeerCertificate());
+    if (err !== undefined) throw new Rejected('auth', `the certificate presented for '${id}' is not valid for its address ${host}: ${err.message}`);
   }
 
   /** Closes a connection for what it sent; anything not a wire or auth failure is a bug, logged loudly. */
@@ -302,6 +315,10 @@ class PeerLink {
   private waitingDrain = false;
 
   constructor(private readonly t: RaftTransport, private readonly peer: RaftPeer) {}
+
+  get host(): string {
+    return this.peer.host;
+  }
 
   /** Queues `m` unless it must be dropped (counted); the caller flushes. */
   enqueue(m: Message): boolean {
