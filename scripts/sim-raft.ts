@@ -1,9 +1,13 @@
 /**
  * npm run sim:raft -- --seeds 10000          runs seeds 1..10000 (or --from S)
  * npm run sim:raft -- --seed N [--trace]     replays one seed, printing every event with --trace
+ * add --files to keep every member's log in real files (the durable consensus log) in a temp dir
  * Exits 1 on the first failing seed and prints how to replay it.
  */
-import { RaftSimFailure, runRaftSim, type RaftSimStats } from '../core/testing/raft-sim.js';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { RaftSimFailure, runRaftSim, type RaftSimOptions, type RaftSimStats } from '../core/testing/raft-sim.js';
 
 function arg(name: string): string | undefined {
   const k = process.argv.indexOf(`--${name}`);
@@ -12,6 +16,7 @@ function arg(name: string): string | undefined {
 
 const one = arg('seed');
 const trace = process.argv.includes('--trace');
+const files = process.argv.includes('--files');
 const from = Number(arg('from') ?? one ?? 1);
 const count = one !== undefined ? 1 : Number(arg('seeds') ?? 1000);
 if (!Number.isInteger(from) || !Number.isInteger(count) || count < 1) {
@@ -24,7 +29,13 @@ const started = performance.now();
 for (let seed = from; seed < from + count; seed++) {
   let stats: RaftSimStats;
   try {
-    stats = runRaftSim(seed, trace ? { trace: (line) => console.log(line) } : {});
+    const options: RaftSimOptions = trace ? { trace: (line) => console.log(line) } : {};
+    const dir = files ? mkdtempSync(join(tmpdir(), `svc-raft-sim-${seed}-`)) : undefined;
+    try {
+      stats = runRaftSim(seed, { ...options, filesDir: dir });
+    } finally {
+      if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
+    }
   } catch (e) {
     console.error(e instanceof RaftSimFailure ? e.message : e);
     if (e instanceof RaftSimFailure && e.reason instanceof Error && !(e.reason.name === 'InvariantViolation')) console.error(e.reason.stack);

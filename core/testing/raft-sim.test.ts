@@ -1,4 +1,7 @@
 import { describe, expect, it } from 'vitest';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { RaftSim, runRaftSim } from './raft-sim.js';
 
 /**
@@ -9,6 +12,8 @@ import { RaftSim, runRaftSim } from './raft-sim.js';
  */
 const SEEDS = Number(process.env.SVC_RAFT_SIM_SEEDS ?? 300);
 const FIRST = Number(process.env.SVC_RAFT_SIM_SEED ?? 1);
+/** Seeds run again with every member's log in real files (SVC_RAFT_SIM_FILE_SEEDS). */
+const FILE_SEEDS = Number(process.env.SVC_RAFT_SIM_FILE_SEEDS ?? 30);
 
 describe('raft simulation', () => {
   it(`${SEEDS} seeds from ${FIRST}: safe under faults, converged after the heal`, () => {
@@ -33,5 +38,19 @@ describe('raft simulation', () => {
     expect(a.length).toBeGreaterThan(100);
     expect(trace(7)).toEqual(a);
     expect(trace(8)).not.toEqual(a);
+  });
+
+  it('runs over the durable consensus log on real files: torn writes cut at random bytes, restarts recover from disk', () => {
+    const totals = { acked: 0, crashes: 0, tornPersists: 0, snapshotsInstalled: 0, compactions: 0 };
+    for (let seed = FIRST; seed < FIRST + FILE_SEEDS; seed++) {
+      const dir = mkdtempSync(join(tmpdir(), `svc-raft-sim-${seed}-`));
+      try {
+        const stats = runRaftSim(seed, { filesDir: dir });
+        for (const k of Object.keys(totals) as (keyof typeof totals)[]) totals[k] += stats[k];
+      } finally {
+        rmSync(dir, { recursive: true, force: true });
+      }
+    }
+    if (FILE_SEEDS >= 20) for (const [k, v] of Object.entries(totals)) expect(v, k).toBeGreaterThan(0);
   });
 });

@@ -2,6 +2,8 @@ import { assert } from '../base/assert.js';
 import { Prng } from '../base/prng.js';
 import { MemoryStorage, RaftNode, formatMessage, type Entry, type Message, type NodeId, type Ready, type Snapshot } from '../cluster/raft/index.js';
 import { RaftChecker } from './raft-sim-checker.js';
+import { SyncFileRaftStorage } from './raft-file-storage.js';
+import { InsecureSealer } from '../crypto/sealer.js';
 
 /**
  * A deterministic simulation of one Raft group, in the manner of TigerBeetle's VOPR: one seed chooses
@@ -13,6 +15,9 @@ import { RaftChecker } from './raft-sim-checker.js';
  * The host here does what a real one must, in Ready order: install a snapshot, append entries, persist
  * the hard state, and only then send messages and apply. Its disk is the member's MemoryStorage: what a
  * Ready had not finished persisting when the member crashed is lost (a torn persist keeps a prefix).
+ * With `filesDir` its disk is instead the durable consensus log (core/storage/raft-log-core.ts) on real
+ * files: a torn persist cuts the Ready's one write at a seeded byte offset, and a restart recovers the
+ * member from its files alone.
  */
 
 /** Simulated time: a member ticks every TICK_UNITS units (unless its clock skips); messages take 1+ units. */
@@ -87,6 +92,8 @@ export interface RaftSimOptions {
   healUnits?: number;
   /** Receives one line per event (messages, crashes, roles, writes): for replaying one seed. */
   trace?: (line: string) => void;
+  /** Members keep their log in real files under this directory (one folder each) instead of memory. */
+  filesDir?: string;
 }
 
 export interface RaftSimStats {
@@ -127,7 +134,7 @@ interface PendingWrite {
 /** One member and what survives its crashes (storage) and what does not (the rest). */
 class Host {
   node: RaftNode | null = null;
-  readonly storage = new MemoryStorage();
+  storage: MemoryStorage | SyncFileRaftStorage;
   /** The state machine: the data of entries 1..applied. */
   values: number[] = [];
   restartAt = 0;
@@ -136,8 +143,13 @@ class Host {
   readonly writes = new Map<number, PendingWrite>();
   /** Reads asked of this member: ctx -> highest acknowledged write index when asked. */
   readonly reads = new Map<string, number>();
-  constructor(readonly id: NodeId, readonly phase: number) {}
+  constructor(readonly id: NodeId, readonly phase: number, readonly dir: string | null) {
+    this.storage = dir === null ? new MemoryStorage() : SyncFileRaftStorage.open(dir, SIM_SEALER);
+  }
 }
+
+/** The files of the simulation are checksummed and bound to their position, not encrypted: speed. */
+const SIM_SEALER = new InsecureSealer();
 
 export function runRaftSim(seed: number, options: RaftSimOptions = {}): RaftSimStats {
   return new RaftSim(seed, options).run();
@@ -164,7 +176,8 @@ export class RaftSim {
     this.prng = new Prng(seed);
     this.profile = faultProfile(this.prng);
     this.ids = Array.from({ length: this.profile.members }, (_, k) => `n${k + 1}`);
-    this.hosts = this.ids.map((id) => new Host(id, this.prng.int(TICK_UNITS)));
+    const dir = options.filesDir;
+    this.hosts = this.ids.map((id) => new Host(id, this.prng.int(TICK_UNITS), dir === undefined ? null : `${dir}/${id}`));
     this.chaosUnits = options.chaosUnits ?? 4000;
     this.healUnits = options.healUnits ?? 4000;
     this.trace = options.trace;
@@ -186,6 +199,8 @@ export class RaftSim {
       this.checker.durable(this.hosts);
     } catch (e) {
       throw new RaftSimFailure(this.seed, this.now, e);
+    } finally {
+      for (const h of this.hosts) if (h.storage instanceof SyncFileRaftStorage) h.storage.close();
     }
     this.stats.units = this.now;
     this.stats.leaders = this.checker.leaders();
@@ -300,6 +315,10 @@ export class RaftSim {
 
   /** A member starts from what its disk holds: hard state, entries and snapshot. */
   private restart(h: Host): void {
+    if (h.storage instanceof SyncFileRaftStorage) {
+      h.storage.close();
+      h.storage = SyncFileRaftStorage.open(h.dir!, SIM_SEALER);
+    }
     const snap = h.storage.snapshot();
     h.values = decodeValues(snap);
     h.role = 'follower';
@@ -392,15 +411,25 @@ export class RaftSim {
   }
 
   private persist(h: Host, rd: Ready): void {
-    if (rd.snapshot) this.installSnapshot(h, rd.snapshot);
+    const s = h.storage;
+    if (s instanceof SyncFileRaftStorage) {
+      // One write for the whole Ready, as a real host does.
+      if (rd.snapshot) this.installSnapshot(h, rd.snapshot);
+      this.noteEntries(h, rd.entries, rd.snapshot);
+      s.save(rd);
+      return;
+    }
+    if (rd.snapshot) {
+      this.installSnapshot(h, rd.snapshot);
+      s.applySnapshot(rd.snapshot);
+    }
     this.appendEntries(h, rd.entries);
-    if (rd.hardState) h.storage.setHardState(rd.hardState);
+    if (rd.hardState) s.setHardState(rd.hardState);
   }
 
   private installSnapshot(h: Host, snap: Snapshot): void {
     const values = decodeValues(snap);
     this.checker.snapshotInstalled(h.id, values);
-    h.storage.applySnapshot(snap);
     h.values = values;
     for (const index of h.writes.keys()) if (index <= snap.meta.index) h.writes.delete(index); // outcome unknown to it
     this.stats.snapshotsInstalled++;
@@ -408,21 +437,37 @@ export class RaftSim {
   }
 
   private appendEntries(h: Host, entries: readonly Entry[]): void {
+    const s = h.storage;
+    assert(s instanceof MemoryStorage, 'only the memory disk appends entry by entry');
+    this.noteEntries(h, entries, null);
+    s.append(entries);
+  }
+
+  /** Tells the checker what the member persists (log matching), before it does. */
+  private noteEntries(h: Host, entries: readonly Entry[], snap: Snapshot | null): void {
     if (entries.length === 0) return;
-    const prevTerm = h.storage.term(entries[0].index - 1);
+    const before = entries[0].index - 1;
+    const prevTerm = snap !== null && snap.meta.index === before ? snap.meta.term : h.storage.term(before);
     assert(prevTerm !== null, `${h.id} appends at ${entries[0].index} with no entry before it`);
     this.checker.persisted(h.id, entries.map((e) => ({ index: e.index, term: e.term, data: decodeId(e.data) })), prevTerm);
-    h.storage.append(entries);
   }
 
   /** The member dies while persisting: a prefix of the work reaches the disk, nothing is sent or applied. */
   private persistTorn(h: Host, rd: Ready): void {
     this.stats.tornPersists++;
+    const s = h.storage;
+    if (s instanceof SyncFileRaftStorage) {
+      // Whatever prefix survives, every entry in it was meant for this log: check them all.
+      if (rd.snapshot) this.checker.snapshotInstalled(h.id, decodeValues(rd.snapshot));
+      this.noteEntries(h, rd.entries, rd.snapshot);
+      this.crash(h, `crashes persisting (${s.saveTorn(rd, this.prng)})`);
+      return;
+    }
     const snapshotKept = rd.snapshot === null || this.chance(0.5);
-    if (rd.snapshot && snapshotKept) h.storage.applySnapshot(rd.snapshot);
+    if (rd.snapshot && snapshotKept) s.applySnapshot(rd.snapshot);
     const kept = snapshotKept ? this.prng.int(rd.entries.length + 1) : 0;
     this.appendEntries(h, rd.entries.slice(0, kept));
-    if (snapshotKept && kept === rd.entries.length && rd.hardState && this.chance(0.5)) h.storage.setHardState(rd.hardState);
+    if (snapshotKept && kept === rd.entries.length && rd.hardState && this.chance(0.5)) s.setHardState(rd.hardState);
     this.crash(h, `crashes persisting (kept ${kept} of ${rd.entries.length} entries)`);
   }
 

@@ -1,0 +1,237 @@
+import { SvcError } from '../../base/errors.js';
+import type { Prng } from '../../base/prng.js';
+import { RaftNode, type Entry, type HardState, type Message, type RaftOptions, type RaftStatus, type Snapshot, type Storage, type Transport } from '../raft/index.js';
+
+/**
+ * One member of a consensus group, driven: the host's Ready loop around RaftNode (persist, then send,
+ * then apply, then advance), and the Proposer seam a shard's write path goes through (issue 17): a
+ * write is acknowledged only once a quorum holds it durably and this member applied it.
+ *
+ * It does no I/O of its own: the durable log (core/storage/raft-log.ts), the transport
+ * (roles/raft/transport.ts) and the state machine are given, and so are time (the host calls tick())
+ * and received messages (receive()). The Proposer interface belongs to the shard layer once it lands
+ * (STYLE.md: LocalShard writes through a Proposer: local, follower, raft).
+ */
+
+/** What the member needs of its log beyond Raft's reads: RaftLog's save (one write + fsync per Ready). */
+export interface DurableRaftStorage extends Storage {
+  save(update: { snapshot?: Snapshot | null; entries?: readonly Entry[]; hardState?: HardState | null; sync?: boolean }): Promise<void>;
+}
+
+export interface ProposeAck {
+  readonly index: number;
+  readonly term: number;
+}
+
+/** The write path's seam: resolves once the write is committed and applied; never acknowledges less. */
+export interface Proposer {
+  propose(data: Uint8Array, signal?: AbortSignal): Promise<ProposeAck>;
+}
+
+/** The replicated state machine: every committed entry once, in order (a leader's no-op has empty data). */
+export interface StateMachine {
+  apply(entry: Entry): void | Promise<void>;
+  /** Replaces the whole state with a snapshot received from the leader. */
+  restore(snapshot: Snapshot): void | Promise<void>;
+}
+
+export interface ConsensusMemberOptions {
+  readonly id: string;
+  readonly members: readonly string[];
+  readonly storage: DurableRaftStorage;
+  readonly transport: Transport;
+  readonly stateMachine: StateMachine;
+  readonly prng: Prng;
+  readonly electionTicks: number;
+  readonly heartbeatTicks: number;
+  /** The state machine's applied index at start (its checkpoint); at least the snapshot's index. */
+  readonly applied?: number;
+  readonly raft?: Omit<Partial<RaftOptions>, 'id' | 'members' | 'storage' | 'prng' | 'electionTicks' | 'heartbeatTicks' | 'applied'>;
+  readonly log?: (message: string, detail?: Record<string, unknown>) => void;
+}
+
+interface PendingRead {
+  readonly resolve: (index: number) => void;
+  readonly reject: (e: unknown) => void;
+  /** Set once the leader confirmed the read index; answered when the state machine reaches it. */
+  index: number | null;
+}
+
+interface Pending {
+  readonly term: number;
+  readonly resolve: (ack: ProposeAck) => void;
+  readonly reject: (e: unknown) => void;
+}
+
+export class ConsensusMember implements Proposer {
+  private readonly node: RaftNode;
+  private readonly pending = new Map<number, Pending>();
+  private readonly reads = new Map<string, PendingRead>();
+  private nextRead = 1;
+  private applied: number;
+  private running = false;
+  private failed: unknown = null;
+  private closed = false;
+  private idle: (() => void)[] = [];
+
+  constructor(private readonly o: ConsensusMemberOptions) {
+    this.node = new RaftNode({
+      ...o.raft, id: o.id, members: o.members, storage: o.storage, prng: o.prng,
+      electionTicks: o.electionTicks, heartbeatTicks: o.heartbeatTicks, applied: o.applied ?? o.storage.snapshot().meta.index,
+    });
+    this.applied = o.applied ?? o.storage.snapshot().meta.index;
+  }
+
+  /** One logical clock tick (the host's timer: heartbeatTicks of them make a heartbeat interval). */
+  tick(): void {
+    if (!this.usable()) return;
+    this.node.tick();
+    this.kick();
+  }
+
+  /** A message from a peer, as the transport delivered it. */
+  receive(m: Message): void {
+    if (!this.usable()) return;
+    this.node.step(m);
+    this.kick();
+  }
+
+  propose(data: Uint8Array, signal?: AbortSignal): Promise<ProposeAck> {
+    if (!this.usable()) return Promise.reject(this.failed ?? new SvcError('unavailable', 'the consensus member is closed'));
+    if (signal?.aborted === true) return Promise.reject(notAcknowledged('the request was cancelled before it was proposed'));
+    const r = this.node.propose(data);
+    if (!r.ok) {
+      return Promise.reject(r.reason === 'busy'
+        ? new SvcError('unavailable', 'too many writes wait for the quorum; retry shortly', { reason: 'busy' })
+        : new SvcError('unavailable', `this member is not the leader (leader: ${r.leaderId ?? 'none known'})`, { reason: 'not_leader', leaderId: r.leaderId }));
+    }
+    return new Promise<ProposeAck>((resolve, reject) => {
+      const onAbort = (): void => {
+        if (this.pending.delete(r.index)) reject(notAcknowledged('no quorum acknowledged the write in time; it may still be applied'));
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.pending.set(r.index, {
+        term: r.term,
+        resolve: (ack) => { signal?.removeEventListener('abort', onAbort); resolve(ack); },
+        reject: (e) => { signal?.removeEventListener('abort', onAbort); reject(e); },
+      });
+      this.kick();
+    });
+  }
+
+  /**
+   * A linearizable read (ReadIndex): resolves with an index once this member's state machine has
+   * applied through it, so reading the state machine then reflects every write acknowledged before
+   * the call, on a follower too (it asks the leader). Without an answer in time (no leader, leadership
+   * lost) the caller's signal ends it with `unavailable`.
+   */
+  readBarrier(signal?: AbortSignal): Promise<number> {
+    if (!this.usable()) return Promise.reject(this.failed ?? new SvcError('unavailable', 'the consensus member is closed'));
+    const ctx = `r${this.nextRead++}`;
+    const r = this.node.readIndex(ctx);
+    if (!r.ok) return Promise.reject(new SvcError('unavailable', r.reason === 'busy' ? 'too many reads wait for the leader' : 'no leader is known to confirm a strong read', { reason: r.reason }));
+    return new Promise<number>((resolve, reject) => {
+      const onAbort = (): void => {
+        if (this.reads.delete(ctx)) reject(new SvcError('unavailable', 'the leader did not confirm the strong read in time', { reason: 'read_timeout' }));
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.reads.set(ctx, {
+        index: null,
+        resolve: (index) => { signal?.removeEventListener('abort', onAbort); resolve(index); },
+        reject: (e) => { signal?.removeEventListener('abort', onAbort); reject(e); },
+      });
+      this.kick();
+    });
+  }
+
+  status(): RaftStatus {
+    return this.node.status();
+  }
+
+  /** Proposals waiting for their commit (tests: none left behind). */
+  get waiting(): number {
+    return this.pending.size;
+  }
+
+  /** Stops taking input and waits for the Ready in progress; pending proposals fail as not acknowledged. */
+  async close(): Promise<void> {
+    this.closed = true;
+    while (this.running) await new Promise<void>((r) => this.idle.push(r));
+    this.failAll(notAcknowledged('the consensus member closed before the write committed'));
+  }
+
+  private usable(): boolean {
+    return !this.closed && this.failed === null;
+  }
+
+  private kick(): void {
+    if (this.running) return;
+    this.running = true;
+    void this.loop();
+  }
+
+  /** Ready after Ready: persist (durable before anything is sent), send, apply, advance. */
+  private async loop(): Promise<void> {
+    try {
+      while (!this.closed && this.node.hasReady()) {
+        const rd = this.node.ready();
+        // Without mustSync only the commit index moved: written, not fsynced (RaftLogUpdate.sync).
+        await this.o.storage.save({ snapshot: rd.snapshot, entries: rd.entries, hardState: rd.hardState, sync: rd.mustSync });
+        if (rd.messages.length > 0) this.o.transport.send(rd.messages);
+        if (rd.snapshot) {
+          await this.o.stateMachine.restore(rd.snapshot);
+          this.applied = Math.max(this.applied, rd.snapshot.meta.index);
+          // Whether our own pending writes are in a leader's snapshot is unknown: never acknowledge a guess.
+          for (const [index, p] of this.pending) {
+            if (index > rd.snapshot.meta.index) continue;
+            this.pending.delete(index);
+            p.reject(notAcknowledged('a snapshot replaced this member\'s log before the write was seen to commit'));
+          }
+        }
+        for (const e of rd.committedEntries) {
+          await this.o.stateMachine.apply(e);
+          this.applied = e.index;
+          const p = this.pending.get(e.index);
+          if (p === undefined) continue;
+          this.pending.delete(e.index);
+          if (p.term === e.term) p.resolve({ index: e.index, term: e.term });
+          else p.reject(new SvcError('unavailable', 'the write was not committed: leadership changed and another entry took its place', { reason: 'overwritten' }));
+        }
+        for (const rs of rd.readStates) {
+          const read = this.reads.get(rs.ctx);
+          if (read !== undefined) read.index = rs.index;
+        }
+        this.answerReads();
+        this.node.advance(rd);
+      }
+    } catch (e) {
+      // A failed fsync or apply: what is durable is unknown, so this member stops (a restart recovers it).
+      this.failed = e;
+      this.o.log?.('consensus member stopped: persisting or applying failed', { error: e instanceof Error ? e.message : String(e) });
+      this.failAll(notAcknowledged('the member failed to persist or apply; the write may or may not be committed'));
+    } finally {
+      this.running = false;
+      for (const r of this.idle.splice(0)) r();
+    }
+  }
+
+  /** Reads whose index the state machine has reached. */
+  private answerReads(): void {
+    for (const [ctx, read] of this.reads) {
+      if (read.index === null || read.index > this.applied) continue;
+      this.reads.delete(ctx);
+      read.resolve(read.index);
+    }
+  }
+
+  private failAll(e: SvcError): void {
+    for (const p of this.pending.values()) p.reject(e);
+    this.pending.clear();
+    for (const r of this.reads.values()) r.reject(e);
+    this.reads.clear();
+  }
+}
+
+function notAcknowledged(why: string): SvcError {
+  return new SvcError('unavailable', `the write is not acknowledged: ${why}`, { reason: 'not_acknowledged' });
+}

@@ -1,0 +1,251 @@
+import { describe, expect, it } from 'vitest';
+import { mkdtemp, readdir, readFile, rm, stat, truncate, writeFile, cp } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Prng } from '../base/prng.js';
+import { InsecureSealer, XChaChaSealer } from '../crypto/sealer.js';
+import { randomDataKey } from '../crypto/keys.js';
+import { MemoryStorage, type Storage } from '../cluster/raft/index.js';
+import { FaultyFileSystem, SimulatedCrash } from '../testing/faulty-fs.js';
+import { StorageCorruption } from './errors.js';
+import { NodeFileSystem } from './fs.js';
+import { RaftLog, type RaftLogUpdate } from './raft-log.js';
+
+const quiet = (): void => {};
+const sealer = new XChaChaSealer(randomDataKey());
+
+/** Everything raft can read of a Storage, as comparable data. */
+function dump(s: Storage): unknown {
+  const first = s.firstIndex();
+  const last = s.lastIndex();
+  const hex = (b: Uint8Array): string => Buffer.from(b).toString('hex');
+  const snap = s.snapshot();
+  return {
+    hard: s.hardState(), first, last, baseTerm: s.term(first - 1),
+    snap: { meta: snap.meta, data: hex(snap.data) },
+    entries: s.entries(first, last + 1, Number.MAX_SAFE_INTEGER).map((e) => `${e.index}/${e.term}/${hex(e.data)}`),
+  };
+}
+
+type Op =
+  | { k: 'save'; u: RaftLogUpdate }
+  | { k: 'snapshot'; index: number; data: Uint8Array }
+  | { k: 'compact'; index: number };
+
+const bytes = (prng: Prng, max: number): Uint8Array => Uint8Array.from({ length: prng.int(max + 1) }, () => prng.int(256));
+const vote = (prng: Prng): string | null => [null, 'n1', 'n2', 'n3'][prng.int(4)];
+
+/** A random operation a host could legally ask of its storage, given the state so far (the model's). */
+function nextOp(prng: Prng, m: MemoryStorage): Op {
+  const hard = m.hardState();
+  const last = m.lastIndex();
+  const snapIndex = m.snapshot().meta.index;
+  const r = prng.int(20);
+  if (r < 11) {
+    // Appends start anywhere after the commit index: at the end, or over a conflicting tail.
+    const start = hard.commit + 1 + prng.int(last - hard.commit + 1);
+    const term = Math.max(hard.term, m.term(start - 1) ?? 0) + prng.int(2);
+    const entries = Array.from({ length: 1 + prng.int(5) }, (_, k) => ({ index: start + k, term, data: bytes(prng, 60) }));
+    const end = start + entries.length - 1;
+    const hardState = prng.int(3) === 0 ? null : { term, vote: vote(prng), commit: hard.commit + prng.int(end - hard.commit + 1) };
+    return { k: 'save', u: { entries, hardState } };
+  }
+  if (r < 14) return { k: 'save', u: { hardState: { term: hard.term + prng.int(2), vote: vote(prng), commit: hard.commit + prng.int(last - hard.commit + 1) } } };
+  if (r < 15) {
+    const index = Math.max(last, hard.commit) + prng.int(6);
+    const term = Math.max(hard.term, m.term(last) ?? 0) + prng.int(2);
+    return { k: 'save', u: { snapshot: { meta: { index, term }, data: bytes(prng, 200) }, hardState: { term, vote: vote(prng), commit: index } } };
+  }
+  if (r < 18 && hard.commit > snapIndex) return { k: 'snapshot', index: snapIndex + 1 + prng.int(hard.commit - snapIndex), data: bytes(prng, 200) };
+  if (snapIndex > m.firstIndex() - 1) return { k: 'compact', index: m.firstIndex() + prng.int(snapIndex - m.firstIndex() + 1) };
+  return { k: 'save', u: { hardState: { ...hard, commit: hard.commit } } };
+}
+
+function applyModel(m: MemoryStorage, op: Op): void {
+  if (op.k === 'snapshot') m.createSnapshot(op.index, op.data);
+  else if (op.k === 'compact') m.compact(op.index);
+  else {
+    if (op.u.snapshot) m.applySnapshot(op.u.snapshot);
+    m.append(op.u.entries ?? []);
+    if (op.u.hardState) m.setHardState(op.u.hardState);
+  }
+}
+
+async function applyLog(log: RaftLog, op: Op): Promise<void> {
+  if (op.k === 'snapshot') await log.createSnapshot(op.index, op.data);
+  else if (op.k === 'compact') await log.compact(op.index);
+  else await log.save(op.u);
+}
+
+describe('RaftLog', () => {
+  it('is a raft Storage, and reads back after a reopen what it was given', async () => {
+    const fs = new FaultyFileSystem(1);
+    fs.yieldEachOp = false;
+    const opts = { sealer, log: quiet, segmentBytesMax: 500 };
+    const log = await RaftLog.open(fs, '/d/raft', opts);
+    const storage: Storage = log;
+    const model = new MemoryStorage();
+    const prng = new Prng(1);
+    for (let k = 0; k < 400; k++) {
+      const op = nextOp(prng, model);
+      applyModel(model, op);
+      await applyLog(log, op);
+      expect(dump(storage), `op ${k}`).toEqual(dump(model));
+    }
+    await log.close();
+    const again = await RaftLog.open(fs, '/d/raft', opts);
+    expect(dump(again)).toEqual(dump(model));
+    // Compaction deleted whole files: the directory holds a bounded number of them.
+    expect((await fs.readdir('/d/raft')).length).toBeLessThan(40);
+    await again.close();
+  });
+
+  it('drops a conflicting tail durably: a reopen does not resurrect it', async () => {
+    const fs = new FaultyFileSystem(2);
+    const opts = { sealer: new InsecureSealer(), log: quiet };
+    const log = await RaftLog.open(fs, '/r', opts);
+    const e = (index: number, term: number, s: string) => ({ index, term, data: new Uint8Array(Buffer.from(s)) });
+    await log.save({ entries: [e(1, 1, 'a'), e(2, 1, 'b'), e(3, 1, 'c')], hardState: { term: 1, vote: 'n1', commit: 1 } });
+    await log.save({ entries: [e(2, 2, 'B')], hardState: { term: 2, vote: null, commit: 1 } });
+    await log.close();
+    const again = await RaftLog.open(fs, '/r', opts);
+    expect(again.lastIndex()).toBe(2);
+    expect(again.term(2)).toBe(2);
+    expect(Buffer.from(again.entries(2, 3, 10)[0].data).toString()).toBe('B');
+    expect(again.hardState()).toEqual({ term: 2, vote: null, commit: 1 });
+    await again.close();
+  });
+
+  it('recovers exactly an acknowledged state at 300 random crash points (power loss: unsynced writes dropped, kept or torn)', async () => {
+    let afterAcks = 0;
+    for (let point = 0; point < 300; point++) {
+      const seed = 5000 + point;
+      const fs = new FaultyFileSystem(seed);
+      fs.yieldEachOp = false;
+      const prng = new Prng(seed);
+      const model = new MemoryStorage();
+      const opts = { sealer, log: quiet, segmentBytesMax: 300 + prng.int(2000) };
+      let acked = dump(model);
+      let inFlight = acked;
+      fs.crashAfter(1 + prng.int(400), {});
+      let ops = 0;
+      try {
+        const log = await RaftLog.open(fs, '/d/raft', opts);
+        for (; ops < 200; ops++) {
+          const op = nextOp(prng, model);
+          applyModel(model, op);
+          inFlight = dump(model);
+          await applyLog(log, op);
+          acked = inFlight;
+        }
+        await log.close();
+      } catch (e) {
+        if (!(e instanceof SimulatedCrash)) throw new Error(`seed ${seed}: ${String(e)}`, { cause: e });
+      }
+      if (ops > 0) afterAcks++;
+      if (!fs.crashed) fs.crash();
+      fs.restart();
+      const log = await RaftLog.open(fs, '/d/raft', opts).catch((e: unknown) => {
+        throw new Error(`seed ${seed}: reopen failed: ${String(e)}`, { cause: e });
+      });
+      const got = dump(log);
+      // The crash may have come after the in-flight write was durable, never in between.
+      if (JSON.stringify(got) !== JSON.stringify(inFlight)) expect(got, `seed ${seed}`).toEqual(acked);
+      // And the recovered log takes writes again, which a further reopen keeps.
+      const next = { index: log.lastIndex() + 1, term: log.hardState().term + 1, data: new Uint8Array([1, 2, 3]) };
+      await log.save({ entries: [next], hardState: { term: next.term, vote: null, commit: log.hardState().commit } });
+      const before = dump(log);
+      await log.close();
+      const again = await RaftLog.open(fs, '/d/raft', opts);
+      expect(dump(again), `seed ${seed} after recovery`).toEqual(before);
+      await again.close();
+    }
+    expect(afterAcks).toBeGreaterThan(250);
+  });
+
+  it('cuts a batch torn at any byte offset back to the batch before it (real files)', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'svc-rlog-'));
+    try {
+      const fs = new NodeFileSystem();
+      const opts = { sealer, log: quiet, segmentBytesMax: 1 << 20 };
+      const model = new MemoryStorage();
+      const prng = new Prng(42);
+      const log = await RaftLog.open(fs, join(dir, 'raft'), opts);
+      for (let k = 0; k < 30; k++) {
+        const op = nextOp(prng, model);
+        if (op.k !== 'save' || op.u.snapshot) continue;
+        applyModel(model, op);
+        await applyLog(log, op);
+      }
+      const durable = dump(model);
+      const file = join(dir, 'raft', (await readdir(join(dir, 'raft'))).find((n) => n.endsWith('.rlog'))!);
+      const sizeBefore = (await stat(file)).size;
+      const last = { entries: [1, 2, 3].map((k) => ({ index: model.lastIndex() + k, term: model.hardState().term + 1, data: bytes(prng, 80) })), hardState: { term: model.hardState().term + 1, vote: 'n2', commit: model.hardState().commit } };
+      await log.save(last);
+      await log.close();
+      const sizeAfter = (await stat(file)).size;
+      const full = await readFile(file);
+      for (let trial = 0; trial < 40; trial++) {
+        const cutAt = sizeBefore + prng.int(sizeAfter - sizeBefore);
+        const copy = await mkdtemp(join(tmpdir(), 'svc-rlog-torn-'));
+        try {
+          await cp(join(dir, 'raft'), copy, { recursive: true });
+          const torn = join(copy, file.slice(file.lastIndexOf('/') + 1));
+          if (trial % 2 === 0) await truncate(torn, cutAt);
+          else await writeFile(torn, Buffer.concat([full.subarray(0, cutAt), Buffer.alloc(sizeAfter - cutAt)])); // zero-filled tail
+          const reopened = await RaftLog.open(fs, copy, opts);
+          expect(dump(reopened), `cut at ${cutAt}`).toEqual(durable);
+          await reopened.close();
+          expect((await stat(torn)).size).toBe(sizeBefore);
+        } finally {
+          await rm(copy, { recursive: true, force: true });
+        }
+      }
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('writes a commit-only update without fsync when asked: lost at power loss, durable after the next synced write', async () => {
+    for (const fate of ['drop', 'tear', 'keep'] as const) {
+      const fs = new FaultyFileSystem(9);
+      const opts = { sealer, log: quiet };
+      const log = await RaftLog.open(fs, '/r', opts);
+      const e = (index: number) => ({ index, term: 2, data: new Uint8Array(30).fill(index) });
+      await log.save({ entries: [e(1), e(2), e(3)], hardState: { term: 2, vote: 'n1', commit: 1 } });
+      const fsyncs = fs.stats.fsyncs;
+      await log.save({ hardState: { term: 2, vote: 'n1', commit: 3 }, sync: false });
+      expect(fs.stats.fsyncs).toBe(fsyncs);
+      fs.crash({ writes: fate });
+      fs.restart();
+      const again = await RaftLog.open(fs, '/r', opts);
+      expect(again.lastIndex()).toBe(3);
+      expect([1, 3]).toContain(again.hardState().commit);
+      if (fate === 'drop') expect(again.hardState().commit).toBe(1);
+      // A change of vote or term is never left unsynced, whatever the caller says.
+      const before = fs.stats.fsyncs;
+      await again.save({ hardState: { term: 3, vote: null, commit: 2 }, sync: false });
+      expect(fs.stats.fsyncs).toBe(before + 1);
+      await again.save({ hardState: { term: 3, vote: null, commit: 3 }, sync: false });
+      await again.save({ entries: [e(4)] });
+      fs.crash({ writes: 'drop' });
+      fs.restart();
+      const third = await RaftLog.open(fs, '/r', opts);
+      expect(third.hardState()).toEqual({ term: 3, vote: null, commit: 3 });
+      expect(third.lastIndex()).toBe(4);
+      await third.close();
+    }
+  });
+
+  it('refuses to open on damage inside a complete batch (a flipped bit), naming the file', async () => {
+    const fs = new FaultyFileSystem(3);
+    const opts = { sealer, log: quiet };
+    const log = await RaftLog.open(fs, '/r', opts);
+    const e = (index: number) => ({ index, term: 1, data: new Uint8Array(20) });
+    await log.save({ entries: [e(1), e(2)], hardState: { term: 1, vote: null, commit: 0 } });
+    await log.save({ entries: [e(3)], hardState: { term: 1, vote: null, commit: 2 } });
+    await log.close();
+    fs.flipBit('/r/00000000000000000001.rlog', (16 + 40) * 8 + 3);
+    await expect(RaftLog.open(fs, '/r', opts)).rejects.toThrow(StorageCorruption);
+  });
+});

@@ -1,0 +1,232 @@
+import { randomBytes } from 'node:crypto';
+import * as net from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import fc from 'fast-check';
+import type { Message } from '../../core/cluster/raft/index.js';
+import { decodeMessages, encodeMessages } from '../../core/cluster/raft-wire/codec.js';
+import { encodeFrame, FrameDecoder, FrameType } from '../../core/cluster/raft-wire/frame.js';
+import { authKey, decodeChallenge, decodeHello, encodeChallenge, encodeHello, proof } from '../../core/cluster/raft-wire/handshake.js';
+import { freePort } from '../testing/free-port.js';
+import { RaftTransport, type RaftPeer, type RaftTransportOptions } from './transport.js';
+
+const SECRET = Buffer.from('correct horse battery staple, 32+ chars');
+const open: RaftTransport[] = [];
+const servers: net.Server[] = [];
+
+afterEach(async () => {
+  await Promise.all(open.splice(0).map((t) => t.close()));
+  for (const s of servers.splice(0)) s.close();
+});
+
+interface Member {
+  t: RaftTransport;
+  got: Message[];
+}
+
+/** Members `ids`, started; `ghosts` are listed as peers but never run (the raw test clients pose as them). */
+async function group(ids: string[], over: Partial<RaftTransportOptions> = {}, secrets: (Buffer | null)[] = [], ghosts: string[] = []): Promise<{ members: Member[]; peers: RaftPeer[] }> {
+  const peers = await Promise.all([...ids, ...ghosts].map(async (id) => ({ id, host: '127.0.0.1', port: await freePort() })));
+  const members = ids.map((id, k) => {
+    const got: Message[] = [];
+    const t = new RaftTransport({
+      id, listen: { host: '127.0.0.1', port: peers[k].port }, peers, secret: secrets[k] === undefined ? SECRET : secrets[k], tls: null, insecure: false,
+      onMessage: (m) => got.push(m), limits: { backoffBaseMs: 10, backoffMaxMs: 100, handshakeTimeoutMs: 1000 }, ...over,
+    });
+    open.push(t);
+    return { t, got };
+  });
+  await Promise.all(members.map((m) => m.t.start()));
+  return { members, peers };
+}
+
+async function until(what: string, cond: () => boolean, ms = 5000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out waiting: ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+const hb = (from: string, to: string, term: number): Message => ({ type: 'heartbeat', from, to, term, commit: term, readSeq: 0, sent: 0 });
+const app = (from: string, to: string, index: number, bytes: number): Message => ({
+  type: 'app', from, to, term: 1, prevIndex: index - 1, prevTerm: 1, commit: 0, entries: [{ index, term: 1, data: new Uint8Array(bytes).fill(index % 251) }],
+});
+
+/** Sends until `cond` holds: the first messages may go before the links are up, and Raft would resend too. */
+async function sendUntil(t: RaftTransport, msgs: () => Message[], cond: () => boolean): Promise<void> {
+  const end = Date.now() + 5000;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error('timed out sending');
+    t.send(msgs());
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** A raw client that completes the dialer's side of the handshake (or not), for malformed-input tests. */
+async function rawDialer(port: number, from: string, to: string, secret: Buffer | null): Promise<net.Socket> {
+  const s = net.connect({ host: '127.0.0.1', port });
+  await new Promise<void>((r) => s.once('connect', () => r()));
+  const nonceA = randomBytes(32);
+  s.write(encodeFrame(FrameType.hello, encodeHello({ from, to, nonce: nonceA })));
+  const d = new FrameDecoder();
+  const challenge = await new Promise<Buffer>((resolve, reject) => {
+    s.on('data', (c: Buffer) => { for (const f of d.push(c)) resolve(f.payload); });
+    s.once('close', () => reject(new Error('closed during the handshake')));
+  });
+  const c = decodeChallenge(challenge);
+  s.write(encodeFrame(FrameType.proof, proof(secret === null ? null : authKey(secret), 'dialer', from, to, nonceA, c.nonce)));
+  return s;
+}
+
+const closed = (s: net.Socket): Promise<void> => new Promise((r) => (s.destroyed ? r() : s.once('close', () => r())));
+
+describe('RaftTransport on 127.0.0.1', () => {
+  it('three members exchange every kind of message, in order per pair, batched into few frames', async () => {
+    const { members } = await group(['n1', 'n2', 'n3']);
+    const ids = ['n1', 'n2', 'n3'];
+    await sendUntil(members[0].t, () => [hb('n1', 'n2', 0), hb('n1', 'n3', 0)], () => members[1].got.length > 0 && members[2].got.length > 0);
+    for (const m of members) m.got.length = 0;
+    const kinds = (from: string, to: string): Message[] => [
+      app(from, to, 7, 100),
+      { type: 'appResp', from, to, term: 2, index: 7, reject: true, hintIndex: 3, hintTerm: 1 },
+      { type: 'preVote', from, to, term: 3, lastIndex: 7, lastTerm: 2 },
+      { type: 'voteResp', from, to, term: 3, reject: false },
+      { type: 'heartbeatResp', from, to, term: 3, readSeq: 9, sent: 7, lastIndex: 7 },
+      { type: 'snap', from, to, term: 3, snapshot: { meta: { index: 5, term: 2 }, data: new Uint8Array([1, 2, 3]) } },
+      { type: 'readIndex', from, to, term: 3, ctx: 'r1' },
+      { type: 'readIndexResp', from, to, term: 3, ctx: 'r1', index: 7 },
+    ];
+    for (const [k, m] of members.entries()) {
+      const out: Message[] = [];
+      for (const to of ids) if (to !== ids[k]) out.push(...kinds(ids[k], to), ...Array.from({ length: 200 }, (_, i) => hb(ids[k], to, i + 1)));
+      m.t.send(out);
+    }
+    await until('all delivered', () => members.every((m) => m.got.length === 2 * 208));
+    for (const [k, m] of members.entries()) {
+      for (const from of ids.filter((x) => x !== ids[k])) {
+        const mine = m.got.filter((x) => x.from === from);
+        expect(JSON.stringify(mine)).toBe(JSON.stringify(decodeMessages(encodeMessages([...kinds(from, ids[k]), ...Array.from({ length: 200 }, (_, i) => hb(from, ids[k], i + 1))]))));
+      }
+    }
+    // Pipelined and batched: 416 messages from each member went out in far fewer frames.
+    for (const m of members) expect(m.t.stats.framesSent).toBeLessThan(100);
+  });
+
+  it('a member with a different secret is refused both ways and nothing it sends is delivered', async () => {
+    const { members } = await group(['n1', 'n2'], {}, [SECRET, Buffer.from('a different secret of 32+ characters!!')]);
+    await until('auth failures on both sides', () => members[0].t.stats.rejected.auth > 0 && members[1].t.stats.rejected.auth > 0);
+    members[0].t.send([hb('n1', 'n2', 1)]);
+    members[1].t.send([hb('n2', 'n1', 1)]);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(members[0].got).toEqual([]);
+    expect(members[1].got).toEqual([]);
+    expect(members[0].t.stats.handshakes + members[1].t.stats.handshakes).toBe(0);
+  });
+
+  it('closes and counts malformed and oversize frames (fuzzed), before and after the handshake, and keeps serving', async () => {
+    const { members, peers } = await group(['n1', 'n2'], { limits: { frameBytesMax: 64 << 10, backoffBaseMs: 10, backoffMaxMs: 100 } }, [], ['n3']);
+    const port = peers[1].port;
+    const n2 = members[1];
+    await fc.assert(fc.asyncProperty(fc.uint8Array({ minLength: 1, maxLength: 600 }), fc.boolean(), async (junk, afterHandshake) => {
+      const s = afterHandshake ? await rawDialer(port, 'n3', 'n2', SECRET) : net.connect({ host: '127.0.0.1', port });
+      s.on('error', () => undefined);
+      // A messages frame of junk, or raw junk on the stream.
+      s.write(afterHandshake ? encodeFrame(FrameType.messages, junk) : junk);
+      s.end();
+      await closed(s);
+    }), { numRuns: 60 });
+    // A hello longer than any handshake, an oversize length after it, and a message claiming another
+    // sender: each closes the connection.
+    const oversizeBefore = n2.t.stats.rejected.oversize;
+    const early = net.connect({ host: '127.0.0.1', port });
+    early.on('error', () => undefined);
+    const hello = Buffer.alloc(5);
+    hello.writeUInt32LE(10_000, 0);
+    hello[4] = FrameType.hello;
+    early.write(Buffer.concat([hello, Buffer.alloc(6000)])); // within frameBytesMax, past the handshake bound
+    await closed(early);
+    expect(n2.t.stats.rejected.oversize).toBe(oversizeBefore + 1);
+    const big = await rawDialer(port, 'n3', 'n2', SECRET);
+    const head = Buffer.alloc(5);
+    head.writeUInt32LE(1 << 20, 0);
+    big.write(head);
+    await closed(big);
+    const spoof = await rawDialer(port, 'n3', 'n2', SECRET);
+    spoof.write(encodeFrame(FrameType.messages, encodeMessages([hb('n1', 'n2', 1)])));
+    await closed(spoof);
+    const r = n2.t.stats.rejected;
+    expect(r.oversize).toBe(oversizeBefore + 2);
+    expect(r.misaddressed).toBe(1);
+    expect(r.malformed).toBeGreaterThan(10);
+    // Still serving its real peer.
+    n2.got.length = 0;
+    await sendUntil(members[0].t, () => [hb('n1', 'n2', 5)], () => n2.got.some((m) => m.term === 5));
+  });
+
+  it('a peer\'s newer connection replaces its older one (no half-open sockets pile up)', async () => {
+    const { peers } = await group(['n1', 'n2'], {}, [], ['n3']);
+    const first = await rawDialer(peers[1].port, 'n3', 'n2', SECRET);
+    first.on('error', () => undefined);
+    const second = await rawDialer(peers[1].port, 'n3', 'n2', SECRET);
+    await closed(first);
+    expect(second.destroyed).toBe(false);
+    second.destroy();
+  });
+
+  it('a peer that stops reading: the queue stays bounded, the excess is dropped and counted', async () => {
+    const port = await freePort();
+    // A fake n2 that completes the handshake, then never reads again.
+    const stalled = net.createServer((s) => {
+      const d = new FrameDecoder();
+      s.on('data', (c: Buffer) => {
+        for (const f of d.push(c)) {
+          if (f.type !== FrameType.hello) continue;
+          const h = decodeHello(f.payload);
+          const nonce = randomBytes(32);
+          s.write(encodeFrame(FrameType.challenge, encodeChallenge(nonce, proof(authKey(SECRET), 'acceptor', h.from, h.to, h.nonce, nonce))));
+          setTimeout(() => s.pause(), 20);
+        }
+      });
+    });
+    servers.push(stalled);
+    await new Promise<void>((r) => stalled.listen(port, '127.0.0.1', () => r()));
+    const t = new RaftTransport({
+      id: 'n1', listen: { host: '127.0.0.1', port: await freePort() }, peers: [{ id: 'n1', host: '127.0.0.1', port: 1 }, { id: 'n2', host: '127.0.0.1', port }],
+      secret: SECRET, tls: null, insecure: false, onMessage: () => undefined,
+      limits: { queueMessagesMax: 64, queueBytesMax: 8 << 20, batchBytesMax: 256 << 10 },
+    });
+    open.push(t);
+    await t.start();
+    await until('handshake', () => t.stats.handshakes === 1);
+    for (let round = 0; round < 60; round++) {
+      t.send(Array.from({ length: 20 }, (_, i) => app('n1', 'n2', round * 20 + i + 1, 64 << 10)));
+      await new Promise((r) => setImmediate(r));
+    }
+    expect(t.stats.dropped.queueFull).toBeGreaterThan(500);
+    // What went to the socket is bounded by the kernel's buffers plus one batch, not by what was offered (75 MiB).
+    expect(t.stats.bytesSent).toBeLessThan(40 << 20);
+  });
+
+  it('reconnects with backoff after the peer restarts, and delivers again', async () => {
+    const { members, peers } = await group(['n1', 'n2']);
+    await sendUntil(members[0].t, () => [hb('n1', 'n2', 1)], () => members[1].got.length > 0);
+    await members[1].t.close();
+    await sendUntil(members[0].t, () => [hb('n1', 'n2', 2)], () => members[0].t.stats.dropped.notConnected > 0);
+    const got: Message[] = [];
+    const again = new RaftTransport({
+      id: 'n2', listen: { host: '127.0.0.1', port: peers[1].port }, peers, secret: SECRET, tls: null, insecure: false,
+      onMessage: (m) => got.push(m),
+    });
+    open.push(again);
+    await again.start();
+    await sendUntil(members[0].t, () => [hb('n1', 'n2', 3)], () => got.some((m) => m.term === 3));
+    expect(members[0].t.stats.reconnects).toBeGreaterThan(0);
+  });
+
+  it('refuses a non-loopback address without TLS, and peers that could not authenticate each other, unless insecure', () => {
+    const o = { id: 'n1', peers: [], secret: SECRET, tls: null, insecure: false, onMessage: () => undefined };
+    expect(() => new RaftTransport({ ...o, listen: { host: '0.0.0.0', port: 7000 } })).toThrow(/not loopback and has no TLS/);
+    expect(() => new RaftTransport({ ...o, listen: { host: '0.0.0.0', port: 7000 }, insecure: true })).not.toThrow();
+    expect(() => new RaftTransport({ ...o, listen: { host: '127.0.0.1', port: 7000 }, secret: null })).toThrow(/SVC_RAFT_SECRET/);
+  });
+});

@@ -1,0 +1,455 @@
+import { randomBytes } from 'node:crypto';
+import * as net from 'node:net';
+import * as tls from 'node:tls';
+import { SvcError } from '../../core/base/errors.js';
+import type { Message, MessageHandler, NodeId, Transport } from '../../core/cluster/raft/index.js';
+import { decodeMessages, encodeMessages, encodedMessageBytes, WireError, WIRE_BATCH_MESSAGES_MAX } from '../../core/cluster/raft-wire/codec.js';
+import { encodeFrame, FrameDecoder, FrameType, HANDSHAKE_FRAME_BYTES_MAX, RAFT_FRAME_BYTES_MAX, type Frame } from '../../core/cluster/raft-wire/frame.js';
+import {
+  authKey, decodeChallenge, decodeHello, decodeProof, encodeChallenge, encodeHello, NONCE_BYTES, proof, proofMatches,
+} from '../../core/cluster/raft-wire/handshake.js';
+import { isLoopback } from '../config.js';
+
+/**
+ * The consensus transport on node:net (issue 17): one outbound connection per peer, dialled by this
+ * member, carrying its messages to that peer; inbound connections carry the peers' messages here.
+ *
+ * - Frames: `length u32 | type u8 | payload`, at most `frameBytesMax` (RAFT_FRAME_BYTES_MAX, 64 MiB);
+ *   messages in the versioned binary encoding of core/cluster/raft-wire/codec.ts.
+ * - Batching and pipelining: whatever is queued for a peer goes out as one frame of up to
+ *   `batchBytesMax`, without waiting for answers (Raft's inflight window paces appends). When the socket
+ *   stops draining (the peer reads slowly or not at all), messages wait in a per-peer queue bounded by
+ *   count and bytes; past it they are dropped and counted (`dropped.queueFull`), and Raft sends again.
+ *   While a peer is in reconnect backoff its messages are dropped (`dropped.notConnected`).
+ * - Reconnect with full-jitter exponential backoff (`backoffBaseMs` doubling up to `backoffMaxMs`).
+ * - Authentication, both ways: mutual TLS when `tls` has a CA (SVC_TLS_CERT, SVC_TLS_KEY,
+ *   SVC_TLS_CLIENT_CA), each side's certificate valid for that member's address in SVC_RAFT_MEMBERS; and the HMAC challenge-response of raft-wire/handshake.ts whenever a cluster
+ *   secret is set (SVC_RAFT_SECRET), which also binds both member ids. The secret is never sent or logged.
+ * - A non-loopback listen address needs TLS unless `insecure` (SVC_INSECURE=true), as for REST and gRPC.
+ * - A malformed or oversize frame, a failed handshake, a message naming other members: the connection
+ *   is closed and the reason counted (`rejected`); nothing a peer sends can throw out of this class.
+ */
+
+const INBOUND_KEEPALIVE_MS = 10_000;
+
+export interface RaftPeer {
+  readonly id: NodeId;
+  readonly host: string;
+  readonly port: number;
+}
+
+export interface RaftTransportTls {
+  /** PEM contents. */
+  readonly cert: string | Buffer;
+  readonly key: string | Buffer;
+  /** The CA members' certificates chain to; with it, both sides require and verify a certificate. */
+  readonly ca: string | Buffer | null;
+}
+
+export interface RaftTransportLimits {
+  readonly frameBytesMax: number;
+  /** A frame of messages closes at this many bytes (a single larger message still goes, alone). */
+  readonly batchBytesMax: number;
+  readonly queueMessagesMax: number;
+  readonly queueBytesMax: number;
+  readonly handshakeTimeoutMs: number;
+  readonly inboundConnectionsMax: number;
+  readonly backoffBaseMs: number;
+  readonly backoffMaxMs: number;
+}
+
+export const RAFT_TRANSPORT_LIMITS: RaftTransportLimits = Object.freeze({
+  frameBytesMax: RAFT_FRAME_BYTES_MAX,
+  batchBytesMax: 1 << 20,
+  queueMessagesMax: 4096,
+  queueBytesMax: 64 << 20,
+  handshakeTimeoutMs: 5000,
+  inboundConnectionsMax: 64,
+  backoffBaseMs: 50,
+  backoffMaxMs: 2000,
+});
+
+export interface RaftTransportOptions {
+  readonly id: NodeId;
+  /** This member's own entry of SVC_RAFT_MEMBERS (port 0 picks one: tests). */
+  readonly listen: { readonly host: string; readonly port: number };
+  readonly peers: readonly RaftPeer[];
+  readonly secret: Uint8Array | null;
+  readonly tls: RaftTransportTls | null;
+  readonly insecure: boolean;
+  readonly onMessage: MessageHandler;
+  readonly log?: (message: string, detail?: Record<string, unknown>) => void;
+  readonly limits?: Partial<RaftTransportLimits>;
+  /** [0, 1): the backoff's jitter. */
+  readonly random?: () => number;
+}
+
+export interface RaftTransportStats {
+  messagesSent: number;
+  messagesReceived: number;
+  framesSent: number;
+  bytesSent: number;
+  handshakes: number;
+  reconnects: number;
+  dropped: { queueFull: number; notConnected: number; tooLarge: number; unknownPeer: number };
+  rejected: { malformed: number; oversize: number; auth: number; misaddressed: number; handshakeTimeout: number; tooManyConnections: number; tls: number };
+}
+
+type RejectReason = keyof RaftTransportStats['rejected'];
+
+class Rejected extends Error {
+  constructor(readonly reason: RejectReason, message: string) {
+    super(message);
+  }
+}
+
+export class RaftTransport implements Transport {
+  readonly stats: RaftTransportStats = {
+    messagesSent: 0, messagesReceived: 0, framesSent: 0, bytesSent: 0, handshakes: 0, reconnects: 0,
+    dropped: { queueFull: 0, notConnected: 0, tooLarge: 0, unknownPeer: 0 },
+    rejected: { malformed: 0, oversize: 0, auth: 0, misaddressed: 0, handshakeTimeout: 0, tooManyConnections: 0, tls: 0 },
+  };
+  private readonly limits: RaftTransportLimits;
+  private readonly key: Buffer | null;
+  private readonly links = new Map<NodeId, PeerLink>();
+  private readonly inbound = new Set<net.Socket>();
+  /** The authenticated inbound connection of each peer: a peer dials us once, so a newer one replaces it. */
+  private readonly inboundByPeer = new Map<NodeId, net.Socket>();
+  private server: net.Server | null = null;
+  private closed = false;
+
+  constructor(readonly options: RaftTransportOptions) {
+    this.limits = { ...RAFT_TRANSPORT_LIMITS, ...options.limits };
+    if (!isLoopback(options.listen.host) && options.tls === null && !options.insecure) {
+      throw new SvcError('invalid_argument', `the consensus address ${options.listen.host}:${options.listen.port} is not loopback and has no TLS. Fix: set SVC_TLS_CERT and SVC_TLS_KEY, or use 127.0.0.1; SVC_INSECURE=true waives this`);
+    }
+    if (options.secret === null && options.tls?.ca == null && !options.insecure) {
+      throw new SvcError('invalid_argument', 'consensus peers must authenticate each other. Fix: set SVC_RAFT_SECRET (at least 32 characters, the same on every member) or mutual TLS (SVC_TLS_CERT, SVC_TLS_KEY and SVC_TLS_CLIENT_CA); SVC_INSECURE=true waives this');
+    }
+    this.key = options.secret === null ? null : authKey(options.secret);
+    for (const p of options.peers) if (p.id !== options.id) this.links.set(p.id, new PeerLink(this, p));
+  }
+
+  /** Listens on the member's address and dials every peer; resolves with the bound port. */
+  async start(): Promise<number> {
+    const onSocket = (s: net.Socket): void => this.accept(s);
+    const t = this.options.tls;
+    const server = t === null
+      ? net.createServer(onSocket)
+      : tls.createServer({ cert: t.cert, key: t.key, ca: t.ca ?? undefined, requestCert: t.ca !== null, rejectUnauthorized: t.ca !== null }, onSocket);
+    server.on('tlsClientError', () => void this.stats.rejected.tls++);
+    server.on('error', (e) => this.log('raft transport: listener error', { error: String(e) }));
+    this.server = server;
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(this.options.listen.port, this.options.listen.host, () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+    for (const l of this.links.values()) l.connect();
+    return (server.address() as net.AddressInfo).port;
+  }
+
+  /** Queues every message, then writes each touched peer's queue as few frames: one Ready, one batch. */
+  send(messages: readonly Message[]): void {
+    const touched = new Set<PeerLink>();
+    for (const m of messages) {
+      const link = this.links.get(m.to);
+      if (link === undefined) this.stats.dropped.unknownPeer++;
+      else if (link.enqueue(m)) touched.add(link);
+    }
+    for (const link of touched) link.flush();
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const l of this.links.values()) l.close();
+    for (const s of this.inbound) s.destroy();
+    const server = this.server;
+    if (server !== null) await new Promise<void>((resolve) => server.close(() => resolve()));
+  }
+
+  get isClosed(): boolean {
+    return this.closed;
+  }
+
+  // ---- shared with PeerLink ----
+
+  get lim(): RaftTransportLimits {
+    return this.limits;
+  }
+
+  get authKey(): Buffer | null {
+    return this.key;
+  }
+
+  random(): number {
+    return (this.options.random ?? Math.random)();
+  }
+
+  log(message: string, detail?: Record<string, unknown>): void {
+    this.options.log?.(message, detail);
+  }
+
+  reject(reason: RejectReason, socket: net.Socket, why: string, peer: string | null): void {
+    this.stats.rejected[reason]++;
+    this.log('raft transport: connection closed', { reason, why, peer, remote: `${socket.remoteAddress}:${socket.remotePort}` });
+    socket.destroy();
+  }
+
+  // ---- inbound ----
+
+  private accept(socket: net.Socket): void {
+    if (this.closed) {
+      socket.destroy();
+      return;
+    }
+    if (this.inbound.size >= this.limits.inboundConnectionsMax) {
+      this.reject('tooManyConnections', socket, `more than ${this.limits.inboundConnectionsMax} inbound connections`, null);
+      return;
+    }
+    this.inbound.add(socket);
+    socket.setNoDelay(true);
+    // A peer lost without a FIN (a partition) leaves a half-open socket: keepalive finds it eventually,
+    // and the peer's next handshake replaces it at once (below).
+    socket.setKeepAlive(true, INBOUND_KEEPALIVE_MS);
+    // Until the peer has proved itself it may not make this member buffer more than a handshake.
+    const decoder = new FrameDecoder(Math.min(HANDSHAKE_FRAME_BYTES_MAX, this.limits.frameBytesMax));
+    let state: 'hello' | 'proof' | 'ready' = 'hello';
+    let peer: string | null = null;
+    let expected: Buffer | null = null;
+    const timer = setTimeout(() => this.reject('handshakeTimeout', socket, 'no handshake in time', peer), this.limits.handshakeTimeoutMs);
+    socket.on('close', () => {
+      clearTimeout(timer);
+      this.inbound.delete(socket);
+      if (peer !== null && this.inboundByPeer.get(peer) === socket) this.inboundByPeer.delete(peer);
+    });
+    socket.on('error', () => undefined);
+    const onFrame = (f: Frame): void => {
+      if (state === 'ready') {
+        if (f.type !== FrameType.messages) throw new WireError(`frame type ${f.type} after the handshake`);
+        this.deliver(decodeMessages(f.payload), peer!);
+      } else if (state === 'hello') {
+        if (f.type !== FrameType.hello) throw new WireError(`frame type ${f.type} before hello`);
+        const hello = decodeHello(f.payload);
+        peer = hello.from;
+        if (hello.to !== this.options.id || !this.links.has(hello.from)) {
+          throw new Rejected('auth', `hello from '${hello.from}' to '${hello.to}': not a peer of '${this.options.id}'`);
+        }
+        this.checkPeerCertificate(socket, hello.from);
+        const nonce = randomBytes(NONCE_BYTES);
+        expected = proof(this.key, 'dialer', hello.from, hello.to, hello.nonce, nonce);
+        socket.write(encodeFrame(FrameType.challenge, encodeChallenge(nonce, proof(this.key, 'acceptor', hello.from, hello.to, hello.nonce, nonce))));
+        state = 'proof';
+      } else {
+        if (f.type !== FrameType.proof) throw new WireError(`frame type ${f.type} before the proof`);
+        if (!proofMatches(expected!, decodeProof(f.payload))) throw new Rejected('auth', 'the dialer\'s proof does not match (a different cluster secret?)');
+        clearTimeout(timer);
+        decoder.setFrameBytesMax(this.limits.frameBytesMax);
+        state = 'ready';
+        const older = this.inboundByPeer.get(peer!);
+        this.inboundByPeer.set(peer!, socket);
+        older?.destroy();
+      }
+    };
+    socket.on('data', (chunk: Buffer) => {
+      try {
+        for (const f of decoder.push(chunk)) {
+          if (socket.destroyed) return;
+          onFrame(f);
+        }
+      } catch (e) {
+        this.refuse(e, socket, peer);
+      }
+    });
+  }
+
+  /**
+   * Under mutual TLS the certificate must be valid for the address the claimed member has in
+   * SVC_RAFT_MEMBERS, as the dialer checks the acceptor's: a certificate of the cluster CA cannot pose
+   * as another member. (The secret's proofs bind the ids on their own.)
+   */
+  private checkPeerCertificate(socket: net.Socket, id: NodeId): void {
+    if (!(socket instanceof tls.TLSSocket) || this.options.tls?.ca == null) return;
+    const host = this.links.get(id)!.host;
+    const err = tls.checkServerIdentity(host, socket.getPeerCertificate());
+    if (err !== undefined) throw new Rejected('auth', `the certificate presented for '${id}' is not valid for its address ${host}: ${err.message}`);
+  }
+
+  /** Closes a connection for what it sent; anything not a wire or auth failure is a bug, logged loudly. */
+  refuse(e: unknown, socket: net.Socket, peer: string | null): void {
+    if (e instanceof Rejected) this.reject(e.reason, socket, e.message, peer);
+    else if (e instanceof WireError) this.reject(e.kind, socket, e.message, peer);
+    else {
+      this.log('raft transport: unexpected error on a connection (a bug)', { error: e instanceof Error ? e.stack : String(e), peer });
+      this.reject('malformed', socket, String(e), peer);
+    }
+  }
+
+  private deliver(messages: Message[], peer: string): void {
+    for (const m of messages) {
+      if (m.from !== peer || m.to !== this.options.id) throw new Rejected('misaddressed', `a message ${m.from}->${m.to} on ${peer}'s connection`);
+    }
+    for (const m of messages) {
+      this.stats.messagesReceived++;
+      try {
+        this.options.onMessage(m, peer);
+      } catch (e) {
+        // The host's failure, not the peer's: keep the connection, say it loudly.
+        this.log('raft transport: the message handler threw', { error: e instanceof Error ? e.stack : String(e), from: peer, type: m.type });
+      }
+    }
+  }
+}
+
+/** This member's outbound connection to one peer, with its queue, handshake and reconnect backoff. */
+class PeerLink {
+  private socket: net.Socket | null = null;
+  private state: 'connecting' | 'ready' | 'backoff' | 'closed' = 'backoff';
+  private queue: Message[] = [];
+  private queueBytes = 0;
+  private attempts = 0;
+  private timer: NodeJS.Timeout | null = null;
+  private waitingDrain = false;
+
+  constructor(private readonly t: RaftTransport, private readonly peer: RaftPeer) {}
+
+  get host(): string {
+    return this.peer.host;
+  }
+
+  /** Queues `m` unless it must be dropped (counted); the caller flushes. */
+  enqueue(m: Message): boolean {
+    const s = this.t.stats;
+    if (this.state === 'backoff' || this.state === 'closed') {
+      s.dropped.notConnected++;
+      return false;
+    }
+    const bytes = encodedMessageBytes(m);
+    const lim = this.t.lim;
+    if (bytes + 64 > lim.frameBytesMax) {
+      s.dropped.tooLarge++;
+      this.t.log('raft transport: a message is larger than a frame may be', { to: this.peer.id, type: m.type, bytes, frameBytesMax: lim.frameBytesMax });
+      return false;
+    }
+    if (this.queue.length >= lim.queueMessagesMax || this.queueBytes + bytes > lim.queueBytesMax) {
+      s.dropped.queueFull++;
+      return false;
+    }
+    this.queue.push(m);
+    this.queueBytes += bytes;
+    return true;
+  }
+
+  connect(): void {
+    if (this.state === 'closed' || this.t.isClosed) return;
+    this.state = 'connecting';
+    const { host, port } = this.peer;
+    const o = this.t.options;
+    const socket = o.tls === null
+      ? net.connect({ host, port })
+      : tls.connect({ host, port, cert: o.tls.cert, key: o.tls.key, ca: o.tls.ca ?? undefined, rejectUnauthorized: o.tls.ca !== null, servername: net.isIP(host) ? undefined : host });
+    this.socket = socket;
+    socket.setNoDelay(true);
+    // The peer called only ever sends its challenge.
+    const decoder = new FrameDecoder(HANDSHAKE_FRAME_BYTES_MAX);
+    const nonceA = randomBytes(NONCE_BYTES);
+    const handshakeTimer = setTimeout(() => this.t.reject('handshakeTimeout', socket, 'no handshake in time', this.peer.id), this.t.lim.handshakeTimeoutMs);
+    socket.once(o.tls === null ? 'connect' : 'secureConnect', () => {
+      socket.write(encodeFrame(FrameType.hello, encodeHello({ from: o.id, to: this.peer.id, nonce: nonceA })));
+    });
+    socket.on('data', (chunk: Buffer) => {
+      try {
+        for (const f of decoder.push(chunk)) {
+          if (this.state !== 'connecting' || f.type !== FrameType.challenge) throw new WireError(`frame type ${f.type} from the peer called`);
+          const c = decodeChallenge(f.payload);
+          const key = this.t.authKey;
+          if (!proofMatches(proof(key, 'acceptor', o.id, this.peer.id, nonceA, c.nonce), c.proof)) {
+            throw new Rejected('auth', `'${this.peer.id}' did not prove the cluster secret`);
+          }
+          socket.write(encodeFrame(FrameType.proof, proof(key, 'dialer', o.id, this.peer.id, nonceA, c.nonce)));
+          clearTimeout(handshakeTimer);
+          this.ready();
+        }
+      } catch (e) {
+        this.t.refuse(e, socket, this.peer.id);
+      }
+    });
+    socket.on('drain', () => {
+      this.waitingDrain = false;
+      this.flush();
+    });
+    socket.on('error', (e: NodeJS.ErrnoException) => {
+      if (e.code === 'ERR_SSL_TLSV1_ALERT_UNKNOWN_CA' || e.code?.startsWith('ERR_TLS') || e.code?.includes('CERT')) this.t.stats.rejected.tls++;
+    });
+    socket.on('close', () => {
+      clearTimeout(handshakeTimer);
+      if (this.socket === socket) this.lost();
+    });
+  }
+
+  private ready(): void {
+    this.state = 'ready';
+    this.attempts = 0;
+    this.t.stats.handshakes++;
+    this.flush();
+  }
+
+  /** The connection ended: drop what waited for it and dial again after a jittered backoff. */
+  private lost(): void {
+    this.socket = null;
+    this.waitingDrain = false;
+    this.t.stats.dropped.notConnected += this.queue.length;
+    this.queue = [];
+    this.queueBytes = 0;
+    if (this.state === 'closed') return;
+    this.state = 'backoff';
+    const lim = this.t.lim;
+    const ceiling = Math.min(lim.backoffMaxMs, lim.backoffBaseMs * 2 ** Math.min(this.attempts, 20));
+    this.attempts++;
+    this.timer = setTimeout(() => {
+      this.timer = null;
+      this.t.stats.reconnects++;
+      this.connect();
+    }, Math.floor(this.t.random() * ceiling));
+  }
+
+  /**
+   * Writes queued messages in frames of up to batchBytesMax until the socket asks to wait. While the
+   * socket asks to wait (the peer reads slowly), new messages gather in the queue for a bigger next frame.
+   */
+  flush(): void {
+    const socket = this.socket;
+    if (this.state !== 'ready' || socket === null || this.waitingDrain || socket.writableNeedDrain) return;
+    const lim = this.t.lim;
+    while (this.queue.length > 0) {
+      let n = 0;
+      let bytes = 0;
+      while (n < this.queue.length && n < WIRE_BATCH_MESSAGES_MAX) {
+        const b = encodedMessageBytes(this.queue[n]);
+        if (n > 0 && bytes + b > lim.batchBytesMax) break;
+        bytes += b;
+        n++;
+      }
+      const batch = this.queue.splice(0, n);
+      this.queueBytes -= bytes;
+      const frame = encodeFrame(FrameType.messages, encodeMessages(batch));
+      const s = this.t.stats;
+      s.messagesSent += batch.length;
+      s.framesSent++;
+      s.bytesSent += frame.length;
+      if (!socket.write(frame)) {
+        this.waitingDrain = true;
+        return;
+      }
+    }
+  }
+
+  close(): void {
+    this.state = 'closed';
+    if (this.timer !== null) clearTimeout(this.timer);
+    this.socket?.destroy();
+  }
+}
