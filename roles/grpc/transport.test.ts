@@ -19,6 +19,12 @@ type TestClient = Client & Record<string, (...a: unknown[]) => unknown>;
 let transport: GrpcTransport | undefined;
 let port = 0;
 const aborted: string[] = [];
+let lateStarted = 0;
+
+/** Polls until `ok()` (a loaded machine may take far longer than the few ms these calls need). */
+async function until(ok: () => boolean, ms = 10_000): Promise<void> {
+  for (const t0 = Date.now(); !ok() && Date.now() - t0 < ms;) await new Promise((r) => setTimeout(r, 10));
+}
 
 async function start(): Promise<void> {
   const methods = new Map<string, MethodHandler>([
@@ -32,10 +38,13 @@ async function start(): Promise<void> {
     ['/t.T/Late', {
       kind: 'unary',
       // Looks at its signal only when done: a cancel that came before must show there all the same.
-      handle: (call) => new Promise((resolve) => setTimeout(() => {
-        aborted.push(`late: aborted ${call.signal.aborted}`);
-        resolve({ message: Buffer.from('late') });
-      }, 150)),
+      handle: (call) => {
+        lateStarted++;
+        return new Promise((resolve) => setTimeout(() => {
+          aborted.push(`late: aborted ${call.signal.aborted}`);
+          resolve({ message: Buffer.from('late') });
+        }, 150));
+      },
     }],
     ['/t.T/Fail', { kind: 'unary', handle: async () => { throw new GrpcStatusError({ code: status.NOT_FOUND, details: 'no such thing: ünïcode 100%', metadata: { 'svc-error-code': 'not_found' } }); } }],
     ['/t.T/Tail', {
@@ -154,7 +163,12 @@ describe('gRPC transport', () => {
   it('drops the answer of a call the client cancelled, and keeps serving', async () => {
     await start();
     const c = grpcClient();
-    await cancelAfter(c, 'late', 50, 200); // the handler resolves after the reset
+    // Cancelled once the handler runs (not before the call reached it), and answered after the reset.
+    const started = lateStarted;
+    const call = c.late(Buffer.from(''), new Metadata(), () => undefined) as { cancel(): void };
+    await until(() => lateStarted > started);
+    call.cancel();
+    await until(() => aborted.includes('late: aborted true'));
     expect(aborted).toContain('late: aborted true');
     const r = await unary(c, 'echo', Buffer.from('still'));
     expect(r.res?.toString()).toBe('echo:still');
