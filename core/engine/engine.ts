@@ -462,6 +462,18 @@ export class Engine implements EngineApi {
     };
   }
 
+  async moveBatch(): Promise<unknown> {
+    throw invalidArgument('a router holds no points to move: a coordinator moves them between the shards themselves');
+  }
+
+  async moveCommit(): Promise<unknown> {
+    return this.moveBatch();
+  }
+
+  async moveApply(): Promise<unknown> {
+    return this.moveBatch();
+  }
+
   // eslint-disable-next-line require-yield
   async *replicate(_body?: ReplicateRequest, _signal?: AbortSignal): AsyncGenerator<ReplicationEvent> {
     throw invalidArgument('a router has no replication stream of its own: replicate each shard from its node');

@@ -117,6 +117,27 @@ export const ROUTE_DOCS: Readonly<Record<string, RouteDoc>> = {
     reply: textStats,
     fields: { text: 'the query text, analysed as query_text is (not embedded)' },
   },
+  'POST /v1/cluster/move/batch': {
+    summary: 'Internal: a coordinator\'s rebalance step (admin key scoped to *; REST only). Holds this node\'s point writes and answers the next batch of points it does not own in targets, as logical records, with a token and a lease; {done: true} once nothing is left',
+    reply: {
+      type: 'object',
+      properties: {
+        done: bool, move: str, token: str, collection: str, params: { type: 'object' }, cursor: str,
+        records: { type: 'array', items: str }, deletes: { type: 'array', items: str }, count: int, bytes: int, lease_ms: int,
+      },
+      required: ['done', 'move'],
+    },
+    fields: { move: 'the move id', self: 'this node\'s shard id', targets: 'the shard ids the points go to (rendezvous hash)', limit: 'most points in the batch (default 1000, at most 10000)', lease_ms: 'how long the batch may hold writes before its commit (default 30000)' },
+  },
+  'POST /v1/cluster/move/commit': {
+    summary: 'Internal: a rebalance batch\'s points leave this node and the move\'s cursor advances, in one WAL record; writes flow again',
+    reply: obj({ moved: int }),
+  },
+  'POST /v1/cluster/move/apply': {
+    summary: 'Internal: a rebalance batch\'s logical records written here (the collection created with params when missing), and ids to delete',
+    reply: obj({ applied: int, deleted: int }),
+    fields: { records: 'base64 of logical records (core/storage/codec.ts upsert or upsert_docs)', deletes: 'ids an uncommitted earlier batch sent that are gone at the source since', params: 'the collection\'s parameters, as collection info gives them' },
+  },
   'GET /v1/stats': { summary: 'Database overview, limited to the key\'s collections', reply: stats },
   'POST /v1/snapshots': { summary: 'Consistent online backup of the whole database under the snapshot root', reply: obj({ name: str, path: str, manifest_version: int, disk_bytes: int }) },
 };
