@@ -24,4 +24,6 @@ export interface ShardRef {
   /** For messages: `shard 2 (http://s2:6333)`. */
   name: string;
   shard: DataShard;
+  /** Its state in the map (absent: active). */
+  state?: 'active' | 'joining' | 'draining';
 }
