@@ -669,7 +669,12 @@ export class Database {
     const pid = checkPointId(id);
     const withVector = parseBool(opts.with_vector, 'with_vector', false);
     const p = col.point(pid);
-    if (p === undefined) throw notFound(`point '${pid}' does not exist in collection '${col.spec.name}'`);
+    if (p === undefined) {
+      // Taken by a rebalance move: a router whose map is older than the move asks the new owner.
+      const move = this.dir.move;
+      if (move !== null && movedIds(move, col.uid, [pid]).length > 0) throw movedError(move, [pid]);
+      throw notFound(`point '${pid}' does not exist in collection '${col.spec.name}'`);
+    }
     const out: PointOutput = { id: pid, payload: p.payload };
     if (withVector) this.attachVectors(col, out, pid, p.slot);
     return out;

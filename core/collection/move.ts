@@ -21,7 +21,7 @@ export const MOVE_SCAN_IDS_MAX = 50_000;
 /** Most bytes (vectors and payloads, estimated) of one batch. */
 export const MOVE_BATCH_BYTES_MAX = 16 << 20;
 /** How long a batch may hold the write gate before its commit (default), and the bounds of what a caller may ask. */
-export const MOVE_LEASE_MS_DEFAULT = 30_000;
+export const MOVE_LEASE_MS_DEFAULT = 5_000;
 const MOVE_LEASE_MS_MIN = 100;
 const MOVE_LEASE_MS_MAX = 300_000;
 /** Most target shards a move names (the coordinator's own cap). */

@@ -113,9 +113,21 @@ export class Engine implements EngineApi {
     return this.opts.moving?.() ?? false;
   }
 
-  /** Every shard's answer, or the first failure (an error of the request itself, or a shard's unavailability). */
-  private all<T>(fn: (s: ShardRef) => Promise<T>): Promise<T[]> {
-    return Promise.all(this.present().map(fn));
+  /**
+   * Every shard's answer, or the first failure (an error of the request itself, or a shard's
+   * unavailability). A joining shard that lacks the collection holds none of its points yet (the move
+   * creates it there with its first batch): it is left out of the answer, not an error.
+   */
+  private async all<T>(fn: (s: ShardRef) => Promise<T>): Promise<T[]> {
+    return this.each(this.present(), fn);
+  }
+
+  private async each<T>(shards: readonly ShardRef[], fn: (s: ShardRef) => Promise<T>): Promise<T[]> {
+    const r = await Promise.all(shards.map((s) => (s.state !== 'joining' ? fn(s) : fn(s).catch((e: unknown) => {
+      if (e instanceof SvcError && e.code === 'not_found') return SKIPPED;
+      throw e;
+    }))));
+    return r.filter((x): x is Awaited<T> => x !== SKIPPED);
   }
 
   /**
@@ -184,10 +196,16 @@ export class Engine implements EngineApi {
     try {
       return await first.shard.get(name, id, opts);
     } catch (e) {
+      const moved = movedOf(e);
+      if (moved !== null) {
+        // The owner's move took it: ask its new owner (our map is older than the move; read it again).
+        void this.opts.mapStale?.();
+        return (await this.shardById(owner(id, moved.targets))).shard.get(name, id, opts);
+      }
       if (!(e instanceof SvcError && e.code === 'not_found') || !this.moving) throw e;
       const others = this.present().filter((s) => s.id !== first.id);
       const found = await Promise.all(others.map((s) => s.shard.get(name, id, opts).catch((x: unknown) => {
-        if (x instanceof SvcError && x.code === 'not_found') return null;
+        if (x instanceof SvcError && (x.code === 'not_found' || x.code === 'moved')) return null;
         throw x;
       })));
       const hit = found.find((p) => p !== null);
@@ -503,9 +521,9 @@ export class Engine implements EngineApi {
     const shards = this.present();
     let textStats = given;
     if (textStats === undefined && shards.length > 1 && typeof body.query_text === 'string') {
-      textStats = sumTextStats(await Promise.all(shards.map((s) => s.shard.textStats(name, { text: body.query_text as string }))));
+      textStats = sumTextStats(await this.each(shards, (s) => s.shard.textStats(name, { text: body.query_text as string })));
     }
-    const parts = await Promise.all(shards.map((s) => s.shard.rankings(name, { ...body, depth, ...(textStats === undefined ? {} : { text_stats: textStats }) })));
+    const parts = await this.each(shards, (s) => s.shard.rankings(name, { ...body, depth, ...(textStats === undefined ? {} : { text_stats: textStats }) }));
     const merge = (lists: (Ranked[] | undefined)[], order: ScoreOrder): Ranked[] | undefined => {
       if (lists.every((l) => l === undefined)) return undefined;
       return mergeTopK(lists.map((l) => (l ?? []).map((r) => ({ ...r, rank: 0 }))), depth, order).map(({ rank: _, ...r }) => r);
@@ -615,6 +633,9 @@ function combine(acc: CollectionInfo | undefined, c: CollectionInfo): Collection
   if (acc === undefined) return { ...c };
   return { ...acc, count: acc.count + c.count, index_state: acc.index_state === 'stale' || c.index_state === 'stale' ? 'stale' : acc.index_state };
 }
+
+/** A joining shard's answer left out (see Engine.all). */
+const SKIPPED: unique symbol = Symbol('skipped');
 
 /** A shard's `moved` answer (core/collection/move.ts): the ids that left and the move's target set; else null. */
 function movedOf(e: unknown): { ids: string[]; targets: number[] } | null {

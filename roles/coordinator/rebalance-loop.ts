@@ -1,6 +1,6 @@
 import type { Coordinator } from '../../core/cluster/coordinator/coordinator.js';
 import { moveSource, type MoveClient } from '../../core/cluster/coordinator/mover.js';
-import type { MoveRecord } from '../../core/cluster/coordinator/rebalance.js';
+import { moveNeeded, type MoveRecord } from '../../core/cluster/coordinator/rebalance.js';
 import type { ClusterService } from '../../core/service/cluster.js';
 import type { Logs } from '../log.js';
 import type { CoordinatorMetrics } from './metrics.js';
@@ -17,9 +17,14 @@ export interface RebalanceLoopOptions {
   retryMs: number;
   batchPoints: number;
   leaseMs: number;
+  /**
+   * How long a map version must have been served before a move starts (twice the routers' refresh
+   * interval): a router that has not read the joining shard yet would not look for moved points there.
+   */
+  settleMs: number;
 }
 
-export const REBALANCE_DEFAULTS: RebalanceLoopOptions = { idleMs: 1000, retryMs: 1000, batchPoints: 1000, leaseMs: 30_000 };
+export const REBALANCE_DEFAULTS: RebalanceLoopOptions = { idleMs: 1000, retryMs: 1000, batchPoints: 1000, leaseMs: 5_000, settleMs: 10_000 };
 
 export function startRebalanceLoop(
   coordinator: Coordinator, client: MoveClient, cluster: ClusterService, series: CoordinatorMetrics, logs: Logs, o: RebalanceLoopOptions = REBALANCE_DEFAULTS,
@@ -29,6 +34,9 @@ export function startRebalanceLoop(
   let timer: NodeJS.Timeout | null = null;
   let running: Promise<void> | null = null;
   let failing = '';
+  // The map version seen and since when (monotonic): a move waits until it has been served settleMs.
+  let seenVersion = -1;
+  let seenAt = 0;
 
   const audit = (action: string, move: MoveRecord, reason: string): void => {
     cluster.service.auditEvent({ actor: 'rebalance', action, resource: `cluster/move/${move.id}`, outcome: 'ok', status: 200, requestId: `rebalance-${move.id}`, reason });
@@ -48,6 +56,13 @@ export function startRebalanceLoop(
   };
 
   const tick = async (): Promise<number> => {
+    const version = coordinator.current.version;
+    if (version !== seenVersion) {
+      seenVersion = version;
+      seenAt = performance.now();
+    }
+    const wait = coordinator.current.move === null ? o.settleMs - (performance.now() - seenAt) : 0;
+    if (wait > 0 && moveNeeded(coordinator.current)) return Math.min(wait, o.idleMs);
     const begun = await coordinator.beginMove();
     series.moving(begun !== null);
     if (begun === null) return o.idleMs;
@@ -69,11 +84,11 @@ export function startRebalanceLoop(
       return o.retryMs;
     }
     failing = '';
-    const version = await coordinator.endMove(move.id);
+    const after = await coordinator.endMove(move.id);
     series.moving(false);
     series.moveFinished();
-    log.info({ move: move.id, version }, 'rebalance move finished');
-    audit('rebalance_finish', move, `move ${move.id} finished (${what}); map version ${version}`);
+    log.info({ move: move.id, version: after }, 'rebalance move finished');
+    audit('rebalance_finish', move, `move ${move.id} finished (${what}); map version ${after}`);
     return 0;
   };
 

@@ -70,7 +70,7 @@ export async function startCoordinator(config: SvcConfig, logs: Logs): Promise<R
   }
   const restPort = (app.server.address() as AddressInfo).port;
   const loop = startAutoscaleLoop(coordinator, c, cluster, series, logs);
-  const rebalance = startRebalanceLoop(coordinator, client, cluster, series, logs, REBALANCE_DEFAULTS);
+  const rebalance = startRebalanceLoop(coordinator, client, cluster, series, logs, { ...REBALANCE_DEFAULTS, batchPoints: c.rebalanceBatchPoints, settleMs: 2 * c.routerRefreshMs });
   log.info({ rest_port: restPort, tls: config.tls !== null, autoscale: c.autoscale.enabled, interval_secs: c.autoscale.intervalMs / 1000 }, 'svc coordinator ready');
 
   let closing: Promise<void> | null = null;

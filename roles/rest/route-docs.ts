@@ -127,7 +127,7 @@ export const ROUTE_DOCS: Readonly<Record<string, RouteDoc>> = {
       },
       required: ['done', 'move'],
     },
-    fields: { move: 'the move id', self: 'this node\'s shard id', targets: 'the shard ids the points go to (rendezvous hash)', limit: 'most points in the batch (default 1000, at most 10000)', lease_ms: 'how long the batch may hold writes before its commit (default 30000)' },
+    fields: { move: 'the move id', self: 'this node\'s shard id', targets: 'the shard ids the points go to (rendezvous hash)', limit: 'most points in the batch (default 1000, at most 10000)', lease_ms: 'how long the batch may hold writes before its commit (default 5000)' },
   },
   'POST /v1/cluster/move/commit': {
     summary: 'Internal: a rebalance batch\'s points leave this node and the move\'s cursor advances, in one WAL record; writes flow again',

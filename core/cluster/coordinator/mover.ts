@@ -46,9 +46,10 @@ const RECORD_POINTS_MAX = 1000;
 /** Moves everything the source has to move; resolves once it answers done. */
 export async function moveSource(o: MoveSourceOptions): Promise<void> {
   const { client, move, source } = o;
+  let limit = o.limit ?? 1000;
   for (let i = 0; i < BATCHES_MAX; i++) {
     if (o.signal?.aborted === true) throw new SvcError('unavailable', 'the rebalance was stopped');
-    const b = await client.batch(source.url, { move: move.id, self: source.id, targets: move.targets, limit: o.limit ?? 1000, lease_ms: o.leaseMs ?? 30_000 });
+    const b = await client.batch(source.url, { move: move.id, self: source.id, targets: move.targets, limit, lease_ms: o.leaseMs ?? 5_000 });
     if (b.done) return;
     const groups = groupByOwner(b.records, b.deletes, move.targets);
     await Promise.all([...groups].map(([to, g]) => client.apply(o.urlOf(to), { collection: b.collection, params: b.params, records: g.records, deletes: g.deletes })));
@@ -56,8 +57,11 @@ export async function moveSource(o: MoveSourceOptions): Promise<void> {
       await client.commit(source.url, { move: move.id, token: b.token });
     } catch (e) {
       // The lease ended first (the source let writes through): the next batch sends these points again
-      // as they are now, and names those deleted meanwhile.
-      if (toSvcError(e).code === 'not_found') continue;
+      // as they are now, and names those deleted meanwhile; smaller, so that it fits its lease.
+      if (toSvcError(e).code === 'not_found') {
+        limit = Math.max(1, Math.floor(limit / 2));
+        continue;
+      }
       throw e;
     }
     o.onBatch?.(b.count, b.bytes);
