@@ -346,11 +346,14 @@ export class DataDir implements Keyring {
     const checkpoints = new Map(this.manifest.collections.map((c) => [c.uid, c.checkpoint_seq]));
     // Move records at or below it are in the manifest's move state already.
     const moveSeq = this.manifest.move?.seq ?? 0;
-    const from = Math.min(checkpoints.size === 0 ? this.wal.firstRetainedSeq : Math.min(...checkpoints.values()) + 1, moveSeq + 1);
+    const base = checkpoints.size === 0 ? this.wal.firstRetainedSeq : Math.min(...checkpoints.values()) + 1;
+    // Before `base`, only a move's records are read (when the manifest's move state is older than base).
+    const from = this.manifest.move === undefined ? base : Math.min(base, moveSeq + 1);
     for await (const r of this.wal.readFrom(Math.max(from, this.wal.firstRetainedSeq))) {
       if (r.keyId === 'db') {
         const op = this.decode(r.body!, r.seq) as DbOp;
         assert(isDbOp(op), 'db records hold database ops');
+        if (r.seq < base && op.t !== 'move_state') continue;
         if (op.t === 'replica_position') {
           // The last one written wins.
           this.replicaPosition = op.leader_seq;
