@@ -160,7 +160,7 @@ export class Coordinator implements MembershipApi {
 
   /**
    * One autoscale step: sample, decide (autoscale.ts), and on a scale-out check that the standby is
-   * ready, then add it as a joining shard. Its points arrive with the rebalance (the router's part).
+   * ready, then add it as a joining shard. Its points arrive with the rebalance (beginMove, endMove).
    */
   async autoscale(): Promise<AutoscaleStep> {
     const samples = await this.sample();

@@ -5,9 +5,10 @@ import { invalidArgument } from '../../base/errors.js';
  * `GET /cluster/map` answers it as is.
  *
  * - `active`: owns its points by rendezvous hash (hrw.ts) among the active shards.
- * - `joining`: registered (by hand or by a scale-out) but its points are not there yet; the rebalance
- *   that copies them and turns it active is the router's.
- * - `draining`: its points move to their next owners (hrw.ts `ranking`); removable once it holds none.
+ * - `joining`: registered (by hand or by a scale-out) but its points are not there yet; the coordinator's
+ *   rebalance move (core/cluster/coordinator/rebalance.ts) brings them and turns it active.
+ * - `draining`: its points move to their next owners (hrw.ts `ranking`); `moved` once its move ended,
+ *   then removable.
  *
  * `points` is the shard's total point count at the coordinator's last sample (`/v1/stats`
  * `total_points`), or null when it has not been sampled yet or its last sample failed: a shard that could
