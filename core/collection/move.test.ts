@@ -5,6 +5,7 @@ import { decodeOp, encodeOp } from '../storage/codec.js';
 import { FaultyFileSystem } from '../testing/faulty-fs.js';
 import { Database } from './database.js';
 import type { MoveBatchAnswer } from './move.js';
+import { decodeRecord } from './replication.js';
 import { buildIndexInline } from './rebuild.js';
 
 /**
@@ -182,6 +183,29 @@ describe('a node as the source of a rebalance move', () => {
     const mark = { t: 'delete' as const, ids: ['a', 'b'], move: { move: 'm-1', cursor: 'b' } };
     expect(decodeOp(encodeOp(mark))).toEqual(mark);
     expect(decodeOp(encodeOp({ t: 'delete', ids: ['a'] }))).toEqual({ t: 'delete', ids: ['a'] });
+  });
+
+  it('replicates a commit to read replicas as the delete of the batch, and its move state not at all', async () => {
+    const fs = new FaultyFileSystem(8);
+    const db = await seeded(fs);
+    const before = (await db.stats()).replication!.commit_seq!;
+    const b = await batch(db, 10);
+    if (b.done) throw new Error('a batch was expected');
+    const sent = b.records.flatMap((r) => { const op = decodeOp(Buffer.from(r, 'base64')); return op.t === 'upsert' ? op.points.map((p) => p.id) : []; });
+    await commit(db, b.token);
+    const ac = new AbortController();
+    const timer = setTimeout(() => ac.abort(), 5000);
+    const ops: { t: string; ids?: string[] }[] = [];
+    for await (const e of db.replicate({ after_seq: before, history: db.history }, ac.signal)) {
+      const r = decodeRecord(e.record);
+      if (r.op !== null) ops.push(r.op as { t: string; ids?: string[] });
+      if (r.op?.t === 'delete') ac.abort();
+    }
+    clearTimeout(timer);
+    // The collection is announced first (a stream does that before a collection's first write it sends).
+    expect(ops.map((o) => o.t)).toEqual(['create_collection', 'delete']);
+    expect(ops[1].ids).toEqual(sent);
+    await db.close();
   });
 
   it('refuses a malformed step', async () => {
