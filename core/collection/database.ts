@@ -1148,6 +1148,8 @@ export class Database {
   private async applyBatch(req: Extract<MoveRequest, { step: 'apply' }>): Promise<{ applied: number; deleted: number }> {
     const spec = parseCollectionParams(req.params, this.limits);
     if (spec.name !== req.collection) throw invalidArgument(`params name collection '${spec.name}', not '${req.collection}'`);
+    // Deletes alone never create the collection: there is nothing of it here to delete.
+    if (!this.byName.has(spec.name) && req.records.length === 0) return { applied: 0, deleted: 0 };
     if (!this.byName.has(spec.name)) await this.createCollection({ ...req.params, exist_ok: true });
     const col = this.collection(spec.name);
     if (!sameShape(col.spec, spec)) throw new SvcError('already_exists', `collection '${spec.name}' exists here with another shape`);

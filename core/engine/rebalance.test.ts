@@ -14,8 +14,7 @@ import type { ShardRef } from './shard.js';
 /**
  * The whole rebalance protocol in one process (docs/cluster.md, Rebalancing): three databases as shards,
  * the coordinator's mover driving batches from two sources to a joining third, then from a draining
- * one to the two others, and an engine (a router)
- * writing and reading through it all the while. Every acknowledged write is read back as written at
+ * one to the two others, and an engine (a router) writing and reading through it all the while. Every acknowledged write is read back as written at
  * every step, and at the end each shard holds exactly the points it owns. Seeded.
  */
 

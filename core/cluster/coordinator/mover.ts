@@ -47,11 +47,27 @@ const RECORD_POINTS_MAX = 1000;
 export async function moveSource(o: MoveSourceOptions): Promise<void> {
   const { client, move, source } = o;
   let limit = o.limit ?? 1000;
+  // By collection: ids of batches the source refused to commit (their lease had ended), which their
+  // new owners may hold. The source names those deleted since, but only from memory: after a restart
+  // of the source it cannot, and this list does. An id of it at or before a later batch's cursor that
+  // the batch does not carry is gone from the source, so it goes from its new owner too.
+  const unsure = new Map<string, Set<string>>();
+  const paramsOf = new Map<string, object>();
   for (let i = 0; i < BATCHES_MAX; i++) {
     if (o.signal?.aborted === true) throw new SvcError('unavailable', 'the rebalance was stopped');
     const b = await client.batch(source.url, { move: move.id, self: source.id, targets: move.targets, limit, lease_ms: o.leaseMs ?? 5_000 });
-    if (b.done) return;
-    const groups = groupByOwner(b.records, b.deletes, move.targets);
+    if (b.done) {
+      const left = [...unsure].filter(([, ids]) => ids.size > 0);
+      if (left.length === 0) return;
+      // Never sent again: every one of them is gone from the source.
+      for (const [collection, ids] of left) await deleteOnOwners(o, collection, paramsOf.get(collection)!, [...ids]);
+      unsure.clear();
+      continue;
+    }
+    const carried = new Set(idsOf(b.records));
+    const was = unsure.get(b.collection);
+    const gone = was === undefined ? [] : [...was].filter((id) => id <= b.cursor && !carried.has(id));
+    const groups = groupByOwner(b.records, [...new Set([...b.deletes, ...gone])], move.targets);
     await Promise.all([...groups].map(([to, g]) => client.apply(o.urlOf(to), { collection: b.collection, params: b.params, records: g.records, deletes: g.deletes })));
     try {
       await client.commit(source.url, { move: move.id, token: b.token });
@@ -60,13 +76,35 @@ export async function moveSource(o: MoveSourceOptions): Promise<void> {
       // as they are now, and names those deleted meanwhile; smaller, so that it fits its lease.
       if (toSvcError(e).code === 'not_found') {
         limit = Math.max(1, Math.floor(limit / 2));
+        paramsOf.set(b.collection, b.params);
+        const set = unsure.get(b.collection) ?? new Set<string>();
+        for (const id of carried) set.add(id);
+        unsure.set(b.collection, set);
         continue;
       }
       throw e;
     }
+    if (was !== undefined) for (const id of [...was]) if (id <= b.cursor) was.delete(id);
     o.onBatch?.(b.count, b.bytes);
   }
   throw new SvcError('internal', `source shard ${source.id} did not finish move ${move.id} within ${BATCHES_MAX} batches`);
+}
+
+/** The ids of a batch's records. */
+function idsOf(records: readonly string[]): string[] {
+  const out: string[] = [];
+  for (const r of records) {
+    const op = decodeOp(Buffer.from(r, 'base64'));
+    if (op.t === 'upsert') for (const p of op.points) out.push(p.id);
+    else if (op.t === 'upsert_docs') for (const d of op.docs) out.push(d.id);
+  }
+  return out;
+}
+
+/** Deletes ids on their owners in the target set (an apply with no records). */
+async function deleteOnOwners(o: MoveSourceOptions, collection: string, params: object, ids: string[]): Promise<void> {
+  const groups = groupByOwner([], ids, o.move.targets);
+  await Promise.all([...groups].map(([to, g]) => o.client.apply(o.urlOf(to), { collection, params, records: [], deletes: g.deletes })));
 }
 
 /** A batch's records and deletes split by their owner in the target set, records re-encoded per owner. */

@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
+import { SvcError } from '../../base/errors.js';
 import { FaultyFileSystem } from '../../testing/faulty-fs.js';
 import { owner } from '../routing/hrw.js';
-import { groupByOwner } from './mover.js';
+import { groupByOwner, moveSource, type BatchAnswer, type MoveClient } from './mover.js';
 import { finishMove, moveNeeded, startMove } from './rebalance.js';
 import { drain, parseRegister, register, remove, seedState, type CoordinatorState } from './state.js';
 import { decodeState, encodeState, FileStore } from './store.js';
@@ -90,5 +91,33 @@ describe('rebalance decisions', () => {
       for (const d of g.deletes) expect(owner(d, targets)).toBe(to);
     }
     expect(seen).toBe(50);
+  });
+
+  it('a batch refused at its commit (its lease ended) and a source that forgot it since: the ids gone from the source go from their new owners', async () => {
+    const targets = [0, 1];
+    // Ids the joining shard 1 owns, so every one of them leaves shard 0.
+    const ids = Array.from({ length: 400 }, (_, i) => `q${i}`).filter((id) => owner(id, targets) === 1).slice(0, 3).sort();
+    const rec = (list: string[]) => Buffer.from(encodeOp({ t: 'upsert', points: list.map((id) => ({ id, vector: new Float32Array([1, 2]), payload: null })) })).toString('base64');
+    const params = { name: 'c', dim: 2 };
+    const batches: BatchAnswer[] = [
+      { done: false, token: 't1', collection: 'c', params, cursor: ids[2], records: [rec(ids)], deletes: [], count: 3, bytes: 24 },
+      // The source restarted meanwhile (its memory of t1 is gone) and ids[1] was deleted there.
+      { done: false, token: 't2', collection: 'c', params, cursor: ids[2], records: [rec([ids[0], ids[2]])], deletes: [], count: 2, bytes: 16 },
+      { done: true },
+    ];
+    const applied: { deletes: string[]; ids: string[] }[] = [];
+    const client: MoveClient = {
+      batch: async () => batches.shift()!,
+      commit: async (_url, body) => {
+        if (body.token === 't1') throw new SvcError('not_found', 'no batch holds this node with that token');
+        return { moved: 2 };
+      },
+      apply: async (_url, body) => {
+        applied.push({ deletes: body.deletes, ids: body.records.flatMap((r) => { const op = decodeOp(Buffer.from(r, 'base64')); return op.t === 'upsert' ? op.points.map((p) => p.id) : []; }) });
+        return { applied: 0, deleted: 0 };
+      },
+    };
+    await moveSource({ client, move: { id: 'm0', targets, sources: [0], joining: [1], draining: [] }, source: { id: 0, url: 's0' }, urlOf: String, limit: 10 });
+    expect(applied).toEqual([{ deletes: [], ids }, { deletes: [ids[1]], ids: [ids[0], ids[2]] }]);
   });
 });
