@@ -1,4 +1,6 @@
-import type { CoordinatorState, ShardRecord } from './state.js';
+import type { CoordinatorState, MoveRecord, ShardRecord } from './state.js';
+
+export type { MoveRecord } from './state.js';
 
 /**
  * The rebalancer's decisions, as pure functions over the coordinator's state (docs/cluster.md,
@@ -13,15 +15,6 @@ import type { CoordinatorState, ShardRecord } from './state.js';
  * - When every source is done: the joining shards of the move turn active, the draining ones are marked
  *   `moved` (routers stop routing to them; DELETE can take them), and the map's version grows.
  */
-export interface MoveRecord {
-  readonly id: string;
-  readonly targets: readonly number[];
-  readonly sources: readonly number[];
-  /** Joining shards that turn active when the move ends. */
-  readonly joining: readonly number[];
-  /** Draining sources marked `moved` when the move ends. */
-  readonly draining: readonly number[];
-}
 
 const ids = (shards: readonly ShardRecord[], keep: (s: ShardRecord) => boolean): number[] => shards.filter(keep).map((s) => s.id).sort((a, b) => a - b);
 

@@ -1,7 +1,6 @@
 import { assert } from '../../base/assert.js';
 import { invalidArgument, notFound, SvcError } from '../../base/errors.js';
 import { normalizeShardUrl, type ShardState } from '../routing/shard-map.js';
-import type { MoveRecord } from './rebalance.js';
 
 /**
  * The coordinator's durable state and its transitions, as pure functions: each takes a state and returns
@@ -21,6 +20,17 @@ export interface ShardRecord {
   readonly state: ShardState;
   /** Draining only: its move has ended, it holds no point and routers no longer route to it. */
   readonly moved?: boolean;
+}
+
+/** A rebalance move (rebalance.ts): its id, fixed target set, sources, and the shards it turns active or `moved`. */
+export interface MoveRecord {
+  readonly id: string;
+  readonly targets: readonly number[];
+  readonly sources: readonly number[];
+  /** Joining shards that turn active when the move ends. */
+  readonly joining: readonly number[];
+  /** Draining sources marked `moved` when the move ends. */
+  readonly draining: readonly number[];
 }
 
 export interface CoordinatorState {

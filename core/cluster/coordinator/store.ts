@@ -2,8 +2,7 @@ import { createHash } from 'node:crypto';
 import { SvcError } from '../../base/errors.js';
 import { dirName, mkdirDurable, writeFileAtomic, type FileSystem, type PathLock } from '../../storage/fs.js';
 import { normalizeShardUrl, SHARD_STATES, type ShardState } from '../routing/shard-map.js';
-import type { MoveRecord } from './rebalance.js';
-import { REPLICAS_MAX, SHARDS_MAX, type CoordinatorState, type ShardRecord } from './state.js';
+import { REPLICAS_MAX, SHARDS_MAX, type CoordinatorState, type MoveRecord, type ShardRecord } from './state.js';
 
 /**
  * Where the coordinator keeps its state between runs (SVC_COORDINATOR_STATE): a JSON file replaced
