@@ -2,6 +2,9 @@
 // 1, 2 and 4 shards behind a router; the same closed-loop search client against each. Reports the
 // router's throughput and p99 as ratios of the single node's, per shard count, and what each request
 // cost in CPU in each process (the router, its shards, the single node, this client).
+// Then a rebalance: 2 shards, a coordinator and a router; a third shard registers and its points move
+// to it while the same search client runs: points/s and MB/s moved, and the p99 of searches during the
+// move against the p99 before it.
 // Run: npm run bench:router [-- --quick] [--n 20000] [--secs 10] [--clients 8] [--rounds 2]
 //        [--shard-workers N] [--cpu-prof DIR]; --replot FILE draws FILE's SVG again
 //
@@ -198,7 +201,7 @@ const out = {
   shard_search_workers: shardWorkers === '' ? 'auto' : Number(shardWorkers),
   note: 'qps_ratio and p99_ratio: against the single node measured before and after each router run; '
     + 'cpu_ratio: the single node\'s CPU per request (server + client) over the routed one\'s (router + shards + client)',
-  single_node: pool(singleRuns), through_router: routed,
+  single_node: pool(singleRuns), through_router: routed, rebalance: await measureRebalance(),
 };
 console.log(JSON.stringify(out, null, 2));
 const name = quick ? 'router-quick' : 'router';
@@ -221,4 +224,63 @@ function bars(o: { n: number; clients: number; through_router: { shards: number;
     + `<text x="8" y="18">router / single node (1 = as fast), search k=10, ${o.n} points of ${DIM} floats, ${o.clients} clients, one 2-core machine</text>`
     + `<text x="8" y="32">each ratio against the single node measured right before and after, under the same load</text>`
     + `<line x1="${m + scale}" y1="36" x2="${m + scale}" y2="${height - 8}" stroke="#999"/>${rows}</svg>\n`;
+}
+
+/**
+ * A scale-out from 2 to 3 shards under the search load: the move's speed (points and bytes the
+ * coordinator counted moved, over the time from its first to its last batch, read off its metrics) and
+ * the p99 of searches while it runs, beside the p99 of the same load just before.
+ */
+async function measureRebalance(): Promise<Record<string, unknown>> {
+  const shards = await Promise.all([startSvc(), startSvc()]);
+  const coordinator = await startSvc({
+    SVC_COORDINATOR: 'true', SVC_CLUSTER_SHARDS: `[${shards.map((s) => s.rest).join(',')}]`, SVC_CLUSTER_SHARD_KEY: BENCH_API_KEY,
+    SVC_CLUSTER_MAP_REFRESH_SECS: '0.2', SVC_AUTOSCALE_INTERVAL_SECS: '0.5',
+  });
+  let router: SvcServer | null = null;
+  let joining: SvcServer | null = null;
+  try {
+    router = await startSvc({ SVC_COORDINATOR_URL: coordinator.rest, SVC_CLUSTER_SHARD_KEY: BENCH_API_KEY, SVC_CLUSTER_MAP_REFRESH_SECS: '0.2' });
+    await load(router, shards);
+    const before = await measure(router, {});
+    joining = await startSvc();
+    const metric = async (name: string): Promise<number> => {
+      const text = await (await fetch(`${coordinator.rest}/metrics`)).text();
+      return Number(new RegExp(`^${name} (\\S+)$`, 'm').exec(text)?.[1] ?? 0);
+    };
+    await coordinator.call('POST', '/cluster/shards', { url: joining.rest });
+    const entry = router;
+    let first = 0;
+    let last = 0;
+    let done = false;
+    const watch = (async () => {
+      while (!done) {
+        const moved = await metric('svc_rebalance_moved_points_total');
+        if (moved > 0 && first === 0) first = performance.now();
+        const map = await coordinator.call<{ shards: { state: string }[] }>('GET', '/cluster/map');
+        if (map.shards.every((s) => s.state === 'active')) {
+          last = performance.now();
+          done = true;
+        }
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    })();
+    const during: Awaited<ReturnType<typeof closedLoop>>[] = [];
+    while (!done) during.push(await closedLoop(clients, 1, (c, i) => entry.call('POST', '/v1/collections/bench/query', { vector: row(queries, (c * 7919 + i) % QUERIES), k: 10, with_payload: false })));
+    await watch;
+    const points = await metric('svc_rebalance_moved_points_total');
+    const bytes = await metric('svc_rebalance_moved_bytes_total');
+    const seconds = Math.max(0.001, (last - first) / 1000);
+    const p99 = Math.max(...during.map((d) => d.p99_ms));
+    return {
+      from_shards: 2, to_shards: 3, moved_points: points, moved_mb: Number((bytes / 1e6).toFixed(2)), seconds: Number(seconds.toFixed(2)),
+      points_per_s: Math.round(points / seconds), mb_per_s: Number((bytes / 1e6 / seconds).toFixed(2)),
+      search_p99_ms_before: before.p99_ms, search_p99_ms_during: p99, p99_ratio: Number((p99 / before.p99_ms).toFixed(3)),
+      search_errors_during: during.reduce((n2, d) => n2 + d.errors, 0),
+    };
+  } finally {
+    await router?.stop();
+    await coordinator.stop();
+    await Promise.all([...shards, ...(joining === null ? [] : [joining])].map((s) => s.stop()));
+  }
 }

@@ -36,10 +36,14 @@ describe('config: the coordinator', () => {
     expect(c.coordinator).toEqual({
       stateFile: join(cwd, 'state/coord.json'), seedShards: ['http://s1:6333', 'http://s2:6333'], seedReplicas: [[], ['http://r2:6333', 'http://r2b:6333']], shardKey: 'sk',
       autoscale: { enabled: true, highWaterPoints: 1_000_000, standbyUrls: ['http://sb1:6333', 'http://sb2:6333'], intervalMs: 30_000, cooldownMs: 300_000, maxShards: null },
+      rebalanceBatchPoints: 1000, routerRefreshMs: 5_000,
     });
     expect(Object.isFrozen(c.coordinator!.autoscale.standbyUrls)).toBe(true);
     const short = loadConfig({ ...base, SVC_COORDINATOR: 'true', SVC_AUTOSCALE_INTERVAL_SECS: '0.2', SVC_AUTOSCALE_COOLDOWN_SECS: '0', SVC_AUTOSCALE_MAX_SHARDS: '4' }, { cwd, defaultFile: null });
     expect(short.coordinator!.autoscale).toMatchObject({ intervalMs: 200, cooldownMs: 0, maxShards: 4, enabled: false, highWaterPoints: 0 });
+    const rebalance = loadConfig({ ...base, SVC_COORDINATOR: 'true', SVC_REBALANCE_BATCH_POINTS: '25', SVC_CLUSTER_MAP_REFRESH_SECS: '0.5' }, { cwd, defaultFile: null });
+    expect(rebalance.coordinator).toMatchObject({ rebalanceBatchPoints: 25, routerRefreshMs: 500 });
+    expect(() => loadConfig({ ...base, SVC_COORDINATOR: 'true', SVC_REBALANCE_BATCH_POINTS: '20000' }, { cwd, defaultFile: null })).toThrow(/SVC_REBALANCE_BATCH_POINTS/);
   });
 
   it('warns where the setting cannot do what it says', () => {

@@ -100,7 +100,7 @@ const OTHER_VARS = [
   'SVC_LEADER_URL', 'SVC_LEADER_API_KEY', 'SVC_LEADER_CA', 'SVC_LEADER_CLIENT_CERT', 'SVC_LEADER_CLIENT_KEY', 'SVC_MVCC_READS', 'SVC_CLUSTER_SHARDS', 'SVC_CLUSTER_SHARD_KEY',
   'SVC_CLUSTER_REPLICAS', 'SVC_COORDINATOR', 'SVC_COORDINATOR_STATE', 'SVC_COORDINATOR_URL', 'SVC_AUTOSCALE_ENABLED',
   'SVC_AUTOSCALE_HIGH_WATER_POINTS', 'SVC_AUTOSCALE_STANDBY_URLS', 'SVC_AUTOSCALE_INTERVAL_SECS',
-  'SVC_AUTOSCALE_COOLDOWN_SECS', 'SVC_AUTOSCALE_MAX_SHARDS', 'SVC_RAFT_NODE_ID', 'SVC_RAFT_MEMBERS', 'SVC_RAFT_SECRET',
+  'SVC_AUTOSCALE_COOLDOWN_SECS', 'SVC_AUTOSCALE_MAX_SHARDS', 'SVC_REBALANCE_BATCH_POINTS', 'SVC_RAFT_NODE_ID', 'SVC_RAFT_MEMBERS', 'SVC_RAFT_SECRET',
   'SVC_TUI_URL', 'SVC_API_KEY', 'SVC_DEMO_DIR',
 ] as const;
 
@@ -232,7 +232,18 @@ export interface CoordinatorConfig {
     cooldownMs: number;
     maxShards: number | null;
   };
+  /** SVC_REBALANCE_BATCH_POINTS: points per rebalance batch (each holds its source's writes until its commit). */
+  rebalanceBatchPoints: number;
+  /**
+   * SVC_CLUSTER_MAP_REFRESH_SECS in ms, the routers' interval: a move starts only twice this long after
+   * the map change that asks for it, so every router reads the new shard before points reach it.
+   */
+  routerRefreshMs: number;
 }
+
+/** SVC_REBALANCE_BATCH_POINTS when unset, and its bounds (core/collection/move.ts takes 1 to 10,000). */
+export const REBALANCE_BATCH_POINTS_DEFAULT = 1000;
+const REBALANCE_BATCH_POINTS_MAX = 10_000;
 
 /** SVC_AUTOSCALE_INTERVAL_SECS when unset (the spec gives none): a shard's point count moves slowly. */
 export const AUTOSCALE_INTERVAL_SECS_DEFAULT = 30;
@@ -293,7 +304,11 @@ function coordinatorOf(get: (v: string) => string | undefined, insecure: boolean
   }
   if (enabled && autoscale.highWaterPoints === 0) warnings.push('SVC_AUTOSCALE_ENABLED=true but SVC_AUTOSCALE_HIGH_WATER_POINTS=0: autoscaling never triggers');
   if (enabled && standbyUrls.length === 0) warnings.push('SVC_AUTOSCALE_ENABLED=true but SVC_AUTOSCALE_STANDBY_URLS is empty: there is nothing to scale out to');
-  return { stateFile: stateFile === undefined ? null : resolve(cwd, stateFile), seedShards, seedReplicas, shardKey, autoscale };
+  const batch = get('SVC_REBALANCE_BATCH_POINTS');
+  const rebalanceBatchPoints = batch === undefined ? REBALANCE_BATCH_POINTS_DEFAULT : parseInteger('SVC_REBALANCE_BATCH_POINTS', batch, 1);
+  if (rebalanceBatchPoints > REBALANCE_BATCH_POINTS_MAX) throw new ConfigError('SVC_REBALANCE_BATCH_POINTS', `${batch} is above ${REBALANCE_BATCH_POINTS_MAX}. Fix: 1 to ${REBALANCE_BATCH_POINTS_MAX} points`);
+  const routerRefreshMs = seconds('SVC_CLUSTER_MAP_REFRESH_SECS', CLUSTER_MAP_REFRESH_SECS_DEFAULT, 0.01);
+  return { stateFile: stateFile === undefined ? null : resolve(cwd, stateFile), seedShards, seedReplicas, shardKey, autoscale, rebalanceBatchPoints, routerRefreshMs };
 }
 
 /**

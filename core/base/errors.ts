@@ -15,6 +15,7 @@ export const ERROR_CODES = [
   'not_ready',
   'unavailable',
   'shard_not_drained',
+  'moved',
   'internal',
 ] as const;
 

@@ -686,6 +686,11 @@ export class Collection {
     if (batch.length > 0) yield this.upsertOp(batch);
   }
 
+  /** The whole records of these points (or documents), all here: what a rebalance batch sends. */
+  recordsOf(ids: string[]): Op {
+    return this.upsertOp(ids);
+  }
+
   private upsertOp(ids: string[]): Op {
     if (this.spec.multivector) return { t: 'upsert_docs', docs: ids.map((id) => this.docRecord(id)) };
     return { t: 'upsert', points: ids.map((id) => this.record(this.idToSlot.get(id)!)) };

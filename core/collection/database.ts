@@ -1,4 +1,4 @@
-import { randomInt } from 'node:crypto';
+import { randomBytes, randomInt } from 'node:crypto';
 import { BODIES, bodyKeys } from '../base/bodies.js';
 import { sleep, systemClock, type Clock } from '../base/clock.js';
 import { invalidArgument, limitExceeded, notFound, SvcError } from '../base/errors.js';
@@ -18,7 +18,7 @@ import {
   checkTextStats, corpusOf, fuseRankings, type Ranked, type Rankings, type RankingsBody, type TextStats, type TextStatsBody,
 } from '../query/ranking.js';
 import { DEFAULT_RRF_K0 } from '../query/rrf.js';
-import type { Op } from '../storage/codec.js';
+import { CodecError, decodeOp, encodeOp, type Op } from '../storage/codec.js';
 import { DataDir } from '../storage/data-dir.js';
 import { NodeFileSystem, joinPath, type FileSystem } from '../storage/fs.js';
 import { queryTermIds, distinctCount } from '../text/tokenizer.js';
@@ -36,6 +36,10 @@ import { SearchDispatch } from './search-dispatch.js';
 import { SearchPool, type SearchPoolStats } from './search-pool.js';
 import { runDensePlan } from './search-pool-plan.js';
 import { replicationStream, type ReplicationView } from './replication.js';
+import { owner } from '../cluster/routing/hrw.js';
+import {
+  after, MOVE_BATCH_BYTES_MAX, MOVE_SCAN_IDS_MAX, movedError, movedIds, parseMoveRequest, WriteGate, type MoveBatchAnswer, type MoveRequest,
+} from './move.js';
 
 export type LogFn = (level: 'debug' | 'info' | 'warn' | 'error', message: string, detail?: Record<string, unknown>) => void;
 
@@ -153,6 +157,12 @@ export class Database {
   private readonly waitForBulkBuild: boolean;
   private deferIndexing: () => boolean = () => false;
   private readonly dispatch: SearchDispatch;
+  /** Every point write passes it; a rebalance batch holds it closed until its commit (move.ts). */
+  private readonly gate = new WriteGate();
+  /** The batch of a rebalance move that holds the gate now. */
+  private lease: { token: string; move: string; uid: string; ids: string[]; cursor: string; stop: AbortController } | null = null;
+  /** By collection uid: ids of batches whose lease ended before their commit (sent, maybe applied, not deleted here). */
+  private readonly uncommitted = new Map<string, Set<string>>();
 
   private constructor(dir: DataDir, opts: DatabaseOptions) {
     this.dir = dir;
@@ -475,7 +485,7 @@ export class Database {
     const b = checkObject(body, 'upsert body', bodyKeys(BODIES.upsert));
     const points = parsePoints(b.points, col.spec, this.limits, 'maxBatchSize');
     if (points.length === 0) return { upserted: 0 };
-    await this.write(col, { t: 'upsert', points }, false);
+    await this.gated(col, points.map((p) => p.id), () => this.write(col, { t: 'upsert', points }, false));
     return { upserted: points.length };
   }
 
@@ -484,6 +494,11 @@ export class Database {
     const b = checkObject(body, 'bulk body', bodyKeys(BODIES.bulkUpsert));
     const points = parsePoints(b.points, col.spec, this.limits, 'maxBulkBatchSize');
     if (points.length === 0) return { upserted: 0 };
+    await this.gated(col, points.map((p) => p.id), () => this.bulkWrite(col, points));
+    return { upserted: points.length };
+  }
+
+  private async bulkWrite(col: Collection, points: Extract<Op, { t: 'upsert' }>['points']): Promise<void> {
     // A bulk is one WAL record, so it is applied whole or not at all, after a crash too; only a bulk
     // whose encoding passes BULK_RECORD_BYTES_MAX is split into several records (each still whole).
     const writes: Promise<number>[] = [];
@@ -501,15 +516,16 @@ export class Database {
     }
     writes.push(this.write(col, { t: 'upsert', points: points.slice(start) }, true));
     await Promise.all(writes);
-    return { upserted: points.length };
   }
 
   async delete(name: string, id: string): Promise<{ deleted: boolean }> {
     const col = this.collection(name);
     const pid = checkPointId(id);
-    if (!col.has(pid)) return { deleted: false };
-    await this.write(col, { t: 'delete', ids: [pid] }, false);
-    return { deleted: true };
+    return this.gated(col, [pid], async () => {
+      if (!col.has(pid)) return { deleted: false };
+      await this.write(col, { t: 'delete', ids: [pid] }, false);
+      return { deleted: true };
+    });
   }
 
   /**
@@ -522,13 +538,15 @@ export class Database {
   async setPayload(name: string, body: SetPayloadBody): Promise<{ updated: number }> {
     const col = this.collection(name);
     const { mode, points } = parsePayloadUpdate(body, this.limits);
-    const missing = points.find((p) => !col.has(p.id));
-    if (missing !== undefined) {
-      throw notFound(`point '${missing.id}' does not exist in collection '${col.spec.name}'; no payload was changed`);
-    }
-    checkPayloadResults(points, mode, (id) => col.point(id)!.payload, this.limits);
-    if (points.length === 0) return { updated: 0 };
-    return { updated: await this.write(col, { t: 'set_payload', mode, points }, false) };
+    return this.gated(col, points.map((p) => p.id), async () => {
+      const missing = points.find((p) => !col.has(p.id));
+      if (missing !== undefined) {
+        throw notFound(`point '${missing.id}' does not exist in collection '${col.spec.name}'; no payload was changed`);
+      }
+      checkPayloadResults(points, mode, (id) => col.point(id)!.payload, this.limits);
+      if (points.length === 0) return { updated: 0 };
+      return { updated: await this.write(col, { t: 'set_payload', mode, points }, false) };
+    });
   }
 
   /**
@@ -541,13 +559,25 @@ export class Database {
     const byIds = b.ids !== undefined && b.ids !== null;
     const byFilter = b.filter !== undefined && b.filter !== null;
     if (byIds === byFilter) throw invalidArgument('give either ids or filter (one of the two)');
-    let ids: string[];
+    let given: string[] | null = null;
+    let filter: CompiledFilter | undefined;
     if (byIds) {
       if (!Array.isArray(b.ids)) throw invalidArgument('ids must be a list of point ids');
       checkLimit(this.limits, 'maxBatchSize', b.ids.length, 'ids count');
-      ids = [...new Set(b.ids.map((id: unknown) => checkPointId(id)))].filter((id) => col.has(id));
+      given = [...new Set(b.ids.map((id: unknown) => checkPointId(id)))];
     } else {
-      const { bits } = col.matching(this.compile(col, b.filter));
+      filter = this.compile(col, b.filter);
+    }
+    return this.gated(col, given, () => this.deleteResolved(col, given, filter));
+  }
+
+  /** The delete of deletePoints, inside the gate: the matches are resolved there. */
+  private async deleteResolved(col: Collection, given: string[] | null, filter: CompiledFilter | undefined): Promise<{ deleted: number }> {
+    let ids: string[];
+    if (given !== null) {
+      ids = given.filter((id) => col.has(id));
+    } else {
+      const { bits } = col.matching(filter);
       ids = [];
       for (const slot of bits) ids.push(col.idOf(slot));
     }
@@ -575,6 +605,26 @@ export class Database {
     const col = this.collection(name);
     const q = checkObject(query, 'count body', COUNT_KEYS);
     return { count: col.matching(this.compile(col, q.filter)).count };
+  }
+
+  /**
+   * A point write through the gate (move.ts): it waits while a rebalance batch holds the node, and ids
+   * the running move has taken from this node already are refused with `moved` (a router sends them to
+   * their new owner). `ids` null: a delete by filter, which only reaches points that are here.
+   */
+  private async gated<T>(col: Collection, ids: readonly string[] | null, fn: () => Promise<T>): Promise<T> {
+    await this.gate.enter();
+    try {
+      this.checkOpen();
+      const move = this.dir.move;
+      if (ids !== null && move !== null) {
+        const moved = movedIds(move, col.uid, ids);
+        if (moved.length > 0) throw movedError(move, moved);
+      }
+      return await fn();
+    } finally {
+      this.gate.exit();
+    }
   }
 
   /**
@@ -631,7 +681,12 @@ export class Database {
     const pid = checkPointId(id);
     const withVector = parseBool(opts.with_vector, 'with_vector', false);
     const p = col.point(pid);
-    if (p === undefined) throw notFound(`point '${pid}' does not exist in collection '${col.spec.name}'`);
+    if (p === undefined) {
+      // Taken by a rebalance move: a router whose map is older than the move asks the new owner.
+      const move = this.dir.move;
+      if (move !== null && movedIds(move, col.uid, [pid]).length > 0) throw movedError(move, [pid]);
+      throw notFound(`point '${pid}' does not exist in collection '${col.spec.name}'`);
+    }
     const out: PointOutput = { id: pid, payload: p.payload };
     if (withVector) this.attachVectors(col, out, pid, p.slot);
     return out;
@@ -846,7 +901,7 @@ export class Database {
     const vectors = await embedder.embed(items.map((x) => x.text), 'document');
     const points = parsePoints(items.map((x, i) => ({ id: x.id, vector: Array.from(vectors[i]), payload: x.payload })),
       col.spec, this.limits, 'maxBatchSize');
-    await this.write(col, { t: 'upsert', points }, false);
+    await this.gated(col, points.map((p) => p.id), () => this.write(col, { t: 'upsert', points }, false));
     return { upserted: points.length };
   }
 
@@ -901,7 +956,7 @@ export class Database {
     const col = this.multiCollection(name);
     const docs = parseDocuments(body, col.spec, this.limits);
     if (docs.length === 0) return { upserted: 0 };
-    await this.write(col, { t: 'upsert_docs', docs }, false);
+    await this.gated(col, docs.map((d) => d.id), () => this.write(col, { t: 'upsert_docs', docs }, false));
     return { upserted: docs.length };
   }
 
@@ -931,9 +986,11 @@ export class Database {
   async deleteDocument(name: string, id: string): Promise<{ deleted: boolean }> {
     const col = this.multiCollection(name);
     const pid = checkPointId(id);
-    if (!col.has(pid)) return { deleted: false };
-    await this.write(col, { t: 'delete', ids: [pid] }, false);
-    return { deleted: true };
+    return this.gated(col, [pid], async () => {
+      if (!col.has(pid)) return { deleted: false };
+      await this.write(col, { t: 'delete', ids: [pid] }, false);
+      return { deleted: true };
+    });
   }
 
   private multiCollection(name: string): Collection {
@@ -951,6 +1008,191 @@ export class Database {
       throw invalidArgument(`collection '${col.spec.name}' is a multivector collection: use documents and query/multi`);
     }
     return col;
+  }
+
+  // ---------------------------------------------------------------- rebalance moves (move.ts)
+
+  /**
+   * `POST /v1/cluster/move/{step}`: a coordinator moving this node's points (batch, commit) or bringing
+   * points here (apply). docs/cluster.md, Rebalancing.
+   */
+  async move(step: string, body: unknown): Promise<unknown> {
+    this.checkOpen();
+    const req = parseMoveRequest(step, body);
+    if (req.step === 'batch') return this.nextBatch(req);
+    if (req.step === 'commit') return this.commitBatch(req);
+    return this.applyBatch(req);
+  }
+
+  moveBatch(body: unknown): Promise<unknown> {
+    return this.move('batch', body);
+  }
+
+  moveCommit(body: unknown): Promise<unknown> {
+    return this.move('commit', body);
+  }
+
+  moveApply(body: unknown): Promise<unknown> {
+    return this.move('apply', body);
+  }
+
+  /**
+   * The next batch of the move: the gate closed (writes wait, reads go on), then, in the first
+   * collection (by uid) with ids after its cursor, up to `limit` points this node does not own in the
+   * target set, with the cursor they reach. Nothing left anywhere: the move is finished (durably), and
+   * every later write of an id owned elsewhere is refused with `moved`. A new move id starts the move.
+   */
+  private async nextBatch(req: Extract<MoveRequest, { step: 'batch' }>): Promise<MoveBatchAnswer> {
+    let mv = this.dir.move;
+    if (mv === null || mv.move !== req.move) {
+      if (this.lease !== null) this.endLease();
+      this.uncommitted.clear();
+      await this.dir.appendMoveState({ move: req.move, self: req.self, targets: req.targets, finished: false });
+      mv = this.dir.move!;
+    } else if (mv.self !== req.self || mv.targets.join() !== req.targets.join()) {
+      throw invalidArgument(`move ${req.move} runs here as shard ${mv.self} to shards ${mv.targets.join(', ')}; a move id names one move`);
+    }
+    if (mv.finished) return { done: true, move: req.move };
+    if (this.lease !== null && this.lease.move === req.move) {
+      // Its caller asks again (a coordinator that restarted): the gate stays closed, nothing was written
+      // since, so the same points go again (an upsert sent twice is one).
+      this.lease.stop.abort();
+      this.lease = null;
+    } else {
+      await this.gate.close();
+    }
+    try {
+      this.checkOpen();
+      const cols = [...this.byUid.values()].sort((a, b) => (a.uid < b.uid ? -1 : 1));
+      for (const col of cols) {
+        const batch = this.scanForMove(col, mv, req.limit);
+        if (batch === null) continue;
+        const token = randomBytes(16).toString('hex');
+        const stop = new AbortController();
+        this.lease = { token, move: req.move, uid: col.uid, ids: batch.ids, cursor: batch.cursor, stop };
+        void sleep(req.leaseMs, stop.signal).then(() => {
+          if (!stop.signal.aborted && this.lease?.token === token) this.endLease();
+        });
+        const records: string[] = [];
+        for (let i = 0; i < batch.ids.length; i += 1000) records.push(Buffer.from(encodeOp(col.recordsOf(batch.ids.slice(i, i + 1000)))).toString('base64'));
+        return {
+          done: false, move: req.move, token, collection: col.spec.name, params: col.spec as unknown as object, cursor: batch.cursor,
+          records, deletes: batch.deletes, count: batch.ids.length, bytes: batch.bytes, lease_ms: req.leaseMs,
+        };
+      }
+      // Nothing left to move, with the gate closed: no write can slip in between this and the record.
+      await this.dir.appendMoveState({ move: mv.move, self: mv.self, targets: [...mv.targets], finished: true });
+      this.uncommitted.clear();
+      this.gate.open();
+      return { done: true, move: req.move };
+    } catch (e) {
+      if (this.lease === null) this.gate.open();
+      throw e;
+    }
+  }
+
+  /** One collection's next batch after its cursor; null when nothing is left there. */
+  private scanForMove(col: Collection, mv: NonNullable<DataDir['move']>, limit: number): { ids: string[]; cursor: string; deletes: string[]; bytes: number } | null {
+    const ids = col.idsSorted();
+    const from = mv.cursors.get(col.uid);
+    const gone = this.uncommitted.get(col.uid);
+    const deletes = gone === undefined ? [] : [...gone].filter((id) => !col.has(id));
+    let i = after(ids, from);
+    if (i >= ids.length && deletes.length === 0) {
+      this.uncommitted.delete(col.uid);
+      return null;
+    }
+    const take: string[] = [];
+    let bytes = 0;
+    let cursor = from ?? '';
+    for (let scanned = 0; i < ids.length && scanned < MOVE_SCAN_IDS_MAX && take.length < limit && bytes < MOVE_BATCH_BYTES_MAX; i++, scanned++) {
+      const id = ids[i];
+      cursor = id;
+      if (owner(id, mv.targets) === mv.self) continue;
+      take.push(id);
+      const p = col.point(id)!;
+      bytes += col.spec.dim * 4 * (col.spec.multivector ? col.tokensOf(id).length : 1) + (p.payload === null ? 0 : JSON.stringify(p.payload).length) + id.length;
+    }
+    return { ids: take, cursor, deletes, bytes };
+  }
+
+  /** A batch's ids leave this node and the cursor advances, in one WAL record; then the gate opens. */
+  private async commitBatch(req: Extract<MoveRequest, { step: 'commit' }>): Promise<{ moved: number }> {
+    const l = this.lease;
+    if (l === null || l.token !== req.token || l.move !== req.move) {
+      throw notFound(`no batch of move ${req.move} holds this node with that token (its lease ended, or it was committed): ask for the next batch`);
+    }
+    l.stop.abort();
+    try {
+      const col = this.byUid.get(l.uid);
+      if (col === undefined) return { moved: 0 };
+      const op = { t: 'delete' as const, ids: l.ids, move: { move: l.move, cursor: l.cursor } };
+      const seq = await this.dir.appendMoveCommit(col.uid, op);
+      if (this.byUid.get(col.uid) === col) {
+        col.apply(op, seq, false);
+        this.maybeCheckpoint(col);
+      }
+      this.uncommitted.delete(col.uid);
+      return { moved: l.ids.length };
+    } finally {
+      this.lease = null;
+      this.gate.open();
+    }
+  }
+
+  /** A lease that ended uncommitted: its ids may be on their new owners, so the next batch there says which went meanwhile. */
+  private endLease(): void {
+    const l = this.lease!;
+    l.stop.abort();
+    const set = this.uncommitted.get(l.uid) ?? new Set<string>();
+    for (const id of l.ids) set.add(id);
+    this.uncommitted.set(l.uid, set);
+    this.lease = null;
+    this.gate.open();
+  }
+
+  /**
+   * Points a move brings here: the source's logical records (core/storage/codec.ts), written as they
+   * are (payload keys of text and sparse vectors included), the collection created first with the
+   * source's parameters when it is not here. Not through the gate: these ids are this node's own in
+   * the move's target set, so none of its own batches ever holds them.
+   */
+  private async applyBatch(req: Extract<MoveRequest, { step: 'apply' }>): Promise<{ applied: number; deleted: number }> {
+    const spec = parseCollectionParams(req.params, this.limits);
+    if (spec.name !== req.collection) throw invalidArgument(`params name collection '${spec.name}', not '${req.collection}'`);
+    // Deletes alone never create the collection: there is nothing of it here to delete.
+    if (!this.byName.has(spec.name) && req.records.length === 0) return { applied: 0, deleted: 0 };
+    if (!this.byName.has(spec.name)) await this.createCollection({ ...(req.params as CollectionParams), exist_ok: true });
+    const col = this.collection(spec.name);
+    if (!sameShape(col.spec, spec)) throw new SvcError('already_exists', `collection '${spec.name}' exists here with another shape`);
+    const ops: Op[] = req.records.map((r, i) => {
+      let op;
+      try {
+        op = decodeOp(r);
+      } catch (e) {
+        if (e instanceof CodecError) throw invalidArgument(`records[${i}]: ${e.message}`);
+        throw e;
+      }
+      if (op.t === 'upsert' && !spec.multivector) {
+        for (const p of op.points) {
+          checkPointId(p.id);
+          if (p.vector.length !== spec.dim) throw invalidArgument(`records[${i}]: point '${p.id}' has ${p.vector.length} dimensions, not ${spec.dim}`);
+        }
+      } else if (op.t === 'upsert_docs' && spec.multivector) {
+        for (const d of op.docs) {
+          checkPointId(d.id);
+          if (d.count < 1 || d.vectors.length !== d.count * spec.dim) throw invalidArgument(`records[${i}]: document '${d.id}' does not hold ${d.count} vectors of ${spec.dim}`);
+        }
+      } else {
+        throw invalidArgument(`records[${i}] is not a batch of whole ${spec.multivector ? 'documents' : 'points'}`);
+      }
+      return op;
+    });
+    let applied = 0;
+    for (const op of ops) applied += await this.write(col, op, pointRecords(op) >= 256);
+    const gone = req.deletes.map((id) => checkPointId(id)).filter((id) => col.has(id));
+    const deleted = gone.length === 0 ? 0 : await this.write(col, { t: 'delete', ids: gone }, false);
+    return { applied, deleted };
   }
 
   // ---------------------------------------------------------------- database
@@ -1016,6 +1258,9 @@ export class Database {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    this.lease?.stop.abort();
+    this.lease = null;
+    this.gate.open();
     await Promise.all([...this.checkpoints.values()]);
     for (const col of this.byName.values()) {
       if (col.dirtyCount > 0) await this.checkpoint(col).catch((e) => this.log('warn', 'checkpoint at close failed', { error: String(e) }));

@@ -22,7 +22,7 @@ import {
 } from '../query/ranking.js';
 import { DEFAULT_RRF_K0 } from '../query/rrf.js';
 import type { EngineApi, ReplicateRequest, ReplicationEvent } from '../service/api.js';
-import type { ShardRef } from './shard.js';
+import type { DataShard, ShardRef } from './shard.js';
 
 /**
  * The engine over a set of shards (issue 16): what a router serves. It parses each request as a single
@@ -40,6 +40,18 @@ import type { ShardRef } from './shard.js';
 export interface EngineOptions {
   /** The shards to route by now (the map's, by id): read per request, so a new map applies at once. */
   shards(): readonly ShardRef[];
+  /**
+   * Every shard that may hold points (joining ones too, during a rebalance move): what scatter reads,
+   * deletes by filter and collection changes reach. Default: shards().
+   */
+  present?(): readonly ShardRef[];
+  /** Whether a rebalance move runs (a joining shard, or a draining one not yet moved): reads ask further. */
+  moving?(): boolean;
+  /**
+   * A shard answered `moved` (its map is newer than ours): refresh the map now; resolves once it was
+   * read (or could not be).
+   */
+  mapStale?(): Promise<void>;
   limits: Limits;
   embedders?: ReadonlyMap<string, Embedder>;
   rerankers?: ReadonlyMap<string, Reranker>;
@@ -53,6 +65,9 @@ const PAYLOAD_READS_AT_ONCE = 32;
 
 /** Collection writes (creates, drops) that fail on some shards are retried this many times before reporting. */
 const CLUSTER_WRITE_ATTEMPTS = 3;
+
+/** Times a point write follows `moved` answers before it gives up (one move moves a point once). */
+const MOVED_HOPS_MAX = 4;
 
 export class Engine implements EngineApi {
   private readonly specs = new Map<string, { spec: CollectionSpec; at: number }>();
@@ -89,9 +104,118 @@ export class Engine implements EngineApi {
     return out;
   }
 
-  /** Every shard's answer, or the first failure (an error of the request itself, or a shard's unavailability). */
-  private all<T>(fn: (s: ShardRef) => Promise<T>): Promise<T[]> {
-    return Promise.all(this.shards().map(fn));
+  /** Every shard that may hold points (joining ones too, mid-move). */
+  private present(): readonly ShardRef[] {
+    const s = this.opts.present?.() ?? this.shards();
+    if (s.length === 0) throw new SvcError('unavailable', 'the cluster has no shards to route to');
+    return s;
+  }
+
+  private get moving(): boolean {
+    return this.opts.moving?.() ?? false;
+  }
+
+  /**
+   * Every shard's answer, or the first failure (an error of the request itself, or a shard's
+   * unavailability). A joining shard that lacks the collection holds none of its points yet (the move
+   * creates it there with its first batch): it is left out of the answer, not an error.
+   */
+  private async all<T>(fn: (s: ShardRef) => Promise<T>): Promise<T[]> {
+    return this.each(this.present(), fn);
+  }
+
+  private async each<T>(shards: readonly ShardRef[], fn: (s: ShardRef) => Promise<T>): Promise<T[]> {
+    const r = await Promise.all(shards.map((s) => (s.state !== 'joining' ? fn(s) : fn(s).catch((e: unknown) => {
+      if (e instanceof SvcError && e.code === 'not_found') return SKIPPED;
+      throw e;
+    }))));
+    return r.filter((x): x is Awaited<T> => x !== SKIPPED);
+  }
+
+  /**
+   * A point write split by owner and sent in parallel, following `moved` answers: a shard that a
+   * rebalance move has taken some of the ids from refuses the whole part (nothing of it is written), and
+   * names those ids and the move's target set; they go to their owners there, the rest to the same shard
+   * again, and the map is read again (it is older than the shard's). Never passed to the caller.
+   */
+  private async routeWrite<T, R>(items: readonly T[], idOf: (t: T) => string, send: (s: ShardRef, part: T[]) => Promise<R>): Promise<R[]> {
+    let groups = this.byOwner(items, idOf);
+    const out: R[] = [];
+    for (let hop = 0; hop <= MOVED_HOPS_MAX; hop++) {
+      const list = [...groups];
+      const settled = await Promise.allSettled(list.map(([s, part]) => send(s, part)));
+      const next = new Map<ShardRef, T[]>();
+      let failure: unknown;
+      let stale = false;
+      for (let i = 0; i < settled.length; i++) {
+        const r = settled[i];
+        if (r.status === 'fulfilled') {
+          out.push(r.value);
+          continue;
+        }
+        const moved = movedOf(r.reason);
+        if (moved === null) {
+          failure ??= r.reason;
+          continue;
+        }
+        stale = true;
+        const [from, part] = list[i];
+        const gone = new Set(moved.ids);
+        for (const it of part) {
+          const id = idOf(it);
+          const to = gone.has(id) ? await this.shardById(owner(id, moved.targets)) : from;
+          const l = next.get(to);
+          if (l === undefined) next.set(to, [it]);
+          else l.push(it);
+        }
+      }
+      if (stale) void this.opts.mapStale?.();
+      if (failure !== undefined) throw failure;
+      if (next.size === 0) return out;
+      groups = next;
+    }
+    throw new SvcError('unavailable', `a point write kept meeting moved points after ${MOVED_HOPS_MAX} hops: the cluster is rebalancing; send it again`);
+  }
+
+  /** A shard of the map by id, joining ones included; an unknown one makes the map be read again first. */
+  private async shardById(id: number): Promise<ShardRef> {
+    const find = () => this.present().find((s) => s.id === id);
+    let s = find();
+    if (s === undefined) {
+      await this.opts.mapStale?.();
+      s = find();
+    }
+    if (s === undefined) throw new SvcError('unavailable', `shard ${id} holds moved points but is not in this router's shard map yet`, { shard: id });
+    return s;
+  }
+
+  /**
+   * A point from its owner; during a rebalance move, when the owner lacks it, from the other shards
+   * (it may have moved to its new owner already, or not yet from its old one).
+   */
+  private async getPoint(name: string, id: string, opts: { with_vector?: boolean }, primary = false): Promise<PointOutput> {
+    // `primary`: a shard's primary, never one of its read replicas (a read that a write is checked against).
+    const copy = (s: ShardRef): DataShard => (primary ? s.primary ?? s.shard : s.shard);
+    const first = this.ownerOf(id, this.shards());
+    try {
+      return await copy(first).get(name, id, opts);
+    } catch (e) {
+      const moved = movedOf(e);
+      if (moved !== null) {
+        // The owner's move took it: ask its new owner (our map is older than the move; read it again).
+        void this.opts.mapStale?.();
+        return copy(await this.shardById(owner(id, moved.targets))).get(name, id, opts);
+      }
+      if (!(e instanceof SvcError && e.code === 'not_found') || !this.moving) throw e;
+      const others = this.present().filter((s) => s.id !== first.id);
+      const found = await Promise.all(others.map((s) => copy(s).get(name, id, opts).catch((x: unknown) => {
+        if (x instanceof SvcError && (x.code === 'not_found' || x.code === 'moved')) return null;
+        throw x;
+      })));
+      const hit = found.find((p) => p !== null);
+      if (hit === undefined || hit === null) throw e;
+      return hit;
+    }
   }
 
   /**
@@ -170,7 +294,7 @@ export class Engine implements EngineApi {
 
   /** A collection write on every shard, each retried a bounded number of times; never left silently partial. */
   private async everyShard<T>(what: string, fn: (s: ShardRef) => Promise<T>): Promise<T[]> {
-    const shards = this.shards();
+    const shards = this.present();
     const out = new Array<T>(shards.length);
     let left = shards.map((_, i) => i);
     let lastErrors: { shard: ShardRef; error: unknown }[] = [];
@@ -222,17 +346,17 @@ export class Engine implements EngineApi {
     const parsed = parsePoints(b.points, spec, this.limits, limit);
     if (parsed.length === 0) return { upserted: 0 };
     const raw = b.points as unknown[];
-    const groups = this.byOwner(raw.map((p, i) => ({ p, id: checkPointId((p as { id: unknown }).id), i })), (x) => x.id);
-    const r = await Promise.all([...groups].map(([s, items]) => send(s, items.map((x) => x.p))));
+    const r = await this.routeWrite(raw.map((p, i) => ({ p, id: checkPointId((p as { id: unknown }).id), i })), (x) => x.id, (s, items) => send(s, items.map((x) => x.p)));
     return { upserted: r.reduce((n, x) => n + x.upserted, 0) };
   }
 
   async get(name: string, id: string, opts: { with_vector?: boolean } = {}): Promise<PointOutput> {
-    return this.ownerOf(checkPointId(id), this.shards()).shard.get(name, id, opts);
+    return this.getPoint(name, checkPointId(id), opts);
   }
 
   async delete(name: string, id: string): Promise<{ deleted: boolean }> {
-    return this.ownerOf(checkPointId(id), this.shards()).shard.delete(name, id);
+    const [r] = await this.routeWrite([checkPointId(id)], (x) => x, (s) => s.shard.delete(name, id));
+    return r;
   }
 
   /**
@@ -253,20 +377,18 @@ export class Engine implements EngineApi {
       if (missing !== undefined) throw notFound(`point '${missing.id}' does not exist in collection '${spec.name}'; no payload was changed`);
       checkPayloadResults(points, mode, (id) => current.get(id)!, this.limits);
     }
-    const r = await Promise.all([...groups].map(([s, items]) => s.shard.setPayload(name, { points: items, mode })));
+    const r = await this.routeWrite(points, (p) => p.id, (s, items) => s.shard.setPayload(name, { points: items, mode }));
     return { updated: r.reduce((n, x) => n + x.updated, 0) };
   }
 
   /** The payloads of the points of `ids` that exist, each read from its owner (a few at a time). */
   private async payloadsOf(name: string, ids: readonly string[]): Promise<Map<string, Payload>> {
-    const shards = this.shards();
     const out = new Map<string, Payload>();
     for (let i = 0; i < ids.length; i += PAYLOAD_READS_AT_ONCE) {
       await Promise.all(ids.slice(i, i + PAYLOAD_READS_AT_ONCE).map(async (id) => {
         try {
-          const owner = this.ownerOf(id, shards);
-          // From the primary: what a write is checked against must not be a replica's older copy.
-          out.set(id, (await (owner.primary ?? owner.shard).get(name, id)).payload);
+          // From the primaries: what a write is checked against must not be a replica's older copy.
+          out.set(id, (await this.getPoint(name, id, {}, true)).payload);
         } catch (e) {
           if (!(e instanceof SvcError && e.code === 'not_found')) throw e;
         }
@@ -279,12 +401,25 @@ export class Engine implements EngineApi {
     const b = checkObject(body, 'delete body', bodyKeys(BODIES.deletePoints));
     if (b.ids !== undefined && b.ids !== null && b.filter === undefined) {
       if (!Array.isArray(b.ids)) throw invalidArgument('ids must be a list');
-      const groups = this.byOwner(b.ids.map((id: unknown) => checkPointId(id)), (id) => id);
-      const r = await Promise.all([...groups].map(([s, ids]) => s.shard.deletePoints(name, { ids })));
+      const r = await this.routeWrite(b.ids.map((id: unknown) => checkPointId(id)), (id) => id, (s, ids) => s.shard.deletePoints(name, { ids }));
       return { deleted: r.reduce((n, x) => n + x.deleted, 0) };
     }
-    const r = await this.all((s) => s.shard.deletePoints(name, body));
-    return { deleted: r.reduce((n, x) => n + x.deleted, 0) };
+    if (!this.moving) {
+      const r = await this.all((s) => s.shard.deletePoints(name, body));
+      return { deleted: r.reduce((n, x) => n + x.deleted, 0) };
+    }
+    // Mid-move, sources before targets: a source holds its writes while a batch is out, so its delete
+    // runs after the batch's commit, and the targets' after the batch landed there. Draining shards are
+    // only sources, joining ones only targets; active ones are the targets of a drain and the sources
+    // of a join (one move runs at a time, and never both kinds with an active shard in between).
+    let deleted = 0;
+    const present = this.present();
+    const waves = (['draining', 'active', 'joining'] as const).map((st) => present.filter((s) => (s.state ?? 'active') === st));
+    for (const wave of waves) {
+      const r = await Promise.all(wave.map((s) => s.shard.deletePoints(name, body)));
+      deleted += r.reduce((n, x) => n + x.deleted, 0);
+    }
+    return { deleted };
   }
 
   async upsertText(name: string, body: { points: TextPointInput[] }): Promise<{ upserted: number }> {
@@ -303,13 +438,13 @@ export class Engine implements EngineApi {
     const docs = parseDocuments(body, spec, this.limits);
     if (docs.length === 0) return { upserted: 0 };
     const raw = (body as { documents: unknown[] }).documents;
-    const groups = this.byOwner(raw, (d) => checkPointId((d as { id: unknown }).id));
-    const r = await Promise.all([...groups].map(([s, documents]) => s.shard.upsertDocuments(name, { documents } as never)));
+    const r = await this.routeWrite(raw, (d) => checkPointId((d as { id: unknown }).id), (s, documents) => s.shard.upsertDocuments(name, { documents } as never));
     return { upserted: r.reduce((n, x) => n + x.upserted, 0) };
   }
 
   async deleteDocument(name: string, id: string): Promise<{ deleted: boolean }> {
-    return this.ownerOf(checkPointId(id), this.shards()).shard.deleteDocument(name, id);
+    const [r] = await this.routeWrite([checkPointId(id)], (x) => x, (s) => s.shard.deleteDocument(name, id));
+    return r;
   }
 
   // ---------------------------------------------------------------- reads
@@ -320,7 +455,9 @@ export class Engine implements EngineApi {
     const limit = parseFetchLimit(q.limit, this.limits);
     const body = { ...query, limit };
     const pages = await this.all((s) => s.shard.fetch(name, body));
-    const merged = pages.flatMap((p) => p.points).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    const sorted = pages.flatMap((p) => p.points).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    // Mid-move a point may be on its old and its new owner for the length of a batch: once here.
+    const merged = sorted.filter((p, i) => i === 0 || p.id !== sorted[i - 1].id);
     const points = merged.slice(0, limit);
     const more = merged.length > limit || pages.some((p) => p.next_cursor !== null);
     // A cursor is the last id given, encoded as every shard encodes it: each reads it the same way.
@@ -398,17 +535,17 @@ export class Engine implements EngineApi {
    * with the idf and average length one node of everything would.
    */
   private async gather(name: string, spec: CollectionSpec, body: Record<string, unknown>, depth: number, given: TextStats | undefined): Promise<Rankings> {
-    const shards = this.shards();
+    const shards = this.present();
     let textStats = given;
     if (textStats === undefined && shards.length > 1 && typeof body.query_text === 'string') {
       const ask = { text: body.query_text };
       // A strong read's statistics come from the primaries its rankings come from.
       const strong = body.consistency === 'strong';
-      textStats = sumTextStats(await Promise.all(shards.map((s) => (strong ? s.primary ?? s.shard : s.shard).textStats(name, ask))));
+      textStats = sumTextStats(await this.each(shards, (s) => (strong ? s.primary ?? s.shard : s.shard).textStats(name, ask)));
     }
     // One body for every shard (its JSON is written once).
     const ask = { ...body, depth, ...(textStats === undefined ? {} : { text_stats: textStats }) };
-    const parts = await Promise.all(shards.map((s) => s.shard.rankings(name, ask)));
+    const parts = await this.each(shards, (s) => s.shard.rankings(name, ask));
     const merge = (lists: (Ranked[] | undefined)[], order: ScoreOrder): Ranked[] | undefined => {
       if (lists.every((l) => l === undefined)) return undefined;
       return mergeTopK(lists.map((l) => (l ?? []).map((r) => ({ ...r, rank: 0 }))), depth, order).map(({ rank: _, ...r }) => r);
@@ -483,6 +620,18 @@ export class Engine implements EngineApi {
     };
   }
 
+  async moveBatch(): Promise<unknown> {
+    throw invalidArgument('a router holds no points to move: a coordinator moves them between the shards themselves');
+  }
+
+  async moveCommit(): Promise<unknown> {
+    return this.moveBatch();
+  }
+
+  async moveApply(): Promise<unknown> {
+    return this.moveBatch();
+  }
+
   // eslint-disable-next-line require-yield
   async *replicate(_body?: ReplicateRequest, _signal?: AbortSignal): AsyncGenerator<ReplicationEvent> {
     throw invalidArgument('a router has no replication stream of its own: replicate each shard from its node');
@@ -497,4 +646,16 @@ export class Engine implements EngineApi {
 function combine(acc: CollectionInfo | undefined, c: CollectionInfo): CollectionInfo {
   if (acc === undefined) return { ...c };
   return { ...acc, count: acc.count + c.count, index_state: acc.index_state === 'stale' || c.index_state === 'stale' ? 'stale' : acc.index_state };
+}
+
+/** A joining shard's answer left out (see Engine.all). */
+const SKIPPED: unique symbol = Symbol('skipped');
+
+/** A shard's `moved` answer (core/collection/move.ts): the ids that left and the move's target set; else null. */
+function movedOf(e: unknown): { ids: string[]; targets: number[] } | null {
+  if (!(e instanceof SvcError) || e.code !== 'moved') return null;
+  const m = e.detail.moved as { ids?: unknown; targets?: unknown } | undefined;
+  if (!Array.isArray(m?.ids) || !Array.isArray(m.targets) || m.targets.length === 0) return null;
+  if (!m.ids.every((x) => typeof x === 'string') || !m.targets.every((x) => Number.isSafeInteger(x) && x >= 0)) return null;
+  return { ids: m.ids as string[], targets: m.targets as number[] };
 }

@@ -29,4 +29,6 @@ export interface ShardRef {
    * read that feeds a write, or must see every acknowledged write, asks. Absent: `shard` is the primary.
    */
   primary?: DataShard;
+  /** Its state in the map (absent: active). */
+  state?: 'active' | 'joining' | 'draining';
 }

@@ -66,6 +66,13 @@ export interface SvcApi {
   /** Internal (a router asks it of its shards): the BM25 statistics of a query text's terms. */
   textStats(ctx: CallContext, collection: string, body: TextStatsBody): Promise<TextStats>;
   stats(ctx: CallContext): Promise<DatabaseStats>;
+  /**
+   * Internal (a coordinator asks it of a shard during a rebalance, docs/cluster.md): `batch` and `commit`
+   * move this node's points away, `apply` brings points here. REST only.
+   */
+  moveBatch(ctx: CallContext, body: unknown): Promise<unknown>;
+  moveCommit(ctx: CallContext, body: unknown): Promise<unknown>;
+  moveApply(ctx: CallContext, body: unknown): Promise<unknown>;
   snapshot(ctx: CallContext, body: SnapshotBody): Promise<SnapshotResult>;
   /**
    * The leader's replication stream: a logical snapshot, then the live commit tail, until `signal` aborts.

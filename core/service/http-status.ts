@@ -17,5 +17,6 @@ export const HTTP_STATUS: Readonly<Record<ErrorCode, number>> = Object.freeze({
   not_ready: 503,
   unavailable: 503,
   shard_not_drained: 409,
+  moved: 409,
   internal: 500,
 });

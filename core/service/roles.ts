@@ -40,6 +40,11 @@ export const OPERATION_POLICIES: Readonly<Record<OperationName, OperationPolicy>
   deleteCollection: { role: 'admin', collection: 'arg', audited: true },
   snapshot: { role: 'admin', collection: 'all', audited: true },
   replicate: { role: 'admin', collection: 'all', audited: true },
+  // A coordinator's rebalance steps (SVC_CLUSTER_SHARD_KEY): every collection of the node, like a
+  // snapshot. Not audited one by one: the coordinator audits each move's start and end.
+  moveBatch: { role: 'admin', collection: 'all', audited: false },
+  moveCommit: { role: 'admin', collection: 'all', audited: false },
+  moveApply: { role: 'admin', collection: 'all', audited: false },
 });
 
 /**

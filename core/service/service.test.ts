@@ -55,6 +55,9 @@ function fakeEngine(): { engine: EngineApi; calls: string[] } {
     snapshot: rec('snapshot', { name: 's', path: '/x', manifest_version: 1, disk_bytes: 1 }),
     rankings: rec('rankings', { dense: [] }),
     textStats: rec('textStats', { docs: 0, total_length: 0, df: {} }),
+    moveBatch: rec('moveBatch', { done: true }),
+    moveCommit: rec('moveCommit', { moved: 0 }),
+    moveApply: rec('moveApply', { applied: 0, deleted: 0 }),
     close: async () => undefined,
   };
   return { engine, calls };
@@ -111,6 +114,9 @@ function call(svc: Service, ctx: CallContext, op: OperationName, c: string): Pro
     case 'deleteDocument': return svc.deleteDocument(ctx, c, 'd');
     case 'rankings': return svc.rankings(ctx, c, { vector: [1, 2], depth: 10 });
     case 'textStats': return svc.textStats(ctx, c, { text: 'x' });
+    case 'moveBatch': return svc.moveBatch(ctx, {});
+    case 'moveCommit': return svc.moveCommit(ctx, {});
+    case 'moveApply': return svc.moveApply(ctx, {});
     case 'replicate': return (async () => { for await (const _ of svc.replicate(ctx)) { /* drain */ } })();
   }
 }
@@ -128,6 +134,8 @@ const CONTRACT_ROLE: Record<string, 'read' | 'write' | 'admin'> = {
   createCollection: 'admin', deleteCollection: 'admin', snapshot: 'admin', replicate: 'admin',
   // Not in the contract's table: what a router asks of its shards, reads like the queries they serve.
   rankings: 'read', textStats: 'read',
+  // A coordinator's rebalance steps on a shard (docs/cluster.md): admin, every collection.
+  moveBatch: 'admin', moveCommit: 'admin', moveApply: 'admin',
 };
 
 describe('authentication', () => {
@@ -186,7 +194,7 @@ describe('authorization', () => {
           const got = await codeOf(call(svc, ctx(p), op, c));
           const roleOk = rank[p.role] >= rank[CONTRACT_ROLE[op]];
           const scoped = !['listCollections', 'stats'].includes(op);
-          const scopeOk = op === 'snapshot' || op === 'replicate' ? false : !scoped || c === 'a.x';
+          const scopeOk = ['snapshot', 'replicate', 'moveBatch', 'moveCommit', 'moveApply'].includes(op) ? false : !scoped || c === 'a.x';
           expect({ op, p: p.role, c, got }).toEqual({ op, p: p.role, c, got: roleOk && scopeOk ? 'ok' : 'permission_denied' });
           expect(calls.length).toBe(got === 'ok' ? 1 : 0);
         }

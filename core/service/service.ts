@@ -337,6 +337,10 @@ export function createService(engine: EngineApi, opts: ServiceOptions): Service 
       return run('snapshot', ctx, undefined, `snapshot/${typeof name === 'string' ? name : '?'}`, {}, () => engine.snapshot(body));
     },
 
+    moveBatch: (ctx, body) => run('moveBatch', ctx, undefined, 'cluster/move', {}, () => engine.moveBatch(body)),
+    moveCommit: (ctx, body) => run('moveCommit', ctx, undefined, 'cluster/move', {}, () => engine.moveCommit(body)),
+    moveApply: (ctx, body) => run('moveApply', ctx, undefined, 'cluster/move', {}, () => engine.moveApply(body)),
+
     replicate: (ctx, body, signal) => {
       authorize(ctx, 'replicate', undefined);
       audit('replicate', ctx.principal.keyName, 'database', 'ok', 200, ctx.requestId, ctx.remote ?? '');

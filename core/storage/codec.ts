@@ -29,7 +29,11 @@ export type PayloadMode = 'merge' | 'replace';
 
 export type Op =
   | { t: 'upsert'; points: PointRecord[] }
-  | { t: 'delete'; ids: string[] }
+  /**
+   * `move`: a rebalance batch's commit on its source (core/collection/move.ts): the ids went to their new
+   * owners, and the move's cursor for this collection advances to `cursor`, in the same record.
+   */
+  | { t: 'delete'; ids: string[]; move?: MoveMark }
   | { t: 'upsert_docs'; docs: DocRecord[] }
   /**
    * Payloads of existing points changed, vectors untouched. Carries the patch, not the result: applied
@@ -37,6 +41,21 @@ export type Op =
    * already holds it, or a later whole-point write, converges as upserts and deletes do.
    */
   | { t: 'set_payload'; mode: PayloadMode; points: PayloadPatch[] };
+
+/** A rebalance move's progress on one collection (docs/cluster.md, Rebalancing). */
+export interface MoveMark {
+  move: string;
+  /** The last id (fetch order) the move has scanned; every id up to it that the node does not own has left. */
+  cursor: string;
+}
+
+/** A node's rebalance move as a source: its id, its own shard id, the target set, and whether it is done. */
+export interface MoveStateRecord {
+  move: string;
+  self: number;
+  targets: number[];
+  finished: boolean;
+}
 
 /** Database-level records, sealed with the master-derived 'db' key. */
 export type DbOp =
@@ -50,11 +69,13 @@ export type DbOp =
    * reached in it, at once: `history` '' while a bootstrap runs (no position holds), the leader's id at
    * its end. Later replica_position records advance the seq within that history.
    */
-  | { t: 'replica_origin'; history: string; leader_seq: number };
+  | { t: 'replica_origin'; history: string; leader_seq: number }
+  /** A rebalance move started (new id: every cursor starts over) or finished on this node, as a source. */
+  | ({ t: 'move_state' } & MoveStateRecord);
 
 export type AnyOp = Op | DbOp;
 
-const TAG = { upsert: 1, delete: 2, upsert_docs: 3, set_payload: 4, create_collection: 64, drop_collection: 65, replica_position: 66, replica_origin: 67 } as const;
+const TAG = { upsert: 1, delete: 2, upsert_docs: 3, set_payload: 4, create_collection: 64, drop_collection: 65, replica_position: 66, replica_origin: 67, move_state: 68 } as const;
 const NULL_PAYLOAD = 0xffffffff;
 const PAYLOAD_MODES: readonly PayloadMode[] = ['merge', 'replace'];
 
@@ -177,6 +198,11 @@ export function encodeOp(op: AnyOp): Uint8Array {
       w.u8(TAG.delete);
       w.u32(op.ids.length);
       for (const id of op.ids) w.str16(id);
+      // Optional trailing field: a plain delete ends after its ids.
+      if (op.move !== undefined) {
+        w.str16(op.move.move);
+        w.str16(op.move.cursor);
+      }
       break;
     case 'set_payload':
       w.u8(TAG.set_payload);
@@ -207,6 +233,14 @@ export function encodeOp(op: AnyOp): Uint8Array {
       w.u8(TAG.replica_origin);
       w.str16(op.history);
       seq64(w, op.leader_seq);
+      break;
+    case 'move_state':
+      w.u8(TAG.move_state);
+      w.str16(op.move);
+      w.u32(op.self);
+      w.u8(op.finished ? 1 : 0);
+      w.u32(op.targets.length);
+      for (const t of op.targets) w.u32(t);
       break;
   }
   return w.done();
@@ -252,7 +286,7 @@ export function decodeOp(bytes: Uint8Array): AnyOp {
       const n = r.u32();
       const ids: string[] = [];
       for (let i = 0; i < n; i++) ids.push(r.str16());
-      op = { t: 'delete', ids };
+      op = r.atEnd() ? { t: 'delete', ids } : { t: 'delete', ids, move: { move: r.str16(), cursor: r.str16() } };
       break;
     }
     case TAG.set_payload: {
@@ -284,6 +318,18 @@ export function decodeOp(bytes: Uint8Array): AnyOp {
     case TAG.replica_origin:
       op = { t: 'replica_origin', history: r.str16(), leader_seq: readSeq64(r) };
       break;
+    case TAG.move_state: {
+      const move = r.str16();
+      const self = r.u32();
+      const finished = r.u8();
+      if (finished > 1) throw new CodecError('a move state whose finished flag is not 0 or 1');
+      const n = r.u32();
+      if (n > 4096) throw new CodecError('a move state with more than 4096 targets');
+      const targets: number[] = [];
+      for (let i = 0; i < n; i++) targets.push(r.u32());
+      op = { t: 'move_state', move, self, targets, finished: finished === 1 };
+      break;
+    }
     default:
       throw new CodecError(`unknown tag ${tag}`);
   }
@@ -304,10 +350,13 @@ function readSeq64(r: Reader): number {
 }
 
 export function isDbOp(op: AnyOp): op is DbOp {
-  return op.t === 'create_collection' || op.t === 'drop_collection' || op.t === 'replica_position' || op.t === 'replica_origin';
+  return op.t === 'create_collection' || op.t === 'drop_collection' || op.t === 'replica_position' || op.t === 'replica_origin' || op.t === 'move_state';
 }
 
-/** A follower's own bookkeeping records (positions in its leader's log), never data. */
-export function isReplicaBookkeeping(op: AnyOp): op is Extract<DbOp, { t: 'replica_position' | 'replica_origin' }> {
-  return op.t === 'replica_position' || op.t === 'replica_origin';
+/**
+ * A node's own bookkeeping records (a follower's positions in its leader's log, a source's rebalance
+ * move), never data: a replication stream does not carry them.
+ */
+export function isReplicaBookkeeping(op: AnyOp): op is Extract<DbOp, { t: 'replica_position' | 'replica_origin' | 'move_state' }> {
+  return op.t === 'replica_position' || op.t === 'replica_origin' || op.t === 'move_state';
 }

@@ -3,7 +3,7 @@ import { assert } from '../base/assert.js';
 import { SvcError, invalidArgument } from '../base/errors.js';
 import { InsecureSealer, XChaChaSealer, type Sealer } from '../crypto/sealer.js';
 import { deriveKey, randomDataKey, unwrapDataKey, wrapDataKey } from '../crypto/keys.js';
-import { decodeOp, encodeOp, isDbOp, type DbOp, type Op } from './codec.js';
+import { decodeOp, encodeOp, isDbOp, type DbOp, type MoveStateRecord, type Op } from './codec.js';
 import { StorageCorruption } from './errors.js';
 import { FORMAT_VERSION, aad, crc } from './format.js';
 import { dirName, joinPath, mkdirDurable, writeFileAtomic, type FileSystem, type PathLock } from './fs.js';
@@ -44,6 +44,12 @@ export interface ReplayRecord {
   uid: string;
   /** A collection's op, or a create or drop (a follower's positions are read into replicaSeq instead). */
   op: Op | Extract<DbOp, { uid: string }>;
+}
+
+/** A node's rebalance move as a source, with each collection's cursor (core/collection/move.ts). */
+export interface MoveProgress extends MoveStateRecord {
+  /** By collection uid: the last id the move has scanned there (absent: nothing yet). */
+  cursors: Map<string, string>;
 }
 
 const META = 'svc.meta';
@@ -89,6 +95,10 @@ export class DataDir implements Keyring {
   private replicaPosition: number | null = null;
   /** The leader history that position counts in ('' while a bootstrap runs); null when none is known. */
   private replicaHistory: string | null = null;
+  /** This node's rebalance move as a source (the manifest's, then the records since); null when none ever ran. */
+  private moveProgress: MoveProgress | null = null;
+  /** Until replay() has read the WAL, the move records in it are not in moveProgress: saves keep the manifest's. */
+  private moveReplayed = false;
 
   private constructor(private readonly fs: FileSystem, readonly path: string, private readonly opts: DataDirOptions) {
     const mk = opts.masterKey;
@@ -130,6 +140,8 @@ export class DataDir implements Keyring {
     this.manifestBytes = (await this.fs.stat(this.p(MANIFEST)))!.size;
     this.replicaPosition = this.manifest.replica_position ?? null;
     this.replicaHistory = this.manifest.replica_history ?? null;
+    const mv = this.manifest.move;
+    this.moveProgress = mv === undefined ? null : { move: mv.move, self: mv.self, targets: [...mv.targets], finished: mv.finished, cursors: new Map(Object.entries(mv.cursors)) };
     for (const c of this.manifest.collections) this.sealers.set(c.uid, this.sealerOf(c));
     this.wal = await Wal.open(this.fs, this.p(WAL_DIR), {
       keyring: this, log: this.opts.log, segmentBytesMax: this.opts.segmentBytesMax, retainBytesMax: this.opts.replicationRetainBytes,
@@ -257,6 +269,16 @@ export class DataDir implements Keyring {
     const m: Manifest = { ...next, manifest_version: this.manifest.manifest_version + 1 };
     if (this.replicaPosition !== null) m.replica_position = this.replicaPosition;
     if (this.replicaHistory !== null) m.replica_history = this.replicaHistory;
+    // Move records are appended in `serial`, as this save runs: every one up to lastSeq is in it.
+    const mv = this.moveProgress;
+    if (!this.moveReplayed) {
+      if (this.manifest?.move !== undefined) m.move = this.manifest.move;
+    } else if (mv !== null) {
+      m.move = {
+        move: mv.move, self: mv.self, targets: [...mv.targets], finished: mv.finished,
+        cursors: Object.fromEntries([...mv.cursors].filter(([uid]) => m.collections.some((c) => c.uid === uid))), seq: this.wal?.lastSeq ?? 0,
+      };
+    }
     this.manifestBytes = await saveManifest(this.fs, this.p(MANIFEST), this.manifestSealer, m);
     this.manifest = m;
     const live = new Set(m.collections.map((c) => c.uid));
@@ -322,11 +344,16 @@ export class DataDir implements Keyring {
    */
   async *replay(): AsyncIterable<ReplayRecord> {
     const checkpoints = new Map(this.manifest.collections.map((c) => [c.uid, c.checkpoint_seq]));
-    const from = checkpoints.size === 0 ? this.wal.firstRetainedSeq : Math.min(...checkpoints.values()) + 1;
+    // Move records at or below it are in the manifest's move state already.
+    const moveSeq = this.manifest.move?.seq ?? 0;
+    const base = checkpoints.size === 0 ? this.wal.firstRetainedSeq : Math.min(...checkpoints.values()) + 1;
+    // Before `base`, only a move's records are read (when the manifest's move state is older than base).
+    const from = this.manifest.move === undefined ? base : Math.min(base, moveSeq + 1);
     for await (const r of this.wal.readFrom(Math.max(from, this.wal.firstRetainedSeq))) {
       if (r.keyId === 'db') {
         const op = this.decode(r.body!, r.seq) as DbOp;
         assert(isDbOp(op), 'db records hold database ops');
+        if (r.seq < base && op.t !== 'move_state') continue;
         if (op.t === 'replica_position') {
           // The last one written wins.
           this.replicaPosition = op.leader_seq;
@@ -338,15 +365,25 @@ export class DataDir implements Keyring {
           this.replicaPosition = op.leader_seq;
           continue;
         }
+        if (op.t === 'move_state') {
+          if (r.seq > moveSeq) this.takeMoveState(op);
+          continue;
+        }
         yield { seq: r.seq, uid: op.uid, op };
         continue;
       }
       const cp = checkpoints.get(r.keyId);
-      if (cp === undefined || r.seq <= cp || r.body === null) continue;
+      if (cp === undefined || r.body === null) continue;
+      // A record the segments hold may still carry a move's progress that the manifest does not.
+      const moveMayTell = this.moveProgress !== null && r.seq > moveSeq;
+      if (r.seq <= cp && !moveMayTell) continue;
       const op = this.decode(r.body, r.seq);
       if (isDbOp(op)) throw new StorageCorruption(this.p(WAL_DIR), 0, `record seq ${r.seq}: a database op under a collection key`);
+      if (moveMayTell && op.t === 'delete' && op.move !== undefined) this.takeMoveMark(r.keyId, op.move.move, op.move.cursor);
+      if (r.seq <= cp) continue;
       yield { seq: r.seq, uid: r.keyId, op };
     }
+    this.moveReplayed = true;
   }
 
   /**
@@ -413,6 +450,48 @@ export class DataDir implements Keyring {
   get replicaSeq(): { history: string; seq: number } | null {
     if (this.replicaHistory === null || this.replicaHistory === '' || this.replicaPosition === null) return null;
     return { history: this.replicaHistory, seq: this.replicaPosition };
+  }
+
+  /** This node's rebalance move as a source, with its cursors; null when it never was one. */
+  get move(): Readonly<MoveProgress> | null {
+    return this.moveProgress;
+  }
+
+  /**
+   * A move started (a new id: its cursors start empty) or finished, durable before it is taken. In
+   * `serial`, so a manifest save never misses a move record below the seq it notes.
+   */
+  appendMoveState(state: MoveStateRecord): Promise<number> {
+    return this.serial(async () => {
+      const seq = await this.wal.append('db', encodeOp({ t: 'move_state', ...state }));
+      this.takeMoveState(state);
+      return seq;
+    });
+  }
+
+  /**
+   * A move batch's commit: the delete of its ids and the collection's new cursor, in one record (so a
+   * crash keeps both or neither). In `serial` like appendMoveState.
+   */
+  appendMoveCommit(uid: string, op: Extract<Op, { t: 'delete' }>): Promise<number> {
+    assert(op.move !== undefined, 'a move commit carries its mark');
+    const mark = op.move;
+    return this.serial(async () => {
+      if (!this.sealers.has(uid)) throw new SvcError('not_found', `no collection with uid ${uid}`);
+      const seq = await this.wal.append(uid, encodeOp(op));
+      this.takeMoveMark(uid, mark.move, mark.cursor);
+      return seq;
+    });
+  }
+
+  private takeMoveState(s: MoveStateRecord): void {
+    const same = this.moveProgress?.move === s.move;
+    this.moveProgress = { move: s.move, self: s.self, targets: [...s.targets], finished: s.finished, cursors: same ? this.moveProgress!.cursors : new Map() };
+  }
+
+  private takeMoveMark(uid: string, move: string, cursor: string): void {
+    // A mark of another move (an older one, or one replicated from a leader) tells nothing here.
+    if (this.moveProgress?.move === move) this.moveProgress.cursors.set(uid, cursor);
   }
 
   /** This directory's own log history (what its followers' positions count in). */

@@ -51,6 +51,11 @@ export interface Manifest {
    * the snapshot's, which are not the original's after that point). Absent before it was kept.
    */
   history?: string;
+  /**
+   * This node's rebalance move as a source (core/collection/move.ts), with each collection's cursor by
+   * uid, as of WAL seq `seq`: replay takes the move records after it. Absent when none ever ran.
+   */
+  move?: { move: string; self: number; targets: number[]; finished: boolean; cursors: Record<string, string>; seq: number };
 }
 
 const MAGIC = Buffer.from('SVCMAN\0\x01', 'latin1');

@@ -11,6 +11,11 @@ import type { PromMetrics } from '../rest/metrics.js';
  */
 export interface CoordinatorMetrics {
   step(step: AutoscaleStep): void;
+  /** A rebalance batch committed. */
+  moved(points: number, bytes: number): void;
+  /** Whether a rebalance move runs now. */
+  moving(now: boolean): void;
+  moveFinished(): void;
 }
 
 export function coordinatorMetrics(metrics: PromMetrics, coordinator: Coordinator): CoordinatorMetrics {
@@ -51,7 +56,21 @@ export function coordinatorMetrics(metrics: PromMetrics, coordinator: Coordinato
   });
   const holds: HoldWhy[] = ['below_high_water', 'no_samples', 'max_shards', 'cooldown', 'no_standby', 'standby_unreachable'];
   for (const d of ['scale_out', ...holds]) decisions.inc({ decision: d }, 0);
+  const movedPoints = new Counter({ name: 'svc_rebalance_moved_points_total', help: 'Points moved between shards by rebalance moves (committed batches)', registers });
+  const movedBytes = new Counter({ name: 'svc_rebalance_moved_bytes_total', help: 'Bytes of vectors and payloads moved by rebalance moves (the sources\' estimate)', registers });
+  const inProgress = new Gauge({ name: 'svc_rebalance_moves_in_progress', help: 'Rebalance moves running now (0 or 1)', registers });
+  const finished = new Counter({ name: 'svc_rebalance_moves_total', help: 'Rebalance moves this coordinator finished since it started', registers });
   return {
+    moved(points, bytes) {
+      movedPoints.inc(points);
+      movedBytes.inc(bytes);
+    },
+    moving(now) {
+      inProgress.set(now ? 1 : 0);
+    },
+    moveFinished() {
+      finished.inc();
+    },
     step({ decision }) {
       if (decision.kind === 'scale_out') {
         scaleOuts.inc();

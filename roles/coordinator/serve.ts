@@ -11,6 +11,7 @@ import { serviceParts } from '../service-parts.js';
 import { createPromMetrics } from '../rest/metrics.js';
 import { coordinatorMetrics, type CoordinatorMetrics } from './metrics.js';
 import { buildCoordinatorApp } from './rest.js';
+import { REBALANCE_DEFAULTS, startRebalanceLoop } from './rebalance-loop.js';
 import { HttpShardClient } from './shard-client.js';
 
 /**
@@ -33,9 +34,10 @@ export async function startCoordinator(config: SvcConfig, logs: Logs): Promise<R
 
   const store: CoordinatorStore = c.stateFile === null ? new MemoryStore() : await FileStore.open(new NodeFileSystem(), c.stateFile);
   let coordinator: Coordinator;
+  const client = new HttpShardClient(c.shardKey);
   try {
     coordinator = await Coordinator.open({
-      store, client: new HttpShardClient(c.shardKey), clock: systemClock,
+      store, client, clock: systemClock,
       seedUrls: c.seedShards, seedReplicas: new Map(c.seedReplicas.map((r, i) => [i, r])),
       autoscale: { ...c.autoscale },
     });
@@ -68,6 +70,7 @@ export async function startCoordinator(config: SvcConfig, logs: Logs): Promise<R
   }
   const restPort = (app.server.address() as AddressInfo).port;
   const loop = startAutoscaleLoop(coordinator, c, cluster, series, logs);
+  const rebalance = startRebalanceLoop(coordinator, client, cluster, series, logs, { ...REBALANCE_DEFAULTS, batchPoints: c.rebalanceBatchPoints, settleMs: 2 * c.routerRefreshMs });
   log.info({ rest_port: restPort, tls: config.tls !== null, autoscale: c.autoscale.enabled, interval_secs: c.autoscale.intervalMs / 1000 }, 'svc coordinator ready');
 
   let closing: Promise<void> | null = null;
@@ -76,6 +79,7 @@ export async function startCoordinator(config: SvcConfig, logs: Logs): Promise<R
     close() {
       closing ??= (async () => {
         await loop.stop();
+        await rebalance.stop();
         await app.close();
         await release();
       })();

@@ -1,4 +1,5 @@
 import { SvcError } from '../../core/base/errors.js';
+import type { BatchAnswer, MoveClient } from '../../core/cluster/coordinator/mover.js';
 import type { ShardClient } from '../../core/cluster/routing/shard-client.js';
 
 /**
@@ -7,8 +8,51 @@ import type { ShardClient } from '../../core/cluster/routing/shard-client.js';
  * scoped to `*` (stats are scope-filtered, so a narrower key would count only part of the shard).
  * Every failure is `unavailable` naming the shard; the caller's signal bounds the time.
  */
-export class HttpShardClient implements ShardClient {
-  constructor(private readonly key: string | null) {}
+export class HttpShardClient implements ShardClient, MoveClient {
+  constructor(private readonly key: string | null, private readonly moveTimeoutMs = 60_000) {}
+
+  // The rebalance steps (docs/cluster.md, Rebalancing): an admin key scoped to * on every shard.
+  batch(url: string, body: Parameters<MoveClient['batch']>[1]): Promise<BatchAnswer> {
+    return this.post(url, '/v1/cluster/move/batch', body) as Promise<BatchAnswer>;
+  }
+
+  commit(url: string, body: Parameters<MoveClient['commit']>[1]): Promise<{ moved: number }> {
+    return this.post(url, '/v1/cluster/move/commit', body) as Promise<{ moved: number }>;
+  }
+
+  apply(url: string, body: Parameters<MoveClient['apply']>[1]): Promise<{ applied: number; deleted: number }> {
+    return this.post(url, '/v1/cluster/move/apply', body) as Promise<{ applied: number; deleted: number }>;
+  }
+
+  /** A move step: the answer, `not_found` as the shard said it (a batch lease that ended), else `unavailable`. */
+  private async post(url: string, path: string, body: unknown): Promise<unknown> {
+    const signal = AbortSignal.timeout(this.moveTimeoutMs);
+    let r: Response;
+    try {
+      r = await fetch(`${url}${path}`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...(this.key === null ? {} : { authorization: `Bearer ${this.key}` }) },
+        body: JSON.stringify(body), signal, redirect: 'error',
+      });
+    } catch (e) {
+      throw new SvcError('unavailable', `shard ${url} did not answer POST ${path}: ${signal.aborted ? 'no answer in time' : causeOf(e)}`);
+    }
+    const text = await r.text().catch((e: unknown) => {
+      throw new SvcError('unavailable', `shard ${url} answered POST ${path} with an unreadable body: ${causeOf(e)}`);
+    });
+    let answer: unknown = null;
+    try {
+      answer = JSON.parse(text);
+    } catch {
+      // reported below
+    }
+    if (r.status >= 200 && r.status < 300 && answer !== null) return answer;
+    const err = (answer as { error?: { code?: unknown; message?: unknown } } | null)?.error;
+    const message = typeof err?.message === 'string' ? err.message.slice(0, 500) : text.slice(0, 200);
+    if (err?.code === 'not_found') throw new SvcError('not_found', `shard ${url}: ${message}`);
+    const hint = r.status === 401 || r.status === 403 ? ' (SVC_CLUSTER_SHARD_KEY must be an admin key scoped to * on every shard to rebalance)' : '';
+    throw new SvcError('unavailable', `shard ${url} answered POST ${path} with ${r.status}${hint}: ${message}`);
+  }
 
   async pointCount(url: string, signal?: AbortSignal): Promise<number> {
     const body = await this.get(url, '/v1/stats', signal);

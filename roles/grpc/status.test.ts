@@ -17,6 +17,7 @@ const CONTRACT: Record<string, keyof typeof status> = {
   not_ready: 'UNAVAILABLE',
   unavailable: 'UNAVAILABLE', // section 11
   shard_not_drained: 'FAILED_PRECONDITION', // section 11
+  moved: 'FAILED_PRECONDITION', // section 11, internal: a router never passes it on
   internal: 'INTERNAL',
 };
 

@@ -19,6 +19,7 @@ export const GRPC_STATUS: Readonly<Record<ErrorCode, status>> = Object.freeze({
   not_ready: status.UNAVAILABLE,
   unavailable: status.UNAVAILABLE,
   shard_not_drained: status.FAILED_PRECONDITION,
+  moved: status.FAILED_PRECONDITION,
   internal: status.INTERNAL,
 });
 

@@ -114,6 +114,7 @@ export const CONFIG_VARIABLES: readonly ConfigVariable[] = [
   { name: 'SVC_AUTOSCALE_HIGH_WATER_POINTS', default: '0', meaning: 'per-shard point count above which to scale out; 0 disables', group: 'cluster' },
   cluster('SVC_AUTOSCALE_STANDBY_URLS', 'standby shard URLs, one consumed per scale-out'),
   { name: 'SVC_AUTOSCALE_INTERVAL_SECS', default: '30', meaning: 'how often the coordinator samples each shard\'s point count', group: 'cluster' },
+  { name: 'SVC_REBALANCE_BATCH_POINTS', default: '1000', meaning: 'points per rebalance batch on a coordinator (1 to 10000); a batch holds its source\'s writes until its commit', group: 'cluster' },
   { name: 'SVC_AUTOSCALE_COOLDOWN_SECS', default: '300', meaning: 'least time between scale-outs (kept across coordinator restarts)', group: 'cluster' },
   cluster('SVC_AUTOSCALE_MAX_SHARDS', 'most shards'),
   cluster('SVC_RAFT_NODE_ID', 'this node\'s id in its shard\'s consensus group'),

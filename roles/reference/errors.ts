@@ -29,5 +29,9 @@ export const ERROR_MEANINGS: Readonly<Record<ErrorCode, { when: string; fix: str
     when: 'removing a cluster shard (`DELETE /cluster/shards/{id}`) that is not draining or still holds points',
     fix: 'drain it first (`POST /cluster/shards/{id}/drain`) and delete it once its points have moved',
   },
+  moved: {
+    when: 'internal, between a router and its shards during a rebalance: a point write reached the shard its points have left (docs/cluster.md, Rebalancing); a router sends them on to their new owner and never passes this code to a client',
+    fix: 'a router does it itself; a client talking to a shard directly sends the write through the router',
+  },
   internal: { when: 'a bug: logged with the request id; the client sees only that id', fix: 'report it with the request id (`x-request-id`)' },
 };

@@ -8,14 +8,16 @@ import { validationMessage } from './validate.js';
 export interface ErrorReply {
   status: number;
   headers: Record<string, string>;
-  body: { error: { code: ErrorCode; message: string } };
+  body: { error: { code: ErrorCode; message: string; moved?: unknown } };
 }
 
 export function errorReply(code: ErrorCode, message: string, detail: Readonly<Record<string, unknown>> = {}): ErrorReply {
   const headers: Record<string, string> = {};
   if (code === 'unauthenticated') headers['www-authenticate'] = 'Bearer';
   if (code === 'rate_limited') headers['retry-after'] = String(detail.retryAfterSeconds ?? 1);
-  return { status: HTTP_STATUS[code], headers, body: { error: { code, message } } };
+  // `moved` (a shard to a router, mid-rebalance): which ids left, and the move's target set.
+  const extra = code === 'moved' && detail.moved !== undefined ? { moved: detail.moved } : {};
+  return { status: HTTP_STATUS[code], headers, body: { error: { code, message, ...extra } } };
 }
 
 /**

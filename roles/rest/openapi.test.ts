@@ -253,6 +253,10 @@ describe('GET /openapi.json and the answers it documents', () => {
     'POST /v1/collections/{name}/points:payload': { body: { points: [{ id: 'a', payload: { lang: 'de' } }] } },
     'POST /v1/collections/{name}/points:delete': { body: { ids: ['c'] } },
     'DELETE /v1/collections/{name}/points/{id}': { url: '/v1/collections/docs/points/b' },
+    'POST /v1/cluster/move/apply': { body: { collection: 'mv', params: { name: 'mv', dim: 4, metric: 'l2' }, records: [], deletes: [] } },
+    'POST /v1/cluster/move/batch': { body: { move: 'm1', self: 0, targets: [0, 1], limit: 10 } },
+    // Its token is the batch's answer's (filled in below).
+    'POST /v1/cluster/move/commit': { body: { move: 'm1', token: '' } },
     'GET /v1/stats': {},
     'POST /v1/snapshots': { body: { name: 'snap-1' } },
     'DELETE /v1/collections/{name}': {},
@@ -266,11 +270,14 @@ describe('GET /openapi.json and the answers it documents', () => {
     const ajv = new Ajv2020({ strict: false, allErrors: true });
     const byKey = new Map(REST_ROUTES.map((r) => [routeKey(r), r]));
     for (const r of REST_ROUTES) expect(SAMPLES[routeKey(r)], `add a sample request for ${routeKey(r)}`).toBeDefined();
+    let token = '';
     for (const [key, sample] of Object.entries(SAMPLES)) {
       const route = byKey.get(key);
       if (route === undefined) continue; // a route of the contract this build does not have yet
       const url = sample.url ?? route.template.replace('{name}', 'docs').replace('{id}', 'a');
-      const res = await app.inject({ method: route.method, url, headers: admin, ...(sample.body !== undefined ? { payload: sample.body as Json } : {}) });
+      const body = key === 'POST /v1/cluster/move/commit' ? { move: 'm1', token } : sample.body;
+      const res = await app.inject({ method: route.method, url, headers: admin, ...(body !== undefined ? { payload: body as Json } : {}) });
+      if (key === 'POST /v1/cluster/move/batch') token = (res.json() as { token?: string }).token ?? '';
       const status = route.status ?? 200;
       expect(res.statusCode, `${key}: ${res.body}`).toBe(status);
       const validate = ajv.compile(doc.paths[route.template][route.method.toLowerCase()].responses[String(status)].content['application/json'].schema);

@@ -116,6 +116,25 @@ export const ROUTE_DOCS: Readonly<Record<string, RouteDoc>> = {
     summary: 'Internal: what a router asks of its shards (REST only, not on gRPC or MCP). BM25 statistics of a query text\'s terms over this node\'s part of the collection',
     reply: textStats,
   },
+  'POST /v1/cluster/move/batch': {
+    summary: 'Internal: a coordinator\'s rebalance step (admin key scoped to *; REST only). Holds this node\'s point writes and answers the next batch of points it does not own in targets, as logical records, with a token and a lease; {done: true} once nothing is left',
+    reply: {
+      type: 'object',
+      properties: {
+        done: bool, move: str, token: str, collection: str, params: { type: 'object' }, cursor: str,
+        records: { type: 'array', items: str }, deletes: { type: 'array', items: str }, count: int, bytes: int, lease_ms: int,
+      },
+      required: ['done', 'move'],
+    },
+  },
+  'POST /v1/cluster/move/commit': {
+    summary: 'Internal: a rebalance batch\'s points leave this node and the move\'s cursor advances, in one WAL record; writes flow again',
+    reply: obj({ moved: int }),
+  },
+  'POST /v1/cluster/move/apply': {
+    summary: 'Internal: a rebalance batch\'s logical records written here (the collection created with params when missing), and ids to delete',
+    reply: obj({ applied: int, deleted: int }),
+  },
   'GET /v1/stats': { summary: 'Database overview, limited to the key\'s collections', reply: stats },
   'POST /v1/snapshots': { summary: 'Consistent online backup of the whole database under the snapshot root', reply: obj({ name: str, path: str, manifest_version: int, disk_bytes: int }) },
 };

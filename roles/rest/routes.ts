@@ -2,6 +2,7 @@ import { collectionExisted, type CollectionInfo } from '../../core/base/model.js
 import type { CallContext, OperationName } from '../../core/service/api.js';
 import type { Service } from '../../core/service/service.js';
 import * as s from './schemas.js';
+import * as m from './schemas-move.js';
 
 /**
  * Every REST route of CONTRACT.md section 1, in one table: the template (also the metrics label), the
@@ -61,6 +62,10 @@ export const REST_ROUTES: readonly RestRoute[] = [
   // Internal: what a router asks of its shards for hybrid and text queries (docs/cluster.md, Router).
   { method: 'POST', template: `${C}/query/rankings`, op: 'rankings', body: s.rankingsBody, collection: byPath, call: (v, c, r) => v.rankings(c, r.params.name, r.body) },
   { method: 'POST', template: `${C}/query/text-stats`, op: 'textStats', body: s.textStatsBody, collection: byPath, call: (v, c, r) => v.textStats(c, r.params.name, r.body) },
+  // Internal: a coordinator's rebalance steps (docs/cluster.md, Rebalancing).
+  { method: 'POST', template: '/v1/cluster/move/batch', op: 'moveBatch', body: m.moveBatchBody, collection: none, call: (v, c, r) => v.moveBatch(c, r.body) },
+  { method: 'POST', template: '/v1/cluster/move/commit', op: 'moveCommit', body: m.moveCommitBody, collection: none, call: (v, c, r) => v.moveCommit(c, r.body) },
+  { method: 'POST', template: '/v1/cluster/move/apply', op: 'moveApply', body: m.moveApplyBody, collection: none, call: (v, c, r) => v.moveApply(c, r.body) },
   { method: 'GET', template: '/v1/stats', op: 'stats', collection: none, call: (v, c) => v.stats(c) },
   { method: 'POST', template: '/v1/snapshots', op: 'snapshot', body: s.snapshotBody, collection: none, call: (v, c, r) => v.snapshot(c, r.body) },
 ];

@@ -309,6 +309,8 @@ export class HttpShard implements DataShard {
     const err = (body as { error?: { code?: unknown; message?: unknown } } | null)?.error;
     const code = typeof err?.code === 'string' && (ERROR_CODES as readonly string[]).includes(err.code) ? err.code as ErrorCode : null;
     const message = typeof err?.message === 'string' ? err.message.slice(0, 2000) : '';
+    // Mid-rebalance: the ids that left this shard and the move's target set, for the engine to follow.
+    if (code === 'moved') return new SvcError('moved', message, { moved: (body as { error: { moved?: unknown } }).error.moved, shard: this.opts.id });
     if (code !== null && PASSED_THROUGH.has(code)) {
       const detail: Record<string, unknown> = {};
       if (code === 'rate_limited') detail.retryAfterSeconds = Number(retryAfter ?? 1) || 1;

@@ -1,5 +1,5 @@
 import type { Dispatcher } from 'undici';
-import { parseShardMap, routedShards, type ShardMap } from '../../core/cluster/routing/shard-map.js';
+import { parseShardMap, presentShards, routedShards, type ShardMap } from '../../core/cluster/routing/shard-map.js';
 import type { ShardRef } from '../../core/engine/shard.js';
 import type { ServiceLogger } from '../../core/service/log.js';
 import type { HttpShard } from './http-shard.js';
@@ -27,6 +27,8 @@ export class RouterMap {
   private map: ShardMap = { version: 0, shards: [], standby: [] };
   private from: MapSource | null = null;
   private refs: ShardRef[] = [];
+  private presentRefs: ShardRef[] = [];
+  private isMoving = false;
   private primaries: HttpShard[] = [];
   private clients = new Map<string, HttpShard>();
   private replicaStates = new Map<string, Replica>();
@@ -55,6 +57,16 @@ export class RouterMap {
     return this.refs;
   }
 
+  /** Every shard that may hold points (joining ones too): scatter reads and collection changes. */
+  present(): readonly ShardRef[] {
+    return this.presentRefs;
+  }
+
+  /** Whether a rebalance move runs: a joining shard, or a draining one not yet moved. */
+  moving(): boolean {
+    return this.isMoving;
+  }
+
   /** The clients of the routed shards' primaries (for readiness). */
   routedClients(): HttpShard[] {
     return this.primaries;
@@ -69,13 +81,14 @@ export class RouterMap {
   adopt(map: ShardMap, from: MapSource): void {
     const clients = new Map<string, HttpShard>();
     const states = new Map<string, Replica>();
+    const routed = new Set(routedShards(map).map((e) => e.id));
     const primaries: HttpShard[] = [];
-    this.refs = routedShards(map).map((e) => {
+    this.presentRefs = presentShards(map).map((e): ShardRef => {
       const key = `${e.id} ${e.url}`;
       const primary = this.clients.get(key) ?? this.opts.client(e.id, e.url, null);
       clients.set(key, primary);
-      primaries.push(primary);
-      if (e.replicas.length === 0) return { id: e.id, name: primary.name, shard: primary };
+      if (routed.has(e.id)) primaries.push(primary);
+      if (e.replicas.length === 0) return { id: e.id, name: primary.name, shard: primary, state: e.state };
       const replicas = e.replicas.map((url, index) => {
         const rkey = `${e.id} ${url}`;
         const had = this.replicaStates.get(rkey);
@@ -86,8 +99,10 @@ export class RouterMap {
         return r;
       });
       const set = new ReplicaSet({ id: e.id, primary, replicas, timeoutMs: this.opts.timeoutMs, onFallback: this.opts.onFallback });
-      return { id: e.id, name: primary.name, shard: set, primary };
+      return { id: e.id, name: primary.name, shard: set, primary, state: e.state };
     });
+    this.refs = this.presentRefs.filter((r) => routed.has(r.id));
+    this.isMoving = map.shards.some((s) => s.state === 'joining' || (s.state === 'draining' && s.moved !== true));
     this.clients = clients;
     this.primaries = primaries;
     this.replicaStates = states;
@@ -112,7 +127,7 @@ export interface MapRefreshOptions {
  * answers something that is not a map, changes nothing: the router goes on with the map it has (told
  * once per streak of failures, not every interval).
  */
-export function startMapRefresh(map: RouterMap, opts: MapRefreshOptions): { stop(): Promise<void> } {
+export function startMapRefresh(map: RouterMap, opts: MapRefreshOptions): { stop(): Promise<void>; now(): Promise<void> } {
   let timer: NodeJS.Timeout | null = null;
   let running: Promise<void> | null = null;
   let stopped = false;
@@ -163,11 +178,27 @@ export function startMapRefresh(map: RouterMap, opts: MapRefreshOptions): { stop
     }, ms);
   };
   schedule(0);
+  // A shard said our map is old (`moved`): read it now, at most one read at a time, shared by every
+  // request that asks meanwhile, and at most every MAP_READ_GAP_MS.
+  let asked: Promise<void> | null = null;
+  let lastAskedMs = 0;
   return {
     async stop() {
       stopped = true;
       if (timer !== null) clearTimeout(timer);
       await running;
+      await asked;
+    },
+    now() {
+      if (stopped) return Promise.resolve();
+      if (asked === null && performance.now() - lastAskedMs >= MAP_READ_GAP_MS) {
+        lastAskedMs = performance.now();
+        asked = tick().finally(() => { asked = null; });
+      }
+      return asked ?? Promise.resolve();
     },
   };
 }
+
+/** Least time between two reads of the map that shards' `moved` answers ask for. */
+const MAP_READ_GAP_MS = 200;

@@ -75,7 +75,11 @@ export async function startRouter(config: SvcConfig, logs: Logs, opts: { env?: R
     intervalMs: REPLICA_PROBE_MS, maxLagMs: r.replicaMaxLagMs, log,
   });
 
-  const engine = new Engine({ shards: () => map.routed(), limits: config.limits, embedders, rerankers, monotonicMs: () => performance.now() });
+  let refresh: ReturnType<typeof startMapRefresh> | null = null;
+  const engine = new Engine({
+    shards: () => map.routed(), present: () => map.present(), moving: () => map.moving(), mapStale: async () => refresh?.now(),
+    limits: config.limits, embedders, rerankers, monotonicMs: () => performance.now(),
+  });
   const { fileSink, tracer, options } = serviceParts(config, logs, metrics);
   const service = createService(engine, options);
   // The engine gauges (svc_points...) are the cluster's: every shard's stats, summed, at each scrape.
@@ -85,7 +89,7 @@ export async function startRouter(config: SvcConfig, logs: Logs, opts: { env?: R
   const app = buildRestApp(state, { limits: config.limits, metrics, log: logs.target('svc::rest'), tls: config.tls, connections: config.connections });
   addClusterMapRoute(app, service, () => map.current(), metrics);
 
-  const refresh = r.coordinatorUrl === null ? null : startMapRefresh(map, {
+  refresh = r.coordinatorUrl === null ? null : startMapRefresh(map, {
     coordinatorUrl: r.coordinatorUrl, key: r.shardKey, timeoutMs: r.timeoutMs, intervalMs: r.mapRefreshMs, dispatcher: pool, log,
   });
   const release = async (): Promise<void> => {

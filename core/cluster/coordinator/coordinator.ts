@@ -6,6 +6,7 @@ import { decide, type AutoscaleOptions, type Decision, type PointSample } from '
 import {
   drain, parseRegister, register, remove, scaleOut, seedState, shardIdOf, standbyLeft, type CoordinatorState,
 } from './state.js';
+import { finishMove, startMove, type MoveRecord } from './rebalance.js';
 import type { CoordinatorStore } from './store.js';
 
 /**
@@ -87,7 +88,9 @@ export class Coordinator implements MembershipApi {
     const s = this.state;
     return {
       version: s.version,
-      shards: s.shards.map((x) => ({ id: x.id, url: x.url, replicas: [...x.replicas], state: x.state, points: this.points.get(x.id) ?? null })),
+      shards: s.shards.map((x) => ({
+        id: x.id, url: x.url, replicas: [...x.replicas], state: x.state, points: this.points.get(x.id) ?? null, ...(x.moved === true ? { moved: true } : {}),
+      })),
       standby: standbyLeft(s, this.opts.autoscale.standbyUrls),
     };
   }
@@ -157,7 +160,7 @@ export class Coordinator implements MembershipApi {
 
   /**
    * One autoscale step: sample, decide (autoscale.ts), and on a scale-out check that the standby is
-   * ready, then add it as a joining shard. Its points arrive with the rebalance (the router's part).
+   * ready, then add it as a joining shard. Its points arrive with the rebalance (beginMove, endMove).
    */
   async autoscale(): Promise<AutoscaleStep> {
     const samples = await this.sample();
@@ -182,6 +185,34 @@ export class Coordinator implements MembershipApi {
       this.scaleOuts++;
       return { decision, samples, id, version: state.version };
     });
+  }
+
+  /**
+   * The rebalance move to run: the saved one (a restarted coordinator resumes it), or a new one the map
+   * needs (rebalance.ts), saved before it starts; null when there is nothing to move.
+   */
+  beginMove(): Promise<{ move: MoveRecord; started: boolean } | null> {
+    return this.exclusive(async () => {
+      if (this.state.move !== null) return { move: this.state.move, started: false };
+      const r = startMove(this.state);
+      if (r === null) return null;
+      await this.commit(r.state);
+      return { move: r.move, started: true };
+    });
+  }
+
+  /** Every source of the move answered done: joining shards turn active, drained ones are `moved` (a new map version). */
+  endMove(id: string): Promise<number> {
+    return this.exclusive(async () => {
+      const next = finishMove(this.state, id);
+      if (next !== this.state) await this.commit(next);
+      return next.version;
+    });
+  }
+
+  /** A shard's URL by id, or undefined once it left the map. */
+  urlOf(id: number): string | undefined {
+    return this.state.shards.find((s) => s.id === id)?.url;
   }
 
   close(): Promise<void> {

@@ -16,7 +16,7 @@ describe('coordinator state', () => {
   it('seeds SVC_CLUSTER_SHARDS as ids 0, 1, ... in list order, active, with their replicas', () => {
     const s = seeded();
     expect(s).toEqual({
-      version: 1, nextId: 2, lastScaleOutMs: null,
+      version: 1, nextId: 2, lastScaleOutMs: null, move: null, nextMove: 0,
       shards: [
         { id: 0, url: 'http://s0:6333', replicas: [], state: 'active' },
         { id: 1, url: 'http://s1:6333', replicas: ['http://r1:6333'], state: 'active' },

@@ -18,6 +18,19 @@ export interface ShardRecord {
   readonly url: string;
   readonly replicas: readonly string[];
   readonly state: ShardState;
+  /** Draining only: its move has ended, it holds no point and routers no longer route to it. */
+  readonly moved?: boolean;
+}
+
+/** A rebalance move (rebalance.ts): its id, fixed target set, sources, and the shards it turns active or `moved`. */
+export interface MoveRecord {
+  readonly id: string;
+  readonly targets: readonly number[];
+  readonly sources: readonly number[];
+  /** Joining shards that turn active when the move ends. */
+  readonly joining: readonly number[];
+  /** Draining sources marked `moved` when the move ends. */
+  readonly draining: readonly number[];
 }
 
 export interface CoordinatorState {
@@ -25,6 +38,10 @@ export interface CoordinatorState {
   readonly nextId: number;
   readonly shards: readonly ShardRecord[];
   readonly lastScaleOutMs: number | null;
+  /** The rebalance move running now (rebalance.ts), saved so a restarted coordinator resumes it. */
+  readonly move: MoveRecord | null;
+  /** The number of the next move's id (`m<n>`): a move id is never issued twice. */
+  readonly nextMove: number;
 }
 
 /** Most shards in a map; every loop over shards (sampling, routing) is bounded by it. */
@@ -32,7 +49,7 @@ export const SHARDS_MAX = 1024;
 /** Most read replicas of one shard. */
 export const REPLICAS_MAX = 16;
 
-export const EMPTY_STATE: CoordinatorState = Object.freeze({ version: 0, nextId: 0, shards: Object.freeze([]), lastScaleOutMs: null });
+export const EMPTY_STATE: CoordinatorState = Object.freeze({ version: 0, nextId: 0, shards: Object.freeze([]), lastScaleOutMs: null, move: null, nextMove: 0 });
 
 /**
  * The state a coordinator starts from when it has none: the shards of SVC_CLUSTER_SHARDS as ids 0, 1,
@@ -43,7 +60,7 @@ export function seedState(urls: readonly string[], replicas: ReadonlyMap<number,
   if (urls.length === 0) return EMPTY_STATE;
   assert(urls.length <= SHARDS_MAX, 'the seed list is within SHARDS_MAX');
   const shards = urls.map((url, id): ShardRecord => ({ id, url, replicas: [...(replicas.get(id) ?? [])], state: 'active' }));
-  return { version: 1, nextId: urls.length, shards, lastScaleOutMs: null };
+  return { version: 1, nextId: urls.length, shards, lastScaleOutMs: null, move: null, nextMove: 0 };
 }
 
 /** Every URL in the map (shards and replicas), for the one-place-only rule. */
@@ -134,6 +151,9 @@ export function remove(state: CoordinatorState, id: number, pointsNow: number): 
     throw new SvcError('shard_not_drained', `shard ${id} is ${shard.state}: drain it first (POST /cluster/shards/${id}/drain), then delete it once it holds no point`);
   }
   if (pointsNow !== 0) throw new SvcError('shard_not_drained', `shard ${id} is draining but still holds ${pointsNow} point(s)`);
+  if (state.move !== null && state.move.sources.includes(id)) {
+    throw new SvcError('shard_not_drained', `shard ${id} is draining and its rebalance move ${state.move.id} is still running`);
+  }
   return { ...state, version: state.version + 1, shards: state.shards.filter((s) => s.id !== id) };
 }
 

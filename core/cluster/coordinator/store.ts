@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import { SvcError } from '../../base/errors.js';
 import { dirName, mkdirDurable, writeFileAtomic, type FileSystem, type PathLock } from '../../storage/fs.js';
 import { normalizeShardUrl, SHARD_STATES, type ShardState } from '../routing/shard-map.js';
-import { REPLICAS_MAX, SHARDS_MAX, type CoordinatorState, type ShardRecord } from './state.js';
+import { REPLICAS_MAX, SHARDS_MAX, type CoordinatorState, type MoveRecord, type ShardRecord } from './state.js';
 
 /**
  * Where the coordinator keeps its state between runs (SVC_COORDINATOR_STATE): a JSON file replaced
@@ -87,7 +87,10 @@ export function encodeState(s: CoordinatorState): Uint8Array {
     version: s.version,
     next_id: s.nextId,
     last_scale_out_ms: s.lastScaleOutMs,
-    shards: s.shards.map((x) => ({ id: x.id, url: x.url, replicas: x.replicas, state: x.state })),
+    shards: s.shards.map((x) => ({ id: x.id, url: x.url, replicas: x.replicas, state: x.state, ...(x.moved === true ? { moved: true } : {}) })),
+    // Optional fields (format_version 1 still): a file written before rebalancing reads as no move.
+    ...(s.move !== null ? { move: { ...s.move } } : {}),
+    ...(s.nextMove > 0 ? { next_move: s.nextMove } : {}),
   };
   return new TextEncoder().encode(`${JSON.stringify({ ...body, sha256: sha256(bodyText(body)) }, null, 2)}\n`);
 }
@@ -138,8 +141,19 @@ export function decodeState(bytes: Uint8Array, file: string): CoordinatorState {
       seenUrls.add(n);
       return n;
     });
-    return { id, url: urls[0], replicas: urls.slice(1), state: r.state as ShardState };
+    if (r.moved !== undefined && (r.moved !== true || r.state !== 'draining')) bad(`${where}.moved is set but the shard is not a draining one`);
+    return { id, url: urls[0], replicas: urls.slice(1), state: r.state as ShardState, ...(r.moved === true ? { moved: true } : {}) };
   });
   if (version === 0 && shards.length > 0) bad('version is 0 but the map has shards');
-  return { version, nextId, shards, lastScaleOutMs };
+  const nextMove = o.next_move === undefined ? 0 : int(o.next_move, 'next_move');
+  let move: MoveRecord | null = null;
+  if (o.move !== undefined) {
+    const m = o.move as Record<string, unknown> | null;
+    if (typeof m !== 'object' || m === null || typeof m.id !== 'string' || !/^m\d{1,15}$/.test(m.id)) return bad('move has no id like m<n>');
+    const list = (x: unknown, what: string): number[] => (Array.isArray(x) && x.length <= SHARDS_MAX ? x.map((y, i) => int(y, `move.${what}[${i}]`)) : bad(`move.${what} is not a list of shard ids`));
+    move = { id: m.id, targets: list(m.targets, 'targets'), sources: list(m.sources, 'sources'), joining: list(m.joining, 'joining'), draining: list(m.draining, 'draining') };
+    if (move.targets.length === 0) bad('move.targets is empty');
+    if (Number(m.id.slice(1)) >= nextMove) bad(`move.id ${m.id} is not below next_move ${nextMove}`);
+  }
+  return { version, nextId, shards, lastScaleOutMs, move, nextMove };
 }

@@ -18,7 +18,7 @@ const KINDS: Readonly<Record<OperationName, Kind>> = {
   searchText: 'read', searchMultiVector: 'read', stats: 'read', snapshot: 'read', rankings: 'read', textStats: 'read',
   upsert: 'write', bulkUpsert: 'write', delete: 'write', setPayload: 'write', deletePoints: 'write', upsertText: 'write',
   upsertDocuments: 'write', deleteDocument: 'write', createCollection: 'write', deleteCollection: 'write',
-  replicate: 'stream',
+  replicate: 'stream', moveBatch: 'write', moveCommit: 'write', moveApply: 'write',
 };
 
 export interface FollowerEngineOptions {

@@ -5,9 +5,10 @@ import { invalidArgument } from '../../base/errors.js';
  * `GET /cluster/map` answers it as is.
  *
  * - `active`: owns its points by rendezvous hash (hrw.ts) among the active shards.
- * - `joining`: registered (by hand or by a scale-out) but its points are not there yet; the rebalance
- *   that copies them and turns it active is the router's.
- * - `draining`: its points move to their next owners (hrw.ts `ranking`); removable once it holds none.
+ * - `joining`: registered (by hand or by a scale-out) but its points are not there yet; the coordinator's
+ *   rebalance move (core/cluster/coordinator/rebalance.ts) brings them and turns it active.
+ * - `draining`: its points move to their next owners (hrw.ts `ranking`); `moved` once its move ended,
+ *   then removable.
  *
  * `points` is the shard's total point count at the coordinator's last sample (`/v1/stats`
  * `total_points`), or null when it has not been sampled yet or its last sample failed: a shard that could
@@ -22,6 +23,8 @@ export interface ShardEntry {
   replicas: string[];
   state: ShardState;
   points: number | null;
+  /** Draining only, once its rebalance move has ended: it holds no point and is not routed. */
+  moved?: boolean;
 }
 
 export interface ShardMap {
@@ -137,18 +140,26 @@ export function parseShardMap(v: unknown): ShardMap {
     const points = Number.isSafeInteger(e.points) && (e.points as number) >= 0 ? e.points as number : null;
     ids.add(e.id as number);
     urls.add(url);
-    return { id: e.id as number, url, replicas, state: e.state as ShardState, points };
+    return { id: e.id as number, url, replicas, state: e.state as ShardState, points, ...(e.moved === true && e.state === 'draining' ? { moved: true } : {}) };
   });
   const standby = Array.isArray(o.standby) ? o.standby.map((u, i) => normalizeShardUrl(u, `standby[${i}]`)) : [];
   return { version: o.version as number, shards, standby };
 }
 
 /**
- * The shards a router sends reads and writes to, by id: the active ones, and the draining ones too, for
- * as long as nothing moves a draining shard's points away (the rebalance is not built yet: routing
- * around it would make its points unreachable). A joining shard is left out until its points have
- * arrived and it turns active: routing by it now would look for points where none are.
+ * The shards a router routes point writes, `get` and single deletes by (rendezvous hash over them): the
+ * active ones, and the draining ones until their move has ended (`moved`). During a move this is the
+ * set from before it, so a write reaches the point's source, which holds it or answers `moved`
+ * (docs/cluster.md, Rebalancing). A joining shard is left out until its move ends and it turns active.
  */
 export function routedShards(map: ShardMap): ShardEntry[] {
-  return map.shards.filter((s) => s.state === 'active' || s.state === 'draining').sort((a, b) => a.id - b.id);
+  return map.shards.filter((s) => s.state === 'active' || (s.state === 'draining' && s.moved !== true)).sort((a, b) => a.id - b.id);
+}
+
+/**
+ * The shards that may hold points: every one but the drained (`moved`). Scatter reads, deletes by
+ * filter, and collection creates, drops and snapshots go to all of them, joining ones included.
+ */
+export function presentShards(map: ShardMap): ShardEntry[] {
+  return map.shards.filter((s) => !(s.state === 'draining' && s.moved === true)).sort((a, b) => a.id - b.id);
 }

@@ -1,0 +1,219 @@
+import { describe, expect, it } from 'vitest';
+import { SvcError } from '../base/errors.js';
+import { owner } from '../cluster/routing/hrw.js';
+import { decodeOp, encodeOp } from '../storage/codec.js';
+import { FaultyFileSystem } from '../testing/faulty-fs.js';
+import { Database } from './database.js';
+import type { MoveBatchAnswer } from './move.js';
+import { decodeRecord } from './replication.js';
+import { buildIndexInline } from './rebuild.js';
+
+/**
+ * A node's side of a rebalance move (docs/cluster.md, Rebalancing): batches in id order after a cursor
+ * held in the WAL, commits that delete a batch and advance the cursor in one record, `moved` for writes
+ * of ids already gone, and a cursor that survives a crash, a checkpoint and a reopen.
+ */
+
+const KEY = new Uint8Array(32).fill(3);
+const N = 300;
+const SELF = 0;
+const TARGETS = [0, 1, 2];
+
+function openOn(fs: FaultyFileSystem, dataDir = '/data', extra: Partial<Parameters<typeof Database.open>[0]> = {}): Promise<Database> {
+  return Database.open({ dataDir, masterKey: KEY, fs, buildIndex: buildIndexInline, ...extra });
+}
+
+async function seeded(fs: FaultyFileSystem, extra: Partial<Parameters<typeof Database.open>[0]> = {}): Promise<Database> {
+  const db = await openOn(fs, '/data', extra);
+  await db.createCollection({ name: 'c', dim: 3, metric: 'l2', filterable: [{ path: 'g', field_type: 'keyword' }] });
+  await db.upsert('c', {
+    points: Array.from({ length: N }, (_, i) => ({ id: `p${String(i).padStart(4, '0')}`, vector: [i, 1, 2], payload: { g: i % 2 === 0 ? 'a' : 'b', __svc_text__: `word${i} fox` } })),
+  });
+  return db;
+}
+
+const batch = (db: Database, limit = 40, move = 'm1') => db.moveBatch({ move, self: SELF, targets: TARGETS, limit }) as Promise<MoveBatchAnswer>;
+const commit = (db: Database, token: string, move = 'm1') => db.move('commit', { move, token }) as Promise<{ moved: number }>;
+const leaving = (id: string) => owner(id, TARGETS) !== SELF;
+const ids = async (db: Database) => (await db.fetch('c', { limit: 10_000 })).points.map((p) => p.id);
+
+describe('a node as the source of a rebalance move', () => {
+  it('hands out its points in id order, bounded, and keeps only those it owns once done', async () => {
+    const fs = new FaultyFileSystem(1);
+    const db = await seeded(fs);
+    const all = await ids(db);
+    const sent: string[] = [];
+    for (let i = 0; i < 100; i++) {
+      const b = await batch(db);
+      if (b.done) break;
+      expect(b.count).toBeLessThanOrEqual(40);
+      for (const r of b.records) {
+        const op = decodeOp(Buffer.from(r, 'base64'));
+        expect(op.t).toBe('upsert');
+        if (op.t === 'upsert') {
+          for (const p of op.points) {
+            sent.push(p.id);
+            // Vectors, payloads and text travel whole.
+            const i = Number(p.id.slice(1));
+            expect(Array.from(p.vector)).toEqual([i, 1, 2]);
+            expect(p.payload).toEqual({ g: i % 2 === 0 ? 'a' : 'b', __svc_text__: `word${i} fox` });
+          }
+        }
+      }
+      expect(await commit(db, b.token)).toEqual({ moved: b.count });
+    }
+    expect(sent).toEqual(all.filter(leaving));
+    expect(await ids(db)).toEqual(all.filter((id) => !leaving(id)));
+    expect(await batch(db)).toEqual({ done: true, move: 'm1' });
+    await db.close();
+  });
+
+  it('answers moved for a write of an id already gone, and takes writes of ids it keeps or has not moved yet', async () => {
+    const fs = new FaultyFileSystem(2);
+    const db = await seeded(fs);
+    const all = await ids(db);
+    const b = await batch(db, 20);
+    if (b.done) throw new Error('a batch was expected');
+    await commit(db, b.token);
+    const gone = all.find((id) => id <= b.cursor && leaving(id))!;
+    const kept = all.find((id) => id <= b.cursor && !leaving(id))!;
+    const later = all.find((id) => id > b.cursor && leaving(id))!;
+    const err = await db.upsert('c', { points: [{ id: gone, vector: [0, 0, 0] }, { id: kept, vector: [0, 0, 0] }] }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(SvcError);
+    expect((err as SvcError).code).toBe('moved');
+    expect((err as SvcError).detail.moved).toEqual({ move: 'm1', ids: [gone], targets: TARGETS });
+    for (const write of [
+      () => db.delete('c', gone),
+      () => db.deletePoints('c', { ids: [gone] }),
+      () => db.setPayload('c', { points: [{ id: gone, payload: { x: 1 } }] }),
+    ]) await expect(write()).rejects.toMatchObject({ code: 'moved' });
+    // Nothing of the refused write landed.
+    expect((await db.get('c', kept, { with_vector: true })).vector).not.toEqual([0, 0, 0]);
+    await db.upsert('c', { points: [{ id: kept, vector: [9, 9, 9] }, { id: later, vector: [8, 8, 8] }] });
+    expect((await db.get('c', later, { with_vector: true })).vector).toEqual([8, 8, 8]);
+    await db.close();
+  });
+
+  it('holds writes while a batch is out, and lets them through at its commit (redirected if the batch took them)', async () => {
+    const fs = new FaultyFileSystem(3);
+    const db = await seeded(fs);
+    const b = await batch(db, 10);
+    if (b.done) throw new Error('a batch was expected');
+    const inBatch = decodeOp(Buffer.from(b.records[0], 'base64'));
+    const id = inBatch.t === 'upsert' ? inBatch.points[0].id : '';
+    let settled = false;
+    const write = db.upsert('c', { points: [{ id, vector: [5, 5, 5] }] }).finally(() => { settled = true; });
+    await new Promise((r) => setTimeout(r, 30));
+    expect(settled).toBe(false);
+    // Reads go on.
+    expect((await db.get('c', id)).id).toBe(id);
+    await commit(db, b.token);
+    await expect(write).rejects.toMatchObject({ code: 'moved' });
+    await db.close();
+  });
+
+  it('keeps its cursor across a crash, a checkpoint and a reopen; a batch sent again is the same points', async () => {
+    const fs = new FaultyFileSystem(4);
+    fs.yieldEachOp = false;
+    let db = await seeded(fs, { checkpointPoints: 50 });
+    const all = await ids(db);
+    const first = await batch(db, 30);
+    if (first.done) throw new Error('a batch was expected');
+    await commit(db, first.token);
+    // Asked again without a commit (a coordinator that restarted): the same points again.
+    const second = await batch(db, 30);
+    const again = await batch(db, 30);
+    if (second.done || again.done) throw new Error('a batch was expected');
+    expect(again.records).toEqual(second.records);
+    expect(again.cursor).toBe(second.cursor);
+    await commit(db, again.token);
+    const cursor = again.cursor;
+    // Enough writes for a checkpoint (and its WAL truncation) to run past the commit records.
+    await db.upsert('c', { points: Array.from({ length: 60 }, (_, i) => ({ id: `z${i}`, vector: [1, 1, 1] })) });
+    await new Promise((r) => setTimeout(r, 50));
+    fs.crash();
+    fs.restart();
+    db = await openOn(fs, '/data', { checkpointPoints: 50 });
+    const gone = all.find((id) => id <= cursor && leaving(id))!;
+    await expect(db.upsert('c', { points: [{ id: gone, vector: [0, 0, 0] }] })).rejects.toMatchObject({ code: 'moved' });
+    const next = await batch(db, 30);
+    if (next.done) throw new Error('a batch was expected');
+    expect(next.cursor > cursor).toBe(true);
+    await db.close();
+    db = await openOn(fs);
+    await expect(db.upsert('c', { points: [{ id: gone, vector: [0, 0, 0] }] })).rejects.toMatchObject({ code: 'moved' });
+    await db.close();
+  });
+
+  it('a lease that ends uncommitted lets writes through, and the next batch names the ids deleted meanwhile', async () => {
+    const fs = new FaultyFileSystem(5);
+    const db = await seeded(fs);
+    const b = await db.move('batch', { move: 'm1', self: SELF, targets: TARGETS, limit: 5, lease_ms: 100 }) as MoveBatchAnswer;
+    if (b.done) throw new Error('a batch was expected');
+    const op = decodeOp(Buffer.from(b.records[0], 'base64'));
+    const id = op.t === 'upsert' ? op.points[0].id : '';
+    await db.delete('c', id);
+    await expect(commit(db, b.token)).rejects.toMatchObject({ code: 'not_found' });
+    const next = await batch(db, 5);
+    if (next.done) throw new Error('a batch was expected');
+    expect(next.deletes).toEqual([id]);
+    await db.close();
+  });
+
+  it('writes a batch on its new owner whole, the collection created from the source\'s parameters', async () => {
+    const fs = new FaultyFileSystem(6);
+    const src = await seeded(fs);
+    const dst = await openOn(fs, '/dst');
+    const b = await batch(src, 50);
+    if (b.done) throw new Error('a batch was expected');
+    expect(await dst.move('apply', { collection: b.collection, params: b.params, records: b.records, deletes: [] })).toEqual({ applied: b.count, deleted: 0 });
+    const op = decodeOp(Buffer.from(b.records[0], 'base64'));
+    const p = op.t === 'upsert' ? op.points[0] : null;
+    expect(await dst.get('c', p!.id, { with_vector: true })).toEqual({ id: p!.id, vector: Array.from(p!.vector), payload: p!.payload });
+    expect((await dst.count('c', { filter: { eq: { field: 'g', value: 'a' } } })).count).toBeGreaterThan(0);
+    await expect(dst.move('apply', { collection: 'c', params: b.params, records: [Buffer.from(encodeOp({ t: 'delete', ids: ['x'] })).toString('base64')] }))
+      .rejects.toMatchObject({ code: 'invalid_argument' });
+    await src.close();
+    await dst.close();
+  });
+
+  it('encodes its records: a move state and a delete that carries its cursor round-trip; a plain delete stays plain', () => {
+    const state = { t: 'move_state' as const, move: 'm-1', self: 3, targets: [0, 1, 3, 7], finished: true };
+    expect(decodeOp(encodeOp(state))).toEqual(state);
+    const mark = { t: 'delete' as const, ids: ['a', 'b'], move: { move: 'm-1', cursor: 'b' } };
+    expect(decodeOp(encodeOp(mark))).toEqual(mark);
+    expect(decodeOp(encodeOp({ t: 'delete', ids: ['a'] }))).toEqual({ t: 'delete', ids: ['a'] });
+  });
+
+  it('replicates a commit to read replicas as the delete of the batch, and its move state not at all', async () => {
+    const fs = new FaultyFileSystem(8);
+    const db = await seeded(fs);
+    const before = (await db.stats()).replication!.commit_seq!;
+    const b = await batch(db, 10);
+    if (b.done) throw new Error('a batch was expected');
+    const sent = b.records.flatMap((r) => { const op = decodeOp(Buffer.from(r, 'base64')); return op.t === 'upsert' ? op.points.map((p) => p.id) : []; });
+    await commit(db, b.token);
+    const ac = new AbortController();
+    const timer = setTimeout(() => ac.abort(), 5000);
+    const ops: { t: string; ids?: string[] }[] = [];
+    for await (const e of db.replicate({ after_seq: before, history: db.history }, ac.signal)) {
+      const r = decodeRecord(e.record);
+      if (r.op !== null) ops.push(r.op as { t: string; ids?: string[] });
+      if (r.op?.t === 'delete') ac.abort();
+    }
+    clearTimeout(timer);
+    // The collection is announced first (a stream does that before a collection's first write it sends).
+    expect(ops.map((o) => o.t)).toEqual(['create_collection', 'delete']);
+    expect(ops[1].ids).toEqual(sent);
+    await db.close();
+  });
+
+  it('refuses a malformed step', async () => {
+    const fs = new FaultyFileSystem(7);
+    const db = await openOn(fs);
+    await expect(db.move('batch', { move: 'bad id!', self: 0, targets: [0] })).rejects.toMatchObject({ code: 'invalid_argument' });
+    await expect(db.move('batch', { move: 'm', self: 0, targets: [] })).rejects.toMatchObject({ code: 'invalid_argument' });
+    await expect(db.move('other', {})).rejects.toMatchObject({ code: 'invalid_argument' });
+    await db.close();
+  });
+});
