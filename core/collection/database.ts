@@ -32,7 +32,6 @@ import {
 import { buildIndexInWorker, prewarmIndexBuilds } from './rebuild.js';
 import { SearchDispatch } from './search-dispatch.js';
 import { SearchPool, type SearchPoolStats } from './search-pool.js';
-import { runDensePlan } from './search-pool-plan.js';
 import { replicationStream, type ReplicationView } from './replication.js';
 
 export type LogFn = (level: 'debug' | 'info' | 'warn' | 'error', message: string, detail?: Record<string, unknown>) => void;
@@ -705,9 +704,8 @@ export class Database {
     if (pool === null || col.liveCount < (this.opts.searchPoolMinPoints ?? 2000) || this.dispatch.runHere(pool.inFlight, this.clock.monotonicMs())) {
       return col.searchDense(vector, k, ef, filter);
     }
-    const plan = col.planDense(k, ef, filter);
-    if (plan === null) return { slots: new Int32Array(0), dists: new Float32Array(0) };
-    return pool.search(col, vector, plan, () => runDensePlan(col.store, col.kind, col.searchGraph, vector, plan)).then((r) => {
+    // Planned when a worker slot is free (at once, or after the searches waiting): never run here as overflow.
+    return pool.search(col, vector, () => col.planDense(k, ef, filter)).then((r) => {
       for (const s of r.slots) if (!col.isLive(s)) return col.searchDense(vector, k, ef, filter);
       return r;
     });
@@ -1015,12 +1013,14 @@ export class Database {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    // The pool first: searches waiting for a worker are cancelled and those in flight finish before the
+    // collections they read are dropped.
+    await this.pool?.close();
     await Promise.all([...this.checkpoints.values()]);
     for (const col of this.byName.values()) {
       if (col.dirtyCount > 0) await this.checkpoint(col).catch((e) => this.log('warn', 'checkpoint at close failed', { error: String(e) }));
       col.drop();
     }
-    await this.pool?.close();
     await this.dir.close();
   }
 }
