@@ -1,3 +1,4 @@
+import { availableParallelism } from 'node:os';
 import { randomInt } from 'node:crypto';
 import { sleep, systemClock, type Clock } from '../base/clock.js';
 import { invalidArgument, limitExceeded, notFound, SvcError } from '../base/errors.js';
@@ -29,7 +30,7 @@ import {
 import {
   checkObject, decodeCursor, encodeCursor, parseBool, parseConsistency, parseDepth, parseEf, fusionDepth, parseFetchLimit, parseK, parseRerankPool, parseRrfK0,
 } from './queries.js';
-import { buildIndexInWorker, prewarmIndexBuilds } from './rebuild.js';
+import { defaultBuildWorkers, indexBuilderInWorkers, prewarmIndexBuilds } from './rebuild.js';
 import { SearchDispatch } from './search-dispatch.js';
 import { SearchPool, type SearchPoolStats } from './search-pool.js';
 import { replicationStream, type ReplicationView } from './replication.js';
@@ -71,6 +72,11 @@ export interface DatabaseOptions {
    * default, searches on the calling thread (the embedded API); `svc serve` uses one per core.
    */
   searchWorkers?: number;
+  /**
+   * Threads that build one large graph in parallel (default: every core but the search workers', at
+   * least two on two cores: rebuild.ts defaultBuildWorkers). Ignored with `buildIndex`.
+   */
+  buildWorkers?: number;
   /**
    * Whether an eventual read of a collection with a bulk load not yet in its graph (an unindexed tail
    * longer than absorbMax) waits for the build rather than scanning the new points exactly (default
@@ -151,6 +157,7 @@ export class Database {
   private readonly waitForBulkBuild: boolean;
   private deferIndexing: () => boolean = () => false;
   private readonly dispatch: SearchDispatch;
+  private readonly buildIndex: IndexBuilder;
 
   private constructor(dir: DataDir, opts: DatabaseOptions) {
     this.dir = dir;
@@ -162,6 +169,7 @@ export class Database {
     this.waitForBulkBuild = opts.waitForBulkBuild ?? true;
     const workers = opts.searchWorkers ?? 0;
     if (!Number.isInteger(workers) || workers < 0) throw invalidArgument(`searchWorkers must be a non-negative integer, got ${workers}`);
+    this.buildIndex = indexBuilderInWorkers(opts.buildWorkers ?? defaultBuildWorkers(availableParallelism(), workers));
     this.pool = workers > 0 ? new SearchPool({ workers }) : null;
     this.dispatch = new SearchDispatch({ quietMs: opts.searchPoolIdleMs });
   }
@@ -229,7 +237,7 @@ export class Database {
       limits: this.limits,
       clock: this.clock,
       seed: this.opts.seed ?? 0x5eed,
-      buildIndex: this.opts.buildIndex ?? buildIndexInWorker,
+      buildIndex: this.opts.buildIndex ?? this.buildIndex,
       ...(this.opts.absorbMax !== undefined ? { absorbMax: this.opts.absorbMax } : {}),
       deferAbsorb: () => this.deferIndexing(),
       onIndexError: (e) => this.log('error', 'index build failed; the prior index stays in use', {
