@@ -43,14 +43,18 @@ export type PoolMessage =
   | { t: 'close' }
   | {
       t: 'search';
-      id: number;
-      uid: string;
       /**
-       * [plan: PLAN_WORDS i32, see PlanWord][query: dim f32][accept words: ceil(cap/32) u32]
-       * [result slots: k i32][result dists: k f32]. The plan travels in the shared buffer rather than
-       * as message fields: a message's cost on both threads grows with its fields.
+       * Every search handed to this worker in one turn of the main thread: a message's fixed cost on
+       * both threads (clone, event, wake-up) is paid once per batch. Search i is `ids[i]` on
+       * collection `uids[i]`, in the buffer numbered `bufIds[i]`: [plan: PLAN_WORDS i32, see
+       * PlanWord][query: dim f32][accept words: ceil(cap/32) u32][result slots: k i32][result dists:
+       * k f32]. The plan travels in the shared buffer rather than as message fields: a message's cost
+       * grows with its fields. A buffer travels once (`fresh`); the worker keeps it by number.
        */
-      buf: SharedArrayBuffer;
+      ids: number[];
+      uids: string[];
+      bufIds: number[];
+      fresh: { id: number; buf: SharedArrayBuffer }[];
     };
 
 /** Words of a search buffer's plan header (int32 each). */
@@ -75,12 +79,19 @@ export const PlanWord = {
 export const PLAN_BYTES = 64;
 
 /** Worker -> main thread. */
-export type PoolReply = { t: 'done'; id: number; n: number } | { t: 'failed'; id: number; error: string } | { t: 'closed' };
+/** Worker -> main thread: answers in batches (`ns[i]` hits for `ids[i]`), failures one by one. */
+export type PoolReply = { t: 'done'; ids: number[]; ns: number[] } | { t: 'failed'; id: number; error: string } | { t: 'closed' };
+
+/** A pooled search buffer and the number workers know it by. */
+interface Buf {
+  id: number;
+  buf: SharedArrayBuffer;
+}
 
 interface Pending {
   resolve: (r: SearchResult) => void;
   reject: (e: unknown) => void;
-  buf: SharedArrayBuffer;
+  buf: Buf;
   k: number;
   outAt: number;
   /** Runs the plan on the calling thread (a crashed worker's requests are answered this way). */
@@ -110,6 +121,10 @@ class PoolWorker {
   readonly pending = new Map<number, Pending>();
   /** Per collection uid: the graph epoch this worker was last sent. */
   readonly epochs = new Map<string, Epoch>();
+  /** Buffers this worker holds (sent once). */
+  readonly known = new Set<number>();
+  /** Searches handed to this worker in this turn, posted together at its end (flushOutbox). */
+  outbox: Extract<PoolMessage, { t: 'search' }> | null = null;
   alive = true;
   exited: Promise<void>;
 
@@ -210,7 +225,12 @@ export class SearchPool {
   private readonly waitingMax: number;
   private readonly waiting = new Fifo<Waiting>();
   private readonly current = new Map<string, Epoch>();
-  private readonly free = new Map<number, SharedArrayBuffer[]>();
+  /**
+   * Idle search buffers by size. None is ever dropped (the workers hold every buffer they were sent):
+   * at most inFlightPerWorker x workers exist per size, since each is in flight or here.
+   */
+  private readonly free = new Map<number, Buf[]>();
+  private nextBufId = 1;
   private nextId = 1;
   private turn = 0;
   private closed = false;
@@ -285,6 +305,7 @@ export class SearchPool {
         p.resolve = (r) => { resolve(r); res(); };
         p.reject = (e) => { reject(e); res(); };
       })));
+      this.flushOutbox(w);
       w.worker.postMessage({ t: 'close' } satisfies PoolMessage);
       const timer = setTimeout(() => void w.worker.terminate(), 5000);
       await w.exited;
@@ -324,7 +345,8 @@ export class SearchPool {
     const nWords = (cap + 31) >>> 5;
     const wordsAt = PLAN_BYTES + dim * 4;
     const outAt = wordsAt + nWords * 4;
-    const buf = this.take(outAt + plan.k * 8);
+    const slot = this.take(outAt + plan.k * 8);
+    const buf = slot.buf;
     new Float32Array(buf, PLAN_BYTES, dim).set(query.subarray(0, dim));
     if (nWords > 0) new Uint32Array(buf, wordsAt, nWords).set(plan.bits.words.subarray(0, nWords));
     this.publish(w, col);
@@ -345,8 +367,28 @@ export class SearchPool {
     const id = this.nextId++;
     const fixed = plan;
     this.counters.dispatched++;
-    w.pending.set(id, { resolve: s.resolve, reject: s.reject, buf, k: plan.k, outAt, fallback: () => runDensePlan(col.store, col.kind, col.searchGraph, query, fixed) });
-    w.worker.postMessage({ t: 'search', id, uid: col.uid, buf } satisfies PoolMessage);
+    w.pending.set(id, { resolve: s.resolve, reject: s.reject, buf: slot, k: plan.k, outAt, fallback: () => runDensePlan(col.store, col.kind, col.searchGraph, query, fixed) });
+    let out = w.outbox;
+    if (out === null) {
+      out = { t: 'search', ids: [], uids: [], bufIds: [], fresh: [] };
+      w.outbox = out;
+      queueMicrotask(() => this.flushOutbox(w));
+    }
+    out.ids.push(id);
+    out.uids.push(col.uid);
+    out.bufIds.push(slot.id);
+    if (!w.known.has(slot.id)) {
+      w.known.add(slot.id);
+      out.fresh.push(slot);
+    }
+  }
+
+  /** Posts the searches handed to `w` so far as one message (before any other message to it: order matters). */
+  private flushOutbox(w: PoolWorker): void {
+    const out = w.outbox;
+    if (out === null) return;
+    w.outbox = null;
+    if (w.alive) w.worker.postMessage(out);
   }
 
   /** Sends waiting searches to workers with room, in arrival order. */
@@ -380,6 +422,8 @@ export class SearchPool {
     }
     const seen = w.epochs.get(col.uid);
     if (seen === cur) return;
+    // Searches planned against the previous epoch go first: the worker reads them with its graph.
+    this.flushOutbox(w);
     if (seen === undefined) w.worker.postMessage({ t: 'open', uid: col.uid, store: col.store.handle() } satisfies PoolMessage);
     w.epochs.set(col.uid, cur);
     w.worker.postMessage({ t: 'graph', uid: col.uid, data: graph === null ? null : graph.serialize() } satisfies PoolMessage);
@@ -390,19 +434,25 @@ export class SearchPool {
       void w.worker.terminate();
       return;
     }
-    const p = w.pending.get(r.id);
-    if (p === undefined) return;
-    w.pending.delete(r.id);
     if (r.t === 'failed') {
+      const p = w.pending.get(r.id);
+      if (p === undefined) return;
+      w.pending.delete(r.id);
       this.give(p.buf);
       p.reject(new SvcError('internal', `search worker failed: ${r.error}`));
     } else {
-      const slots = new Int32Array(r.n);
-      const dists = new Float32Array(r.n);
-      slots.set(new Int32Array(p.buf, p.outAt, r.n));
-      dists.set(new Float32Array(p.buf, p.outAt + p.k * 4, r.n));
-      this.give(p.buf);
-      p.resolve({ slots, dists });
+      for (let i = 0; i < r.ids.length; i++) {
+        const p = w.pending.get(r.ids[i]);
+        if (p === undefined) continue;
+        w.pending.delete(r.ids[i]);
+        const n = r.ns[i];
+        const buf = p.buf.buf;
+        // slice: one allocation and copy each, the buffer going back to the pool at once.
+        const slots = new Int32Array(buf, p.outAt, n).slice();
+        const dists = new Float32Array(buf, p.outAt + p.k * 4, n).slice();
+        this.give(p.buf);
+        p.resolve({ slots, dists });
+      }
     }
     this.pump();
   }
@@ -430,15 +480,15 @@ export class SearchPool {
     }
   }
 
-  private take(bytes: number): SharedArrayBuffer {
+  private take(bytes: number): Buf {
     let size = SIZE_CLASSES_MIN;
     while (size < bytes) size *= 2;
-    return this.free.get(size)?.pop() ?? new SharedArrayBuffer(size);
+    return this.free.get(size)?.pop() ?? { id: this.nextBufId++, buf: new SharedArrayBuffer(size) };
   }
 
-  private give(buf: SharedArrayBuffer): void {
-    const list = this.free.get(buf.byteLength);
-    if (list === undefined) this.free.set(buf.byteLength, [buf]);
-    else if (list.length < 64) list.push(buf);
+  private give(b: Buf): void {
+    const list = this.free.get(b.buf.byteLength);
+    if (list === undefined) this.free.set(b.buf.byteLength, [b]);
+    else list.push(b);
   }
 }
