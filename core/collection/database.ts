@@ -169,7 +169,7 @@ export class Database {
     this.waitForBulkBuild = opts.waitForBulkBuild ?? true;
     const workers = opts.searchWorkers ?? 0;
     if (!Number.isInteger(workers) || workers < 0) throw invalidArgument(`searchWorkers must be a non-negative integer, got ${workers}`);
-    this.buildIndex = indexBuilderInWorkers(opts.buildWorkers ?? defaultBuildWorkers(availableParallelism(), workers));
+    this.buildIndex = indexBuilderInWorkers(opts.buildWorkers ?? defaultBuildWorkers(availableParallelism(), workers), workers);
     this.pool = workers > 0 ? new SearchPool({ workers }) : null;
     this.dispatch = new SearchDispatch({ quietMs: opts.searchPoolIdleMs });
   }

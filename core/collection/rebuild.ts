@@ -2,7 +2,7 @@ import { availableParallelism } from 'node:os';
 import { SvcError } from '../base/errors.js';
 import { Hnsw, type HnswOptions } from '../index/hnsw/hnsw.js';
 import { buildInWorker, buildParallel, prewarmBuildWorker } from '../index/hnsw/build-worker.js';
-import type { VectorStore } from '../index/vector-store.js';
+import { LANES_PER_MEMORY, type VectorStore } from '../index/vector-store.js';
 import type { IndexBuilder } from './collection.js';
 
 /**
@@ -15,27 +15,33 @@ import type { IndexBuilder } from './collection.js';
  * and at 340,000 none (0.9415 / 0.9412).
  */
 const PARALLEL_BUILD_MIN_SLOTS = 16_000;
-/** Most build workers one graph takes (each holds its own scratch: memory grows with the count). */
-export const BUILD_WORKERS_LIMIT = 64;
+/**
+ * Most build workers beside `searchWorkers` search workers: every thread that reads a store holds one of
+ * its LANES_PER_MEMORY scratch lanes (the main thread, each search worker, each build worker).
+ */
+export function buildWorkersMax(searchWorkers: number): number {
+  return Math.max(1, LANES_PER_MEMORY - 1 - searchWorkers);
+}
 
 /**
  * Build workers by default: every core but those the search pool holds, and at least two where there
- * are two cores. A build and the search workers together ask for no more threads than there are cores,
- * so a build never starves the pool (a 60k MNIST graph on 16 cores took 11.4 s with 4 workers, 5.3 s
- * with 15: the old cap of 4 left most of a large machine idle); on 2 cores with one search worker a
- * build keeps the two workers it had, which the OS shares fairly with the searches.
+ * are two cores, within the store's lanes (buildWorkersMax). A build and the search workers together
+ * ask for no more threads than there are cores, so a build never starves the pool; a 60k MNIST graph
+ * on 16 cores took 11.4 s with the old cap of 4 workers, 5.3 s with 15. On 2 cores with one search
+ * worker a build keeps the two workers it had, which the OS shares fairly with the searches.
  */
 export function defaultBuildWorkers(cores: number, searchWorkers: number): number {
-  return Math.min(BUILD_WORKERS_LIMIT, Math.max(Math.min(2, cores), cores - searchWorkers, 1));
+  return Math.min(buildWorkersMax(searchWorkers), Math.max(Math.min(2, cores), cores - searchWorkers, 1));
 }
 
 /**
  * Graphs built off the event loop in worker threads over the shared vector memory, in parallel by
  * `workers` threads on larger collections.
  */
-export function indexBuilderInWorkers(workers: number): IndexBuilder {
-  if (!Number.isInteger(workers) || workers < 1 || workers > BUILD_WORKERS_LIMIT) {
-    throw new SvcError('invalid_argument', `build workers must be an integer from 1 to ${BUILD_WORKERS_LIMIT}, got ${workers}`);
+export function indexBuilderInWorkers(workers: number, searchWorkers = 0): IndexBuilder {
+  const max = buildWorkersMax(searchWorkers);
+  if (!Number.isInteger(workers) || workers < 1 || workers > max) {
+    throw new SvcError('invalid_argument', `build workers must be an integer from 1 to ${max} beside ${searchWorkers} search workers (each holds one of a store's ${LANES_PER_MEMORY} scratch lanes), got ${workers}`);
   }
   return (store: VectorStore, slots: Int32Array, opts: HnswOptions, signal?: AbortSignal) => {
     if (workers >= 2 && slots.length >= PARALLEL_BUILD_MIN_SLOTS) return buildParallel(store, slots, opts, workers, signal);
