@@ -86,6 +86,9 @@ export type PoolReply = { t: 'done'; ids: number[]; ns: number[] } | { t: 'faile
 interface Buf {
   id: number;
   buf: SharedArrayBuffer;
+  /** Views of the whole buffer, made once (views per search were a good part of the hand-off's garbage). */
+  i32: Int32Array;
+  f32: Float32Array;
 }
 
 interface Pending {
@@ -163,6 +166,9 @@ export interface SearchPoolStats {
   waited?: number;
   /** Searches refused with `rate_limited` because `waitingMax` searches were already waiting. */
   rejected?: number;
+  /** Messages that carried searches to workers, and answer messages back (a hand-off's cost is per message). */
+  messages?: number;
+  replies?: number;
 }
 
 /** A first-in first-out queue of waiting searches (an array with a moving head, compacted now and then). */
@@ -235,7 +241,10 @@ export class SearchPool {
   private turn = 0;
   private closed = false;
   /** Searches answered by a worker, waited for a slot, refused, or answered here after a worker died (metrics, tests). */
-  readonly counters = { dispatched: 0, overflow: 0, fallbacks: 0, waited: 0, rejected: 0 };
+  readonly counters = { dispatched: 0, overflow: 0, fallbacks: 0, waited: 0, rejected: 0, messages: 0, replies: 0 };
+  /** Workers alive and requests in flight, kept as counts: read on every search. */
+  private alive = 0;
+  private pendingTotal = 0;
 
   constructor(opts: SearchPoolOptions) {
     if (!Number.isInteger(opts.workers) || opts.workers < 1) throw new SvcError('invalid_argument', `search workers must be a positive integer, got ${opts.workers}`);
@@ -246,16 +255,17 @@ export class SearchPool {
     for (let i = 0; i < opts.workers; i++) {
       this.workers.push(new PoolWorker((w, r) => this.onReply(w, r), (w, e) => this.onDeath(w, e)));
     }
+    this.alive = opts.workers;
   }
 
   /** Workers alive. */
   get size(): number {
-    return this.workers.filter((w) => w.alive).length;
+    return this.alive;
   }
 
   /** Requests in flight over all workers. */
   get inFlight(): number {
-    return this.workers.reduce((n, w) => n + w.pending.size, 0);
+    return this.pendingTotal;
   }
 
   /** Searches waiting for a worker slot. */
@@ -346,12 +356,12 @@ export class SearchPool {
     const wordsAt = PLAN_BYTES + dim * 4;
     const outAt = wordsAt + nWords * 4;
     const slot = this.take(outAt + plan.k * 8);
-    const buf = slot.buf;
-    new Float32Array(buf, PLAN_BYTES, dim).set(query.subarray(0, dim));
-    if (nWords > 0) new Uint32Array(buf, wordsAt, nWords).set(plan.bits.words.subarray(0, nWords));
+    slot.f32.set(query.length === dim ? query : query.subarray(0, dim), PLAN_BYTES / 4);
+    // Int32Array.set keeps a Uint32 word's bits.
+    if (nWords > 0) slot.i32.set(plan.bits.words.subarray(0, nWords), wordsAt / 4);
     this.publish(w, col);
     const graph = col.searchGraph;
-    const h = new Int32Array(buf, 0, PLAN_BYTES / 4);
+    const h = slot.i32;
     h[PlanWord.Kind] = col.kind === 'l2' ? 0 : 1;
     h[PlanWord.Mode] = plan.mode === 'graph' ? 1 : 0;
     h[PlanWord.Cap] = cap;
@@ -367,6 +377,7 @@ export class SearchPool {
     const id = this.nextId++;
     const fixed = plan;
     this.counters.dispatched++;
+    this.pendingTotal++;
     w.pending.set(id, { resolve: s.resolve, reject: s.reject, buf: slot, k: plan.k, outAt, fallback: () => runDensePlan(col.store, col.kind, col.searchGraph, query, fixed) });
     let out = w.outbox;
     if (out === null) {
@@ -379,7 +390,7 @@ export class SearchPool {
     out.bufIds.push(slot.id);
     if (!w.known.has(slot.id)) {
       w.known.add(slot.id);
-      out.fresh.push(slot);
+      out.fresh.push({ id: slot.id, buf: slot.buf });
     }
   }
 
@@ -388,7 +399,9 @@ export class SearchPool {
     const out = w.outbox;
     if (out === null) return;
     w.outbox = null;
-    if (w.alive) w.worker.postMessage(out);
+    if (!w.alive) return;
+    this.counters.messages++;
+    w.worker.postMessage(out);
   }
 
   /** Sends waiting searches to workers with room, in arrival order. */
@@ -434,10 +447,12 @@ export class SearchPool {
       void w.worker.terminate();
       return;
     }
+    this.counters.replies++;
     if (r.t === 'failed') {
       const p = w.pending.get(r.id);
       if (p === undefined) return;
       w.pending.delete(r.id);
+      this.pendingTotal--;
       this.give(p.buf);
       p.reject(new SvcError('internal', `search worker failed: ${r.error}`));
     } else {
@@ -445,11 +460,12 @@ export class SearchPool {
         const p = w.pending.get(r.ids[i]);
         if (p === undefined) continue;
         w.pending.delete(r.ids[i]);
+        this.pendingTotal--;
         const n = r.ns[i];
-        const buf = p.buf.buf;
         // slice: one allocation and copy each, the buffer going back to the pool at once.
-        const slots = new Int32Array(buf, p.outAt, n).slice();
-        const dists = new Float32Array(buf, p.outAt + p.k * 4, n).slice();
+        const at = p.outAt >>> 2;
+        const slots = p.buf.i32.slice(at, at + n);
+        const dists = p.buf.f32.slice(at + p.k, at + p.k + n);
         this.give(p.buf);
         p.resolve({ slots, dists });
       }
@@ -464,6 +480,8 @@ export class SearchPool {
   private onDeath(w: PoolWorker, _e: unknown): void {
     if (!w.alive) return;
     w.alive = false;
+    this.alive--;
+    this.pendingTotal -= w.pending.size;
     for (const p of w.pending.values()) {
       this.counters.fallbacks++;
       try {
@@ -483,7 +501,10 @@ export class SearchPool {
   private take(bytes: number): Buf {
     let size = SIZE_CLASSES_MIN;
     while (size < bytes) size *= 2;
-    return this.free.get(size)?.pop() ?? { id: this.nextBufId++, buf: new SharedArrayBuffer(size) };
+    const found = this.free.get(size)?.pop();
+    if (found !== undefined) return found;
+    const buf = new SharedArrayBuffer(size);
+    return { id: this.nextBufId++, buf, i32: new Int32Array(buf), f32: new Float32Array(buf) };
   }
 
   private give(b: Buf): void {
