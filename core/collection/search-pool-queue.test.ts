@@ -133,6 +133,30 @@ describe('SearchPool queue', () => {
   });
 });
 
+describe('SearchPool forget', () => {
+  it('refuses the dropped collection\'s waiting searches with not_found and keeps the others in order', async () => {
+    const prng = new Prng(51);
+    const a = await makeCollection('fa', prng, 2100);
+    const b = await makeCollection('fb', prng, 2100);
+    const pool = new SearchPool({ workers: 1, inFlightPerWorker: 1, waitingMax: 10 });
+    try {
+      const q = clustered(prng, 5);
+      const planned: number[] = [];
+      const cols = [a, b, a, b, a];
+      const settled = Promise.allSettled(q.map((v, i) => search(pool, cols[i], v, undefined, planned, i)));
+      pool.forget('fa');
+      const s = await settled;
+      expect(s.map((r) => r.status)).toEqual(['fulfilled', 'fulfilled', 'rejected', 'fulfilled', 'rejected']);
+      expect((s[2] as PromiseRejectedResult).reason).toMatchObject({ code: 'not_found' });
+      expect(planned).toEqual([0, 1, 3]);
+    } finally {
+      await pool.close();
+      a.drop();
+      b.drop();
+    }
+  });
+});
+
 describe('Database with search workers under load', () => {
   const dirs: string[] = [];
   afterAll(() => {

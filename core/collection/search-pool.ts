@@ -194,6 +194,19 @@ class Fifo<T> {
     }
     return x;
   }
+
+  /** Takes out, in order, the items `drop` picks; the others keep their order. */
+  removeWhere(drop: (x: T) => boolean): T[] {
+    const keep: T[] = [];
+    const out: T[] = [];
+    for (let i = this.head; i < this.items.length; i++) {
+      const x = this.items[i] as T;
+      (drop(x) ? out : keep).push(x);
+    }
+    this.items = keep;
+    this.head = 0;
+    return out;
+  }
 }
 
 const closingError = (): SvcError => new SvcError('not_ready', 'the database is closing: a search waiting for a search worker was cancelled');
@@ -292,11 +305,20 @@ export class SearchPool {
     return new Promise((resolve, reject) => this.waiting.push({ col, query, makePlan, resolve, reject }));
   }
 
-  /** A dropped collection: workers release their view of its store (its scratch lane). */
+  /**
+   * A dropped collection: its searches still waiting are refused (`not_found`: planning them would
+   * reopen its store in a worker), and workers release their view of its store (its scratch lane).
+   */
   forget(uid: string): void {
+    for (const s of this.waiting.removeWhere((x) => x.col.uid === uid)) {
+      s.reject(new SvcError('not_found', 'the collection was dropped while the search waited for a search worker'));
+    }
     this.current.delete(uid);
     for (const w of this.workers) {
-      if (w.alive && w.epochs.delete(uid)) w.worker.postMessage({ t: 'forget', uid } satisfies PoolMessage);
+      if (!w.alive || !w.epochs.delete(uid)) continue;
+      // Searches already handed to this worker go first: they run before its view is released.
+      this.flushOutbox(w);
+      w.worker.postMessage({ t: 'forget', uid } satisfies PoolMessage);
     }
   }
 
