@@ -56,7 +56,9 @@ function child(args: ChildArgs): Promise<ChildResult> {
 
 const median = (xs: number[]): number => {
   const s = [...xs].sort((a, b) => a - b);
-  return s.length === 0 ? NaN : s[Math.floor((s.length - 1) / 2)];
+  if (s.length === 0) return NaN;
+  const mid = s.length >>> 1;
+  return s.length % 2 === 1 ? s[mid] : Math.round(((s[mid - 1] + s[mid]) / 2) * 10) / 10;
 };
 
 /** Worker counts 0, 1, 2, 4, ... up to the cores (at least 0, 1 and 2). */
