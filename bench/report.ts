@@ -22,6 +22,8 @@ export interface RunResults {
   ingest?: Record<string, unknown>;
   server?: Record<string, unknown>;
   responsiveness?: Record<string, unknown>;
+  /** Embedded QPS and CPU per query against search workers, build time against build workers (scaling.json). */
+  scaling?: Record<string, unknown>;
   skipped: Record<string, string>;
   /** The targets, each as the measured figure (no pass/fail here: thresholds belong in the report). */
   summary?: Record<string, number | string | null>;

@@ -1,6 +1,6 @@
 /**
  * The benchmark suite (issue 6): svc against hnswlib-node, usearch, LanceDB, Orama and pgvector on real
- * data, in one run. `npm run bench -- [--quick] [--suites ann,filtered,ingest,server,responsiveness]
+ * data, in one run. `npm run bench -- [--quick] [--suites ann,filtered,ingest,server,responsiveness,scaling]
  * [--peers svc,svc-sq8,svc-core,hnswlib-node,usearch,lancedb,orama,pgvector] [--datasets mnist,glove,random]
  * [--out dir]`. Writes bench/results/run-<time>.json, latest.json, latest.md and recall-qps.svg.
  * Full mode takes a long while (GloVe 341k builds per engine); --quick a few minutes.
@@ -20,7 +20,7 @@ import { summarise, writeReport, type RunResults, type WrittenFiles } from './re
 import { runAnn } from './suites/ann.js';
 import { runFiltered } from './suites/filtered.js';
 
-export const SUITES = ['ann', 'filtered', 'ingest', 'server', 'responsiveness'] as const;
+export const SUITES = ['ann', 'filtered', 'ingest', 'server', 'responsiveness', 'scaling'] as const;
 export type Suite = (typeof SUITES)[number];
 export type Mode = 'tiny' | 'quick' | 'full';
 
@@ -98,6 +98,12 @@ export async function runBench(o: BenchOptions): Promise<{ results: RunResults; 
   if (has('ingest')) results.ingest = await (await import('./suites/ingest.js')).runIngest(o.mode, o.log);
   if (has('server')) results.server = await (await import('./suites/server.js')).runServer(o.mode, o.peers, o.log);
   if (has('responsiveness')) results.responsiveness = await (await import('./suites/responsive.js')).runResponsive(o.mode, o.log);
+  if (has('scaling')) {
+    const { runScaling, writeScaling } = await import('./suites/scaling.js');
+    const r = await runScaling(o.mode, o.log);
+    await writeScaling(r, o.outDir);
+    results.scaling = r as unknown as Record<string, unknown>;
+  }
   results.summary = summarise(results);
   results.peak_rss_bytes = peakRss();
   results.machine.load_avg_at_end = loadavg();

@@ -34,6 +34,11 @@ export interface OpenOptions {
   snapshotDir?: string;
   /** Worker threads for dense searches (default 0: on the calling thread; SVC_SEARCH_WORKERS for `svc serve`). */
   searchWorkers?: number;
+  /**
+   * Threads building one large graph (default: every core but the search workers', at least two on two
+   * cores; SVC_BUILD_WORKERS for `svc serve`).
+   */
+  buildWorkers?: number;
   /** Most bytes of WAL kept only for connected replication streams (default 1 GiB; SVC_REPLICATION_RETAIN_BYTES). */
   replicationRetainBytes?: number;
   /**
@@ -96,6 +101,7 @@ export async function openDatabase(options: OpenOptions): Promise<Database> {
     embedders,
     rerankers,
     searchWorkers: options.searchWorkers,
+    buildWorkers: options.buildWorkers,
     replicationRetainBytes: options.replicationRetainBytes,
     waitForBulkBuild: options.waitForBulkBuild,
   });

@@ -89,6 +89,11 @@ describe('config', () => {
     expect(loadConfig({ ...base, SVC_SEARCH_WORKERS: '0' }, { cwd: dir() }).searchWorkers).toBe(0);
     expect(refusal({ ...base, SVC_SEARCH_WORKERS: '9' })).toBe('SVC_SEARCH_WORKERS');
     expect(refusal({ ...base, SVC_SEARCH_WORKERS: 'many' })).toBe('SVC_SEARCH_WORKERS');
+    expect(loadConfig({ ...base }, { cwd: dir() }).buildWorkers).toBeNull();
+    expect(loadConfig({ ...base, SVC_BUILD_WORKERS: 'auto' }, { cwd: dir() }).buildWorkers).toBeNull();
+    expect(loadConfig({ ...base, SVC_BUILD_WORKERS: '12', SVC_SEARCH_WORKERS: '3' }, { cwd: dir() }).buildWorkers).toBe(12);
+    expect(refusal({ ...base, SVC_BUILD_WORKERS: '0' })).toBe('SVC_BUILD_WORKERS');
+    expect(refusal({ ...base, SVC_BUILD_WORKERS: '13', SVC_SEARCH_WORKERS: '3' })).toBe('SVC_BUILD_WORKERS');
   });
 
   it('replication retention: 1 GiB by default, bytes from the environment or svc.toml, validated', () => {

@@ -59,6 +59,12 @@ export interface SvcConfig {
    */
   readonly searchWorkers: number;
   /**
+   * SVC_BUILD_WORKERS: threads building one large graph. `auto`, the default, is every core but the
+   * search workers', at least two on two cores, within a store's scratch lanes (core/collection/
+   * rebuild.ts defaultBuildWorkers); null here means auto.
+   */
+  readonly buildWorkers: number | null;
+  /**
    * SVC_REPLICATION_RETAIN_BYTES: most bytes of WAL files a leader keeps only for connected followers
    * (files every checkpoint is past that a follower has not read yet). Past it the oldest go and the
    * slowest follower's Replicate stream ends (UNAVAILABLE, reason retention_exceeded); it re-bootstraps
@@ -92,8 +98,11 @@ const SEARCH_WORKERS_MAX = 4;
 export function autoSearchWorkers(cores: number): number {
   return Math.max(0, Math.min(SEARCH_WORKERS_MAX, cores - 1));
 }
-/** Most search workers: with the main thread and up to 4 build workers they fit a store's 16 scratch lanes. */
+/** Most search workers: with the main thread and at least 7 build workers they fit a store's 16 scratch lanes. */
 const SEARCH_WORKERS_LIMIT = 8;
+
+/** Build and search workers together, beside the main thread, within a store's 16 scratch lanes. */
+const BUILD_AND_SEARCH_WORKERS_MAX = 15;
 
 /** Spec variables kept as strings for the roles that use them. */
 const OTHER_VARS = [
@@ -108,7 +117,7 @@ export const SCALAR_VARS = [
   'SVC_REST_ADDR', 'SVC_GRPC_ADDR', 'SVC_DATA_DIR', 'SVC_SNAPSHOT_DIR', 'SVC_API_KEYS', 'SVC_ENCRYPTION_KEY',
   'SVC_MASTER_KEY_FILE', 'SVC_TLS_CERT', 'SVC_TLS_KEY', 'SVC_TLS_CLIENT_CA', 'SVC_INSECURE', 'RUST_LOG',
   'SVC_AUDIT_LOG', 'SVC_OTLP_ENDPOINT', 'SVC_OTLP_SERVICE_NAME', 'SVC_OTLP_TIMEOUT_SECS',
-  'SVC_RATE_LIMIT_REQUESTS_PER_SECOND', 'SVC_RATE_LIMIT_BURST', 'SVC_SEARCH_WORKERS', 'SVC_REPLICATION_RETAIN_BYTES',
+  'SVC_RATE_LIMIT_REQUESTS_PER_SECOND', 'SVC_RATE_LIMIT_BURST', 'SVC_SEARCH_WORKERS', 'SVC_BUILD_WORKERS', 'SVC_REPLICATION_RETAIN_BYTES',
   'SVC_CLUSTER_TIMEOUT_SECS', 'SVC_CLUSTER_MAP_REFRESH_SECS', 'SVC_CLUSTER_REPLICA_MAX_LAG_SECS', ...Object.values(LIMIT_VARIABLES), ...Object.values(CONNECTION_LIMIT_VARIABLES), ...OTHER_VARS,
 ];
 
@@ -171,6 +180,11 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, op
   if (searchWorkers > SEARCH_WORKERS_LIMIT) {
     throw new ConfigError('SVC_SEARCH_WORKERS', `${searchWorkers} is more than ${SEARCH_WORKERS_LIMIT}. Fix: about one per core, or auto (0: every search on the event loop)`);
   }
+  const buildVar = get('SVC_BUILD_WORKERS');
+  const buildWorkers = buildVar === undefined || buildVar.trim() === 'auto' ? null : parseInteger('SVC_BUILD_WORKERS', buildVar, 1);
+  if (buildWorkers !== null && buildWorkers + searchWorkers > BUILD_AND_SEARCH_WORKERS_MAX) {
+    throw new ConfigError('SVC_BUILD_WORKERS', `${buildWorkers} build workers beside ${searchWorkers} search workers are more than ${BUILD_AND_SEARCH_WORKERS_MAX} threads (each holds one of a store's 16 scratch lanes). Fix: fewer, or auto`);
+  }
 
   const retain = get('SVC_REPLICATION_RETAIN_BYTES');
   const replicationRetainBytes = retain === undefined ? REPLICATION_RETAIN_BYTES_DEFAULT : parseInteger('SVC_REPLICATION_RETAIN_BYTES', retain, 0);
@@ -204,7 +218,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, op
       serviceName: get('SVC_OTLP_SERVICE_NAME') ?? 'svc',
       timeoutSecs: parseNumber('SVC_OTLP_TIMEOUT_SECS', get('SVC_OTLP_TIMEOUT_SECS') ?? '3'),
     },
-    limits, rateLimit, connections, searchWorkers, replicationRetainBytes,
+    limits, rateLimit, connections, searchWorkers, buildWorkers, replicationRetainBytes,
     embedding: providers('embedding'),
     rerank: providers('rerank'),
     leader, coordinator, router, other, warnings,

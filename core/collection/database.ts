@@ -1,4 +1,5 @@
 import { randomBytes, randomInt } from 'node:crypto';
+import { availableParallelism } from 'node:os';
 import { BODIES, bodyKeys } from '../base/bodies.js';
 import { sleep, systemClock, type Clock } from '../base/clock.js';
 import { invalidArgument, limitExceeded, notFound, SvcError } from '../base/errors.js';
@@ -31,10 +32,9 @@ import {
 import {
   checkObject, decodeCursor, encodeCursor, parseBool, parseConsistency, parseDepth, parseEf, fusionDepth, parseFetchLimit, parseK, parseRerankPool, parseRrfK0,
 } from './queries.js';
-import { buildIndexInWorker, prewarmIndexBuilds } from './rebuild.js';
+import { defaultBuildWorkers, indexBuilderInWorkers, prewarmIndexBuilds } from './rebuild.js';
 import { SearchDispatch } from './search-dispatch.js';
 import { SearchPool, type SearchPoolStats } from './search-pool.js';
-import { runDensePlan } from './search-pool-plan.js';
 import { replicationStream, type ReplicationView } from './replication.js';
 import { owner } from '../cluster/routing/hrw.js';
 import {
@@ -78,6 +78,11 @@ export interface DatabaseOptions {
    * default, searches on the calling thread (the embedded API); `svc serve` uses one per core.
    */
   searchWorkers?: number;
+  /**
+   * Threads that build one large graph in parallel (default: every core but the search workers', at
+   * least two on two cores: rebuild.ts defaultBuildWorkers). Ignored with `buildIndex`.
+   */
+  buildWorkers?: number;
   /**
    * Whether an eventual read of a collection with a bulk load not yet in its graph (an unindexed tail
    * longer than absorbMax) waits for the build rather than scanning the new points exactly (default
@@ -163,6 +168,7 @@ export class Database {
   private lease: { token: string; move: string; uid: string; ids: string[]; cursor: string; stop: AbortController } | null = null;
   /** By collection uid: ids of batches whose lease ended before their commit (sent, maybe applied, not deleted here). */
   private readonly uncommitted = new Map<string, Set<string>>();
+  private readonly buildIndex: IndexBuilder;
 
   private constructor(dir: DataDir, opts: DatabaseOptions) {
     this.dir = dir;
@@ -174,6 +180,7 @@ export class Database {
     this.waitForBulkBuild = opts.waitForBulkBuild ?? true;
     const workers = opts.searchWorkers ?? 0;
     if (!Number.isInteger(workers) || workers < 0) throw invalidArgument(`searchWorkers must be a non-negative integer, got ${workers}`);
+    this.buildIndex = indexBuilderInWorkers(opts.buildWorkers ?? defaultBuildWorkers(availableParallelism(), workers), workers);
     this.pool = workers > 0 ? new SearchPool({ workers }) : null;
     this.dispatch = new SearchDispatch({ quietMs: opts.searchPoolIdleMs });
   }
@@ -241,7 +248,7 @@ export class Database {
       limits: this.limits,
       clock: this.clock,
       seed: this.opts.seed ?? 0x5eed,
-      buildIndex: this.opts.buildIndex ?? buildIndexInWorker,
+      buildIndex: this.opts.buildIndex ?? this.buildIndex,
       ...(this.opts.absorbMax !== undefined ? { absorbMax: this.opts.absorbMax } : {}),
       deferAbsorb: () => this.deferIndexing(),
       onIndexError: (e) => this.log('error', 'index build failed; the prior index stays in use', {
@@ -761,9 +768,8 @@ export class Database {
     if (pool === null || col.liveCount < (this.opts.searchPoolMinPoints ?? 2000) || this.dispatch.runHere(pool.inFlight, this.clock.monotonicMs())) {
       return col.searchDense(vector, k, ef, filter);
     }
-    const plan = col.planDense(k, ef, filter);
-    if (plan === null) return { slots: new Int32Array(0), dists: new Float32Array(0) };
-    return pool.search(col, vector, plan, () => runDensePlan(col.store, col.kind, col.searchGraph, vector, plan)).then((r) => {
+    // Planned when a worker slot is free (at once, or after the searches waiting): never run here as overflow.
+    return pool.search(col, vector, () => col.planDense(k, ef, filter)).then((r) => {
       for (const s of r.slots) if (!col.isLive(s)) return col.searchDense(vector, k, ef, filter);
       return r;
     });
@@ -1261,12 +1267,14 @@ export class Database {
     this.lease?.stop.abort();
     this.lease = null;
     this.gate.open();
+    // The pool first: searches waiting for a worker are cancelled and those in flight finish before the
+    // collections they read are dropped.
+    await this.pool?.close();
     await Promise.all([...this.checkpoints.values()]);
     for (const col of this.byName.values()) {
       if (col.dirtyCount > 0) await this.checkpoint(col).catch((e) => this.log('warn', 'checkpoint at close failed', { error: String(e) }));
       col.drop();
     }
-    await this.pool?.close();
     await this.dir.close();
   }
 }

@@ -16,6 +16,10 @@ interface View {
 }
 
 const views = new Map<string, View>();
+/** The main thread's search buffers, by number (each is sent once). */
+const bufs = new Map<number, SharedArrayBuffer>();
+/** Answers per reply message at most. */
+const REPLY_GROUP = 4;
 const port = parentPort!;
 
 /** Gives back the view's scratch lanes (the store's and the codes'). */
@@ -49,34 +53,51 @@ function handle(msg: PoolMessage): void {
   if (msg.t === 'close') {
     for (const v of views.values()) release(v);
     views.clear();
+    bufs.clear();
     port.postMessage({ t: 'closed' } satisfies PoolReply);
     port.close();
     return;
   }
-  const v = views.get(msg.uid);
-  let reply: PoolReply;
-  try {
-    if (v === undefined) throw new Error(`collection ${msg.uid} is not open in this worker`);
-    const dim = v.store.dim;
-    const h = new Int32Array(msg.buf, 0, PLAN_BYTES / 4);
-    const cap = h[PlanWord.Cap];
-    const k = h[PlanWord.K];
-    const f32 = new Float32Array(msg.buf, PLAN_BYTES, dim);
-    const wordsAt = PLAN_BYTES + dim * 4;
-    const bits = new Bitset(cap, new Uint32Array(msg.buf, wordsAt, (cap + 31) >>> 5));
-    if (v.graph !== null) v.graph.adoptTop(h[PlanWord.Entry], h[PlanWord.MaxLevel], h[PlanWord.Size]);
-    const r = runDensePlan(v.store, h[PlanWord.Kind] === 0 ? 'l2' : 'ip', v.graph, f32, {
-      mode: h[PlanWord.Mode] === 1 ? 'graph' : 'exact', bits, acceptAll: h[PlanWord.AcceptAll] === 1, k, ef: h[PlanWord.Ef],
-      want: h[PlanWord.Want], indexedUpTo: h[PlanWord.IndexedUpTo], count: h[PlanWord.Count],
-    });
-    const outAt = wordsAt + ((cap + 31) >>> 5) * 4;
-    new Int32Array(msg.buf, outAt, r.slots.length).set(r.slots);
-    new Float32Array(msg.buf, outAt + k * 4, r.dists.length).set(r.dists);
-    reply = { t: 'done', id: msg.id, n: r.slots.length };
-  } catch (e) {
-    reply = { t: 'failed', id: msg.id, error: e instanceof Error ? e.message : String(e) };
+  for (const f of msg.fresh) bufs.set(f.id, f.buf);
+  let ids: number[] = [];
+  let ns: number[] = [];
+  for (let i = 0; i < msg.ids.length; i++) {
+    try {
+      ns.push(search(msg.uids[i], bufs.get(msg.bufIds[i])!));
+      ids.push(msg.ids[i]);
+    } catch (e) {
+      port.postMessage({ t: 'failed', id: msg.ids[i], error: e instanceof Error ? e.message : String(e) } satisfies PoolReply);
+    }
+    // Answers go back in groups, not only at the batch's end: the main thread refills this worker
+    // while it runs the rest, so it never waits for a whole batch's round trip.
+    if (ids.length === REPLY_GROUP || (i === msg.ids.length - 1 && ids.length > 0)) {
+      port.postMessage({ t: 'done', ids, ns } satisfies PoolReply);
+      ids = [];
+      ns = [];
+    }
   }
-  port.postMessage(reply);
+}
+
+/** Runs the plan in `buf` and writes its hits there; returns how many. */
+function search(uid: string, buf: SharedArrayBuffer): number {
+  const v = views.get(uid);
+  if (v === undefined) throw new Error(`collection ${uid} is not open in this worker`);
+  const dim = v.store.dim;
+  const h = new Int32Array(buf, 0, PLAN_BYTES / 4);
+  const cap = h[PlanWord.Cap];
+  const k = h[PlanWord.K];
+  const f32 = new Float32Array(buf, PLAN_BYTES, dim);
+  const wordsAt = PLAN_BYTES + dim * 4;
+  const bits = new Bitset(cap, new Uint32Array(buf, wordsAt, (cap + 31) >>> 5));
+  if (v.graph !== null) v.graph.adoptTop(h[PlanWord.Entry], h[PlanWord.MaxLevel], h[PlanWord.Size]);
+  const r = runDensePlan(v.store, h[PlanWord.Kind] === 0 ? 'l2' : 'ip', v.graph, f32, {
+    mode: h[PlanWord.Mode] === 1 ? 'graph' : 'exact', bits, acceptAll: h[PlanWord.AcceptAll] === 1, k, ef: h[PlanWord.Ef],
+    want: h[PlanWord.Want], indexedUpTo: h[PlanWord.IndexedUpTo], count: h[PlanWord.Count],
+  });
+  const outAt = wordsAt + ((cap + 31) >>> 5) * 4;
+  new Int32Array(buf, outAt, r.slots.length).set(r.slots);
+  new Float32Array(buf, outAt + k * 4, r.dists.length).set(r.dists);
+  return r.slots.length;
 }
 
 port.on('message', handle);

@@ -14,7 +14,6 @@ import { Database } from './database.js';
 import { parseCollectionParams } from './params.js';
 import { buildIndexInline, buildIndexInWorker } from './rebuild.js';
 import { SearchPool } from './search-pool.js';
-import { runDensePlan } from './search-pool-plan.js';
 
 const DIM = 16;
 const limits = resolveLimits({});
@@ -39,9 +38,7 @@ function filterBelow(col: Collection, r: number) {
 }
 
 async function viaPool(pool: SearchPool, col: Collection, q: Float32Array, k: number, ef: number, r?: number): Promise<SearchResult> {
-  const plan = col.planDense(k, ef, r === undefined ? undefined : filterBelow(col, r));
-  if (plan === null) return { slots: new Int32Array(0), dists: new Float32Array(0) };
-  return pool.search(col, q, plan, () => runDensePlan(col.store, col.kind, col.searchGraph, q, plan));
+  return pool.search(col, q, () => col.planDense(k, ef, r === undefined ? undefined : filterBelow(col, r)));
 }
 
 const asPlain = (r: SearchResult) => ({ slots: Array.from(r.slots), dists: Array.from(r.dists) });
@@ -183,7 +180,7 @@ describe('SearchPool', () => {
         const plan = col.planDense(10, 32)!;
         return { q, plan, accepted: new Set(plan.bits), here: col.searchDense(q, 10, 32) };
       });
-      const results = await Promise.all(plans.map(({ q, plan }) => pool.search(col, q, plan, () => runDensePlan(col.store, col.kind, col.searchGraph, q, plan))));
+      const results = await Promise.all(plans.map(({ q, plan }) => pool.search(col, q, () => plan)));
       for (let i = 0; i < plans.length; i++) {
         const { q, plan, accepted, here } = plans[i];
         const r = results[i];
@@ -212,7 +209,7 @@ describe('SearchPool', () => {
     pool.forget('concurrent');
   });
 
-  it('leaks no scratch lane across many rebuilds, releases them on forget, and overflows to the caller when full', async () => {
+  it('leaks no scratch lane across many rebuilds, releases them on forget and at close, then refuses searches', async () => {
     const prng = new Prng(14);
     const col = makeCollection('lanes', buildIndexInline);
     upsert(col, 0, clustered(prng, 2100));
@@ -232,19 +229,13 @@ describe('SearchPool', () => {
     pool.forget(other.uid);
     expect(freeLanes(col.store)).toBe(lanesBefore);
 
-    const tiny = new SearchPool({ workers: 1, queueMax: 1 });
-    try {
-      const before = tiny.counters.overflow;
-      const all = await Promise.all([0, 1, 2].map(() => viaPool(tiny, col, q, 10, 32)));
-      for (const r of all) expect(asPlain(r)).toEqual(asPlain(col.searchDense(q, 10, 32)));
-      expect(tiny.counters.overflow - before).toBe(2);
-    } finally {
-      await tiny.close();
-    }
-    // Shutdown: the workers released their lanes and are gone; later searches run on the caller.
+    // Shutdown: the workers released their lanes and are gone; later searches are refused, not run here.
+    const tiny = new SearchPool({ workers: 1 });
+    expect(asPlain(await viaPool(tiny, col, q, 10, 32))).toEqual(asPlain(col.searchDense(q, 10, 32)));
+    await tiny.close();
     expect(freeLanes(col.store)).toBe(lanesBefore);
     expect(tiny.size).toBe(0);
-    expect(asPlain(await viaPool(tiny, col, q, 10, 32))).toEqual(asPlain(col.searchDense(q, 10, 32)));
+    await expect(viaPool(tiny, col, q, 10, 32)).rejects.toMatchObject({ code: 'not_ready' });
     col.drop();
   });
 });

@@ -99,6 +99,7 @@ async function openAndServe(
     providers,
     // A re-bootstrap's side directory is written, not searched, until it is swapped in (and reopened).
     searchWorkers: side ? 0 : config.searchWorkers,
+    ...(config.buildWorkers !== null ? { buildWorkers: config.buildWorkers } : {}),
     replicationRetainBytes: config.replicationRetainBytes,
     // Server reads never wait for a rebuild unless they ask for strong (the spec's freshness states).
     waitForBulkBuild: false,

@@ -94,6 +94,7 @@ export const CONFIG_VARIABLES: readonly ConfigVariable[] = [
   { name: 'SVC_RATE_LIMIT_REQUESTS_PER_SECOND', default: '0', meaning: 'per-key token bucket refill; 0 turns rate limiting off', group: 'observability' },
   { name: 'SVC_RATE_LIMIT_BURST', default: '0', meaning: 'per-key bucket capacity; 0 means one second\'s worth of requests', group: 'observability' },
   { name: 'SVC_SEARCH_WORKERS', default: 'auto', meaning: 'threads running dense searches: auto is one per core but the event loop\'s, at most 4; 0 runs every search on the event loop', group: 'engine' },
+  { name: 'SVC_BUILD_WORKERS', default: 'auto', meaning: 'threads building one large graph: auto is every core but the search workers\', at least two on two cores, at most 15 less the search workers', group: 'engine' },
   { name: 'SVC_REPLICATION_RETAIN_BYTES', default: String(REPLICATION_RETAIN_BYTES_DEFAULT), meaning: 'most bytes of WAL a leader keeps only for connected replicas; past it the slowest re-bootstraps', group: 'engine' },
   { name: 'SVC_LEADER_URL', default: none, meaning: 'run as a read replica of this leader\'s gRPC address (`http://host:port` or `https://`); unset: a read-write leader', group: 'replica' },
   { name: 'SVC_LEADER_API_KEY', default: none, meaning: 'an admin key scoped to `*` on the leader; required with SVC_LEADER_URL unless SVC_INSECURE', group: 'replica' },
