@@ -703,12 +703,12 @@ export class Database {
     const col = this.collection(name);
     const q = checkObject(query, 'fetch body', FETCH_KEYS);
     const limit = parseFetchLimit(q.limit, this.limits);
-    const after = decodeCursor(q.cursor);
+    const cursorId = decodeCursor(q.cursor);
     const withVector = parseBool(q.with_vector, 'with_vector', false);
     const filter = this.compile(col, q.filter);
     const { bits } = col.matching(filter);
     const ids = col.idsSorted();
-    let i = after === null ? 0 : upperBound(ids, after);
+    let i = after(ids, cursorId ?? undefined);
     const points: PointOutput[] = [];
     let more = false;
     for (; i < ids.length; i++) {
@@ -1319,18 +1319,6 @@ async function widenTies(
 function multiTiesById(r: { ids: string[]; scores: number[] }, k: number): { ids: string[]; scores: number[] } {
   const order = r.ids.map((_, i) => i).sort((a, b) => r.scores[b] - r.scores[a] || compareIdsUtf8(r.ids[a], r.ids[b])).slice(0, k);
   return { ids: order.map((i) => r.ids[i]), scores: order.map((i) => r.scores[i]) };
-}
-
-/** First index whose id sorts after `id`. */
-function upperBound(ids: string[], id: string): number {
-  let lo = 0;
-  let hi = ids.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (ids[mid] <= id) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
 }
 
 /** A random seed for callers that want graphs to differ between runs. */
