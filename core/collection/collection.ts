@@ -31,16 +31,8 @@ export interface CollectionOptions {
   absorbSliceMs?: number;
   /** A tail of unindexed slots longer than this is rebuilt in a worker rather than inserted on the main thread. */
   absorbMax?: number;
-  /**
-   * True while main-thread inserts should wait for more urgent work on the same loop (a read replica
-   * applying its leader's records). Nobody waiting on the index (a strong read, readiness) defers it.
-   */
-  deferAbsorb?: () => boolean;
   onIndexError?: (e: unknown) => void;
 }
-
-/** How long a deferred absorb waits before it asks again. */
-const ABSORB_DEFER_MS = 2;
 
 const EMPTY: SearchResult = { slots: new Int32Array(0), dists: new Float32Array(0) };
 /**
@@ -409,11 +401,6 @@ export class Collection {
     const step = (): void => {
       if (this.dropped || this.rebuilding !== null) {
         this.absorbing = false;
-        return;
-      }
-      if (this.waiters.length === 0 && this.opts.deferAbsorb?.() === true) {
-        // A timer, not setImmediate: the loop must reach its poll phase (and sleep) meanwhile.
-        setTimeout(step, ABSORB_DEFER_MS);
         return;
       }
       if (this.graph === null) {

@@ -160,7 +160,6 @@ export class Database {
   private readonly ready: Promise<void>;
   private readonly pool: SearchPool | null;
   private readonly waitForBulkBuild: boolean;
-  private deferIndexing: () => boolean = () => false;
   private readonly dispatch: SearchDispatch;
   /** Every point write passes it; a rebalance batch holds it closed until its commit (move.ts). */
   private readonly gate = new WriteGate();
@@ -250,7 +249,6 @@ export class Database {
       seed: this.opts.seed ?? 0x5eed,
       buildIndex: this.opts.buildIndex ?? this.buildIndex,
       ...(this.opts.absorbMax !== undefined ? { absorbMax: this.opts.absorbMax } : {}),
-      deferAbsorb: () => this.deferIndexing(),
       onIndexError: (e) => this.log('error', 'index build failed; the prior index stays in use', {
         collection: spec.name, error: e instanceof Error ? e.message : String(e),
       }),
@@ -468,15 +466,6 @@ export class Database {
     const col = this.byUid.get(uid);
     if (col === undefined) throw notFound(`replicated record for unknown collection ${uid}`);
     return this.write(col, op, bulk).then(() => undefined);
-  }
-
-  /**
-   * Follower: graphs take new points on the main thread only while `busy()` is false (the replica is not
-   * applying its leader's records), so that applying never queues behind index inserts. Reads stay
-   * exact meanwhile (the unindexed tail is scanned), and a read that waits on the index is not deferred.
-   */
-  deferIndexingWhile(busy: () => boolean): void {
-    this.deferIndexing = busy;
   }
 
   /** Follower: every leader commit up to `leaderSeq` is applied; durable behind the writes before it. */

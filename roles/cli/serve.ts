@@ -83,14 +83,7 @@ export async function startServer(
 async function openAndServe(
   config: SvcConfig, providers: ProvidersOptions, logs: Logs, metrics: ReturnType<typeof createPromMetrics>, state: RestState, fallback: boolean,
 ) {
-  // A read replica indexes when it is not applying its leader's records (set once the follower exists).
-  let applying = (): boolean => false;
-  const open = async (dataDir: string, side = false) => {
-    const db = await openDb(dataDir, side);
-    if (config.leader !== null) db.deferIndexingWhile(() => applying());
-    return db;
-  };
-  const openDb = (dataDir: string, side: boolean) => openDatabase({
+  const open = (dataDir: string, side = false) => openDatabase({
     dataDir,
     ...(config.encryptionKey !== null ? { encryptionKey: config.encryptionKey } : { insecure: true }),
     limits: config.limits,
@@ -111,7 +104,6 @@ async function openAndServe(
   const current = (): Database => store?.current ?? leaderDb!;
   const leaderDb = store === null ? await open(config.dataDir) : null;
   const follower = store === null ? null : startFollower(config, config.leader!, store, logs, metrics);
-  if (follower !== null) applying = () => follower.applying;
   const engine: EngineApi = follower === null ? leaderDb! : followerEngine({
     current, read: (fn) => store!.read(fn), follower, leaderUrl: config.leader!.url, close: () => store!.close(),
   });

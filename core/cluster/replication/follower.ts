@@ -302,11 +302,6 @@ export class Follower {
     else Promise.all(inFlight).then(covered, () => undefined);
   }
 
-  /** Records received and not yet applied (the target is working through the stream). */
-  get applying(): boolean {
-    return this.pending.some((p) => !p.settled);
-  }
-
   private streaming(): void {
     if (this.st.state === 'streaming') return;
     this.st.state = 'streaming';
