@@ -465,7 +465,9 @@ export class Engine implements EngineApi {
   }
 
   async count(name: string, query: CountQuery = {}): Promise<{ count: number }> {
-    const r = await this.all((s) => s.shard.count(name, query));
+    // From the primaries: a count takes no consistency, and one right after a write must include it
+    // (a read replica holds acknowledged writes only eventually). Counting is cheap to serve there.
+    const r = await this.all((s) => (s.primary ?? s.shard).count(name, query));
     return { count: r.reduce((n, x) => n + x.count, 0) };
   }
 
