@@ -240,3 +240,35 @@ export class RaftLogCore {
     return { meta: this.image.snap, data: this.image.snapData };
   }
 }
+
+/**
+ * Raft's read side of a log a RaftLogCore holds in memory (raft reads storage synchronously): shared by
+ * the durable log (raft-log.ts) and the simulation's synchronous file storage.
+ */
+export abstract class RaftLogCoreReader {
+  protected constructor(protected core: RaftLogCore) {}
+
+  hardState(): RaftLogHardState {
+    return this.core.hardState();
+  }
+
+  entries(lo: number, hi: number, maxCount: number): RaftLogEntry[] {
+    return this.core.entries(lo, hi, maxCount);
+  }
+
+  term(i: number): number | null {
+    return this.core.term(i);
+  }
+
+  firstIndex(): number {
+    return this.core.firstIndex();
+  }
+
+  lastIndex(): number {
+    return this.core.lastIndex();
+  }
+
+  snapshot(): RaftLogSnapshot {
+    return this.core.snapshot();
+  }
+}

@@ -2,8 +2,8 @@ import { SvcError } from '../base/errors.js';
 import type { Sealer } from '../crypto/sealer.js';
 import { joinPath, mkdirDurable, type FileHandle, type FileSystem } from './fs.js';
 import { raftLogFileNo } from './raft-log-format.js';
-import { RaftLogCore, type RaftLogUpdate, type RaftLogWrite } from './raft-log-core.js';
-import type { RaftLogEntry, RaftLogHardState, RaftLogSnapshot } from './raft-log-image.js';
+import { RaftLogCore, RaftLogCoreReader, type RaftLogUpdate, type RaftLogWrite } from './raft-log-core.js';
+import type { RaftLogSnapshot } from './raft-log-image.js';
 import type { StorageLog } from './wal.js';
 
 export type { RaftLogEntry, RaftLogHardState, RaftLogSnapshot } from './raft-log-image.js';
@@ -27,13 +27,15 @@ export interface RaftLogOptions {
  * Memory: the entries after the compaction point are held in memory (raft reads them synchronously),
  * so the host snapshots and compacts to bound them, as etcd's hosts do.
  */
-export class RaftLog {
+export class RaftLog extends RaftLogCoreReader {
   private active: FileHandle | null = null;
   private failed: unknown = null;
   private closed = false;
   private chain: Promise<unknown> = Promise.resolve();
 
-  private constructor(private readonly fs: FileSystem, private readonly dir: string, private core: RaftLogCore) {}
+  private constructor(private readonly fs: FileSystem, private readonly dir: string, core: RaftLogCore) {
+    super(core);
+  }
 
   static async open(fs: FileSystem, dir: string, opts: RaftLogOptions): Promise<RaftLog> {
     await mkdirDurable(fs, dir);
@@ -66,29 +68,6 @@ export class RaftLog {
 
   // ---- raft's Storage ----
 
-  hardState(): RaftLogHardState {
-    return this.core.hardState();
-  }
-
-  entries(lo: number, hi: number, maxCount: number): RaftLogEntry[] {
-    return this.core.entries(lo, hi, maxCount);
-  }
-
-  term(i: number): number | null {
-    return this.core.term(i);
-  }
-
-  firstIndex(): number {
-    return this.core.firstIndex();
-  }
-
-  lastIndex(): number {
-    return this.core.lastIndex();
-  }
-
-  snapshot(): RaftLogSnapshot {
-    return this.core.snapshot();
-  }
 
   // ---- written by the host ----
 

@@ -3,8 +3,8 @@ import { join } from 'node:path';
 import type { Prng } from '../base/prng.js';
 import type { Sealer } from '../crypto/sealer.js';
 import { raftLogFileNo } from '../storage/raft-log-format.js';
-import { RaftLogCore, type RaftLogUpdate, type RaftLogWrite } from '../storage/raft-log-core.js';
-import type { RaftLogEntry, RaftLogHardState, RaftLogSnapshot } from '../storage/raft-log-image.js';
+import { RaftLogCore, RaftLogCoreReader, type RaftLogUpdate, type RaftLogWrite } from '../storage/raft-log-core.js';
+import type { RaftLogSnapshot } from '../storage/raft-log-image.js';
 
 /**
  * The consensus log (core/storage/raft-log-core.ts) on real files with synchronous I/O, for the Raft
@@ -13,10 +13,12 @@ import type { RaftLogEntry, RaftLogHardState, RaftLogSnapshot } from '../storage
  * crash in the middle of one write: a seeded byte prefix of the batch reaches the file. Power loss is
  * the faulty file system's job (core/storage/raft-log.test.ts).
  */
-export class SyncFileRaftStorage {
+export class SyncFileRaftStorage extends RaftLogCoreReader {
   private fd: number | null = null;
 
-  private constructor(private readonly dir: string, private readonly core: RaftLogCore) {}
+  private constructor(private readonly dir: string, core: RaftLogCore) {
+    super(core);
+  }
 
   /** Recovers what `dir` holds (a torn last batch is cut off), as RaftLog.open does. */
   static open(dir: string, sealer: Sealer, segmentBytesMax?: number): SyncFileRaftStorage {
@@ -37,29 +39,6 @@ export class SyncFileRaftStorage {
     return s;
   }
 
-  hardState(): RaftLogHardState {
-    return this.core.hardState();
-  }
-
-  entries(lo: number, hi: number, maxCount: number): RaftLogEntry[] {
-    return this.core.entries(lo, hi, maxCount);
-  }
-
-  term(i: number): number | null {
-    return this.core.term(i);
-  }
-
-  firstIndex(): number {
-    return this.core.firstIndex();
-  }
-
-  lastIndex(): number {
-    return this.core.lastIndex();
-  }
-
-  snapshot(): RaftLogSnapshot {
-    return this.core.snapshot();
-  }
 
   save(u: RaftLogUpdate): void {
     const w = this.core.prepareUpdate(u);
