@@ -4,7 +4,7 @@
  * whole point sets. Imports no project code: everything goes over the wire.
  */
 import { createConnection, createServer, type Server as NetServer, type Socket } from 'node:net';
-import { api, MASTER, serve, type Server } from './harness.js';
+import { api, freePort, MASTER, serve, type Server } from './harness.js';
 
 export const KEY = 'cluster-admin-key';
 
@@ -81,7 +81,7 @@ export class FaultProxy {
   private readonly sockets = new Set<Socket>();
   private readonly server: NetServer;
 
-  constructor(private readonly targetPort: number) {
+  constructor(public targetPort: number) {
     this.server = createServer((client) => {
       if (this.refusing) {
         client.destroy();
@@ -129,4 +129,69 @@ export class FaultProxy {
     this.cut();
     await new Promise<void>((r) => this.server.close(() => r()));
   }
+}
+
+export const RAFT_SECRET = 'consensus-test-secret-0123456789abcdef';
+
+/** One member of a consensus group: its server, and what restarts it on the same addresses and data. */
+export interface RaftMember {
+  id: string;
+  dataDir: string;
+  server: Server;
+  env: Record<string, string>;
+}
+
+/**
+ * A consensus group of `ids.length` members on 127.0.0.1 (issue 17). Each member dials each peer through
+ * its own FaultProxy (`links.get('n1>n2')` carries n1's connection to n2), so a test can cut one
+ * direction of one link, or isolate a member, without touching the processes.
+ */
+export async function startRaftGroup(
+  ids: string[], dataDirOf: (id: string) => string, extra: Record<string, string> = {},
+): Promise<{ members: RaftMember[]; links: Map<string, FaultProxy> }> {
+  // The proxies listen first, so a port picked for a member afterwards cannot be one of theirs.
+  const links = new Map<string, FaultProxy>();
+  for (const a of ids) {
+    for (const b of ids) {
+      if (a === b) continue;
+      const p = new FaultProxy(0);
+      await p.start();
+      links.set(`${a}>${b}`, p);
+    }
+  }
+  const raftPort = new Map<string, number>();
+  for (const id of ids) raftPort.set(id, await freePort());
+  for (const [name, p] of links) p.targetPort = raftPort.get(name.split('>')[1])!;
+  const members = await Promise.all(ids.map(async (id) => {
+    const list = ids.map((o) => `${o}=127.0.0.1:${o === id ? raftPort.get(o) : links.get(`${id}>${o}`)!.port}`).join(',');
+    const env = { SVC_RAFT_MEMBERS: list, SVC_RAFT_NODE_ID: id, SVC_RAFT_SECRET: RAFT_SECRET, ...extra };
+    const server = await startNode(dataDirOf(id), env);
+    return { id, dataDir: dataDirOf(id), server, env: server.env };
+  }));
+  return { members, links };
+}
+
+/** Starts a member again on its addresses, data directory and environment (after a kill or stop). */
+export async function restartMember(m: RaftMember): Promise<void> {
+  m.server = await serve(m.env);
+}
+
+/** GET /cluster/raft of a member. */
+export async function raftView(m: RaftMember): Promise<{ id: string; role: string; term: number; leader_id: string | null; commit_index: number; applied_index: number; members: { id: string; url: string }[]; snapshot_index: number; log_first_index: number }> {
+  const r = await call(m.server)('GET', '/cluster/raft');
+  if (r.status !== 200) throw new Error(`GET /cluster/raft on ${m.id}: ${r.status} ${JSON.stringify(r.json)}`);
+  return r.json;
+}
+
+/** The member every live member agrees leads (waits for one). */
+export async function raftLeader(members: RaftMember[], ms = 20_000): Promise<RaftMember> {
+  let found: RaftMember | null = null;
+  await eventually('a consensus leader', async () => {
+    const views = await Promise.all(members.map((m) => raftView(m).catch(() => null)));
+    const leader = members.find((_, i) => views[i]?.role === 'leader');
+    if (leader === undefined) return `roles: ${views.map((v) => v?.role ?? 'down').join(', ')}`;
+    found = leader;
+    return true;
+  }, ms);
+  return found!;
 }

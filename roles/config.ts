@@ -109,7 +109,8 @@ const OTHER_VARS = [
   'SVC_LEADER_URL', 'SVC_LEADER_API_KEY', 'SVC_LEADER_CA', 'SVC_LEADER_CLIENT_CERT', 'SVC_LEADER_CLIENT_KEY', 'SVC_MVCC_READS', 'SVC_CLUSTER_SHARDS', 'SVC_CLUSTER_SHARD_KEY',
   'SVC_CLUSTER_REPLICAS', 'SVC_COORDINATOR', 'SVC_COORDINATOR_STATE', 'SVC_COORDINATOR_URL', 'SVC_AUTOSCALE_ENABLED',
   'SVC_AUTOSCALE_HIGH_WATER_POINTS', 'SVC_AUTOSCALE_STANDBY_URLS', 'SVC_AUTOSCALE_INTERVAL_SECS',
-  'SVC_AUTOSCALE_COOLDOWN_SECS', 'SVC_AUTOSCALE_MAX_SHARDS', 'SVC_REBALANCE_BATCH_POINTS', 'SVC_RAFT_NODE_ID', 'SVC_RAFT_MEMBERS', 'SVC_RAFT_SECRET',
+  'SVC_AUTOSCALE_COOLDOWN_SECS', 'SVC_AUTOSCALE_MAX_SHARDS', 'SVC_REBALANCE_BATCH_POINTS', 'SVC_RAFT_NODE_ID', 'SVC_RAFT_MEMBERS', 'SVC_RAFT_SECRET', 'SVC_RAFT_HEARTBEAT_MS', 'SVC_RAFT_ELECTION_MS',
+  'SVC_RAFT_WRITE_TIMEOUT_SECS', 'SVC_RAFT_SNAPSHOT_ENTRIES',
   'SVC_TUI_URL', 'SVC_API_KEY', 'SVC_DEMO_DIR',
 ] as const;
 
@@ -566,7 +567,7 @@ function parseBool(variable: string, s: string): boolean {
   throw new ConfigError(variable, `"${s}" is not a boolean. Fix: use true or false`);
 }
 
-function parseNumber(variable: string, s: string): number {
+export function parseNumber(variable: string, s: string): number {
   const n = Number(s);
   if (!Number.isFinite(n) || n < 0 || s.trim() === '') throw new ConfigError(variable, `"${s}" is not a non-negative number`);
   return n;

@@ -37,6 +37,7 @@ import { SearchDispatch } from './search-dispatch.js';
 import { SearchPool, type SearchPoolStats } from './search-pool.js';
 import { replicationStream, type ReplicationView } from './replication.js';
 import { owner } from '../cluster/routing/hrw.js';
+import { decodeCommand, encodeCommand, type ShardCommand } from '../cluster/consensus/command.js';
 import {
   after, MOVE_BATCH_BYTES_MAX, MOVE_SCAN_IDS_MAX, movedError, movedIds, parseMoveRequest, WriteGate, type MoveBatchAnswer, type MoveRequest,
 } from './move.js';
@@ -134,8 +135,16 @@ function pointRecords(op: Op): number {
   }
 }
 
+/** The history a consensus member's position counts in (DataDir's replica position: the command index). */
+const CONSENSUS_HISTORY = 'raft';
+
 /** The largest WAL record a bulk upsert makes (the WAL takes records up to 1 GiB). */
 const BULK_RECORD_BYTES_MAX = 256 << 20;
+
+/** A consensus member as the database's writes see it: resolves to the command's applied result. */
+export interface CommandProposer {
+  propose(cmd: ShardCommand): Promise<unknown>;
+}
 
 /**
  * The database: a DataDir (WAL, segments, manifest) and the collections in memory. It implements the
@@ -168,6 +177,10 @@ export class Database {
   /** By collection uid: ids of batches whose lease ended before their commit (sent, maybe applied, not deleted here). */
   private readonly uncommitted = new Map<string, Set<string>>();
   private readonly buildIndex: IndexBuilder;
+  /** A consensus member's: every write is proposed through it and applied by applyCommand (issue 17). */
+  private proposer: CommandProposer | null = null;
+  /** A create or drop being applied: commands after it start once it is done (applyCommand). */
+  private applyTail: Promise<void> | null = null;
 
   private constructor(dir: DataDir, opts: DatabaseOptions) {
     this.dir = dir;
@@ -315,6 +328,7 @@ export class Database {
     if (embedder !== undefined && embedder.dim !== spec.dim) {
       throw invalidArgument(`collection '${spec.name}' has dim ${spec.dim} but its embedding provider gives ${embedder.dim}`);
     }
+    if (this.proposer !== null) return this.proposeCreate(spec, existOk);
     let made: { uid: string; createdSeq: number };
     try {
       made = await this.dir.createCollection(spec.name, spec as unknown as object);
@@ -360,6 +374,10 @@ export class Database {
     const n = checkName(name);
     const col = this.byName.get(n);
     if (col === undefined) return { existed: false };
+    if (this.proposer !== null) {
+      await this.proposer.propose({ uid: '', bulk: false, op: { t: 'drop_collection', uid: col.uid } });
+      return { existed: true };
+    }
     this.forget(col.uid);
     // Queued at once (after any checkpoint of it, which is already queued), so that a create of the same
     // name called right after this one finds the name free in the DataDir too.
@@ -419,7 +437,7 @@ export class Database {
   /** Every point of a collection deleted, through the WAL (a bootstrap refills it from the snapshot). */
   private async replicaClear(col: Collection): Promise<void> {
     const ids = [...col.idsSorted()];
-    for (let i = 0; i < ids.length; i += REPLICA_CLEAR_IDS) await this.write(col, { t: 'delete', ids: ids.slice(i, i + REPLICA_CLEAR_IDS) }, true);
+    for (let i = 0; i < ids.length; i += REPLICA_CLEAR_IDS) await this.writeHere(col, { t: 'delete', ids: ids.slice(i, i + REPLICA_CLEAR_IDS) }, true);
   }
 
   /** Follower: drops the collection of that uid, if it is here. */
@@ -465,13 +483,167 @@ export class Database {
     this.checkOpen();
     const col = this.byUid.get(uid);
     if (col === undefined) throw notFound(`replicated record for unknown collection ${uid}`);
-    return this.write(col, op, bulk).then(() => undefined);
+    return this.writeHere(col, op, bulk).then(() => undefined);
   }
 
   /** Follower: every leader commit up to `leaderSeq` is applied; durable behind the writes before it. */
   replicaPosition(leaderSeq: number): Promise<void> {
     this.checkOpen();
     return this.dir.appendReplicaPosition(leaderSeq);
+  }
+
+  // ---------------------------------------------------------------- a consensus member's writes (issue 17)
+
+  /**
+   * From now on every write (points, create, drop) is proposed through `p`, a consensus member, and
+   * acknowledged once a quorum holds it and this node applied it (applyCommand). Checks against the
+   * state (a name taken, the ids a filter matches) run before the proposal, on the leader.
+   */
+  useProposer(p: CommandProposer): void {
+    this.proposer = p;
+  }
+
+  private async proposeCreate(spec: CollectionSpec, existOk: boolean): Promise<CollectionInfo> {
+    const uid = randomBytes(8).toString('hex');
+    try {
+      await this.proposer!.propose({ uid: '', bulk: false, op: { t: 'create_collection', uid, name: spec.name, params: spec as unknown as object } });
+    } catch (e) {
+      // A create of the same name committed first: with exist_ok, it is the answer if it has this shape.
+      if (e instanceof SvcError && e.code === 'already_exists' && existOk) {
+        const other = this.existingFor(spec, existOk);
+        if (other !== null) return other;
+      }
+      throw e;
+    }
+    const col = this.byUid.get(uid);
+    // Dropped by the next command already: the create happened, and this is what it made.
+    return col === undefined ? infoOf(spec, 0, false) : this.infoOf(col);
+  }
+
+  /**
+   * A committed command, applied: every member applies the same ones in the same order. A point write
+   * is made durable in this node's WAL (its append issued at once, so a batch of commands shares one
+   * fsync) and then applied to memory, as a local write is; it resolves to the points it changed, 0 when
+   * its collection is gone. A create or drop runs alone: commands after it start once it is done. A
+   * create of a name another collection took meanwhile is refused (already_exists) on every member alike.
+   */
+  applyCommand(cmd: ShardCommand, index: number): Promise<number> {
+    const barrier = cmd.uid === '';
+    if (this.applyTail === null && !barrier) return this.applyPoints(cmd.uid, cmd.op as Op, cmd.bulk);
+    const prior = this.applyTail ?? Promise.resolve();
+    let done: Promise<number> = Promise.resolve(0);
+    const started = prior.then(() => {
+      done = barrier ? this.applyCollectionOp(cmd.op as Extract<ShardCommand['op'], { t: 'create_collection' | 'drop_collection' }>, index) : this.applyPoints(cmd.uid, cmd.op as Op, cmd.bulk);
+      // A later command starts when a create or drop has ended, and right after a point write was issued.
+      return barrier ? done.then(() => undefined, () => undefined) : undefined;
+    });
+    this.applyTail = started;
+    void started.then(() => {
+      if (this.applyTail === started) this.applyTail = null;
+    });
+    return started.then(() => done);
+  }
+
+  /**
+   * Every command through `index` has been applied: the position, in the WAL behind their records (it
+   * waits for a create or drop in progress), so after a crash this node resumes right after the
+   * last command whose records are all durable.
+   */
+  appliedThrough(index: number): Promise<void> {
+    const tail = this.applyTail;
+    return tail === null ? this.dir.appendReplicaPosition(index) : tail.then(() => this.dir.appendReplicaPosition(index));
+  }
+
+  /**
+   * The state now, as commands: each collection's create (with its uid) and its points in bulk writes.
+   * A consensus snapshot (a member too far behind the leader's log gets it): taken between two applied
+   * batches of commands, synchronously, so it is the state at one index.
+   *   (u32 length | command)*
+   */
+  consensusImage(): Uint8Array {
+    const parts: Uint8Array[] = [];
+    const add = (c: ShardCommand): void => {
+      const b = encodeCommand(c);
+      const h = Buffer.allocUnsafe(4);
+      h.writeUInt32LE(b.length, 0);
+      parts.push(h, b);
+    };
+    for (const col of this.byUid.values()) {
+      add({ uid: '', bulk: false, op: { t: 'create_collection', uid: col.uid, name: col.spec.name, params: col.spec as unknown as object, origin_seq: this.createdSeqs.get(col.uid) ?? 0 } });
+      for (const op of col.captureAll()) add({ uid: col.uid, bulk: true, op });
+    }
+    return Buffer.concat(parts);
+  }
+
+  /**
+   * Replaces the whole state with a consensus snapshot taken at `index` (consensusImage): as a read
+   * replica's bootstrap does (the collections it names are kept by uid and refilled, the others
+   * dropped), and the position is `index` once it is all durable.
+   */
+  async restoreConsensusImage(data: Uint8Array, index: number): Promise<void> {
+    await this.replicaReset();
+    const b = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+    for (let at = 0; at < b.length;) {
+      if (at + 4 > b.length) throw new SvcError('internal', 'a consensus snapshot ends inside a record length');
+      const n = b.readUInt32LE(at);
+      const cmd = decodeCommand(b.subarray(at + 4, at + 4 + n));
+      at += 4 + n;
+      if (cmd.uid === '') {
+        if (cmd.op.t === 'create_collection') await this.replicaCreate(cmd.op.uid, cmd.op.name, cmd.op.params, cmd.op.origin_seq ?? 0);
+      } else {
+        await this.replicaWrite(cmd.uid, cmd.op as Op, true);
+      }
+    }
+    await this.replicaSnapshotEnd(index, CONSENSUS_HISTORY);
+  }
+
+  /**
+   * This directory as a consensus member's: the command index it has applied through (0 for a new,
+   * empty directory, whose position starts now). A directory with data of another kind (a single node's,
+   * a read replica's) is refused: its data is not what the group's log describes.
+   */
+  async consensusApplied(): Promise<number> {
+    const r = this.dir.replicaSeq;
+    if (r !== null && r.history === CONSENSUS_HISTORY) return r.seq;
+    // A snapshot's restore that a crash cut short: nothing holds until it is restored again.
+    if (this.dir.bootstrapping) return 0;
+    if (r === null && this.byUid.size === 0) {
+      await this.dir.appendReplicaOrigin(CONSENSUS_HISTORY, 0);
+      return 0;
+    }
+    throw new SvcError('invalid_argument', 'this data directory holds data that is not a consensus member\'s (a single node\'s or a read replica\'s). Fix: start the member on an empty data directory; it gets the group\'s data from the leader');
+  }
+
+  private applyPoints(uid: string, op: Op, bulk: boolean): Promise<number> {
+    const col = this.byUid.get(uid);
+    if (col === undefined) return Promise.resolve(0);
+    return this.dir.append(uid, op).then((seq) => {
+      if (this.byUid.get(uid) !== col) return 0;
+      const changed = col.apply(op, seq, bulk);
+      this.maybeCheckpoint(col);
+      return changed;
+    });
+  }
+
+  private async applyCollectionOp(op: Extract<ShardCommand['op'], { t: 'create_collection' | 'drop_collection' }>, index: number): Promise<number> {
+    this.checkOpen();
+    if (op.t === 'drop_collection') {
+      if (this.byUid.has(op.uid)) {
+        this.forget(op.uid);
+        const dropping = this.dir.dropCollection(op.uid);
+        await this.checkpoints.get(op.uid)?.catch(() => undefined);
+        await dropping;
+      }
+      return 0;
+    }
+    if (this.byUid.has(op.uid)) return 0; // applied before a restart: its create is in the data directory
+    if (this.byName.has(op.name)) throw new SvcError('already_exists', `collection '${op.name}' already exists`);
+    const spec = parseCollectionParams(op.params, this.limits);
+    await this.dir.createCollection(op.name, spec as unknown as object, { uid: op.uid, seq: index });
+    this.newCollection(op.uid, spec);
+    this.createdSeqs.set(op.uid, index);
+    this.segmentLoad.set(op.uid, { segments: 0, points: 0 });
+    return 0;
   }
 
   // ---------------------------------------------------------------- writes
@@ -628,6 +800,12 @@ export class Database {
    * Resolves to the points the op wrote (Collection.apply); 0 when the collection was dropped meanwhile.
    */
   private async write(col: Collection, op: Op, bulk: boolean): Promise<number> {
+    if (this.proposer !== null) return (await this.proposer.propose({ uid: col.uid, bulk, op })) as number;
+    return this.writeHere(col, op, bulk);
+  }
+
+  /** The write to this node's own data directory (a consensus member's proposals end here, applied). */
+  private async writeHere(col: Collection, op: Op, bulk: boolean): Promise<number> {
     const seq = await this.dir.append(col.uid, op);
     if (this.byUid.get(col.uid) !== col) return 0; // dropped while the record was being made durable
     const changed = col.apply(op, seq, bulk);
@@ -1013,6 +1191,9 @@ export class Database {
    */
   async move(step: string, body: unknown): Promise<unknown> {
     this.checkOpen();
+    if (this.proposer !== null) {
+      throw invalidArgument('this shard is a consensus group: rebalancing moves between consensus groups are not in this build (docs/consensus.md)');
+    }
     const req = parseMoveRequest(step, body);
     if (req.step === 'batch') return this.nextBatch(req);
     if (req.step === 'commit') return this.commitBatch(req);

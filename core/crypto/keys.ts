@@ -22,7 +22,7 @@ export function randomDataKey(): Uint8Array {
 }
 
 /** Purposes of keys derived from the master key, so one key never serves two roles. */
-export type MasterKeyPurpose = 'wrap' | 'manifest' | 'wal-db' | 'meta' | 'audit';
+export type MasterKeyPurpose = 'wrap' | 'manifest' | 'wal-db' | 'meta' | 'audit' | 'raft';
 
 export function deriveKey(masterKey: Uint8Array, purpose: MasterKeyPurpose): Uint8Array {
   return new Uint8Array(hkdfSync('sha256', masterKey, Buffer.from('svc data directory'), Buffer.from(`svc/${purpose}/v1`), 32));

@@ -51,7 +51,7 @@ export const OPERATION_POLICIES: Readonly<Record<OperationName, OperationPolicy>
  * The coordinator's membership API (CONTRACT.md sections 3 and 11): admin only, and reaching the whole
  * cluster, so only a key scoped to `*` (like a snapshot). Reading the map is not audited; changes are.
  */
-export const CLUSTER_OPERATIONS = ['clusterMap', 'registerShard', 'drainShard', 'removeShard'] as const;
+export const CLUSTER_OPERATIONS = ['clusterMap', 'registerShard', 'drainShard', 'removeShard', 'clusterRaft'] as const;
 export type ClusterOperationName = (typeof CLUSTER_OPERATIONS)[number];
 
 export const CLUSTER_POLICIES: Readonly<Record<ClusterOperationName, OperationPolicy>> = Object.freeze({
@@ -59,6 +59,8 @@ export const CLUSTER_POLICIES: Readonly<Record<ClusterOperationName, OperationPo
   registerShard: { role: 'admin', collection: 'all', audited: true },
   drainShard: { role: 'admin', collection: 'all', audited: true },
   removeShard: { role: 'admin', collection: 'all', audited: true },
+  // A consensus member's view of its group (GET /cluster/raft).
+  clusterRaft: { role: 'admin', collection: 'all', audited: false },
 });
 
 /** The policy for an operation name, or undefined: a caller must refuse when it is undefined. */

@@ -95,6 +95,11 @@ export class DataDir implements Keyring {
   private replicaPosition: number | null = null;
   /** The leader history that position counts in ('' while a bootstrap runs); null when none is known. */
   private replicaHistory: string | null = null;
+  /** A follower's bootstrap (or a consensus member's snapshot restore) began and has not ended. */
+  get bootstrapping(): boolean {
+    return this.replicaHistory === '';
+  }
+
   /** This node's rebalance move as a source (the manifest's, then the records since); null when none ever ran. */
   private moveProgress: MoveProgress | null = null;
   /** Until replay() has read the WAL, the move records in it are not in moveProgress: saves keep the manifest's. */

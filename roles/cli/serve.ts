@@ -20,6 +20,9 @@ import { type ClosableTracer } from '../otel.js';
 import { createPromMetrics } from '../rest/metrics.js';
 import { buildRestApp, type RestState } from '../rest/server.js';
 import { variablesHelp } from '../reference/markdown.js';
+import { raftNetConfig, type RaftNetConfig } from '../raft/config.js';
+import { startConsensusMember, type ConsensusHost } from '../raft/member-host.js';
+import { addClusterRaftRoute } from '../raft/rest.js';
 import { registerCommand } from './commands.js';
 
 export interface RunningServer {
@@ -43,9 +46,18 @@ export async function startServer(
   const providers = providersFromConfig(config, opts.env ?? process.env);
   for (const w of config.warnings) (w.includes('SVC_INSECURE') ? log.error.bind(log) : log.warn.bind(log))({ warning: true }, w);
 
+  // SVC_RAFT_MEMBERS: this node is a member of its shard's consensus group (roles/raft, docs/consensus.md).
+  const raft = raftNetConfig(config);
+  if (raft !== null && config.leader !== null) {
+    throw new ConfigError('SVC_RAFT_MEMBERS', 'a consensus member takes writes, so it cannot also follow a leader. Fix: unset SVC_LEADER_URL, or SVC_RAFT_MEMBERS');
+  }
+  for (const w of raft?.warnings ?? []) log.error({ warning: true }, w);
+
   const metrics = createPromMetrics();
   const state: RestState = { service: null };
   const app = buildRestApp(state, { limits: config.limits, metrics, log: logs.target('svc::rest'), tls: config.tls, connections: config.connections });
+  let consensus: ConsensusHost | null = null;
+  if (raft !== null) addClusterRaftRoute(app, state, () => consensus?.view() ?? null, metrics);
   const listen = async (port: number): Promise<void> => { await app.listen({ host: config.restAddr.host, port }); };
   try {
     await listen(config.restAddr.port);
@@ -57,7 +69,7 @@ export async function startServer(
 
   let ready: { engine: EngineApi; service: Service; fileSink: FileAuditSink | null; grpc: { port: number; close(): Promise<void> } | null; tracer: ClosableTracer };
   try {
-    ready = await openAndServe(config, providers, logs, metrics, state, opts.fallbackToFreePort ?? false);
+    ready = await openAndServe(config, providers, logs, metrics, state, opts.fallbackToFreePort ?? false, raft, (h) => { consensus = h; });
   } catch (e) {
     await app.close();
     throw e;
@@ -82,6 +94,7 @@ export async function startServer(
 
 async function openAndServe(
   config: SvcConfig, providers: ProvidersOptions, logs: Logs, metrics: ReturnType<typeof createPromMetrics>, state: RestState, fallback: boolean,
+  raft: RaftNetConfig | null, onConsensus: (h: ConsensusHost) => void,
 ) {
   const open = (dataDir: string, side = false) => openDatabase({
     dataDir,
@@ -104,7 +117,18 @@ async function openAndServe(
   const current = (): Database => store?.current ?? leaderDb!;
   const leaderDb = store === null ? await open(config.dataDir) : null;
   const follower = store === null ? null : startFollower(config, config.leader!, store, logs, metrics);
-  const engine: EngineApi = follower === null ? leaderDb! : followerEngine({
+  let consensus: ConsensusHost | null = null;
+  if (raft !== null) {
+    const rlog = logs.target('svc::raft');
+    try {
+      consensus = await startConsensusMember(raft, leaderDb!, config.dataDir, config.encryptionKey, (level, message, detail) => rlog[level](detail ?? {}, message));
+    } catch (e) {
+      await leaderDb!.close().catch(() => undefined);
+      throw e;
+    }
+    onConsensus(consensus);
+  }
+  const engine: EngineApi = consensus !== null ? consensus.engine : follower === null ? leaderDb! : followerEngine({
     current, read: (fn) => store!.read(fn), follower, leaderUrl: config.leader!.url, close: () => store!.close(),
   });
   const { fileSink, tracer, options } = serviceParts(config, logs, metrics);
@@ -220,6 +244,10 @@ registerCommand('serve', {
     const env = typeof values.config === 'string' ? { ...process.env, SVC_CONFIG: values.config } : process.env;
     const config = configOrRefusal(env);
     if (config === null) return 2;
+    if (config.other.SVC_RAFT_MEMBERS !== undefined && (config.coordinator !== null || config.router !== null)) {
+      process.stderr.write('svc: refusing to start: SVC_RAFT_MEMBERS makes this node a shard\'s consensus member, which holds data; a router or coordinator holds none. Fix: unset SVC_RAFT_MEMBERS, or SVC_CLUSTER_SHARDS, SVC_COORDINATOR_URL and SVC_COORDINATOR\n');
+      return 2;
+    }
     const logs = createLogs(config.logFilter);
     try {
       // SVC_COORDINATOR=true: the membership API and autoscaling, no data plane (roles/coordinator).

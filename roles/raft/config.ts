@@ -1,5 +1,5 @@
 import { readFileSync } from 'node:fs';
-import { ConfigError, isLoopback, parseAddr, type SvcConfig } from '../config.js';
+import { ConfigError, isLoopback, parseAddr, parseNumber, type SvcConfig } from '../config.js';
 import type { RaftPeer, RaftTransportTls } from './transport.js';
 
 /** The least length of SVC_RAFT_SECRET: it is an HMAC key, so it should carry about 128 bits or more. */
@@ -14,7 +14,20 @@ export interface RaftNetConfig {
   readonly tls: RaftTransportTls | null;
   readonly insecure: boolean;
   readonly warnings: readonly string[];
+  readonly timing: RaftTiming;
 }
+
+/** The group's clocks (the same on every member): a heartbeat every heartbeatMs, elections after 1 to 2 electionMs. */
+export interface RaftTiming {
+  readonly heartbeatMs: number;
+  readonly electionMs: number;
+  /** How long a write may wait for a leader and a quorum before it is `unavailable`. */
+  readonly writeTimeoutMs: number;
+  /** Applied entries between two snapshots (each one bounds the log kept on disk and in memory). */
+  readonly snapshotEntries: number;
+}
+
+export const RAFT_TIMING_DEFAULTS: RaftTiming = Object.freeze({ heartbeatMs: 100, electionMs: 1000, writeTimeoutMs: 10_000, snapshotEntries: 10_000 });
 
 /**
  * SVC_RAFT_MEMBERS (`<id>=<addr>,...`, an address being `host:port`, `tcp://host:port` or
@@ -55,7 +68,7 @@ export function raftNetConfig(config: SvcConfig): RaftNetConfig | null {
     warnings.push(`the consensus address ${self.host}:${self.port} is not loopback and speaks plain text (SVC_INSECURE=true)`);
   }
   return {
-    id, listen: { host: self.host, port: self.port }, members, tls, insecure: config.insecure, warnings,
+    id, listen: { host: self.host, port: self.port }, members, tls, insecure: config.insecure, warnings, timing: raftTiming(config),
     secret: secretText === undefined ? null : Buffer.from(secretText, 'utf8'),
   };
 }
@@ -72,4 +85,23 @@ export function parseRaftMembers(raw: string): RaftPeer[] {
     out.push({ id, ...parseAddr(v, addr) });
   }
   return out;
+}
+
+function raftTiming(config: SvcConfig): RaftTiming {
+  const int = (name: string, dflt: number, lo: number, hi: number): number => {
+    const raw = config.other[name];
+    if (raw === undefined) return dflt;
+    const n = parseNumber(name, raw);
+    if (!Number.isInteger(n) || n < lo || n > hi) throw new ConfigError(name, `"${raw}" is not a whole number from ${lo} to ${hi}`);
+    return n;
+  };
+  const d = RAFT_TIMING_DEFAULTS;
+  const heartbeatMs = int('SVC_RAFT_HEARTBEAT_MS', d.heartbeatMs, 5, 10_000);
+  const electionMs = int('SVC_RAFT_ELECTION_MS', d.electionMs, 20, 120_000);
+  if (electionMs < 3 * heartbeatMs) {
+    throw new ConfigError('SVC_RAFT_ELECTION_MS', `${electionMs} ms is less than three heartbeats (${heartbeatMs} ms each): a healthy leader would be voted out. Fix: about ten heartbeats`);
+  }
+  const writeSecs = config.other.SVC_RAFT_WRITE_TIMEOUT_SECS === undefined ? d.writeTimeoutMs / 1000 : parseNumber('SVC_RAFT_WRITE_TIMEOUT_SECS', config.other.SVC_RAFT_WRITE_TIMEOUT_SECS);
+  if (!(writeSecs >= 0.01 && writeSecs <= 600)) throw new ConfigError('SVC_RAFT_WRITE_TIMEOUT_SECS', 'is not a number of seconds from 0.01 to 600');
+  return { heartbeatMs, electionMs, writeTimeoutMs: Math.round(writeSecs * 1000), snapshotEntries: int('SVC_RAFT_SNAPSHOT_ENTRIES', d.snapshotEntries, 8, 100_000_000) };
 }

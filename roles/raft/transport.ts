@@ -78,6 +78,8 @@ export interface RaftTransportOptions {
   readonly tls: RaftTransportTls | null;
   readonly insecure: boolean;
   readonly onMessage: MessageHandler;
+  /** A forward frame from an authenticated peer (roles/raft/forward.ts); none: such frames are refused. */
+  readonly onForward?: (payload: Buffer, from: NodeId) => void;
   readonly log?: (message: string, detail?: Record<string, unknown>) => void;
   readonly limits?: Partial<RaftTransportLimits>;
   /** [0, 1): the backoff's jitter. */
@@ -162,6 +164,17 @@ export class RaftTransport implements Transport {
     for (const link of touched) link.flush();
   }
 
+  /**
+   * One forward frame to a peer, on this member's connection to it, now: false (nothing sent) when that
+   * connection is not up or the payload is larger than a frame may be. Not queued and never retried:
+   * the caller answers its client (unavailable) instead.
+   */
+  sendForward(to: NodeId, payload: Uint8Array): boolean {
+    const link = this.links.get(to);
+    if (link === undefined || payload.length + 64 > this.limits.frameBytesMax) return false;
+    return link.writeFrame(encodeFrame(FrameType.forward, payload));
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
@@ -229,6 +242,10 @@ export class RaftTransport implements Transport {
     socket.on('error', () => undefined);
     const onFrame = (f: Frame): void => {
       if (state === 'ready') {
+        if (f.type === FrameType.forward && this.options.onForward !== undefined) {
+          this.options.onForward(f.payload, peer!);
+          return;
+        }
         if (f.type !== FrameType.messages) throw new WireError(`frame type ${f.type} after the handshake`);
         this.deliver(decodeMessages(f.payload), peer!);
       } else if (state === 'hello') {
@@ -445,6 +462,17 @@ class PeerLink {
         return;
       }
     }
+  }
+
+  /** A frame outside the message queue (a forward), written now if the connection is up. */
+  writeFrame(frame: Buffer): boolean {
+    const socket = this.socket;
+    if (this.state !== 'ready' || socket === null) return false;
+    const s = this.t.stats;
+    s.framesSent++;
+    s.bytesSent += frame.length;
+    if (!socket.write(frame)) this.waitingDrain = true;
+    return true;
   }
 
   close(): void {

@@ -16,11 +16,29 @@ import { RaftNode, type Entry, type HardState, type Message, type RaftOptions, t
 /** What the member needs of its log beyond Raft's reads: RaftLog's save (one write + fsync per Ready). */
 export interface DurableRaftStorage extends Storage {
   save(update: { snapshot?: Snapshot | null; entries?: readonly Entry[]; hardState?: HardState | null; sync?: boolean }): Promise<void>;
+  /** Records the state machine's image at `index` (RaftLog); with compact, what Compaction needs. */
+  createSnapshot?(index: number, data: Uint8Array): Promise<unknown>;
+  /** Drops entries at or before `index`, at most the snapshot's. */
+  compact?(index: number): Promise<void>;
+}
+
+/**
+ * Bounds the log: once `everyEntries` entries were applied since the last snapshot, the state machine's
+ * image at the applied index becomes the snapshot, and the log keeps `retainEntries` entries before it
+ * (a follower a little behind catches up from them; one further behind is sent the snapshot).
+ */
+export interface Compaction {
+  readonly everyEntries: number;
+  readonly retainEntries: number;
+  /** The state machine now, synchronously (nothing is being applied when it is called). */
+  image(): Uint8Array;
 }
 
 export interface ProposeAck {
   readonly index: number;
   readonly term: number;
+  /** What the state machine's apply of the entry resolved to (the write's result). */
+  readonly result: unknown;
 }
 
 /** The write path's seam: resolves once the write is committed and applied; never acknowledges less. */
@@ -28,9 +46,18 @@ export interface Proposer {
   propose(data: Uint8Array, signal?: AbortSignal): Promise<ProposeAck>;
 }
 
-/** The replicated state machine: every committed entry once, in order (a leader's no-op has empty data). */
+/**
+ * The replicated state machine: every committed entry once, in order (a leader's no-op has empty data).
+ * The member calls `apply` for every committed entry of a Ready, in order, before awaiting any of them
+ * (so their writes may share one fsync), then `appliedThrough` with the last one, then awaits them all.
+ * `apply` resolves to the write's result. A rejection that `refused` recognises is a deterministic
+ * refusal (every member refuses that entry alike: a create of a name taken since it was proposed): it
+ * rejects that one proposal, and the member goes on. Any other failure stops the member.
+ */
 export interface StateMachine {
-  apply(entry: Entry): void | Promise<void>;
+  apply(entry: Entry): unknown;
+  /** Every entry up to `index` has been given to apply (a durable position, say). */
+  appliedThrough?(index: number): void | Promise<void>;
   /** Replaces the whole state with a snapshot received from the leader. */
   restore(snapshot: Snapshot): void | Promise<void>;
 }
@@ -48,6 +75,9 @@ export interface ConsensusMemberOptions {
   readonly applied?: number;
   readonly raft?: Omit<Partial<RaftOptions>, 'id' | 'members' | 'storage' | 'prng' | 'electionTicks' | 'heartbeatTicks' | 'applied'>;
   readonly log?: (message: string, detail?: Record<string, unknown>) => void;
+  readonly compaction?: Compaction;
+  /** A deterministic refusal of an entry (see StateMachine); default: none is. */
+  readonly refused?: (e: unknown) => boolean;
 }
 
 interface PendingRead {
@@ -73,6 +103,8 @@ export class ConsensusMember implements Proposer {
   private failed: unknown = null;
   private closed = false;
   private idle: (() => void)[] = [];
+  /** The term whose first entry (the leader's no-op) this member has applied: a leader then holds every acknowledged write. */
+  private termApplied = 0;
 
   constructor(private readonly o: ConsensusMemberOptions) {
     this.node = new RaftNode({
@@ -148,6 +180,16 @@ export class ConsensusMember implements Proposer {
     return this.node.status();
   }
 
+  /**
+   * Whether this member leads and has applied every entry committed before its term (its no-op is
+   * applied): its state machine then holds every acknowledged write, so a write checked against it
+   * (a create of a name, a set_payload of ids) is checked against the whole history.
+   */
+  get leaderReady(): boolean {
+    const s = this.node.status();
+    return s.role === 'leader' && this.termApplied === s.term;
+  }
+
   /** Proposals waiting for their commit (tests: none left behind). */
   get waiting(): number {
     return this.pending.size;
@@ -181,6 +223,7 @@ export class ConsensusMember implements Proposer {
         if (rd.snapshot) {
           await this.o.stateMachine.restore(rd.snapshot);
           this.applied = Math.max(this.applied, rd.snapshot.meta.index);
+          this.termApplied = Math.max(this.termApplied, rd.snapshot.meta.term);
           // Whether our own pending writes are in a leader's snapshot is unknown: never acknowledge a guess.
           for (const [index, p] of this.pending) {
             if (index > rd.snapshot.meta.index) continue;
@@ -188,21 +231,14 @@ export class ConsensusMember implements Proposer {
             p.reject(notAcknowledged('a snapshot replaced this member\'s log before the write was seen to commit'));
           }
         }
-        for (const e of rd.committedEntries) {
-          await this.o.stateMachine.apply(e);
-          this.applied = e.index;
-          const p = this.pending.get(e.index);
-          if (p === undefined) continue;
-          this.pending.delete(e.index);
-          if (p.term === e.term) p.resolve({ index: e.index, term: e.term });
-          else p.reject(new SvcError('unavailable', 'the write was not committed: leadership changed and another entry took its place', { reason: 'overwritten' }));
-        }
+        if (rd.committedEntries.length > 0) await this.applyAll(rd.committedEntries);
         for (const rs of rd.readStates) {
           const read = this.reads.get(rs.ctx);
           if (read !== undefined) read.index = rs.index;
         }
         this.answerReads();
         this.node.advance(rd);
+        await this.maybeCompact();
       }
     } catch (e) {
       // A failed fsync or apply: what is durable is unknown, so this member stops (a restart recovers it).
@@ -213,6 +249,49 @@ export class ConsensusMember implements Proposer {
       this.running = false;
       for (const r of this.idle.splice(0)) r();
     }
+  }
+
+  /**
+   * Every committed entry of one Ready: all given to the state machine in order first (their writes may
+   * share one fsync), then awaited; each proposal of this member is answered with its entry's outcome.
+   */
+  private async applyAll(entries: readonly Entry[]): Promise<void> {
+    const sm = this.o.stateMachine;
+    const outcomes = entries.map((e) => {
+      try {
+        return Promise.resolve(sm.apply(e)).then((value) => ({ ok: true as const, value }), (error: unknown) => ({ ok: false as const, error }));
+      } catch (error) {
+        return Promise.resolve({ ok: false as const, error });
+      }
+    });
+    const through = sm.appliedThrough?.(entries[entries.length - 1].index);
+    const settled = await Promise.all(outcomes);
+    await through;
+    for (let i = 0; i < entries.length; i++) {
+      const e = entries[i];
+      const out = settled[i];
+      if (!out.ok && !(this.o.refused?.(out.error) ?? false)) throw out.error;
+      this.applied = e.index;
+      if (e.term > this.termApplied) this.termApplied = e.term;
+      const p = this.pending.get(e.index);
+      if (p === undefined) continue;
+      this.pending.delete(e.index);
+      if (p.term !== e.term) p.reject(new SvcError('unavailable', 'the write was not committed: leadership changed and another entry took its place', { reason: 'overwritten' }));
+      else if (out.ok) p.resolve({ index: e.index, term: e.term, result: out.value });
+      else p.reject(out.error);
+    }
+  }
+
+  private async maybeCompact(): Promise<void> {
+    const c = this.o.compaction;
+    const st = this.o.storage;
+    if (c === undefined || st.createSnapshot === undefined || st.compact === undefined) return;
+    if (this.applied - st.snapshot().meta.index < c.everyEntries) return;
+    const index = this.applied;
+    await st.createSnapshot(index, c.image());
+    const to = index - c.retainEntries;
+    if (to >= st.firstIndex()) await st.compact(to);
+    this.o.log?.('consensus: snapshot taken and log compacted', { index, compactedThrough: Math.max(to, st.firstIndex() - 1) });
   }
 
   /** Reads whose index the state machine has reached. */

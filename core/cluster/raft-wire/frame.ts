@@ -13,7 +13,8 @@ export const FRAME_HEADER_BYTES = 5;
 /** Before a peer has authenticated, no frame may be larger than a handshake needs (ids, nonce, proof). */
 export const HANDSHAKE_FRAME_BYTES_MAX = 4096;
 
-export const FrameType = { hello: 1, challenge: 2, proof: 3, messages: 4 } as const;
+/** `forward`: a write a follower member hands to its leader, or the leader's answer (roles/raft/forward.ts). */
+export const FrameType = { hello: 1, challenge: 2, proof: 3, messages: 4, forward: 5 } as const;
 export type FrameTypeCode = (typeof FrameType)[keyof typeof FrameType];
 const KNOWN = new Set<number>(Object.values(FrameType));
 

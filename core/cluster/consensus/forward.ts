@@ -1,0 +1,136 @@
+import { ERROR_CODES, SvcError, type ErrorCode } from '../../base/errors.js';
+import { COLLECTION_EXISTED, collectionExisted, type CollectionInfo } from '../../base/model.js';
+
+/**
+ * A follower member hands a write to its leader (CONTRACT section 11: every member takes writes), over
+ * the consensus transport's authenticated connections: the caller was authenticated and authorized by
+ * the member it called, which forwards the operation and its arguments; the leader runs it as its own
+ * write (checked against its state, proposed, applied) and answers with the result or the error.
+ *
+ * Frames are JSON: a request `{k: 'q', id, op, args}`, an answer `{k: 'a', id, ok, value, existed}` or
+ * `{k: 'a', id, ok: false, code, message, detail}`. Ids are per forwarder; an answer nobody waits for
+ * (its caller's deadline passed) is dropped. A malformed frame is counted and dropped: it came from an
+ * authenticated peer, so it is a bug or a version skew, never a client's input.
+ */
+
+export interface ForwardedWrite {
+  readonly op: string;
+  readonly args: readonly unknown[];
+}
+
+export interface WriteForwarderOptions {
+  /** Sends one frame to a peer now; false when it cannot go (no connection). */
+  send(to: string, payload: Uint8Array): boolean;
+  /** Runs a write a peer forwarded here; what it resolves to or throws is the answer. */
+  handle(w: ForwardedWrite): Promise<unknown>;
+  log?(message: string, detail?: Record<string, unknown>): void;
+}
+
+interface Waiting {
+  readonly resolve: (v: unknown) => void;
+  readonly reject: (e: unknown) => void;
+}
+
+export class WriteForwarder {
+  private nextId = 1;
+  private readonly waiting = new Map<number, Waiting>();
+  readonly stats = { forwarded: 0, served: 0, malformed: 0, unanswered: 0 };
+
+  constructor(private readonly o: WriteForwarderOptions) {}
+
+  /**
+   * The leader's answer to this write: its result, or its error rethrown here. Rejects with
+   * `unavailable` when the leader cannot be reached or does not answer before `signal` ends (the write
+   * may still be applied: it is not acknowledged).
+   */
+  request(to: string, w: ForwardedWrite, signal: AbortSignal): Promise<unknown> {
+    if (signal.aborted) return Promise.reject(unanswered(to));
+    const id = this.nextId++;
+    const payload = Buffer.from(JSON.stringify({ k: 'q', id, op: w.op, args: w.args }, typedArraysAsLists), 'utf8');
+    return new Promise<unknown>((resolve, reject) => {
+      const onAbort = (): void => {
+        if (!this.waiting.delete(id)) return;
+        this.stats.unanswered++;
+        reject(unanswered(to));
+      };
+      this.waiting.set(id, {
+        resolve: (v) => { signal.removeEventListener('abort', onAbort); resolve(v); },
+        reject: (e) => { signal.removeEventListener('abort', onAbort); reject(e); },
+      });
+      signal.addEventListener('abort', onAbort, { once: true });
+      if (!this.o.send(to, payload)) {
+        this.waiting.delete(id);
+        signal.removeEventListener('abort', onAbort);
+        reject(new SvcError('unavailable', `the consensus leader ${to} cannot be reached to take this write; retry shortly`, { reason: 'leader_unreachable', leaderId: to }));
+        return;
+      }
+      this.stats.forwarded++;
+    });
+  }
+
+  /** A forward frame from a peer: a request to run, or the answer to one of ours. */
+  receive(payload: Uint8Array, from: string): void {
+    let m: Record<string, unknown>;
+    try {
+      m = JSON.parse(Buffer.from(payload.buffer, payload.byteOffset, payload.byteLength).toString('utf8')) as Record<string, unknown>;
+      if (m === null || typeof m !== 'object' || typeof m.id !== 'number') throw new Error('no id');
+    } catch (e) {
+      this.stats.malformed++;
+      this.o.log?.('consensus: a malformed forward frame was dropped', { from, error: String(e) });
+      return;
+    }
+    if (m.k === 'q' && typeof m.op === 'string' && Array.isArray(m.args)) this.serve(m.id as number, { op: m.op, args: m.args }, from);
+    else if (m.k === 'a') this.answered(m);
+    else {
+      this.stats.malformed++;
+      this.o.log?.('consensus: a forward frame of unknown kind was dropped', { from });
+    }
+  }
+
+  /** Every request still waiting fails (the member stops). */
+  close(): void {
+    for (const w of this.waiting.values()) w.reject(new SvcError('unavailable', 'the consensus member is closing'));
+    this.waiting.clear();
+  }
+
+  private serve(id: number, w: ForwardedWrite, from: string): void {
+    this.stats.served++;
+    void this.o.handle(w).then(
+      (value) => {
+        const existed = value !== null && typeof value === 'object' && collectionExisted(value as CollectionInfo);
+        return { k: 'a', id, ok: true, value: value ?? null, ...(existed ? { existed: true } : {}) };
+      },
+      (e: unknown) => e instanceof SvcError
+        ? { k: 'a', id, ok: false, code: e.code, message: e.message, detail: e.detail }
+        : { k: 'a', id, ok: false, code: 'internal', message: 'the leader failed to run the write', detail: {} },
+    ).then((answer) => {
+      if (!this.o.send(from, Buffer.from(JSON.stringify(answer, typedArraysAsLists), 'utf8'))) {
+        this.o.log?.('consensus: the answer to a forwarded write could not be sent back', { to: from, op: w.op });
+      }
+    });
+  }
+
+  private answered(m: Record<string, unknown>): void {
+    const w = this.waiting.get(m.id as number);
+    if (w === undefined) return;
+    this.waiting.delete(m.id as number);
+    if (m.ok === true) {
+      const value = m.value;
+      if (m.existed === true && value !== null && typeof value === 'object') Object.defineProperty(value, COLLECTION_EXISTED, { value: true, enumerable: false });
+      w.resolve(value);
+      return;
+    }
+    const code = (ERROR_CODES as readonly string[]).includes(m.code as string) ? (m.code as ErrorCode) : 'internal';
+    const detail = m.detail !== null && typeof m.detail === 'object' ? (m.detail as Record<string, unknown>) : {};
+    w.reject(new SvcError(code, typeof m.message === 'string' ? m.message : 'the leader refused the write', detail));
+  }
+}
+
+function unanswered(to: string): SvcError {
+  return new SvcError('unavailable', `the consensus leader ${to} did not answer in time: the write is not acknowledged (it may still be applied)`, { reason: 'not_acknowledged', leaderId: to });
+}
+
+/** JSON of request bodies: a typed array (a vector from gRPC, say) as a plain list. */
+function typedArraysAsLists(_key: string, v: unknown): unknown {
+  return ArrayBuffer.isView(v) && !(v instanceof DataView) ? Array.from(v as unknown as ArrayLike<number>) : v;
+}

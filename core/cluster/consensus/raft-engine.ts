@@ -1,0 +1,120 @@
+import { SvcError } from '../../base/errors.js';
+import type { EngineApi, OperationName } from '../../service/api.js';
+import type { ForwardedWrite } from './forward.js';
+import type { ConsensusMember } from './member.js';
+
+/**
+ * A consensus member's engine (issue 17): the member's database behind the consensus group's rules, for
+ * every transport alike (behind the service layer: the caller is authenticated, authorized, limited and
+ * audited once, on the member it called).
+ *
+ * - A write on the leader runs once the leader holds every acknowledged write (its term's first entry
+ *   applied): its checks see the whole history, and the database proposes what it resolved; the answer
+ *   comes once a quorum holds it and this member applied it. On a follower it is forwarded to the leader
+ *   (once: a forwarded write is never forwarded again). With no leader known it waits for one, up to
+ *   the write's deadline, then answers `unavailable`, never a guess.
+ * - A read with `consistency: "strong"` waits for ReadIndex (the leader confirms its leadership and this
+ *   member applies through the confirmed commit index): it sees every write acknowledged before it, on
+ *   any member. Other reads answer from this member's state as it is.
+ */
+
+type Kind = 'read' | 'write' | 'local';
+
+/** Every operation, classified: the compiler refuses a new one without an entry here. */
+const KINDS: Readonly<Record<OperationName, Kind>> = {
+  listCollections: 'read', collectionInfo: 'read', get: 'read', fetch: 'read', count: 'read', search: 'read', hybridSearch: 'read',
+  searchText: 'read', searchMultiVector: 'read', stats: 'read', snapshot: 'local', rankings: 'read', textStats: 'read',
+  upsert: 'write', bulkUpsert: 'write', delete: 'write', setPayload: 'write', deletePoints: 'write', upsertText: 'write',
+  upsertDocuments: 'write', deleteDocument: 'write', createCollection: 'write', deleteCollection: 'write',
+  // The replication stream a read replica of this member follows; moves refuse (Database.move).
+  replicate: 'local', moveBatch: 'local', moveCommit: 'local', moveApply: 'local',
+};
+
+export interface RaftEngineOptions {
+  readonly db: EngineApi;
+  readonly member: ConsensusMember;
+  readonly selfId: string;
+  /** A write handed to the leader; resolves with its answer (forward.ts). */
+  forward(leaderId: string, w: ForwardedWrite, signal: AbortSignal): Promise<unknown>;
+  /** How long a write may wait for a leader and a quorum before it is `unavailable`. */
+  readonly writeTimeoutMs: number;
+  /** How long a strong read may wait for the leader's confirmation. */
+  readonly readTimeoutMs: number;
+  /** While no leader is known, how often a waiting write looks again. */
+  readonly leaderPollMs?: number;
+  /** Stops the member, its transport and its storage, after the engine's own work. */
+  close(): Promise<void>;
+}
+
+export interface RaftEngine extends EngineApi {
+  /** A write a peer forwarded here: run as this member's own if it is the ready leader, never forwarded again. */
+  forwarded(w: ForwardedWrite): Promise<unknown>;
+}
+
+export function raftEngine(o: RaftEngineOptions): RaftEngine {
+  const { db, member } = o;
+  const pollMs = o.leaderPollMs ?? 20;
+  const run = (op: string, args: readonly unknown[]): Promise<unknown> => (db as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>)[op](...args);
+
+  const write = async (op: string, args: readonly unknown[], mayForward: boolean): Promise<unknown> => {
+    const signal = AbortSignal.timeout(o.writeTimeoutMs);
+    for (;;) {
+      if (member.leaderReady) {
+        try {
+          return await run(op, args);
+        } catch (e) {
+          // Leadership went before the write was proposed: nothing of it is in the log, so it may go again.
+          if (!(e instanceof SvcError && e.detail.reason === 'not_leader') || signal.aborted) throw e;
+          continue;
+        }
+      }
+      const s = member.status();
+      // A leader not ready yet (its term's first entry not applied) waits below, as a member without one does.
+      if (s.leaderId !== null && s.leaderId !== o.selfId) {
+        if (!mayForward) {
+          throw new SvcError('unavailable', `this member is not the consensus leader (leader: ${s.leaderId}); retry`, { reason: 'not_leader', leaderId: s.leaderId });
+        }
+        return o.forward(s.leaderId, { op, args }, signal);
+      }
+      if (signal.aborted) {
+        throw s.role === 'leader'
+          ? new SvcError('unavailable', 'this member was elected but has not yet committed its term: the write was not taken; retry', { reason: 'leader_not_ready' })
+          : new SvcError('unavailable', 'no consensus leader: a quorum of this shard\'s members is not reachable; the write was not taken', { reason: 'no_leader' });
+      }
+      await new Promise((r) => setTimeout(r, pollMs));
+    }
+  };
+
+  const read = async (op: string, args: readonly unknown[]): Promise<unknown> => {
+    const body = args[1];
+    if (body !== null && typeof body === 'object' && (body as { consistency?: unknown }).consistency === 'strong') {
+      const signal = AbortSignal.timeout(o.readTimeoutMs);
+      for (;;) {
+        try {
+          await member.readBarrier(signal);
+          break;
+        } catch (e) {
+          // No leader known yet (an election, a member just started): ask again until the deadline.
+          if (signal.aborted || !(e instanceof SvcError) || e.code !== 'unavailable' || e.detail.reason === 'read_timeout') throw e;
+          await new Promise((r) => setTimeout(r, pollMs));
+        }
+      }
+    }
+    return run(op, args);
+  };
+
+  const engine: Record<string, unknown> = {};
+  for (const [op, kind] of Object.entries(KINDS) as [OperationName, Kind][]) {
+    if (kind === 'write') engine[op] = (...args: unknown[]) => write(op, args, true);
+    else if (kind === 'read') engine[op] = (...args: unknown[]) => read(op, args);
+    else engine[op] = (...args: unknown[]) => run(op, args);
+  }
+  // The replication stream is an async iterable, not a promise.
+  engine.replicate = (...args: unknown[]) => (db.replicate as (...a: unknown[]) => unknown)(...args);
+  engine.forwarded = (w: ForwardedWrite) => {
+    if (KINDS[w.op as OperationName] !== 'write') return Promise.reject(new SvcError('invalid_argument', `'${w.op}' is not a write a member forwards`));
+    return write(w.op, w.args, false);
+  };
+  engine.close = () => o.close();
+  return engine as unknown as RaftEngine;
+}

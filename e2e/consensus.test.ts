@@ -1,0 +1,148 @@
+import { rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { allPoints, call, eventually, raftLeader, raftView, restartMember, startRaftGroup, type RaftMember } from './cluster-harness.js';
+import { api, tempDir } from './harness.js';
+
+/**
+ * A shard as a consensus group of three `svc serve` processes (issue 17, CONTRACT section 11): writes on
+ * any member (a follower forwards them), acknowledged once a quorum holds them; `consistency: "strong"`
+ * reads see every acknowledged write on any member; the leader's SIGKILL costs no acknowledged write;
+ * a member that missed more than the log keeps catches up from a snapshot; without a quorum a write is
+ * 503 `unavailable`, never acknowledged.
+ */
+const root = tempDir('svc-consensus-');
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+const TIMING = { SVC_RAFT_HEARTBEAT_MS: '50', SVC_RAFT_ELECTION_MS: '500', SVC_RAFT_WRITE_TIMEOUT_SECS: '3', SVC_RAFT_SNAPSHOT_ENTRIES: '40' };
+const COLL = 'docs';
+
+function vec(i: number): number[] {
+  return [Math.sin(i), Math.cos(i), (i % 7) / 7, 1];
+}
+
+async function upsert(m: RaftMember, ids: number[], tag: string): Promise<{ status: number; json: any }> {
+  return call(m.server)('PUT', `/v1/collections/${COLL}/points`, { points: ids.map((i) => ({ id: `p${i}`, vector: vec(i), payload: { tag, i } })) });
+}
+
+/** Points read with `consistency: "strong"` (fetch pages). */
+async function strongIds(m: RaftMember): Promise<string[]> {
+  const ids: string[] = [];
+  let cursor: string | null = null;
+  do {
+    const r: { status: number; json: any } = await call(m.server)('POST', `/v1/collections/${COLL}/points:fetch`, { limit: 1000, cursor, consistency: 'strong' });
+    if (r.status !== 200) throw new Error(`strong fetch on ${m.id}: ${r.status} ${JSON.stringify(r.json)}`);
+    ids.push(...r.json.points.map((p: { id: string }) => p.id));
+    cursor = r.json.next_cursor;
+  } while (cursor !== null);
+  return ids.sort();
+}
+
+async function stopAll(members: RaftMember[]): Promise<void> {
+  await Promise.all(members.map((m) => m.server.stop('SIGKILL')));
+}
+
+describe('a consensus group of three svc processes', () => {
+  it('takes writes on every member, survives the leader\'s SIGKILL, and catches a member up by snapshot', async () => {
+    const { members, links } = await startRaftGroup(['n1', 'n2', 'n3'], (id) => join(root, `a-${id}`), TIMING);
+    try {
+      const leader = await raftLeader(members);
+      const followers = members.filter((m) => m !== leader);
+      const v = await raftView(followers[0]);
+      expect(v).toMatchObject({ id: followers[0].id, role: 'follower', leader_id: leader.id });
+      expect(v.members.map((x) => x.id)).toEqual(['n1', 'n2', 'n3']);
+      // The view is an admin's: a key without the role is refused, like any admin route.
+      expect((await api(followers[0].server.base, 'nope')('GET', '/cluster/raft')).status).toBe(401);
+
+      // A create and writes through followers: forwarded to the leader, acknowledged once committed.
+      const created = await call(followers[0].server)('POST', '/v1/collections', { name: COLL, dim: 4, metric: 'cosine' });
+      expect(created.status, JSON.stringify(created.json)).toBe(201);
+      const again = await call(followers[1].server)('POST', '/v1/collections', { name: COLL, dim: 4, metric: 'cosine', exist_ok: true });
+      expect(again.status).toBe(200);
+      expect((await call(followers[1].server)('POST', '/v1/collections', { name: COLL, dim: 4 })).json.error.code).toBe('already_exists');
+      const acked: number[] = [];
+      for (let b = 0; b < 6; b++) {
+        const ids = Array.from({ length: 5 }, (_, k) => b * 5 + k);
+        const r = await upsert(members[b % 3], ids, 'first');
+        expect(r.status, JSON.stringify(r.json)).toBe(200);
+        acked.push(...ids);
+      }
+      // A strong read on any member sees every acknowledged write at once.
+      for (const m of members) expect(await strongIds(m)).toEqual(acked.map((i) => `p${i}`).sort());
+      // A delete through a follower, seen by a strong read on another member.
+      expect((await call(followers[0].server)('DELETE', `/v1/collections/${COLL}/points/p0`)).json).toEqual({ deleted: true });
+      acked.shift();
+      expect(await strongIds(followers[1])).toEqual(acked.map((i) => `p${i}`).sort());
+
+      // The leader is SIGKILLed: the others elect one and go on; nothing acknowledged is lost.
+      const appliedWhenKilled = (await raftView(leader)).applied_index;
+      await leader.server.stop('SIGKILL');
+      const rest = members.filter((m) => m !== leader);
+      const second = await raftLeader(rest);
+      expect(second).not.toBe(leader);
+      for (let b = 6; b < 40; b++) {
+        const ids = [b * 5, b * 5 + 1];
+        let r = await upsert(rest[b % 2], ids, 'second');
+        // Until the survivors have elected and connected, a write may find no leader: retried as a client does.
+        for (let t = 0; r.status === 503 && t < 20; t++) r = await upsert(rest[b % 2], ids, 'second');
+        expect(r.status, JSON.stringify(r.json)).toBe(200);
+        acked.push(...ids);
+      }
+      // 70+ writes passed since the old leader went: past SVC_RAFT_SNAPSHOT_ENTRIES, so the log it would
+      // need is compacted and it comes back by snapshot.
+      const survivor = await raftView(second);
+      expect(survivor.log_first_index).toBeGreaterThan(appliedWhenKilled + 1);
+      await restartMember(leader);
+      const want = acked.map((i) => `p${i}`).sort();
+      for (const m of members) expect(await strongIds(m)).toEqual(want);
+      await eventually('every member holds the same points', async () => {
+        const sets = await Promise.all(members.map((m) => allPoints(m.server, COLL)));
+        const same = sets.every((s) => JSON.stringify(s) === JSON.stringify(sets[0]));
+        return same && sets[0].length === want.length ? true : `sizes ${sets.map((s) => s.length).join(', ')}`;
+      });
+      const views = await Promise.all(members.map(raftView));
+      expect(new Set(views.map((x) => x.leader_id)).size).toBe(1);
+      for (const l of links.values()) await l.close();
+    } finally {
+      await stopAll(members);
+    }
+  }, 120_000);
+
+  it('answers 503 unavailable, never acknowledging, when no quorum can be reached, and recovers when it can', async () => {
+    const { members, links } = await startRaftGroup(['a', 'b', 'c'], (id) => join(root, `b-${id}`), TIMING);
+    try {
+      const leader = await raftLeader(members);
+      expect((await call(leader.server)('POST', '/v1/collections', { name: COLL, dim: 4 })).status).toBe(201);
+      expect((await upsert(leader, [1], 'before')).status).toBe(200);
+      // The leader is cut off from both others, both ways.
+      for (const [name, l] of links) {
+        if (name.includes(leader.id)) {
+          l.refuse(true);
+          l.cut();
+        }
+      }
+      const t0 = Date.now();
+      const r = await upsert(leader, [2], 'lost');
+      expect(r.status).toBe(503);
+      expect(r.json.error.code).toBe('unavailable');
+      expect(Date.now() - t0).toBeLessThan(10_000);
+      // The majority side elects a leader of its own and takes writes.
+      const others = members.filter((m) => m !== leader);
+      await raftLeader(others);
+      let w = await upsert(others[0], [3], 'majority');
+      for (let t = 0; w.status === 503 && t < 20; t++) w = await upsert(others[0], [3], 'majority');
+      expect(w.status).toBe(200);
+      // Healed: the old leader follows, and a strong read on it sees the majority's write.
+      for (const l of links.values()) l.refuse(false);
+      await eventually('the old leader rejoins', async () => ((await raftView(leader)).role === 'follower' ? true : 'not yet'));
+      const ids = await strongIds(leader);
+      expect(ids).toContain('p3');
+      expect(ids).toContain('p1');
+      // The write answered 503 never reached a quorum: the new leader's log replaced it.
+      expect(ids).not.toContain('p2');
+      for (const l of links.values()) await l.close();
+    } finally {
+      await stopAll(members);
+    }
+  }, 90_000);
+});
