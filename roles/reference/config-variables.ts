@@ -135,7 +135,6 @@ export const CONFIG_VARIABLES: readonly ConfigVariable[] = [
   { name: 'SVC_RAFT_SIM_SEEDS', default: '300', meaning: 'seeds of the Raft simulation in core/testing/raft-sim.test.ts (`npm run sim:raft -- --seeds N` runs any number)', group: 'tests' },
   { name: 'SVC_RAFT_SIM_SEED', default: '1', meaning: 'its first seed (`npm run sim:raft -- --seed N --trace` replays one)', group: 'tests' },
   { name: 'SVC_RAFT_SIM_FILE_SEEDS', default: '30', meaning: 'seeds of that simulation run again with every member\'s log in real files (`npm run sim:raft -- --seeds N --files` runs any number)', group: 'tests' },
-  { name: 'SVC_RAFT_LIN_SECS', default: '20', meaning: 'seconds of client load and faults in e2e/consensus-linearizable.test.ts (`npm run soak:raft` runs 600)', group: 'tests' },
   { name: 'SVC_RAFT_KILL_TRIALS', default: '8', meaning: 'SIGKILLs of a consensus-log writer in core/storage/raft-log-kill.test.ts', group: 'tests' },
   { name: 'SVC_RAFT_KILL_SEED', default: '77', meaning: 'its seed', group: 'tests' },
   { name: 'SVC_RAFT_REWRITE', default: 'unset', meaning: '`1` writes the actual outputs into the Raft transcripts (core/cluster/raft/testdata/*.txt) instead of comparing, for review in the diff', group: 'tests' },
