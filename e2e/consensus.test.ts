@@ -1,8 +1,8 @@
 import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { allPoints, call, eventually, raftLeader, raftView, restartMember, startRaftGroup, type RaftMember } from './cluster-harness.js';
-import { api, tempDir } from './harness.js';
+import { allPoints, call, eventually, KEY, raftLeader, raftView, restartMember, startNode, startRaftGroup, type RaftMember } from './cluster-harness.js';
+import { api, MASTER, serve, tempDir } from './harness.js';
 
 /**
  * A shard as a consensus group of three `svc serve` processes (issue 17, CONTRACT section 11): writes on
@@ -142,6 +142,42 @@ describe('a consensus group of three svc processes', () => {
       expect(ids).not.toContain('p2');
       for (const l of links.values()) await l.close();
     } finally {
+      await stopAll(members);
+    }
+  }, 90_000);
+
+  it('is a shard a router names by a follower member\'s URL: writes forwarded, reads through the router see them', async () => {
+    const { members, links } = await startRaftGroup(['x', 'y', 'z'], (id) => join(root, `c-${id}`), TIMING);
+    const single = await startNode(join(root, 'c-single'));
+    let router: Awaited<ReturnType<typeof serve>> | null = null;
+    try {
+      const leader = await raftLeader(members);
+      const follower = members.find((m) => m !== leader)!;
+      router = await serve({
+        SVC_API_KEYS: 'router-key', SVC_ENCRYPTION_KEY: MASTER, SVC_CLUSTER_SHARD_KEY: KEY,
+        SVC_CLUSTER_SHARDS: `[${follower.server.base},${single.base}]`, SVC_CLUSTER_TIMEOUT_SECS: '5',
+      });
+      const r = api(router.base, 'router-key');
+      expect((await r('POST', '/v1/collections', { name: COLL, dim: 4 })).status).toBe(201);
+      const points = Array.from({ length: 60 }, (_, i) => ({ id: `q${i}`, vector: vec(i), payload: { i } }));
+      for (let i = 0; i < points.length; i += 10) {
+        const w = await r('PUT', `/v1/collections/${COLL}/points`, { points: points.slice(i, i + 10) });
+        expect(w.status, JSON.stringify(w.json)).toBe(200);
+        // Read-your-writes through the router: the member it names applied the write before answering.
+        expect((await r('POST', `/v1/collections/${COLL}/points:count`, {})).json.count).toBe(i + 10);
+      }
+      const hits = await r('POST', `/v1/collections/${COLL}/query`, { vector: vec(3), k: 1 });
+      expect(hits.json.hits[0].id).toBe('q3');
+      const onGroup = await allPoints(follower.server, COLL);
+      const onSingle = await allPoints(single, COLL);
+      expect(onGroup.length + onSingle.length).toBe(60);
+      expect(onGroup.length).toBeGreaterThan(0);
+      // Every member of the group holds the group's share.
+      for (const m of members) expect((await strongIds(m)).length).toBe(onGroup.length);
+      for (const l of links.values()) await l.close();
+    } finally {
+      await router?.stop('SIGKILL');
+      await single.stop('SIGKILL');
       await stopAll(members);
     }
   }, 90_000);

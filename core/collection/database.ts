@@ -181,6 +181,8 @@ export class Database {
   private proposer: CommandProposer | null = null;
   /** A create or drop being applied: commands after it start once it is done (applyCommand). */
   private applyTail: Promise<void> | null = null;
+  /** The last point command applyCommand issued, settled. */
+  private lastPoints: Promise<unknown> = Promise.resolve();
 
   private constructor(dir: DataDir, opts: DatabaseOptions) {
     this.dir = dir;
@@ -530,7 +532,10 @@ export class Database {
   applyCommand(cmd: ShardCommand, index: number): Promise<number> {
     const barrier = cmd.uid === '';
     if (this.applyTail === null && !barrier) return this.applyPoints(cmd.uid, cmd.op as Op, cmd.bulk);
-    const prior = this.applyTail ?? Promise.resolve();
+    const tail = this.applyTail ?? Promise.resolve();
+    // A create or drop also waits for the point writes before it to be applied (a drop must not forget a
+    // collection under a write still being made durable: that write's result would be lost).
+    const prior = barrier ? tail.then(() => this.lastPoints) : tail;
     let done: Promise<number> = Promise.resolve(0);
     const started = prior.then(() => {
       done = barrier ? this.applyCollectionOp(cmd.op as Extract<ShardCommand['op'], { t: 'create_collection' | 'drop_collection' }>, index) : this.applyPoints(cmd.uid, cmd.op as Op, cmd.bulk);
@@ -617,12 +622,15 @@ export class Database {
   private applyPoints(uid: string, op: Op, bulk: boolean): Promise<number> {
     const col = this.byUid.get(uid);
     if (col === undefined) return Promise.resolve(0);
-    return this.dir.append(uid, op).then((seq) => {
+    const done = this.dir.append(uid, op).then((seq) => {
       if (this.byUid.get(uid) !== col) return 0;
       const changed = col.apply(op, seq, bulk);
       this.maybeCheckpoint(col);
       return changed;
     });
+    // WAL appends resolve in order, so the last one issued is the last one done.
+    this.lastPoints = done.catch(() => undefined);
+    return done;
   }
 
   private async applyCollectionOp(op: Extract<ShardCommand['op'], { t: 'create_collection' | 'drop_collection' }>, index: number): Promise<number> {

@@ -105,6 +105,7 @@ export async function startConsensusMember(
   forwarder = new WriteForwarder({
     send: (to, payload) => transport.sendForward(to, payload),
     handle: (w) => engine.forwarded(w),
+    appliedIndex: () => m.appliedIndex,
     log: (msg, d) => log('warn', msg, d),
   });
   try {

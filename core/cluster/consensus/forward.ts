@@ -23,6 +23,8 @@ export interface WriteForwarderOptions {
   send(to: string, payload: Uint8Array): boolean;
   /** Runs a write a peer forwarded here; what it resolves to or throws is the answer. */
   handle(w: ForwardedWrite): Promise<unknown>;
+  /** The leader's applied index once a write is done (the asker applies through it before answering). */
+  appliedIndex(): number;
   log?(message: string, detail?: Record<string, unknown>): void;
 }
 
@@ -41,20 +43,20 @@ export class WriteForwarder {
   /**
    * The leader's answer to this write: its result, or its error rethrown here. Rejects with
    * `unavailable` when the leader cannot be reached or does not answer before `signal` ends (the write
-   * may still be applied: it is not acknowledged).
+   * may still be applied: it is not acknowledged). Resolves with the leader's applied index after it.
    */
-  request(to: string, w: ForwardedWrite, signal: AbortSignal): Promise<unknown> {
+  request(to: string, w: ForwardedWrite, signal: AbortSignal): Promise<{ value: unknown; index: number }> {
     if (signal.aborted) return Promise.reject(unanswered(to));
     const id = this.nextId++;
     const payload = Buffer.from(JSON.stringify({ k: 'q', id, op: w.op, args: w.args }, typedArraysAsLists), 'utf8');
-    return new Promise<unknown>((resolve, reject) => {
+    return new Promise<{ value: unknown; index: number }>((resolve, reject) => {
       const onAbort = (): void => {
         if (!this.waiting.delete(id)) return;
         this.stats.unanswered++;
         reject(unanswered(to));
       };
       this.waiting.set(id, {
-        resolve: (v) => { signal.removeEventListener('abort', onAbort); resolve(v); },
+        resolve: (v) => { signal.removeEventListener('abort', onAbort); resolve(v as { value: unknown; index: number }); },
         reject: (e) => { signal.removeEventListener('abort', onAbort); reject(e); },
       });
       signal.addEventListener('abort', onAbort, { once: true });
@@ -98,7 +100,7 @@ export class WriteForwarder {
     void this.o.handle(w).then(
       (value) => {
         const existed = value !== null && typeof value === 'object' && collectionExisted(value as CollectionInfo);
-        return { k: 'a', id, ok: true, value: value ?? null, ...(existed ? { existed: true } : {}) };
+        return { k: 'a', id, ok: true, value: value ?? null, index: this.o.appliedIndex(), ...(existed ? { existed: true } : {}) };
       },
       (e: unknown) => e instanceof SvcError
         ? { k: 'a', id, ok: false, code: e.code, message: e.message, detail: e.detail }
@@ -117,7 +119,7 @@ export class WriteForwarder {
     if (m.ok === true) {
       const value = m.value;
       if (m.existed === true && value !== null && typeof value === 'object') Object.defineProperty(value, COLLECTION_EXISTED, { value: true, enumerable: false });
-      w.resolve(value);
+      w.resolve({ value, index: typeof m.index === 'number' ? m.index : 0 });
       return;
     }
     const code = (ERROR_CODES as readonly string[]).includes(m.code as string) ? (m.code as ErrorCode) : 'internal';

@@ -15,8 +15,8 @@ class MemStore extends MemoryStorage implements DurableRaftStorage {
   }
 }
 
-/** Three members on an in-memory network that can cut a member off. */
-function group() {
+/** Three members on an in-memory network that can cut a member off; `sm` replaces the recording state machine. */
+function group(sm?: (id: string, applied: string[]) => { apply(e: Entry): unknown; appliedThrough?(i: number): void }, refused?: (e: unknown) => boolean) {
   const ids = ['n1', 'n2', 'n3'];
   const cut = new Set<string>();
   const applied = new Map<string, string[]>(ids.map((id) => [id, []]));
@@ -26,7 +26,8 @@ function group() {
     members.set(id, new ConsensusMember({
       id, members: ids, storage: stores.get(id)!, prng: new Prng(k + 1), electionTicks: 10, heartbeatTicks: 1,
       transport: { send: (msgs: readonly Message[]) => { for (const m of msgs) if (!cut.has(m.from) && !cut.has(m.to)) queueMicrotask(() => members.get(m.to)!.receive(m)); } },
-      stateMachine: { apply: (e) => { if (e.data.length > 0) applied.get(id)!.push(Buffer.from(e.data).toString()); }, restore: () => undefined },
+      stateMachine: { ...(sm?.(id, applied.get(id)!) ?? { apply: (e: Entry) => { if (e.data.length > 0) applied.get(id)!.push(Buffer.from(e.data).toString()); } }), restore: () => undefined },
+      ...(refused !== undefined ? { refused } : {}),
     }));
   }
   const settle = () => new Promise((r) => setTimeout(r, 1));
@@ -109,5 +110,34 @@ describe('ConsensusMember (the Proposer seam)', () => {
     g.stores.get(l)!.fail = true;
     await expect(g.members.get(l)!.propose(Buffer.from('w'))).rejects.toThrow(/not acknowledged/);
     await expect(g.members.get(l)!.propose(Buffer.from('w2'))).rejects.toThrow(/fsync failed/);
+  });
+
+  it('answers each proposal with its entry\'s result; a deterministic refusal rejects that write alone', async () => {
+    const through: number[] = [];
+    const g = group((_, applied) => ({
+      apply: async (e: Entry) => {
+        if (e.data.length === 0) return undefined;
+        const text = Buffer.from(e.data).toString();
+        // Async like a WAL append; a refusal is the same on every member.
+        await Promise.resolve();
+        if (text.startsWith('bad')) throw new Error(`refused ${text}`);
+        applied.push(text);
+        return text.length;
+      },
+      appliedThrough: (i: number) => void through.push(i),
+    }), (e) => e instanceof Error && e.message.startsWith('refused'));
+    await g.tickUntil('a leader', () => g.leader() !== undefined);
+    const m = g.members.get(g.leader()!)!;
+    const acks = ['one', 'bad1', 'three'].map((w) => m.propose(Buffer.from(w)).then((a) => a.result, (e: unknown) => String(e)));
+    const out: unknown[] = [];
+    void Promise.all(acks).then((r) => out.push(...r));
+    await g.tickUntil('answered', () => out.length === 3);
+    expect(out).toEqual([3, 'Error: refused bad1', 5]);
+    // The member goes on, and every member applied the same writes.
+    const last = m.propose(Buffer.from('four'));
+    await g.tickUntil('all applied', () => g.ids.every((id) => g.applied.get(id)!.join() === 'one,three,four'));
+    expect((await last).result).toBe(4);
+    expect(through.length).toBeGreaterThan(0);
+    expect(m.leaderReady).toBe(true);
   });
 });

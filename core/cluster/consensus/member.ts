@@ -105,6 +105,7 @@ export class ConsensusMember implements Proposer {
   private idle: (() => void)[] = [];
   /** The term whose first entry (the leader's no-op) this member has applied: a leader then holds every acknowledged write. */
   private termApplied = 0;
+  private appliedWaiters: { index: number; resolve: () => void; reject: (e: unknown) => void }[] = [];
 
   constructor(private readonly o: ConsensusMemberOptions) {
     this.node = new RaftNode({
@@ -178,6 +179,30 @@ export class ConsensusMember implements Proposer {
 
   status(): RaftStatus {
     return this.node.status();
+  }
+
+  /** The last entry this member's state machine has applied. */
+  get appliedIndex(): number {
+    return this.applied;
+  }
+
+  /**
+   * Resolves once this member has applied through `index` (a write its leader acknowledged, so that a
+   * read here after it sees it); rejects with `unavailable` when the signal ends first.
+   */
+  whenApplied(index: number, signal: AbortSignal): Promise<void> {
+    if (this.applied >= index) return Promise.resolve();
+    if (!this.usable()) return Promise.reject(this.failed ?? new SvcError('unavailable', 'the consensus member is closed'));
+    return new Promise<void>((resolve, reject) => {
+      const w = { index, resolve: () => { signal.removeEventListener('abort', onAbort); resolve(); }, reject: (e: unknown) => { signal.removeEventListener('abort', onAbort); reject(e); } };
+      const onAbort = (): void => {
+        const i = this.appliedWaiters.indexOf(w);
+        if (i >= 0) this.appliedWaiters.splice(i, 1);
+        reject(new SvcError('unavailable', `this member did not apply entry ${index} in time`, { reason: 'apply_timeout' }));
+      };
+      signal.addEventListener('abort', onAbort, { once: true });
+      this.appliedWaiters.push(w);
+    });
   }
 
   /**
@@ -296,6 +321,11 @@ export class ConsensusMember implements Proposer {
 
   /** Reads whose index the state machine has reached. */
   private answerReads(): void {
+    if (this.appliedWaiters.length > 0) {
+      const still = [];
+      for (const w of this.appliedWaiters) if (w.index <= this.applied) w.resolve(); else still.push(w);
+      this.appliedWaiters = still;
+    }
     for (const [ctx, read] of this.reads) {
       if (read.index === null || read.index > this.applied) continue;
       this.reads.delete(ctx);
@@ -308,6 +338,7 @@ export class ConsensusMember implements Proposer {
     this.pending.clear();
     for (const r of this.reads.values()) r.reject(e);
     this.reads.clear();
+    for (const w of this.appliedWaiters.splice(0)) w.reject(e);
   }
 }
 

@@ -11,7 +11,8 @@ import type { ConsensusMember } from './member.js';
  * - A write on the leader runs once the leader holds every acknowledged write (its term's first entry
  *   applied): its checks see the whole history, and the database proposes what it resolved; the answer
  *   comes once a quorum holds it and this member applied it. On a follower it is forwarded to the leader
- *   (once: a forwarded write is never forwarded again). With no leader known it waits for one, up to
+ *   (once: a forwarded write is never forwarded again), and answered once this member has applied it
+ *   too, so a read on the member a client wrote through sees the write. With no leader known it waits for one, up to
  *   the write's deadline, then answers `unavailable`, never a guess.
  * - A read with `consistency: "strong"` waits for ReadIndex (the leader confirms its leadership and this
  *   member applies through the confirmed commit index): it sees every write acknowledged before it, on
@@ -34,8 +35,8 @@ export interface RaftEngineOptions {
   readonly db: EngineApi;
   readonly member: ConsensusMember;
   readonly selfId: string;
-  /** A write handed to the leader; resolves with its answer (forward.ts). */
-  forward(leaderId: string, w: ForwardedWrite, signal: AbortSignal): Promise<unknown>;
+  /** A write handed to the leader; resolves with its answer and the leader's applied index after it (forward.ts). */
+  forward(leaderId: string, w: ForwardedWrite, signal: AbortSignal): Promise<{ value: unknown; index: number }>;
   /** How long a write may wait for a leader and a quorum before it is `unavailable`. */
   readonly writeTimeoutMs: number;
   /** How long a strong read may wait for the leader's confirmation. */
@@ -74,7 +75,11 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
         if (!mayForward) {
           throw new SvcError('unavailable', `this member is not the consensus leader (leader: ${s.leaderId}); retry`, { reason: 'not_leader', leaderId: s.leaderId });
         }
-        return o.forward(s.leaderId, { op, args }, signal);
+        const { value, index } = await o.forward(s.leaderId, { op, args }, signal);
+        // Applied here too before the answer: a read on this member after the write sees it (a router
+        // that names this member reads where it wrote).
+        await member.whenApplied(index, signal);
+        return value;
       }
       if (signal.aborted) {
         throw s.role === 'leader'
