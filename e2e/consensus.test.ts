@@ -102,6 +102,11 @@ describe('a consensus group of three svc processes', () => {
       });
       const views = await Promise.all(members.map(raftView));
       expect(new Set(views.map((x) => x.leader_id)).size).toBe(1);
+      // The member's series: its role, and the writes it forwarded.
+      const metrics = await (await fetch(`${followers[0].server.base}/metrics`)).text();
+      expect(metrics).toMatch(/^svc_raft_role\{role="(leader|follower)"\} 1$/m);
+      expect(Number(/^svc_raft_forwarded_writes_total (\d+)/m.exec(metrics)?.[1])).toBeGreaterThan(0);
+      expect(metrics).toMatch(/^svc_raft_rejected_total\{reason="auth"\} 0$/m);
       for (const l of links.values()) await l.close();
     } finally {
       await stopAll(members);

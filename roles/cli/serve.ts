@@ -127,6 +127,8 @@ async function openAndServe(
       throw e;
     }
     onConsensus(consensus);
+    const c = consensus;
+    metrics.setConsensusSource(() => c.metrics());
   }
   const engine: EngineApi = consensus !== null ? consensus.engine : follower === null ? leaderDb! : followerEngine({
     current, read: (fn) => store!.read(fn), follower, leaderUrl: config.leader!.url, close: () => store!.close(),

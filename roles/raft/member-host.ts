@@ -12,7 +12,8 @@ import type { Database } from '../../core/embedded.js';
 import { NodeFileSystem } from '../../core/storage/fs.js';
 import { RaftLog } from '../../core/storage/raft-log.js';
 import type { RaftNetConfig } from './config.js';
-import { RaftTransport, type RaftTransportStats } from './transport.js';
+import type { ConsensusMetricsSource } from '../rest/metrics.js';
+import { RaftTransport } from './transport.js';
 
 /**
  * A consensus member in a server process (issue 17): the durable log in `<data dir>/raft/`, the
@@ -37,8 +38,8 @@ export interface RaftView {
 export interface ConsensusHost {
   readonly engine: RaftEngine;
   view(): RaftView;
-  transportStats(): RaftTransportStats;
-  forwardStats(): WriteForwarder['stats'];
+  /** What the svc_raft_* series show. */
+  metrics(): ConsensusMetricsSource;
 }
 
 /** Codes a command's apply refuses with on every member alike (Database.applyCommand): the write's answer. */
@@ -117,23 +118,29 @@ export async function startConsensusMember(
     throw e;
   }
   log('info', 'consensus member started', { id: rc.id, members: rc.members.map((x) => x.id), applied, listen: `${rc.listen.host}:${rc.listen.port}` });
+  const view = (): RaftView => {
+    const s = m.status();
+    return {
+      id: s.id,
+      role: s.role === 'leader' ? 'leader' : s.role === 'follower' ? 'follower' : 'candidate',
+      term: s.term,
+      leader_id: s.leaderId,
+      commit_index: s.commit,
+      applied_index: s.applied,
+      members: rc.members.map((x) => ({ id: x.id, url: `${x.host}:${x.port}` })),
+      snapshot_index: raftLog.snapshot().meta.index,
+      log_first_index: raftLog.firstIndex(),
+    };
+  };
   return {
     engine,
-    view: () => {
-      const s = m.status();
+    view,
+    metrics: () => {
+      const v = view();
       return {
-        id: s.id,
-        role: s.role === 'leader' ? 'leader' : s.role === 'follower' ? 'follower' : 'candidate',
-        term: s.term,
-        leader_id: s.leaderId,
-        commit_index: s.commit,
-        applied_index: s.applied,
-        members: rc.members.map((x) => ({ id: x.id, url: `${x.host}:${x.port}` })),
-        snapshot_index: raftLog.snapshot().meta.index,
-        log_first_index: raftLog.firstIndex(),
+        role: v.role, term: v.term, commitIndex: v.commit_index, appliedIndex: v.applied_index, snapshotIndex: v.snapshot_index,
+        transport: transport.stats, forward: forwarder!.stats,
       };
     },
-    transportStats: () => transport.stats,
-    forwardStats: () => forwarder!.stats,
   };
 }

@@ -19,6 +19,22 @@ export interface PromMetrics extends Metrics, ConnectionMetrics {
   setSearchPoolSource(source: (() => SearchPoolStats | null) | null): void;
   /** A read replica's replication state (core/cluster/replication/follower.ts); null on a leader. */
   setReplicationSource(source: (() => FollowerStats) | null): void;
+  /** A consensus member's state and its transport's counters (roles/raft/member-host.ts); registers the svc_raft_* series. */
+  setConsensusSource(source: () => ConsensusMetricsSource): void;
+}
+
+/** What the svc_raft_* series show (a member's view, its transport's and forwarder's counters). */
+export interface ConsensusMetricsSource {
+  role: 'leader' | 'follower' | 'candidate';
+  term: number;
+  commitIndex: number;
+  appliedIndex: number;
+  snapshotIndex: number;
+  transport: {
+    messagesSent: number; messagesReceived: number; bytesSent: number; reconnects: number;
+    dropped: Readonly<Record<string, number>>; rejected: Readonly<Record<string, number>>;
+  };
+  forward: { forwarded: number; served: number; malformed: number; unanswered: number };
 }
 
 export function createPromMetrics(): PromMetrics {
@@ -93,6 +109,7 @@ export function createPromMetrics(): PromMetrics {
     setStatsSource(s) { source = s; },
     setSearchPoolSource(s) { poolSource = s; },
     setReplicationSource(s) { replicationSource = s; },
+    setConsensusSource(s) { consensusSeries(registry, s); },
     requestFinished(l, status, seconds) {
       record(seriesOf(l), status, seconds);
     },
@@ -170,6 +187,57 @@ function followerReplicationSeries(registry: Registry, read: () => FollowerStats
   };
   counter('svc_replication_reconnects_total', 'Times this follower reconnected to its leader', (s) => s.reconnects);
   counter('svc_replication_bootstraps_total', 'Full logical snapshots this follower applied (the first, and each re-bootstrap)', (s) => s.bootstraps);
+}
+
+/**
+ * A consensus member's series (docs/consensus.md): its role, term and indexes, and the transport's and
+ * forwarder's counters, read at scrape time. Registered only on a member.
+ */
+function consensusSeries(registry: Registry, read: () => ConsensusMetricsSource): void {
+  new Gauge({
+    name: 'svc_raft_role', help: 'This consensus member\'s role: 1 for the current one (leader, follower, candidate)',
+    labelNames: ['role'] as const, registers: [registry],
+    collect() {
+      const r = read().role;
+      for (const role of ['leader', 'follower', 'candidate'] as const) this.set({ role }, r === role ? 1 : 0);
+    },
+  });
+  const gauge = (name: string, help: string, value: (s: ConsensusMetricsSource) => number): void => {
+    new Gauge({ name, help, registers: [registry], collect() { this.set(value(read())); } });
+  };
+  gauge('svc_raft_term', 'The consensus term this member is in', (s) => s.term);
+  gauge('svc_raft_commit_index', 'The last log index this member knows a quorum holds', (s) => s.commitIndex);
+  gauge('svc_raft_applied_index', 'The last log index this member has applied to its data', (s) => s.appliedIndex);
+  gauge('svc_raft_snapshot_index', 'The log index of this member\'s last snapshot (the log before it is compacted)', (s) => s.snapshotIndex);
+  const counter = (name: string, help: string, labels: string[], values: (s: ConsensusMetricsSource) => Record<string, number>): void => {
+    const seen = new Map<string, number>();
+    new Counter({
+      name, help, labelNames: labels, registers: [registry],
+      collect() {
+        for (const [k, now] of Object.entries(values(read()))) {
+          const before = seen.get(k) ?? 0;
+          if (labels.length === 0) this.inc(Math.max(0, now - before));
+          else this.inc({ [labels[0]]: k }, Math.max(0, now - before));
+          seen.set(k, Math.max(now, before));
+        }
+      },
+    });
+  };
+  counter('svc_raft_messages_sent_total', 'Consensus messages this member sent to its peers', [], (s) => ({ '': s.transport.messagesSent }));
+  counter('svc_raft_messages_received_total', 'Consensus messages this member received from its peers', [], (s) => ({ '': s.transport.messagesReceived }));
+  counter('svc_raft_bytes_sent_total', 'Bytes of consensus frames this member sent', [], (s) => ({ '': s.transport.bytesSent }));
+  counter('svc_raft_reconnects_total', 'Times this member dialled a peer again after losing its connection', [], (s) => ({ '': s.transport.reconnects }));
+  counter('svc_raft_dropped_total', 'Consensus messages dropped before sending (a full queue, a peer not connected, too large): Raft sends again',
+    ['reason'], (s) => snakeKeys(s.transport.dropped));
+  counter('svc_raft_rejected_total', 'Inbound consensus connections closed for what they sent (malformed, oversize, auth, tls, ...)',
+    ['reason'], (s) => snakeKeys(s.transport.rejected));
+  counter('svc_raft_forwarded_writes_total', 'Writes this member forwarded to its leader', [], (s) => ({ '': s.forward.forwarded }));
+  counter('svc_raft_forward_served_total', 'Writes followers forwarded to this member while it led', [], (s) => ({ '': s.forward.served }));
+}
+
+/** queueFull -> queue_full: label values in the style of the other series. */
+function snakeKeys(o: Readonly<Record<string, number>>): Record<string, number> {
+  return Object.fromEntries(Object.entries(o).map(([k, v]) => [k.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`), v]));
 }
 
 /**
