@@ -2,6 +2,7 @@ import { rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { allPoints, call, eventually, KEY, raftLeader, raftView, restartMember, startNode, startRaftGroup, type RaftMember } from './cluster-harness.js';
+import { SvcGrpc } from './grpc-client.js';
 import { api, MASTER, serve, tempDir } from './harness.js';
 
 /**
@@ -179,6 +180,12 @@ describe('a consensus group of three svc processes', () => {
       expect(onGroup.length).toBeGreaterThan(0);
       // Every member of the group holds the group's share.
       for (const m of members) expect((await strongIds(m)).length).toBe(onGroup.length);
+      // gRPC takes writes on a follower member too (forwarded as REST's are).
+      const g = new SvcGrpc(`127.0.0.1:${follower.server.grpcPort}`);
+      const up = await g.call('Upsert', { collection: COLL, points: [{ id: 'via-grpc', vector: vec(99) }] }, KEY);
+      expect(up.res, String(up.err)).toEqual({ upserted: 1 });
+      g.client.close();
+      expect(await strongIds(leader)).toContain('via-grpc');
       for (const l of links.values()) await l.close();
     } finally {
       await router?.stop('SIGKILL');
