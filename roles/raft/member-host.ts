@@ -74,6 +74,9 @@ export async function startConsensusMember(
     prng: new Prng(randomInt(2 ** 31)),
     heartbeatTicks: 2, electionTicks: Math.max(3, Math.round(timing.electionMs / tickMs)),
     applied,
+    // A member back with an empty data directory may have voted in the current term before it lost it:
+    // it votes again only after two election timeouts (docs/consensus.md).
+    raft: { amnesiaTicks: 2 * Math.max(3, Math.round(timing.electionMs / tickMs)) },
     stateMachine: {
       apply: (e) => (e.data.length === 0 ? undefined : db.applyCommand(decodeCommand(e.data), e.index)),
       appliedThrough: (index) => db.appliedThrough(index),

@@ -81,4 +81,22 @@ describe('RaftNode', () => {
     storage.setHardState({ term: 2, vote: 'q', commit: 0 });
     expect(() => node('a', ['a', 'b', 'c'], storage)).toThrow(AssertionError);
   });
+
+  it('a member that starts with nothing durable grants no vote during amnesiaTicks; pre-votes and a member with state are answered at once', () => {
+    const vote = (n: RaftNode, storage: MemoryStorage, type: 'vote' | 'preVote', term: number) => {
+      n.step({ type, from: 'a', to: 'b', term, lastIndex: 0, lastTerm: 0 });
+      return handle(n, storage).messages.find((m) => m.type === `${type}Resp`) as { reject: boolean } | undefined;
+    };
+    const fresh = new MemoryStorage();
+    const n = node('b', ['a', 'b', 'c'], fresh, { amnesiaTicks: 25, electionTicks: 100 });
+    expect(vote(n, fresh, 'preVote', 1)?.reject).toBe(false);
+    expect(vote(n, fresh, 'vote', 1)?.reject).toBe(true);
+    for (let t = 0; t < 25; t++) n.tick();
+    expect(vote(n, fresh, 'vote', 2)?.reject).toBe(false);
+    // One that has voted before (durable state) is no amnesiac: it answers at once.
+    const known = new MemoryStorage();
+    known.setHardState({ term: 3, vote: null, commit: 0 });
+    const m = node('b', ['a', 'b', 'c'], known, { amnesiaTicks: 25, electionTicks: 100 });
+    expect(vote(m, known, 'vote', 4)?.reject).toBe(false);
+  });
 });

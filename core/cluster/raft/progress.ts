@@ -49,6 +49,17 @@ export class Progress {
     this.pendingSnapshot = index;
   }
 
+  /**
+   * The follower no longer holds entries it acknowledged (its data directory was lost and it came back
+   * empty): nothing of its log is known any more. Probe again from where its log now ends (match 0 only
+   * lowers what the leader counts it for, never raises a commit).
+   */
+  forget(lastIndex: number, tick: number): void {
+    this.match = 0;
+    this.next = Math.max(1, lastIndex + 1);
+    this.enter('probe', tick);
+  }
+
   private enter(state: ProgressState, tick: number): void {
     this.state = state;
     this.probeSent = false;

@@ -46,6 +46,14 @@ export interface RaftOptions {
   maxPendingReads?: number;
   /** Committed entries handed to the host per Ready. */
   maxApplyEntries?: number;
+  /**
+   * A member that starts with nothing durable (term 0, an empty log, no snapshot) may be one whose data
+   * directory was lost after it voted: it grants no vote for this many ticks (two election
+   * timeouts is what a host should give), by which time any election it may have voted in has ended.
+   * Pre-votes promise nothing and are answered as usual. A new group's first election waits for it too.
+   * Default 0 (off): the algorithm as the paper has it.
+   */
+  amnesiaTicks?: number;
 }
 
 export const RAFT_DEFAULTS = Object.freeze({
@@ -66,7 +74,7 @@ export type ProposeResult =
 
 export type ReadIndexResult = { readonly ok: true } | { readonly ok: false; readonly reason: 'no_leader' | 'busy' };
 
-type Limits = Required<Omit<RaftOptions, 'id' | 'members' | 'storage' | 'prng' | 'electionTicks' | 'heartbeatTicks' | 'applied'>>;
+type Limits = Required<Omit<RaftOptions, 'id' | 'members' | 'storage' | 'prng' | 'electionTicks' | 'heartbeatTicks' | 'applied' | 'amnesiaTicks'>>;
 
 /**
  * Raft (Ongaro and Ousterhout, "In Search of an Understandable Consensus Algorithm", and Ongaro's thesis)
@@ -107,6 +115,8 @@ export class Raft {
   private electionElapsed = 0;
   private heartbeatElapsed = 0;
   private randomizedElectionTicks = 0;
+  /** Ticks before which a member that started with nothing durable grants no vote (RaftOptions.amnesiaTicks). */
+  private readonly noVotesBefore: number;
 
   constructor(options: RaftOptions) {
     assert(options.members.includes(options.id), `member ${options.id} is not in its own group`);
@@ -125,6 +135,8 @@ export class Raft {
     this.term = hs.term;
     this.vote = hs.vote;
     this.log = new RaftLog(options.storage, hs.commit, options.applied ?? 0);
+    const pristine = hs.term === 0 && options.storage.lastIndex() === 0 && options.storage.snapshot().meta.index === 0;
+    this.noVotesBefore = pristine ? (options.amnesiaTicks ?? 0) : 0;
     this.becomeFollower(this.term, null);
   }
 
@@ -318,7 +330,8 @@ export class Raft {
     // One vote per term: for the same candidate again (a retry) or for the first who asks while we know
     // no leader. A pre-vote for a future term promises nothing, so it only looks at the log.
     const canVote = this.vote === m.from || (this.vote === null && this.leaderId === null) || (pre && m.term > this.term);
-    const grant = canVote && this.log.isUpToDate(m.lastIndex, m.lastTerm);
+    const amnesiac = !pre && this.ticks < this.noVotesBefore;
+    const grant = canVote && !amnesiac && this.log.isUpToDate(m.lastIndex, m.lastTerm);
     if (grant && !pre) {
       this.vote = m.from;
       this.electionElapsed = 0;
@@ -388,8 +401,10 @@ export class Raft {
   }
 
   private handleHeartbeat(m: HeartbeatMessage): void {
-    // The leader sends at most what it knows we hold, so this never commits an entry we lack.
-    this.log.commitTo(m.commit);
+    // The leader sends at most what it knows we hold, so this never commits an entry we lack, unless we
+    // lost our log since (a member back with an empty data directory): then commit nothing, and our
+    // answer's lastIndex tells the leader to start over with us (Progress.forget).
+    if (m.commit <= this.log.lastIndex()) this.log.commitTo(m.commit);
     this.send({ type: 'heartbeatResp', to: m.from, readSeq: m.readSeq, sent: m.sent, lastIndex: this.log.lastIndex() });
   }
 
@@ -445,7 +460,10 @@ export class Raft {
     if (!pr) return;
     pr.recentActive = true;
     pr.probeSent = false;
-    if (pr.state === 'replicate' && this.pipelineLost(pr, m)) pr.becomeProbe(this.ticks);
+    // Within one leader's term a follower never drops entries it acknowledged (they are the leader's):
+    // holding fewer now, it lost its log (a member back with an empty data directory).
+    if (m.lastIndex < pr.match) pr.forget(m.lastIndex, this.ticks);
+    else if (pr.state === 'replicate' && this.pipelineLost(pr, m)) pr.becomeProbe(this.ticks);
     // Behind: send more, unless all of it is already pipelined (an empty append overtaking the
     // entries in flight would only be rejected and send it back to probing).
     const allInFlight = pr.state === 'replicate' && pr.next > this.log.lastIndex();
