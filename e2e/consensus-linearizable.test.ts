@@ -132,7 +132,10 @@ describe('a consensus group under kills, pauses and partitions', () => {
       };
 
       const running = [...Array.from({ length: CLIENTS }, (_, i) => client(i)), nemesis()];
-      await new Promise((r) => setTimeout(r, SECS * 1000));
+      // At least SECS seconds and three faults (a loaded machine restarts slowly), at most four times as long.
+      const until = Date.now() + SECS * 1000;
+      const cap = Date.now() + SECS * 4000;
+      while (Date.now() < cap && (Date.now() < until || faults.length < 3)) await new Promise((r) => setTimeout(r, 200));
       stopped = true;
       await Promise.all(running);
 
@@ -140,7 +143,7 @@ describe('a consensus group under kills, pauses and partitions', () => {
       const acked = history.filter((o) => o.output !== UNKNOWN && o.input.op !== 'get').length;
       const reads = history.filter((o) => o.input.op === 'get').length;
       console.log(`raft linearizability: ${history.length} ops (${acked} acknowledged writes, ${reads} strong reads), faults: ${faults.join('; ')}`);
-      expect(faults.length).toBeGreaterThanOrEqual(Math.min(3, Math.floor(SECS / 2) - 1));
+      expect(faults.length).toBeGreaterThanOrEqual(3);
       expect(acked).toBeGreaterThan(10);
       expect(reads).toBeGreaterThan(10);
       expect(result.ok, result.ok ? '' : `${result.verdict}: ${result.explanation}`).toBe(true);
@@ -166,5 +169,5 @@ describe('a consensus group under kills, pauses and partitions', () => {
       await Promise.all(members.map((m) => m.server.stop('SIGKILL')));
       for (const l of links.values()) await l.close();
     }
-  }, (SECS + 150) * 1000);
+  }, (SECS * 4 + 150) * 1000);
 });
