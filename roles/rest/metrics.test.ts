@@ -17,8 +17,12 @@ describe('prom metrics: the search pool', () => {
     pool.workers = 1;
     pool.fallbacks = 3;
     expect([await value('svc_search_workers'), await value('svc_search_worker_searches_total'), await value('svc_search_worker_fallbacks_total')]).toEqual([1, 12, 3]);
+    // The bounded queue in front of the workers.
+    Object.assign(pool, { inFlight: 7, waiting: 4, waited: 9, rejected: 2 });
+    expect([await value('svc_search_worker_in_flight'), await value('svc_search_queue_waiting'), await value('svc_search_queue_waited_total'), await value('svc_search_queue_rejected_total')])
+      .toEqual([7, 4, 9, 2]);
     m.setSearchPoolSource(() => null); // a database opened without workers
-    expect([await value('svc_search_workers'), await value('svc_search_worker_searches_total')]).toEqual([0, 12]);
+    expect([await value('svc_search_workers'), await value('svc_search_worker_searches_total'), await value('svc_search_queue_waiting')]).toEqual([0, 12, 0]);
   });
 });
 

@@ -100,6 +100,17 @@ export function createPromMetrics(): PromMetrics {
   poolCounter('svc_search_worker_searches_total', 'Dense searches a search worker answered', (s) => s.dispatched);
   poolCounter('svc_search_worker_overflow_total', 'Dense searches run on the event loop because every worker was full', (s) => s.overflow);
   poolCounter('svc_search_worker_fallbacks_total', 'Dense searches answered on the event loop because their worker died', (s) => s.fallbacks);
+  // The bounded queue in front of the workers (issue 20): searches wait for a slot, and past the bound are refused.
+  new Gauge({
+    name: 'svc_search_queue_waiting', help: 'Dense searches waiting now for a search worker slot', registers: [registry],
+    collect() { this.set(poolSource?.()?.waiting ?? 0); },
+  });
+  new Gauge({
+    name: 'svc_search_worker_in_flight', help: 'Dense searches a search worker holds now', registers: [registry],
+    collect() { this.set(poolSource?.()?.inFlight ?? 0); },
+  });
+  poolCounter('svc_search_queue_waited_total', 'Dense searches that waited for a search worker slot before running', (s) => s.waited ?? 0);
+  poolCounter('svc_search_queue_rejected_total', 'Dense searches refused with rate_limited because the queue of waiting searches was full', (s) => s.rejected ?? 0);
 
   let replicationSource: (() => FollowerStats) | null = null;
   followerReplicationSeries(registry, () => replicationSource?.() ?? null);
