@@ -205,13 +205,18 @@ describe('a consensus group of three containers under a router (testcontainers)'
       must('docker start', sh('docker', ['start', members.get(leader)!.getId()]));
       await agreedLeader(IDS);
 
-      // The member the router writes through: the one whose PUT count grows.
-      const before = await Promise.all(IDS.map(putsServed));
-      await writesGoOn(load, Date.now(), 5, 'to find the router\'s member');
-      const after = await Promise.all(IDS.map(putsServed));
-      const routed = IDS.filter((_, i) => after[i] > before[i]);
-      const spare = IDS.filter((id) => !routed.includes(id));
-      expect(spare.length, `the router wrote through ${routed.join(', ')}`).toBeGreaterThan(0);
+      // The members the router writes through: those whose PUT count grows over a few batches. Two
+      // clients keep at most two connections busy, but one may be replaced meanwhile: look again then.
+      let spare: string[] = [];
+      let routed: string[] = [];
+      for (let look = 0; look < 3 && spare.length === 0; look++) {
+        const before = await Promise.all(IDS.map(putsServed));
+        await writesGoOn(load, Date.now(), 5, 'to find the router\'s members');
+        const after = await Promise.all(IDS.map(putsServed));
+        routed = IDS.filter((_, i) => after[i] > before[i]);
+        spare = IDS.filter((id) => !routed.includes(id));
+      }
+      expect(spare.length, `the router wrote through ${routed.join(', ')} each time`).toBeGreaterThan(0);
 
       // docker pause of a member the router does not use: the other two are a quorum.
       const paused = spare[0];
