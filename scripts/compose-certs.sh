@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Certificates for docker-compose.tls.yml: a private CA and one certificate per service, named by its
 # service name (and, for the router and the coordinator, published on the host, also by localhost and
-# 127.0.0.1). Needs openssl.
+# 127.0.0.1; for shard-1's consensus members, also by shard-1, the alias all three answer to). Needs
+# openssl.
 #
 #   scripts/compose-certs.sh [DIR]      # default DIR: certs (mounted read-only at /certs)
 #
@@ -12,7 +13,7 @@
 set -euo pipefail
 
 dir=${1:-certs}
-services=(coordinator router shard-1 shard-1-replica shard-2 standby-1)
+services=(coordinator router shard-1-1 shard-1-2 shard-1-3 shard-2 shard-2-replica standby-1)
 days=${SVC_CERT_DAYS:-825}
 
 command -v openssl >/dev/null || { echo "compose-certs: openssl is needed" >&2; exit 1; }
@@ -26,7 +27,10 @@ chmod 0644 "$dir/ca.pem"
 
 for s in "${services[@]}"; do
   san="DNS:$s"
-  case "$s" in router | coordinator) san="$san,DNS:localhost,IP:127.0.0.1" ;; esac
+  case "$s" in
+    router | coordinator) san="$san,DNS:localhost,IP:127.0.0.1" ;;
+    shard-1-?) san="$san,DNS:shard-1" ;;
+  esac
   openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj "/CN=$s" \
     -keyout "$dir/$s.key" -out "$dir/$s.csr" 2>/dev/null
   openssl x509 -req -in "$dir/$s.csr" -CA "$dir/ca.pem" -CAkey "$dir.ca.key" -CAcreateserial \

@@ -7,7 +7,7 @@
  * once the same container is started again. The reaper cannot be pulled here
  * (TESTCONTAINERS_RYUK_DISABLED=true): everything started is removed in afterAll, volumes included, and
  * carries the label .ci/run's trap removes.
- * Consensus groups (a member killed, paused or cut off under a write load) come with Raft.
+ * Consensus groups (a member killed, paused or cut off under a write load): consensus.test.ts.
  */
 import { GenericContainer, Network, Wait, type StartedNetwork, type StartedTestContainer } from 'testcontainers';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

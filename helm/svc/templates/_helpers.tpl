@@ -24,6 +24,13 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
+{{/* Whether some shard group is a consensus group ("true" or ""). */}}
+{{- define "svc.hasConsensus" -}}
+{{- range .Values.shards -}}
+{{- if gt (int (.members | default 0)) 0 }}true{{ end -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "svc.secretName" -}}
 {{- if .Values.secrets.existingSecret -}}
 {{- .Values.secrets.existingSecret -}}
@@ -50,12 +57,17 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s-replica-%v.%s.%s.svc.%s" $group (index . 2) $group $.Release.Namespace $.Values.clusterDomain -}}
 {{- end -}}
 
-{{/* SVC_CLUSTER_SHARDS: the leaders' REST URLs, in the order of .Values.shards (shard ids 0, 1, ...). */}}
+{{/* SVC_CLUSTER_SHARDS: in the order of .Values.shards (shard ids 0, 1, ...), a leader group's leader, or a
+consensus group's Service over its members (<fullname>-<group>-any), by REST URL. */}}
 {{- define "svc.shardUrls" -}}
 {{- $ := . -}}
 {{- $urls := list -}}
 {{- range .Values.shards -}}
+{{- if gt (int (.members | default 0)) 0 -}}
+{{- $urls = append $urls (printf "%s://%s-%s-any.%s.svc.%s:6333" (include "svc.scheme" $) (include "svc.fullname" $) .name $.Release.Namespace $.Values.clusterDomain) -}}
+{{- else -}}
 {{- $urls = append $urls (printf "%s://%s:6333" (include "svc.scheme" $) (include "svc.podHost" (list $ .name 0))) -}}
+{{- end -}}
 {{- end -}}
 [{{ join "," $urls }}]
 {{- end -}}
@@ -65,7 +77,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- $ := . -}}
 {{- $pairs := list -}}
 {{- range $i, $s := .Values.shards -}}
-{{- range $r := until (int $s.replicas) -}}
+{{- range $r := until (int ($s.replicas | default 0)) -}}
 {{- $pairs = append $pairs (printf "%d=%s://%s:6333" $i (include "svc.scheme" $) (include "svc.replicaHost" (list $ $s.name $r))) -}}
 {{- end -}}
 {{- end -}}

@@ -1,8 +1,12 @@
 {{/*
-A StatefulSet of data nodes (a shard's leader, its read replicas, or the standby nodes), each pod with its
-own PersistentVolumeClaim at /var/lib/svc, under the group's headless Service.
+A StatefulSet of data nodes (a shard's leader, its read replicas, a consensus group's members, or the
+standby nodes), each pod with its own PersistentVolumeClaim at /var/lib/svc, under the group's headless
+Service.
 Call with (dict "root" $ "name" <statefulset> "service" <headless service> "group" <group name>
-"role" leader|replica|standby "replicas" <n> "env" <extra env as YAML, or "">).
+"role" leader|replica|member|standby "replicas" <n> "env" <extra env as YAML, or "">, and for a member
+"initEnv": SVC_RAFT_MEMBERS and SVC_RAFT_NODE_ID as YAML).
+A member (role member) also listens for its group on the consensus port, and waits before it starts
+until its own name in SVC_RAFT_MEMBERS resolves (see svc.waitForName).
 */}}
 {{- define "svc.nodeStatefulSet" -}}
 {{- $ := .root -}}
@@ -37,6 +41,10 @@ spec:
       # A graceful close flushes the write-ahead log's last group commit and checkpoints.
       terminationGracePeriodSeconds: 60
       {{- with include "svc.placement" $ | trim }}{{ . | nindent 6 }}{{ end }}
+      {{- if eq .role "member" }}
+      initContainers:
+        {{- include "svc.waitForName" (dict "root" $ "env" .initEnv) | nindent 8 }}
+      {{- end }}
       containers:
         - name: svc
           image: {{ include "svc.image" $ }}
@@ -44,6 +52,9 @@ spec:
           args: [serve]
           ports:
             {{- include "svc.ports" $ | nindent 12 }}
+            {{- if eq .role "member" }}
+            - { name: raft, containerPort: {{ $.Values.consensus.port }}, protocol: TCP }
+            {{- end }}
           env:
             # Nodes accept only the shard key: clients go through the routers.
             - name: SVC_API_KEYS
@@ -86,7 +97,8 @@ spec:
 {{- end -}}
 
 {{/* A headless Service: stable DNS names for the group's pods, published before they are ready (a
-replica must reach a leader that is still starting, and the coordinator counts what it can). */}}
+replica must reach a leader that is still starting, a member its peers, and the coordinator counts what
+it can). With "raft" true it also names the consensus port. */}}
 {{- define "svc.headlessService" -}}
 {{- $ := .root -}}
 apiVersion: v1
@@ -105,6 +117,64 @@ spec:
   ports:
     - { name: rest, port: 6333, targetPort: rest, protocol: TCP }
     - { name: grpc, port: 6334, targetPort: grpc, protocol: TCP, appProtocol: grpc }
+    {{- if .raft }}
+    - { name: raft, port: {{ $.Values.consensus.port }}, targetPort: raft, protocol: TCP }
+    {{- end }}
+{{- end -}}
+
+{{/* The Service the routers name a consensus group by: every ready member, each of which takes reads and
+writes (a follower forwards a write to its leader), so a member down or drained costs the routers nothing. */}}
+{{- define "svc.groupService" -}}
+{{- $ := .root -}}
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ .service }}
+  labels:
+    {{- include "svc.labels" $ | nindent 4 }}
+    app.kubernetes.io/component: member
+    svc-group: {{ .group }}
+spec:
+  type: ClusterIP
+  selector:
+    {{- include "svc.selector" $ | nindent 4 }}
+    app.kubernetes.io/component: member
+    svc-group: {{ .group }}
+  ports:
+    - { name: rest, port: 6333, targetPort: rest, protocol: TCP }
+    - { name: grpc, port: 6334, targetPort: grpc, protocol: TCP, appProtocol: grpc }
+{{- end -}}
+
+{{/*
+An init container that waits until this member's own address in SVC_RAFT_MEMBERS resolves: a member
+listens on that name, and the headless Service's record for a new pod appears a moment after the pod
+has its address. Without the wait the first start fails and the pod restarts with a back-off.
+*/}}
+{{- define "svc.waitForName" -}}
+{{- $ := .root -}}
+- name: wait-for-name
+  image: {{ include "svc.image" $ }}
+  imagePullPolicy: {{ $.Values.image.pullPolicy }}
+  command: [node, -e]
+  args:
+    - |
+      const id = process.env.SVC_RAFT_NODE_ID;
+      const entry = process.env.SVC_RAFT_MEMBERS.split(',').find((e) => e.startsWith(id + '='));
+      const host = entry.slice(id.length + 1).replace(/:[0-9]+$/, '');
+      const until = Date.now() + 300000;
+      const attempt = () => require('node:dns').lookup(host, (err) => {
+        if (!err) process.exit(0);
+        if (Date.now() > until) { console.error(host + ' does not resolve: ' + err.code); process.exit(1); }
+        setTimeout(attempt, 1000);
+      });
+      attempt();
+  env:
+    {{- .env | nindent 4 }}
+  resources:
+    requests: { cpu: 10m, memory: 32Mi }
+    limits: { memory: 64Mi }
+  securityContext:
+    {{- include "svc.containerSecurityContext" $ | nindent 4 }}
 {{- end -}}
 
 {{- define "svc.pdb" -}}
