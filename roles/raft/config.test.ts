@@ -35,4 +35,14 @@ describe('SVC_RAFT_* configuration', () => {
     expect(insecure.warnings.join('\n')).toMatch(/not loopback/);
     expect(insecure.warnings.join('\n')).toMatch(/do not authenticate/);
   });
+
+  it('checks the timing and refuses SVC_RAFT_TLS_CA without TLS', () => {
+    const m = { SVC_RAFT_MEMBERS: 'n1=127.0.0.1:7001', SVC_RAFT_NODE_ID: 'n1', SVC_RAFT_SECRET: SECRET };
+    expect(cfg(m)!.timing).toEqual({ heartbeatMs: 100, electionMs: 1000, writeTimeoutMs: 10_000, snapshotEntries: 10_000 });
+    expect(cfg({ ...m, SVC_RAFT_HEARTBEAT_MS: '50', SVC_RAFT_ELECTION_MS: '500', SVC_RAFT_WRITE_TIMEOUT_SECS: '2.5' })!.timing)
+      .toMatchObject({ heartbeatMs: 50, electionMs: 500, writeTimeoutMs: 2500 });
+    expect(() => cfg({ ...m, SVC_RAFT_ELECTION_MS: '200' })).toThrow(/three heartbeats/);
+    expect(() => cfg({ ...m, SVC_RAFT_SNAPSHOT_ENTRIES: '2' })).toThrow(/whole number from 8/);
+    expect(() => cfg({ ...m, SVC_RAFT_TLS_CA: '/x/ca.pem' })).toThrow(/needs TLS/);
+  });
 });

@@ -54,7 +54,14 @@ export function raftNetConfig(config: SvcConfig): RaftNetConfig | null {
   if (secretText !== undefined && secretText.length < RAFT_SECRET_CHARS_MIN) {
     throw new ConfigError('SVC_RAFT_SECRET', `is shorter than ${RAFT_SECRET_CHARS_MIN} characters. Fix: the same long random value on every member (for example \`openssl rand -hex 32\`)`);
   }
-  const tls = config.tls === null ? null : { cert: readFileSync(config.tls.cert), key: readFileSync(config.tls.key), ca: config.tls.clientCa === null ? null : readFileSync(config.tls.clientCa) };
+  // The CA members' certificates chain to: SVC_RAFT_TLS_CA for the consensus connections alone (REST and
+  // gRPC then need no client certificate), else SVC_TLS_CLIENT_CA (mutual TLS on every listener).
+  const raftCa = config.other.SVC_RAFT_TLS_CA;
+  if (raftCa !== undefined && config.tls === null) {
+    throw new ConfigError('SVC_RAFT_TLS_CA', 'verifies the members\' certificates, so it needs TLS. Fix: also set SVC_TLS_CERT and SVC_TLS_KEY, or unset SVC_RAFT_TLS_CA');
+  }
+  const caFile = raftCa ?? config.tls?.clientCa ?? null;
+  const tls = config.tls === null ? null : { cert: readFileSync(config.tls.cert), key: readFileSync(config.tls.key), ca: caFile === null ? null : readFileSync(caFile) };
   if (secretText === undefined && tls?.ca == null) {
     if (!config.insecure) {
       throw new ConfigError('SVC_RAFT_SECRET', 'consensus members must authenticate each other. Fix: set SVC_RAFT_SECRET (the same on every member, at least 32 characters) or mutual TLS (SVC_TLS_CERT, SVC_TLS_KEY and SVC_TLS_CLIENT_CA); SVC_INSECURE=true waives this');

@@ -121,6 +121,7 @@ export const CONFIG_VARIABLES: readonly ConfigVariable[] = [
   cluster('SVC_RAFT_NODE_ID', 'this node\'s id in its shard\'s consensus group'),
   cluster('SVC_RAFT_MEMBERS', 'the group\'s members, `<id>=<url>,...`'),
   cluster('SVC_RAFT_SECRET', 'the consensus group\'s shared secret, the same on every member, at least 32 characters (`openssl rand -hex 32`): members prove it to each other both ways by HMAC challenge-response with fresh nonces; it is never sent or logged. Needed unless mutual TLS (SVC_TLS_CERT, SVC_TLS_KEY, SVC_TLS_CLIENT_CA) authenticates them, or SVC_INSECURE; a non-loopback consensus address also needs TLS'),
+  cluster('SVC_RAFT_TLS_CA', 'the CA consensus members\' certificates chain to: with TLS, members verify each other both ways on the consensus port only (REST and gRPC need no client certificate); default SVC_TLS_CLIENT_CA'),
   { name: 'SVC_RAFT_HEARTBEAT_MS', default: '100', meaning: 'a consensus leader\'s heartbeat interval; the same on every member', group: 'cluster' },
   { name: 'SVC_RAFT_ELECTION_MS', default: '1000', meaning: 'a member that hears no leader for a random 1 to 2 times this starts an election (at least three heartbeats; about ten is usual)', group: 'cluster' },
   { name: 'SVC_RAFT_WRITE_TIMEOUT_SECS', default: '10', meaning: 'how long a write on a consensus member may wait for a leader and a quorum; past it the write is `unavailable` and not acknowledged (it may still be applied)', group: 'cluster' },
