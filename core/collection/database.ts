@@ -135,6 +135,9 @@ function pointRecords(op: Op): number {
   }
 }
 
+/** The first bytes of a consensus image (consensusImage): a snapshot without them is a marker, never restored. */
+const CONSENSUS_IMAGE_MAGIC = Buffer.from('svc-img1', 'latin1');
+
 /** The history a consensus member's position counts in (DataDir's replica position: the command index). */
 const CONSENSUS_HISTORY = 'raft';
 
@@ -563,10 +566,10 @@ export class Database {
    * The state now, as commands: each collection's create (with its uid) and its points in bulk writes.
    * A consensus snapshot (a member too far behind the leader's log gets it): taken between two applied
    * batches of commands, synchronously, so it is the state at one index.
-   *   (u32 length | command)*
+   *   'svc-img1' | (u32 length | command)*
    */
   consensusImage(): Uint8Array {
-    const parts: Uint8Array[] = [];
+    const parts: Uint8Array[] = [CONSENSUS_IMAGE_MAGIC];
     const add = (c: ShardCommand): void => {
       const b = encodeCommand(c);
       const h = Buffer.allocUnsafe(4);
@@ -586,9 +589,13 @@ export class Database {
    * dropped), and the position is `index` once it is all durable.
    */
   async restoreConsensusImage(data: Uint8Array, index: number): Promise<void> {
-    await this.replicaReset();
     const b = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
-    for (let at = 0; at < b.length;) {
+    // Checked before anything is cleared: a marker snapshot (no data) or a damaged one never wipes a member.
+    if (b.length < CONSENSUS_IMAGE_MAGIC.length || !b.subarray(0, CONSENSUS_IMAGE_MAGIC.length).equals(CONSENSUS_IMAGE_MAGIC)) {
+      throw new SvcError('internal', `a consensus snapshot at ${index} without an image (${b.length} bytes): nothing was replaced`);
+    }
+    await this.replicaReset();
+    for (let at = CONSENSUS_IMAGE_MAGIC.length; at < b.length;) {
       if (at + 4 > b.length) throw new SvcError('internal', 'a consensus snapshot ends inside a record length');
       const n = b.readUInt32LE(at);
       const cmd = decodeCommand(b.subarray(at + 4, at + 4 + n));

@@ -4,7 +4,8 @@ import { SvcError } from '../../core/base/errors.js';
 import { Prng } from '../../core/base/prng.js';
 import { decodeCommand, encodeCommand } from '../../core/cluster/consensus/command.js';
 import { WriteForwarder } from '../../core/cluster/consensus/forward.js';
-import { ConsensusMember } from '../../core/cluster/consensus/member.js';
+import { ConsensusMember, type DurableRaftStorage } from '../../core/cluster/consensus/member.js';
+import { EMPTY_SNAPSHOT, type Snapshot } from '../../core/cluster/raft/index.js';
 import { raftEngine, type RaftEngine } from '../../core/cluster/consensus/raft-engine.js';
 import { deriveKey, parseMasterKeyHex } from '../../core/crypto/keys.js';
 import { InsecureSealer, XChaChaSealer } from '../../core/crypto/sealer.js';
@@ -42,6 +43,9 @@ export interface ConsensusHost {
   metrics(): ConsensusMetricsSource;
 }
 
+/** How long one database image serves the members that need a snapshot before a newer one is made. */
+const SNAPSHOT_IMAGE_REUSE_MS = 10_000;
+
 /** Codes a command's apply refuses with on every member alike (Database.applyCommand): the write's answer. */
 const DETERMINISTIC = new Set(['already_exists', 'not_found', 'invalid_argument']);
 
@@ -53,6 +57,10 @@ export async function startConsensusMember(
   const sealer = encryptionKey === null ? new InsecureSealer() : new XChaChaSealer(deriveKey(parseMasterKeyHex(encryptionKey), 'raft'));
   const raftLog = await RaftLog.open(new NodeFileSystem(), join(dataDir, 'raft'), { sealer, log: (m, d) => log('warn', m, d) });
   const snap = raftLog.snapshot();
+  if (applied < snap.meta.index && snap.data.length === 0) {
+    // A marker is recorded only at an index already durable in the database: this one is not.
+    throw new SvcError('internal', `the consensus log was compacted through ${snap.meta.index} but this data directory applied only ${applied}: start this member on an empty data directory`);
+  }
   if (applied < snap.meta.index) {
     // The last snapshot is newer than what this directory applied (a restore a crash cut short).
     log('info', 'consensus: restoring the state from the log\'s snapshot', { index: snap.meta.index, applied });
@@ -67,10 +75,42 @@ export async function startConsensusMember(
     id: rc.id, listen: rc.listen, peers: rc.members, secret: rc.secret, tls: rc.tls, insecure: rc.insecure,
     onMessage: (m) => member?.receive(m),
     onForward: (payload, from) => forwarder?.receive(payload, from),
+    onPeerLost: (peer) => forwarder?.abandon(peer, 'went away'),
     log: (m, d) => log('warn', m, d),
   });
+  // Snapshots are markers (the database is durable on its own); raft asks for one only to send it to a
+  // member further behind than the log, and gets an image of the database then (lazySnapshot).
+  let live = false;
+  let cache: { snap: Snapshot; at: number } | null = null;
+  const lazySnapshot = (): Snapshot => {
+    const s = raftLog.snapshot();
+    if (!live || s.meta.index === 0 || s.data.length > 0) return s;
+    const now = Date.now();
+    // One image serves every member that needs one for a while, as long as the log still follows it.
+    if (cache !== null && now - cache.at < SNAPSHOT_IMAGE_REUSE_MS && cache.snap.meta.index >= raftLog.firstIndex() - 1) return cache.snap;
+    // Part way through a batch the database is not the state at one index: raft sends nothing now and asks again.
+    if (!member!.quiescent) return EMPTY_SNAPSHOT;
+    const index = member!.appliedIndex;
+    const term = raftLog.term(index);
+    if (term === null) return EMPTY_SNAPSHOT;
+    const data = db.consensusImage();
+    log('info', 'consensus: a database image for a member behind the log', { index, bytes: data.length });
+    cache = { snap: { meta: { index, term }, data }, at: now };
+    return cache.snap;
+  };
+  const storage: DurableRaftStorage = {
+    hardState: () => raftLog.hardState(),
+    entries: (lo, hi, max) => raftLog.entries(lo, hi, max),
+    term: (i) => raftLog.term(i),
+    firstIndex: () => raftLog.firstIndex(),
+    lastIndex: () => raftLog.lastIndex(),
+    snapshot: lazySnapshot,
+    save: (u) => raftLog.save(u),
+    createSnapshot: (i, d) => raftLog.createSnapshot(i, d),
+    compact: (i) => raftLog.compact(i),
+  };
   member = new ConsensusMember({
-    id: rc.id, members: rc.members.map((m) => m.id), storage: raftLog, transport,
+    id: rc.id, members: rc.members.map((m) => m.id), storage, transport,
     prng: new Prng(randomInt(2 ** 31)),
     heartbeatTicks: 2, electionTicks: Math.max(3, Math.round(timing.electionMs / tickMs)),
     applied,
@@ -83,14 +123,24 @@ export async function startConsensusMember(
       restore: (s) => db.restoreConsensusImage(s.data, s.meta.index),
     },
     refused: (e) => e instanceof SvcError && DETERMINISTIC.has(e.code),
-    compaction: { everyEntries: timing.snapshotEntries, retainEntries: Math.floor(timing.snapshotEntries / 4), image: () => db.consensusImage() },
+    compaction: { everyEntries: timing.snapshotEntries, retainEntries: Math.floor(timing.snapshotEntries / 4) },
     log: (m, d) => log('error', m, d),
   });
   const m = member;
+  live = true;
   db.useProposer({
     propose: (cmd) => m.propose(encodeCommand(cmd), AbortSignal.timeout(timing.writeTimeoutMs)).then((ack) => ack.result),
   });
-  const timer = setInterval(() => m.tick(), tickMs);
+  let knownLeader: string | null = null;
+  const timer = setInterval(() => {
+    m.tick();
+    // A new leader: writes forwarded to the old one will not be answered by it in time, if ever.
+    const leader = m.status().leaderId;
+    if (leader !== knownLeader) {
+      if (knownLeader !== null) forwarder?.abandon(knownLeader, 'stopped leading');
+      knownLeader = leader;
+    }
+  }, tickMs);
   timer.unref();
   const engine = raftEngine({
     db, member: m, selfId: rc.id,

@@ -78,6 +78,8 @@ export interface RaftTransportOptions {
   readonly tls: RaftTransportTls | null;
   readonly insecure: boolean;
   readonly onMessage: MessageHandler;
+  /** This member's connection to a peer closed (the peer went away, or the link broke). */
+  readonly onPeerLost?: (peer: NodeId) => void;
   /** A forward frame from an authenticated peer (roles/raft/forward.ts); none: such frames are refused. */
   readonly onForward?: (payload: Buffer, from: NodeId) => void;
   readonly log?: (message: string, detail?: Record<string, unknown>) => void;
@@ -196,6 +198,14 @@ export class RaftTransport implements Transport {
 
   get authKey(): Buffer | null {
     return this.key;
+  }
+
+  peerLost(peer: NodeId): void {
+    try {
+      this.options.onPeerLost?.(peer);
+    } catch (e) {
+      this.log('raft transport: the peer-lost handler threw', { error: String(e), peer });
+    }
   }
 
   random(): number {
@@ -417,6 +427,7 @@ class PeerLink {
   /** The connection ended: drop what waited for it and dial again after a jittered backoff. */
   private lost(): void {
     this.socket = null;
+    if (this.state === 'ready') this.t.peerLost(this.peer.id);
     this.waitingDrain = false;
     this.t.stats.dropped.notConnected += this.queue.length;
     this.queue = [];

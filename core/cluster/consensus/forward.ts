@@ -29,6 +29,7 @@ export interface WriteForwarderOptions {
 }
 
 interface Waiting {
+  readonly to: string;
   readonly resolve: (v: unknown) => void;
   readonly reject: (e: unknown) => void;
 }
@@ -56,6 +57,7 @@ export class WriteForwarder {
         reject(unanswered(to));
       };
       this.waiting.set(id, {
+        to,
         resolve: (v) => { signal.removeEventListener('abort', onAbort); resolve(v as { value: unknown; index: number }); },
         reject: (e) => { signal.removeEventListener('abort', onAbort); reject(e); },
       });
@@ -86,6 +88,19 @@ export class WriteForwarder {
     else {
       this.stats.malformed++;
       this.o.log?.('consensus: a forward frame of unknown kind was dropped', { from });
+    }
+  }
+
+  /**
+   * The connection to `peer` was lost, or another member leads now: what waits for `peer`'s answer fails
+   * at once as not acknowledged (it may have been applied, or may be yet), instead of at its deadline.
+   */
+  abandon(peer: string, why: string): void {
+    for (const [id, w] of this.waiting) {
+      if (w.to !== peer) continue;
+      this.waiting.delete(id);
+      this.stats.unanswered++;
+      w.reject(new SvcError('unavailable', `the consensus leader ${peer} ${why} before it answered: the write is not acknowledged (it may still be applied)`, { reason: 'not_acknowledged', leaderId: peer }));
     }
   }
 

@@ -23,15 +23,17 @@ export interface DurableRaftStorage extends Storage {
 }
 
 /**
- * Bounds the log: once `everyEntries` entries were applied since the last snapshot, the state machine's
- * image at the applied index becomes the snapshot, and the log keeps `retainEntries` entries before it
- * (a follower a little behind catches up from them; one further behind is sent the snapshot).
+ * Bounds the log: once `everyEntries` entries were applied since the last snapshot, a snapshot is
+ * recorded at the applied index and the log keeps `retainEntries` entries before it (a follower a little
+ * behind catches up from them). The snapshot's data is the state machine's image when `image` is given;
+ * without it the snapshot is a marker (no data: the state machine is durable on its own, as a database
+ * is), and the host's Storage makes an image only when a follower needs one (roles/raft/member-host.ts).
  */
 export interface Compaction {
   readonly everyEntries: number;
   readonly retainEntries: number;
   /** The state machine now, synchronously (nothing is being applied when it is called). */
-  image(): Uint8Array;
+  image?(): Uint8Array;
 }
 
 export interface ProposeAck {
@@ -105,6 +107,10 @@ export class ConsensusMember implements Proposer {
   private idle: (() => void)[] = [];
   /** The term whose first entry (the leader's no-op) this member has applied: a leader then holds every acknowledged write. */
   private termApplied = 0;
+  /** The last snapshot's index (its own or one installed). */
+  private snapshotIndex: number;
+  /** Inside applyAll or a restore: the state machine is part way through a batch. */
+  private applying = false;
   private appliedWaiters: { index: number; resolve: () => void; reject: (e: unknown) => void }[] = [];
 
   constructor(private readonly o: ConsensusMemberOptions) {
@@ -112,7 +118,8 @@ export class ConsensusMember implements Proposer {
       ...o.raft, id: o.id, members: o.members, storage: o.storage, prng: o.prng,
       electionTicks: o.electionTicks, heartbeatTicks: o.heartbeatTicks, applied: o.applied ?? o.storage.snapshot().meta.index,
     });
-    this.applied = o.applied ?? o.storage.snapshot().meta.index;
+    this.snapshotIndex = o.storage.snapshot().meta.index;
+    this.applied = o.applied ?? this.snapshotIndex;
   }
 
   /** One logical clock tick (the host's timer: heartbeatTicks of them make a heartbeat interval). */
@@ -246,7 +253,13 @@ export class ConsensusMember implements Proposer {
         await this.o.storage.save({ snapshot: rd.snapshot, entries: rd.entries, hardState: rd.hardState, sync: rd.mustSync });
         if (rd.messages.length > 0) this.o.transport.send(rd.messages);
         if (rd.snapshot) {
-          await this.o.stateMachine.restore(rd.snapshot);
+          this.applying = true;
+          try {
+            await this.o.stateMachine.restore(rd.snapshot);
+          } finally {
+            this.applying = false;
+          }
+          this.snapshotIndex = Math.max(this.snapshotIndex, rd.snapshot.meta.index);
           this.applied = Math.max(this.applied, rd.snapshot.meta.index);
           this.termApplied = Math.max(this.termApplied, rd.snapshot.meta.term);
           // Whether our own pending writes are in a leader's snapshot is unknown: never acknowledge a guess.
@@ -282,6 +295,15 @@ export class ConsensusMember implements Proposer {
    */
   private async applyAll(entries: readonly Entry[]): Promise<void> {
     const sm = this.o.stateMachine;
+    this.applying = true;
+    try {
+      await this.applyBatch(sm, entries);
+    } finally {
+      this.applying = false;
+    }
+  }
+
+  private async applyBatch(sm: StateMachine, entries: readonly Entry[]): Promise<void> {
     const outcomes = entries.map((e) => {
       try {
         return Promise.resolve(sm.apply(e)).then((value) => ({ ok: true as const, value }), (error: unknown) => ({ ok: false as const, error }));
@@ -311,12 +333,18 @@ export class ConsensusMember implements Proposer {
     const c = this.o.compaction;
     const st = this.o.storage;
     if (c === undefined || st.createSnapshot === undefined || st.compact === undefined) return;
-    if (this.applied - st.snapshot().meta.index < c.everyEntries) return;
+    if (this.applied - this.snapshotIndex < c.everyEntries) return;
     const index = this.applied;
-    await st.createSnapshot(index, c.image());
+    await st.createSnapshot(index, c.image?.() ?? new Uint8Array(0));
+    this.snapshotIndex = index;
     const to = index - c.retainEntries;
     if (to >= st.firstIndex()) await st.compact(to);
     this.o.log?.('consensus: snapshot taken and log compacted', { index, compactedThrough: Math.max(to, st.firstIndex() - 1) });
+  }
+
+  /** Whether the state machine is between two applied batches (an image taken now is the state at appliedIndex). */
+  get quiescent(): boolean {
+    return !this.applying;
   }
 
   /** Reads whose index the state machine has reached. */
