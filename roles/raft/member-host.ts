@@ -88,14 +88,23 @@ export async function startConsensusMember(
     const now = Date.now();
     // One image serves every member that needs one for a while, as long as the log still follows it.
     if (cache !== null && now - cache.at < SNAPSHOT_IMAGE_REUSE_MS && cache.snap.meta.index >= raftLog.firstIndex() - 1) return cache.snap;
-    // Part way through a batch the database is not the state at one index: raft sends nothing now and asks again.
-    if (!member!.quiescent) return EMPTY_SNAPSHOT;
+    // Part way through a batch the database is not the state at one index: raft sends nothing now, the
+    // image is made once the batch is applied (afterApply), and raft's next try sends it.
+    if (!member!.quiescent) {
+      imageWanted = true;
+      return EMPTY_SNAPSHOT;
+    }
+    return makeImage() ?? EMPTY_SNAPSHOT;
+  };
+  let imageWanted = false;
+  const makeImage = (): Snapshot | null => {
+    imageWanted = false;
     const index = member!.appliedIndex;
     const term = raftLog.term(index);
-    if (term === null) return EMPTY_SNAPSHOT;
+    if (term === null) return null;
     const data = db.consensusImage();
     log('info', 'consensus: a database image for a member behind the log', { index, bytes: data.length });
-    cache = { snap: { meta: { index, term }, data }, at: now };
+    cache = { snap: { meta: { index, term }, data }, at: Date.now() };
     return cache.snap;
   };
   const storage: DurableRaftStorage = {
@@ -123,6 +132,7 @@ export async function startConsensusMember(
       restore: (s) => db.restoreConsensusImage(s.data, s.meta.index),
     },
     refused: (e) => e instanceof SvcError && DETERMINISTIC.has(e.code),
+    afterApply: () => { if (imageWanted) makeImage(); },
     compaction: { everyEntries: timing.snapshotEntries, retainEntries: Math.floor(timing.snapshotEntries / 4) },
     log: (m, d) => log('error', m, d),
   });

@@ -78,6 +78,8 @@ export interface ConsensusMemberOptions {
   readonly raft?: Omit<Partial<RaftOptions>, 'id' | 'members' | 'storage' | 'prng' | 'electionTicks' | 'heartbeatTicks' | 'applied'>;
   readonly log?: (message: string, detail?: Record<string, unknown>) => void;
   readonly compaction?: Compaction;
+  /** Called after each applied batch, with nothing being applied (the moment for an image of the state machine). */
+  readonly afterApply?: () => void;
   /** A deterministic refusal of an entry (see StateMachine); default: none is. */
   readonly refused?: (e: unknown) => boolean;
 }
@@ -111,6 +113,9 @@ export class ConsensusMember implements Proposer {
   private snapshotIndex: number;
   /** Inside applyAll or a restore: the state machine is part way through a batch. */
   private applying = false;
+  /** Committed batches being applied behind the loop, in order. */
+  private applyChain: Promise<void> = Promise.resolve();
+  private applyBatches = 0;
   private appliedWaiters: { index: number; resolve: () => void; reject: (e: unknown) => void }[] = [];
 
   constructor(private readonly o: ConsensusMemberOptions) {
@@ -231,6 +236,7 @@ export class ConsensusMember implements Proposer {
   async close(): Promise<void> {
     this.closed = true;
     while (this.running) await new Promise<void>((r) => this.idle.push(r));
+    await this.applyChain;
     this.failAll(notAcknowledged('the consensus member closed before the write committed'));
   }
 
@@ -253,6 +259,8 @@ export class ConsensusMember implements Proposer {
         await this.o.storage.save({ snapshot: rd.snapshot, entries: rd.entries, hardState: rd.hardState, sync: rd.mustSync });
         if (rd.messages.length > 0) this.o.transport.send(rd.messages);
         if (rd.snapshot) {
+          // The snapshot replaces the state: the batches before it finish first.
+          await this.applyChain;
           this.applying = true;
           try {
             await this.o.stateMachine.restore(rd.snapshot);
@@ -269,7 +277,17 @@ export class ConsensusMember implements Proposer {
             p.reject(notAcknowledged('a snapshot replaced this member\'s log before the write was seen to commit'));
           }
         }
-        if (rd.committedEntries.length > 0) await this.applyAll(rd.committedEntries);
+        if (rd.committedEntries.length > 0) {
+          // Applied behind the loop, batch after batch in commit order, so that persisting and sending the
+          // next Ready does not wait for this one's writes; bounded, so applying cannot fall far behind.
+          const entries = rd.committedEntries;
+          this.applyBatches++;
+          this.applyChain = this.applyChain.then(() => this.applyAll(entries)).then(
+            () => { this.applyBatches--; },
+            (e: unknown) => { this.applyBatches--; this.stop(e); },
+          );
+          if (this.applyBatches > APPLY_BATCHES_AHEAD_MAX) await this.applyChain;
+        }
         for (const rs of rd.readStates) {
           const read = this.reads.get(rs.ctx);
           if (read !== undefined) read.index = rs.index;
@@ -279,14 +297,19 @@ export class ConsensusMember implements Proposer {
         await this.maybeCompact();
       }
     } catch (e) {
-      // A failed fsync or apply: what is durable is unknown, so this member stops (a restart recovers it).
-      this.failed = e;
-      this.o.log?.('consensus member stopped: persisting or applying failed', { error: e instanceof Error ? e.message : String(e) });
-      this.failAll(notAcknowledged('the member failed to persist or apply; the write may or may not be committed'));
+      this.stop(e);
     } finally {
       this.running = false;
       for (const r of this.idle.splice(0)) r();
     }
+  }
+
+  /** A failed fsync or apply: what is durable is unknown, so this member stops (a restart recovers it). */
+  private stop(e: unknown): void {
+    if (this.failed !== null) return;
+    this.failed = e;
+    this.o.log?.('consensus member stopped: persisting or applying failed', { error: e instanceof Error ? e.message : String(e) });
+    this.failAll(notAcknowledged('the member failed to persist or apply; the write may or may not be committed'));
   }
 
   /**
@@ -294,6 +317,7 @@ export class ConsensusMember implements Proposer {
    * share one fsync), then awaited; each proposal of this member is answered with its entry's outcome.
    */
   private async applyAll(entries: readonly Entry[]): Promise<void> {
+    if (this.failed !== null) return;
     const sm = this.o.stateMachine;
     this.applying = true;
     try {
@@ -301,6 +325,8 @@ export class ConsensusMember implements Proposer {
     } finally {
       this.applying = false;
     }
+    this.answerReads();
+    this.o.afterApply?.();
   }
 
   private async applyBatch(sm: StateMachine, entries: readonly Entry[]): Promise<void> {
@@ -369,6 +395,9 @@ export class ConsensusMember implements Proposer {
     for (const w of this.appliedWaiters.splice(0)) w.reject(e);
   }
 }
+
+/** Committed batches the loop may run ahead of the state machine before it waits for it. */
+const APPLY_BATCHES_AHEAD_MAX = 4;
 
 function notAcknowledged(why: string): SvcError {
   return new SvcError('unavailable', `the write is not acknowledged: ${why}`, { reason: 'not_acknowledged' });
