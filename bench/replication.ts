@@ -188,6 +188,18 @@ try {
     return { ms: ok ? Math.round(performance.now() - t0) : null, cpu: ok ? cpuSample(s.pid) : null };
   }));
   const cpuIndexed = { leader: perK(cpu0[0], indexed[0].cpu), follower: perK(cpu0[1], indexed[1].cpu) };
+  // Built by the same inserts in the same order, the two graphs answer alike: top-10 of 50 stored
+  // vectors on both (once both graphs hold every point, so no search starts a rebuild on either).
+  let sameAnswers: number | null = null;
+  if (indexed.every((x) => x.ms !== null)) {
+    sameAnswers = 0;
+    for (let q = 0; q < 50; q++) {
+      const i = (q * 7919) % n;
+      const body = { vector: Array.from(d.rows.subarray(i * d.dim, (i + 1) * d.dim)), k: 10 };
+      const [a, b] = await Promise.all([leader, follower].map((s) => s.call<{ hits: { id: string }[] }>('POST', '/v1/collections/bench/query', body)));
+      if (a.hits.map((h) => h.id).join() === b.hits.map((h) => h.id).join()) sameAnswers++;
+    }
+  }
   const series = track.lagSeries();
   const lags = series.map((x) => x.lag);
   const catchUp = ingestOnly ? null : await catchUps();
@@ -201,6 +213,7 @@ try {
     cpu_per_1k_points: cpuPer1k,
     index_current_after_ms: { leader: indexed[0].ms, follower: indexed[1].ms },
     cpu_per_1k_points_to_index_current: cpuIndexed,
+    same_top10_of_50_queries: sameAnswers,
     lag_ms: { p50: Math.round(percentile(sorted(lags), 50)), p99: Math.round(percentile(sorted(lags), 99)), max: Math.round(Math.max(...lags)), samples: lags.length },
     ...catchUp,
   };
