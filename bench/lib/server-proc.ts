@@ -98,7 +98,10 @@ export async function startSvc(env: Record<string, string> = {}, readyMs = 120_0
       if (child.exitCode === null) {
         const gone = new Promise((r) => child.once('exit', r));
         child.kill('SIGTERM');
-        await Promise.race([gone, new Promise((r) => setTimeout(r, 10_000))]);
+        // A profiled server writes its profiles on its way out, and a follower slowed by the profiler took
+        // 6 to 9 s to close: killed at 10 s, its main thread's profile was lost.
+        const profiling = (process.env.BENCH_PROF_DIR ?? '') !== '';
+        await Promise.race([gone, new Promise((r) => setTimeout(r, profiling ? 120_000 : 10_000))]);
         if (child.exitCode === null) child.kill('SIGKILL');
       }
       if (own) rmSync(dir, { recursive: true, force: true });

@@ -482,13 +482,14 @@ export class Database {
    * Follower: one of the leader's collection ops, durable in this node's own WAL (sealed with this
    * node's keys) before it is applied. Snapshot chunks come as `bulk` (a graph build takes them; live
    * commits are absorbed in place like any write). Several may be in flight: the WAL keeps their order.
+   * `encoded`: the leader's encoding of `op` (it decoded to `op`), written to the WAL as it is.
    */
-  replicaWrite(uid: string, op: Op, bulk: boolean): Promise<void> {
+  replicaWrite(uid: string, op: Op, bulk: boolean, encoded?: Uint8Array): Promise<void> {
     // Refused by a throw, not a rejected promise: the follower then issues no position for this write.
     this.checkOpen();
     const col = this.byUid.get(uid);
     if (col === undefined) throw notFound(`replicated record for unknown collection ${uid}`);
-    return this.writeHere(col, op, bulk).then(() => undefined);
+    return this.writeHere(col, op, bulk, encoded).then(() => undefined);
   }
 
   /** Follower: every leader commit up to `leaderSeq` is applied; durable behind the writes before it. */
@@ -819,9 +820,12 @@ export class Database {
     return this.writeHere(col, op, bulk);
   }
 
-  /** The write to this node's own data directory (a consensus member's proposals end here, applied). */
-  private async writeHere(col: Collection, op: Op, bulk: boolean): Promise<number> {
-    const seq = await this.dir.append(col.uid, op);
+  /**
+   * The write to this node's own data directory (a consensus member's proposals end here, applied).
+   * `encoded`: op's encoding as received (a follower's leader record), written as it is.
+   */
+  private async writeHere(col: Collection, op: Op, bulk: boolean, encoded?: Uint8Array): Promise<number> {
+    const seq = await this.dir.append(col.uid, op, encoded);
     if (this.byUid.get(col.uid) !== col) return 0; // dropped while the record was being made durable
     const changed = col.apply(op, seq, bulk);
     this.maybeCheckpoint(col);

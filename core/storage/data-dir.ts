@@ -504,10 +504,13 @@ export class DataDir implements Keyring {
     return this.manifest.history!;
   }
 
-  /** Durable (group-committed with concurrent appends) before it resolves; returns the record's seq. */
-  append(uid: string, op: Op): Promise<number> {
+  /**
+   * Durable (group-committed with concurrent appends) before it resolves; returns the record's seq.
+   * `encoded`: `op` already encoded (a follower's record as its leader sent it), written as it is.
+   */
+  append(uid: string, op: Op, encoded?: Uint8Array): Promise<number> {
     if (!this.sealers.has(uid)) return Promise.reject(new SvcError('not_found', `no collection with uid ${uid}`));
-    return this.wal.append(uid, encodeOp(op));
+    return this.wal.append(uid, encoded ?? encodeOp(op));
   }
 
   /**

@@ -1,7 +1,7 @@
 import type { Clock } from '../../base/clock.js';
 import { invalidArgument } from '../../base/errors.js';
 import type { ReplicaResume, ReplicationEvent } from '../../base/model.js';
-import { decodeRecord, type DecodedRecord } from '../../collection/replication.js';
+import { decodeRecord, recordOpBytes, type DecodedRecord } from '../../collection/replication.js';
 import { isReplicaBookkeeping, type Op } from '../../storage/codec.js';
 
 /**
@@ -31,7 +31,8 @@ export interface ReplicaTarget {
   /** `createdSeq`: the leader's seq of the create (0 when it does not know). */
   replicaCreate(uid: string, name: string, params: object, createdSeq: number): Promise<void>;
   replicaDrop(uid: string): Promise<void>;
-  replicaWrite(uid: string, op: Op, bulk: boolean): Promise<void>;
+  /** `encoded`: the op as the leader encoded it (what decoded to `op`), for this node's WAL as it is. */
+  replicaWrite(uid: string, op: Op, bulk: boolean, encoded?: Uint8Array): Promise<void>;
   replicaPosition(leaderSeq: number): Promise<void>;
   /** The end of a bootstrap: what the snapshot did not name goes, then the position in `history`. */
   replicaSnapshotEnd(leaderSeq: number, history: string): Promise<void>;
@@ -185,7 +186,7 @@ export class Follower {
         // Decoded whole before anything is applied: a bad record ends the stream here.
         const rec = decodeRecord(ev.record);
         this.st.bytes += ev.record.length;
-        await this.apply(rec, ev.seq);
+        await this.apply(rec, ev.seq, ev.record);
       }
     } finally {
       this.stopping.signal.removeEventListener('abort', onStop);
@@ -194,7 +195,7 @@ export class Follower {
     }
   }
 
-  private async apply(rec: DecodedRecord, seq: number): Promise<void> {
+  private async apply(rec: DecodedRecord, seq: number, record: Uint8Array): Promise<void> {
     const t = this.opts.target;
     switch (rec.kind) {
       case 'snapshotBegin':
@@ -219,7 +220,7 @@ export class Follower {
           if (op === null || (op.t !== 'upsert' && op.t !== 'upsert_docs' && op.t !== 'delete')) {
             throw invalidArgument('a snapshot collection record must carry points');
           }
-          await this.enqueue(t.replicaWrite(rec.keyId, op, true));
+          await this.enqueue(t.replicaWrite(rec.keyId, op, true, recordOpBytes(record)));
         }
         this.st.records++;
         return;
@@ -234,7 +235,7 @@ export class Follower {
         this.streaming();
         return;
       case 'commit':
-        await this.commit(rec, seq);
+        await this.commit(rec, seq, record);
         return;
       case 'heartbeat':
         this.heartbeat(seq, rec.leaderSeq!);
@@ -242,7 +243,7 @@ export class Follower {
     }
   }
 
-  private async commit(rec: DecodedRecord, seq: number): Promise<void> {
+  private async commit(rec: DecodedRecord, seq: number, record: Uint8Array): Promise<void> {
     const t = this.opts.target;
     if (this.st.state === 'bootstrapping') throw invalidArgument('a commit inside a snapshot');
     if (this.st.appliedSeq === null && !this.st.bootstrapped) throw invalidArgument('a commit before any snapshot');
@@ -270,7 +271,7 @@ export class Follower {
     // A write the target refuses throws here, before its position is issued; one issued after an earlier
     // failure would cover a hole, so none is.
     if (this.failure !== null) throw this.failure;
-    const write = t.replicaWrite(rec.keyId, op, false);
+    const write = t.replicaWrite(rec.keyId, op, false, recordOpBytes(record));
     const position = t.replicaPosition(seq);
     await this.enqueue(Promise.all([write, position]).then(() => {
       if (seq > (this.st.appliedSeq ?? 0)) this.st.appliedSeq = seq;

@@ -156,8 +156,8 @@ export class ReplicaStore implements ReplicaTarget {
     return this.target.replicaDrop(uid);
   }
 
-  replicaWrite(uid: string, op: Op, bulk: boolean): Promise<void> {
-    return this.target.replicaWrite(uid, op, bulk);
+  replicaWrite(uid: string, op: Op, bulk: boolean, encoded?: Uint8Array): Promise<void> {
+    return this.target.replicaWrite(uid, op, bulk, encoded);
   }
 
   replicaPosition(leaderSeq: number): Promise<void> {
