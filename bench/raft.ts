@@ -20,12 +20,12 @@
 // on core 0); the arms are then run again unpinned (every process on every core) in the
 // full mode. The failover phase runs unpinned.
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
 import { freePort } from '../roles/testing/free-port.js';
-import { cpuSample } from './lib/proc-cpu.js';
+import { cpuPressure, cpuSample } from './lib/proc-cpu.js';
 import { BENCH_API_KEY, startSvc, type SvcServer } from './lib/server-proc.js';
 import { percentile, round } from './lib/stats.js';
 
@@ -62,15 +62,6 @@ function pin(pid: number, cpuList: string): void {
 }
 const ALL_CPUS = `0-${cpus().length - 1}`;
 
-/** CPU pressure of the whole machine (Linux PSI, `some avg10`): the share of time something waited for a core. */
-function cpuPressure(): number | null {
-  try {
-    const m = /some avg10=([\d.]+)/.exec(readFileSync('/proc/pressure/cpu', 'utf8'));
-    return m === null ? null : Number(m[1]);
-  } catch {
-    return null;
-  }
-}
 
 interface RaftView { id: string; role: string; term: number; leader_id: string | null; commit_index: number; applied_index: number }
 interface Member { id: string; env: Record<string, string>; server: SvcServer | null }

@@ -20,7 +20,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomVectors } from './lib/data.js';
-import { cpuSample } from './lib/proc-cpu.js';
+import { cpuPressure, cpuSample } from './lib/proc-cpu.js';
 import { BENCH_API_KEY, startSvc, type SvcServer } from './lib/server-proc.js';
 import { closedLoop, round } from './lib/stats.js';
 
@@ -125,15 +125,6 @@ async function shardSide(shards: SvcServer[]): Promise<{ calls: number; sum_s: n
   return { calls, sum_s: sum };
 }
 
-/** CPU pressure of the whole machine (Linux PSI, `some avg10`): the share of time something waited for a core. */
-function cpuPressure(): number | null {
-  try {
-    const m = /some avg10=([\d.]+)/.exec(readFileSync('/proc/pressure/cpu', 'utf8'));
-    return m === null ? null : Number(m[1]);
-  } catch {
-    return null;
-  }
-}
 
 // --replot FILE: only draw FILE's SVG again (beside it), from its figures.
 const replot = arg('replot', '');

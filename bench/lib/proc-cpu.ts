@@ -82,3 +82,13 @@ export async function withCpuCost<T extends { qps: number }>(
     main_thread_us_per_request: opts.withChildren ? null : round1((main / r.qps) * 1e6),
   };
 }
+
+/** CPU pressure of the whole machine (Linux PSI, `some avg10`): the share of time something waited for a core. */
+export function cpuPressure(): number | null {
+  try {
+    const m = /some avg10=([\d.]+)/.exec(readFileSync('/proc/pressure/cpu', 'utf8'));
+    return m === null ? null : Number(m[1]);
+  } catch {
+    return null;
+  }
+}

@@ -88,3 +88,19 @@ export function scopeAllows(scopes: readonly string[], collection: string): bool
   }
   return false;
 }
+
+/**
+ * What each operation does to a node's data, for the engines that treat them by kind (a read replica
+ * refuses writes; a consensus member proposes them): `read`, `write` (points or collections), `stream`
+ * (the replication stream), `move` (a coordinator's rebalance steps). The compiler refuses a new
+ * operation without one.
+ */
+export type OperationKind = 'read' | 'write' | 'stream' | 'move';
+
+export const OPERATION_KINDS: Readonly<Record<OperationName, OperationKind>> = Object.freeze({
+  listCollections: 'read', collectionInfo: 'read', get: 'read', fetch: 'read', count: 'read', search: 'read', hybridSearch: 'read',
+  searchText: 'read', searchMultiVector: 'read', stats: 'read', snapshot: 'read', rankings: 'read', textStats: 'read',
+  upsert: 'write', bulkUpsert: 'write', delete: 'write', setPayload: 'write', deletePoints: 'write', upsertText: 'write',
+  upsertDocuments: 'write', deleteDocument: 'write', createCollection: 'write', deleteCollection: 'write',
+  replicate: 'stream', moveBatch: 'move', moveCommit: 'move', moveApply: 'move',
+});

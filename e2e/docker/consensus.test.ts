@@ -14,7 +14,7 @@
  */
 import { GenericContainer, Network, Wait, type StartedNetwork, type StartedTestContainer } from 'testcontainers';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { IMAGE, LABEL, PREFIX, call, checkTopK, eventually, must, points, requireEngine, secret, sh } from './docker-harness.js';
+import { IMAGE, LABEL, PREFIX, call, checkTopK, eventually, must, points, requireEngine, secret, sh, removeAll, routerReady } from './docker-harness.js';
 
 const CLIENT_KEY = secret();
 const SHARD_KEY = secret();
@@ -160,20 +160,11 @@ beforeAll(async () => {
     .start();
   started.push(router);
   base = `http://${router.getHost()}:${router.getMappedPort(6333)}`;
-  await eventually('the router is ready', async () => {
-    const r = await fetch(`${base}/readyz`);
-    return r.status === 200 ? true : `readyz ${r.status}`;
-  });
+  await routerReady(base);
 }, 300_000);
 
 afterAll(async () => {
-  const failures: string[] = [];
-  for (const c of started.reverse()) {
-    sh('docker', ['unpause', c.getId()]);
-    await c.stop({ remove: true, removeVolumes: true, timeout: 10_000 }).catch((e: unknown) => failures.push(`${c.getName()}: ${String(e)}`));
-  }
-  await network?.stop().catch((e: unknown) => failures.push(`network: ${String(e)}`));
-  if (failures.length > 0) throw new Error(`cleanup failed: ${failures.join('; ')}`);
+  await removeAll(started, network);
 }, 120_000);
 
 describe('a consensus group of three containers under a router (testcontainers)', () => {

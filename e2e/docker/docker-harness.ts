@@ -115,3 +115,26 @@ export function checkTopK(hits: { id: string; score: number }[], pts: { id: stri
   const last = hits[hits.length - 1].score;
   return last >= best[hits.length - 1] - 1e-5 ? true : `the last hit scores ${last}, the ${hits.length}th best is ${best[hits.length - 1]}`;
 }
+
+/** Until a router's /readyz answers 200. */
+export async function routerReady(base: string): Promise<void> {
+  await eventually('the router is ready', async () => {
+    const r = await fetch(`${base}/readyz`);
+    return r.status === 200 ? true : `readyz ${r.status}`;
+  });
+}
+
+/**
+ * Stops and removes what a test started, newest first, volumes and network included (unpaused first: a
+ * paused container cannot stop); throws once at the end naming what could not be removed.
+ */
+export async function removeAll(started: { getId(): string; getName(): string; stop(o: object): Promise<unknown> }[], network: { stop(): Promise<unknown> } | undefined): Promise<void> {
+  const failures: string[] = [];
+  for (const c of [...started].reverse()) {
+    sh('docker', ['unpause', c.getId()]);
+    await c.stop({ remove: true, removeVolumes: true, timeout: 10_000 }).catch((e: unknown) => failures.push(`${c.getName()}: ${String(e)}`));
+  }
+  await network?.stop().catch((e: unknown) => failures.push(`network: ${String(e)}`));
+  if (failures.length > 0) throw new Error(`cleanup failed: ${failures.join('; ')}`);
+}
+

@@ -1,5 +1,6 @@
 import { SvcError } from '../../base/errors.js';
 import type { EngineApi, OperationName } from '../../service/api.js';
+import { OPERATION_KINDS, type OperationKind } from '../../service/roles.js';
 import type { ForwardedWrite } from './forward.js';
 import type { ConsensusMember } from './member.js';
 
@@ -18,18 +19,6 @@ import type { ConsensusMember } from './member.js';
  *   member applies through the confirmed commit index): it sees every write acknowledged before it, on
  *   any member. Other reads answer from this member's state as it is.
  */
-
-type Kind = 'read' | 'write' | 'local';
-
-/** Every operation, classified: the compiler refuses a new one without an entry here. */
-const KINDS: Readonly<Record<OperationName, Kind>> = {
-  listCollections: 'read', collectionInfo: 'read', get: 'read', fetch: 'read', count: 'read', search: 'read', hybridSearch: 'read',
-  searchText: 'read', searchMultiVector: 'read', stats: 'read', snapshot: 'local', rankings: 'read', textStats: 'read',
-  upsert: 'write', bulkUpsert: 'write', delete: 'write', setPayload: 'write', deletePoints: 'write', upsertText: 'write',
-  upsertDocuments: 'write', deleteDocument: 'write', createCollection: 'write', deleteCollection: 'write',
-  // The replication stream a read replica of this member follows; moves refuse (Database.move).
-  replicate: 'local', moveBatch: 'local', moveCommit: 'local', moveApply: 'local',
-};
 
 export interface RaftEngineOptions {
   readonly db: EngineApi;
@@ -109,15 +98,16 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
   };
 
   const engine: Record<string, unknown> = {};
-  for (const [op, kind] of Object.entries(KINDS) as [OperationName, Kind][]) {
+  for (const [op, kind] of Object.entries(OPERATION_KINDS) as [OperationName, OperationKind][]) {
     if (kind === 'write') engine[op] = (...args: unknown[]) => write(op, args, true);
     else if (kind === 'read') engine[op] = (...args: unknown[]) => read(op, args);
+    // A coordinator's moves: the database refuses them on a member (Database.move).
     else engine[op] = (...args: unknown[]) => run(op, args);
   }
   // The replication stream is an async iterable, not a promise.
   engine.replicate = (...args: unknown[]) => (db.replicate as (...a: unknown[]) => unknown)(...args);
   engine.forwarded = (w: ForwardedWrite) => {
-    if (KINDS[w.op as OperationName] !== 'write') return Promise.reject(new SvcError('invalid_argument', `'${w.op}' is not a write a member forwards`));
+    if (OPERATION_KINDS[w.op as OperationName] !== 'write') return Promise.reject(new SvcError('invalid_argument', `'${w.op}' is not a write a member forwards`));
     return write(w.op, w.args, false);
   };
   engine.close = () => o.close();

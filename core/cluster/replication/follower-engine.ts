@@ -1,6 +1,7 @@
 import { SvcError } from '../../base/errors.js';
 import type { DatabaseStats } from '../../base/model.js';
 import type { EngineApi, OperationName } from '../../service/api.js';
+import { OPERATION_KINDS, type OperationKind } from '../../service/roles.js';
 import type { Follower } from './follower.js';
 
 /**
@@ -9,17 +10,6 @@ import type { Follower } from './follower.js';
  * and a write then gets read_only_replica without touching anything. Reads answer not_ready until the
  * first bootstrap is complete, and while a later one runs.
  */
-
-type Kind = 'read' | 'write' | 'stream';
-
-/** Every operation, classified: the compiler refuses a new one without an entry here. */
-const KINDS: Readonly<Record<OperationName, Kind>> = {
-  listCollections: 'read', collectionInfo: 'read', get: 'read', fetch: 'read', count: 'read', search: 'read', hybridSearch: 'read',
-  searchText: 'read', searchMultiVector: 'read', stats: 'read', snapshot: 'read', rankings: 'read', textStats: 'read',
-  upsert: 'write', bulkUpsert: 'write', delete: 'write', setPayload: 'write', deletePoints: 'write', upsertText: 'write',
-  upsertDocuments: 'write', deleteDocument: 'write', createCollection: 'write', deleteCollection: 'write',
-  replicate: 'stream', moveBatch: 'write', moveCommit: 'write', moveApply: 'write',
-};
 
 export interface FollowerEngineOptions {
   /** Runs a read on the database served now (a re-bootstrap swaps it; a read waits for the swap). */
@@ -42,8 +32,9 @@ export function followerEngine(opts: FollowerEngineOptions): EngineApi {
   };
   const call = (db: EngineApi, op: OperationName, args: unknown[]): unknown => (db[op] as (...a: unknown[]) => unknown).apply(db, args);
   const engine: Record<string, unknown> = {};
-  for (const [op, kind] of Object.entries(KINDS) as [OperationName, Kind][]) {
-    if (kind === 'write') engine[op] = async () => refuse(op);
+  for (const [op, kind] of Object.entries(OPERATION_KINDS) as [OperationName, OperationKind][]) {
+    // A coordinator's moves are writes here: a replica holds no points of its own to give or take.
+    if (kind === 'write' || kind === 'move') engine[op] = async () => refuse(op);
     else if (kind === 'stream') engine[op] = (...args: unknown[]) => call(opts.current(), op, args);
     else engine[op] = async (...args: unknown[]) => {
       ready();
