@@ -433,7 +433,12 @@ export class Database {
       if (createdSeq > 0 && (this.createdSeqs.get(same.uid) ?? 0) > createdSeq) return;
       await this.replicaDrop(same.uid);
     }
-    await this.dir.createCollection(name, spec as unknown as object, { uid, seq: createdSeq });
+    await this.createWithUid(uid, spec, createdSeq);
+  }
+
+  /** A collection under a uid and create seq given from elsewhere (a leader's, a consensus command's). */
+  private async createWithUid(uid: string, spec: CollectionSpec, createdSeq: number): Promise<void> {
+    await this.dir.createCollection(spec.name, spec as unknown as object, { uid, seq: createdSeq });
     this.newCollection(uid, spec);
     this.createdSeqs.set(uid, createdSeq);
     this.segmentLoad.set(uid, { segments: 0, points: 0 });
@@ -630,12 +635,8 @@ export class Database {
   private applyPoints(uid: string, op: Op, bulk: boolean): Promise<number> {
     const col = this.byUid.get(uid);
     if (col === undefined) return Promise.resolve(0);
-    const done = this.dir.append(uid, op).then((seq) => {
-      if (this.byUid.get(uid) !== col) return 0;
-      const changed = col.apply(op, seq, bulk);
-      this.maybeCheckpoint(col);
-      return changed;
-    });
+    // writeHere issues its WAL append before its first await, so the commands of a batch share one fsync.
+    const done = this.writeHere(col, op, bulk);
     // WAL appends resolve in order, so the last one issued is the last one done.
     this.lastPoints = done.catch(() => undefined);
     return done;
@@ -644,21 +645,12 @@ export class Database {
   private async applyCollectionOp(op: Extract<ShardCommand['op'], { t: 'create_collection' | 'drop_collection' }>, index: number): Promise<number> {
     this.checkOpen();
     if (op.t === 'drop_collection') {
-      if (this.byUid.has(op.uid)) {
-        this.forget(op.uid);
-        const dropping = this.dir.dropCollection(op.uid);
-        await this.checkpoints.get(op.uid)?.catch(() => undefined);
-        await dropping;
-      }
+      await this.replicaDrop(op.uid); // nothing when it is not here
       return 0;
     }
     if (this.byUid.has(op.uid)) return 0; // applied before a restart: its create is in the data directory
     if (this.byName.has(op.name)) throw new SvcError('already_exists', `collection '${op.name}' already exists`);
-    const spec = parseCollectionParams(op.params, this.limits);
-    await this.dir.createCollection(op.name, spec as unknown as object, { uid: op.uid, seq: index });
-    this.newCollection(op.uid, spec);
-    this.createdSeqs.set(op.uid, index);
-    this.segmentLoad.set(op.uid, { segments: 0, points: 0 });
+    await this.createWithUid(op.uid, parseCollectionParams(op.params, this.limits), index);
     return 0;
   }
 

@@ -116,7 +116,6 @@ export class ConsensusMember implements Proposer {
   /** Committed batches being applied behind the loop, in order. */
   private applyChain: Promise<void> = Promise.resolve();
   private applyBatches = 0;
-  private appliedWaiters: { index: number; resolve: () => void; reject: (e: unknown) => void }[] = [];
 
   constructor(private readonly o: ConsensusMemberOptions) {
     this.node = new RaftNode({
@@ -205,15 +204,18 @@ export class ConsensusMember implements Proposer {
   whenApplied(index: number, signal: AbortSignal): Promise<void> {
     if (this.applied >= index) return Promise.resolve();
     if (!this.usable()) return Promise.reject(this.failed ?? new SvcError('unavailable', 'the consensus member is closed'));
+    // A read whose index is already known: answered as a confirmed ReadIndex read is (answerReads).
+    const ctx = `a${this.nextRead++}`;
     return new Promise<void>((resolve, reject) => {
-      const w = { index, resolve: () => { signal.removeEventListener('abort', onAbort); resolve(); }, reject: (e: unknown) => { signal.removeEventListener('abort', onAbort); reject(e); } };
       const onAbort = (): void => {
-        const i = this.appliedWaiters.indexOf(w);
-        if (i >= 0) this.appliedWaiters.splice(i, 1);
-        reject(new SvcError('unavailable', `this member did not apply entry ${index} in time`, { reason: 'apply_timeout' }));
+        if (this.reads.delete(ctx)) reject(new SvcError('unavailable', `this member did not apply entry ${index} in time`, { reason: 'apply_timeout' }));
       };
       signal.addEventListener('abort', onAbort, { once: true });
-      this.appliedWaiters.push(w);
+      this.reads.set(ctx, {
+        index,
+        resolve: () => { signal.removeEventListener('abort', onAbort); resolve(); },
+        reject: (e) => { signal.removeEventListener('abort', onAbort); reject(e); },
+      });
     });
   }
 
@@ -375,11 +377,6 @@ export class ConsensusMember implements Proposer {
 
   /** Reads whose index the state machine has reached. */
   private answerReads(): void {
-    if (this.appliedWaiters.length > 0) {
-      const still = [];
-      for (const w of this.appliedWaiters) if (w.index <= this.applied) w.resolve(); else still.push(w);
-      this.appliedWaiters = still;
-    }
     for (const [ctx, read] of this.reads) {
       if (read.index === null || read.index > this.applied) continue;
       this.reads.delete(ctx);
@@ -392,7 +389,6 @@ export class ConsensusMember implements Proposer {
     this.pending.clear();
     for (const r of this.reads.values()) r.reject(e);
     this.reads.clear();
-    for (const w of this.appliedWaiters.splice(0)) w.reject(e);
   }
 }
 
