@@ -80,17 +80,17 @@ export async function startConsensusMember(
   });
   // Snapshots are markers (the database is durable on its own); raft asks for one only to send it to a
   // member further behind than the log, and gets an image of the database then (lazySnapshot).
-  let live = false;
   let cache: { snap: Snapshot; at: number } | null = null;
   const lazySnapshot = (): Snapshot => {
     const s = raftLog.snapshot();
-    if (!live || s.meta.index === 0 || s.data.length > 0) return s;
+    // (member is null only while it is being made: raft's constructor reads the snapshot's index.)
+    if (member === null || s.meta.index === 0 || s.data.length > 0) return s;
     const now = Date.now();
     // One image serves every member that needs one for a while, as long as the log still follows it.
     if (cache !== null && now - cache.at < SNAPSHOT_IMAGE_REUSE_MS && cache.snap.meta.index >= raftLog.firstIndex() - 1) return cache.snap;
     // Part way through a batch the database is not the state at one index: raft sends nothing now, the
     // image is made once the batch is applied (afterApply), and raft's next try sends it.
-    if (!member!.quiescent) {
+    if (!member.quiescent) {
       imageWanted = true;
       return EMPTY_SNAPSHOT;
     }
@@ -118,14 +118,15 @@ export async function startConsensusMember(
     createSnapshot: (i, d) => raftLog.createSnapshot(i, d),
     compact: (i) => raftLog.compact(i),
   };
+  const electionTicks = Math.max(3, Math.round(timing.electionMs / tickMs));
   member = new ConsensusMember({
     id: rc.id, members: rc.members.map((m) => m.id), storage, transport,
     prng: new Prng(randomInt(2 ** 31)),
-    heartbeatTicks: 2, electionTicks: Math.max(3, Math.round(timing.electionMs / tickMs)),
+    heartbeatTicks: 2, electionTicks,
     applied,
     // A member back with an empty data directory may have voted in the current term before it lost it:
     // it votes again only after two election timeouts (docs/consensus.md).
-    raft: { amnesiaTicks: 2 * Math.max(3, Math.round(timing.electionMs / tickMs)) },
+    raft: { amnesiaTicks: 2 * electionTicks },
     stateMachine: {
       apply: (e) => (e.data.length === 0 ? undefined : db.applyCommand(decodeCommand(e.data), e.index)),
       appliedThrough: (index) => db.appliedThrough(index),
@@ -137,7 +138,6 @@ export async function startConsensusMember(
     log: (m, d) => log('error', m, d),
   });
   const m = member;
-  live = true;
   db.useProposer({
     propose: (cmd) => m.propose(encodeCommand(cmd), AbortSignal.timeout(timing.writeTimeoutMs)).then((ack) => ack.result),
   });

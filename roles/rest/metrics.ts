@@ -86,15 +86,9 @@ export function createPromMetrics(): PromMetrics {
   });
   // Counters the pool keeps itself, brought up to its figures at each scrape.
   const poolCounter = (name: string, help: string, read: (s: SearchPoolStats) => number): void => {
-    let seen = 0;
-    new Counter({
-      name, help, registers: [registry],
-      collect() {
-        const s = poolSource?.();
-        const now = s ? read(s) : seen;
-        if (now > seen) this.inc(now - seen);
-        seen = now;
-      },
+    sourcedCounter(registry, name, help, () => {
+      const s = poolSource?.();
+      return s ? { '': read(s) } : null;
     });
   };
   poolCounter('svc_search_worker_searches_total', 'Dense searches a search worker answered', (s) => s.dispatched);
@@ -185,15 +179,9 @@ function followerReplicationSeries(registry: Registry, read: () => FollowerStats
   gauge('svc_replication_lag_seconds', 'How stale this replica may be: 0 while it holds every leader commit it has heard of, else the time '
     + 'since it last held all its leader had (grows while the stream is down or behind)', (s) => s.lagMs / 1000);
   const counter = (name: string, help: string, value: (s: FollowerStats) => number): void => {
-    let seen = 0;
-    new Counter({
-      name, help, registers: [registry],
-      collect() {
-        const s = read();
-        const now = s === null ? seen : value(s);
-        if (now > seen) this.inc(now - seen);
-        seen = now;
-      },
+    sourcedCounter(registry, name, help, () => {
+      const s = read();
+      return s === null ? null : { '': value(s) };
     });
   };
   counter('svc_replication_reconnects_total', 'Times this follower reconnected to its leader', (s) => s.reconnects);
@@ -221,18 +209,7 @@ function consensusSeries(registry: Registry, read: () => ConsensusMetricsSource)
   gauge('svc_raft_applied_index', 'The last log index this member has applied to its data', (s) => s.appliedIndex);
   gauge('svc_raft_snapshot_index', 'The log index of this member\'s last snapshot (the log before it is compacted)', (s) => s.snapshotIndex);
   const counter = (name: string, help: string, labels: string[], values: (s: ConsensusMetricsSource) => Record<string, number>): void => {
-    const seen = new Map<string, number>();
-    new Counter({
-      name, help, labelNames: labels, registers: [registry],
-      collect() {
-        for (const [k, now] of Object.entries(values(read()))) {
-          const before = seen.get(k) ?? 0;
-          if (labels.length === 0) this.inc(Math.max(0, now - before));
-          else this.inc({ [labels[0]]: k }, Math.max(0, now - before));
-          seen.set(k, Math.max(now, before));
-        }
-      },
-    });
+    sourcedCounter(registry, name, help, () => values(read()), labels[0]);
   };
   counter('svc_raft_messages_sent_total', 'Consensus messages this member sent to its peers', [], (s) => ({ '': s.transport.messagesSent }));
   counter('svc_raft_messages_received_total', 'Consensus messages this member received from its peers', [], (s) => ({ '': s.transport.messagesReceived }));
@@ -244,6 +221,28 @@ function consensusSeries(registry: Registry, read: () => ConsensusMetricsSource)
     ['reason'], (s) => snakeKeys(s.transport.rejected));
   counter('svc_raft_forwarded_writes_total', 'Writes this member forwarded to its leader', [], (s) => ({ '': s.forward.forwarded }));
   counter('svc_raft_forward_served_total', 'Writes followers forwarded to this member while it led', [], (s) => ({ '': s.forward.served }));
+}
+
+/**
+ * A counter showing figures its source keeps itself (one per value of `label`, or one figure under ''),
+ * brought up to them at each scrape; a source answering null leaves it as it stands. A labelled series
+ * is shown from zero.
+ */
+function sourcedCounter(registry: Registry, name: string, help: string, read: () => Record<string, number> | null, label?: string): void {
+  const seen = new Map<string, number>();
+  new Counter({
+    name, help, labelNames: label === undefined ? [] : [label], registers: [registry],
+    collect() {
+      const figures = read();
+      if (figures === null) return;
+      for (const [k, now] of Object.entries(figures)) {
+        const before = seen.get(k) ?? 0;
+        if (label !== undefined) this.inc({ [label]: k }, Math.max(0, now - before));
+        else if (now > before) this.inc(now - before);
+        seen.set(k, now);
+      }
+    },
+  });
 }
 
 /** queueFull -> queue_full: label values in the style of the other series. */
