@@ -60,6 +60,8 @@ describe('a consensus group of three svc processes', () => {
     try {
       const leader = await raftLeader(members);
       const followers = members.filter((m) => m !== leader);
+      // A follower learns its leader from the leader's first heartbeat, a moment after the election.
+      await eventually('the follower knows its leader', async () => ((await raftView(followers[0])).leader_id === leader.id ? true : 'not yet'));
       const v = await raftView(followers[0]);
       expect(v).toMatchObject({ id: followers[0].id, role: 'follower', leader_id: leader.id });
       expect(v.members.map((x) => x.id)).toEqual(['n1', 'n2', 'n3']);
