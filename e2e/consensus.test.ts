@@ -1,4 +1,4 @@
-import { rmSync } from 'node:fs';
+import { readdirSync, readFileSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { allPoints, call, eventually, KEY, raftLeader, raftView, restartMember, startNode, startRaftGroup, type RaftMember } from './cluster-harness.js';
@@ -116,6 +116,17 @@ describe('a consensus group of three svc processes', () => {
       });
       const views = await Promise.all(members.map(raftView));
       expect(new Set(views.map((x) => x.leader_id)).size).toBe(1);
+      // It came back by a database image streamed from the leader: received whole, kept sealed in its
+      // raft folder until a newer snapshot replaces it.
+      const series = (text: string, outcome: string): number => Number(new RegExp(`^svc_raft_snapshot_streams_total\\{outcome="${outcome}"\\} (\\d+)`, 'm').exec(text)?.[1]);
+      const backMetrics = await (await fetch(`${leader.server.base}/metrics`)).text();
+      expect(series(backMetrics, 'received')).toBeGreaterThanOrEqual(1);
+      const sentBy = await (await fetch(`${second.server.base}/metrics`)).text();
+      expect(series(sentBy, 'sent')).toBeGreaterThanOrEqual(1);
+      expect(Number(/^svc_raft_snapshot_bytes_sent_total (\d+)/m.exec(sentBy)?.[1])).toBeGreaterThan(0);
+      const images = readdirSync(join(leader.dataDir, 'raft')).filter((n) => n.startsWith('image-'));
+      expect(images.length).toBeLessThanOrEqual(1);
+      for (const f of images) expect(readFileSync(join(leader.dataDir, 'raft', f)).includes(Buffer.from('second'))).toBe(false);
       // The member's series: its role, and the writes it forwarded.
       const metrics = await (await fetch(`${followers[0].server.base}/metrics`)).text();
       expect(metrics).toMatch(/^svc_raft_role\{role="(leader|follower)"\} 1$/m);

@@ -569,43 +569,76 @@ export class Database {
   }
 
   /**
-   * The state now, as commands: each collection's create (with its uid) and its points in bulk writes.
-   * A consensus snapshot (a member too far behind the leader's log gets it): taken between two applied
-   * batches of commands, synchronously, so it is the state at one index.
-   *   'svc-img1' | (u32 length | command)*
+   * A consensus member's image of the whole state, as bytes read while they are consumed (a snapshot
+   * stream to a member behind the log: core/cluster/consensus/snapshot-stream.ts):
+   * `'svc-img1' | (length u32 LE | command)*`, each collection's create then its points. It is fuzzy:
+   * writes applied while it is read may or may not be in it, and the member applies the log from the
+   * index the stream names on, which converges (every command is a whole-point upsert, a delete, a
+   * create or drop by uid, or a payload update setting or removing whole values). Yields to the event
+   * loop as often as its reader waits, so nothing here holds the loop for long.
    */
-  consensusImage(): Uint8Array {
-    const parts: Uint8Array[] = [CONSENSUS_IMAGE_MAGIC];
-    const add = (c: ShardCommand): void => {
+  async *consensusImage(): AsyncGenerator<Uint8Array> {
+    yield CONSENSUS_IMAGE_MAGIC;
+    const record = (c: ShardCommand): Uint8Array => {
       const b = encodeCommand(c);
-      const h = Buffer.allocUnsafe(4);
-      h.writeUInt32LE(b.length, 0);
-      parts.push(h, b);
+      const out = Buffer.allocUnsafe(4 + b.length);
+      out.writeUInt32LE(b.length, 0);
+      out.set(b, 4);
+      return out;
     };
-    for (const col of this.byUid.values()) {
-      add({ uid: '', bulk: false, op: { t: 'create_collection', uid: col.uid, name: col.spec.name, params: col.spec as unknown as object, origin_seq: this.createdSeqs.get(col.uid) ?? 0 } });
-      for (const op of col.captureAll()) add({ uid: col.uid, bulk: true, op });
+    for (const col of [...this.byUid.values()]) {
+      if (this.closed || this.byUid.get(col.uid) !== col) continue; // dropped meanwhile: its drop is in the log after the index
+      yield record({ uid: '', bulk: false, op: { t: 'create_collection', uid: col.uid, name: col.spec.name, params: col.spec as unknown as object, origin_seq: this.createdSeqs.get(col.uid) ?? 0 } });
+      const it = col.captureAll()[Symbol.iterator]();
+      for (;;) {
+        // Checked before every step: a dropped collection's memory is gone.
+        if (this.closed || this.byUid.get(col.uid) !== col) break;
+        const next = it.next();
+        if (next.done) break;
+        // Encoded now, before the reader's wait lets writes change the vectors it views.
+        yield record({ uid: col.uid, bulk: true, op: next.value });
+      }
     }
-    return Buffer.concat(parts);
   }
 
   /**
-   * Replaces the whole state with a consensus snapshot taken at `index` (consensusImage): as a read
-   * replica's bootstrap does (the collections it names are kept by uid and refilled, the others
-   * dropped), and the position is `index` once it is all durable.
+   * Replaces the whole state with a consensus snapshot taken at `index` (consensusImage, its bytes in
+   * any chunking): as a read replica's bootstrap does (the collections it names are kept by uid and
+   * refilled, the others dropped), and the position is `index` once it is all durable.
    */
-  async restoreConsensusImage(data: Uint8Array, index: number): Promise<void> {
-    const b = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+  async restoreConsensusImage(chunks: AsyncIterable<Uint8Array>, index: number): Promise<void> {
+    const it = chunks[Symbol.asyncIterator]();
+    let buf: Buffer = Buffer.alloc(0);
+    /** At least `n` bytes buffered, or false at the end of the image. */
+    const fill = async (n: number): Promise<boolean> => {
+      const parts: Buffer[] = [buf];
+      let have = buf.length;
+      while (have < n) {
+        const r = await it.next();
+        if (r.done === true) break;
+        const b = Buffer.from(r.value.buffer, r.value.byteOffset, r.value.byteLength);
+        parts.push(b);
+        have += b.length;
+      }
+      buf = parts.length === 1 ? buf : Buffer.concat(parts);
+      return buf.length >= n;
+    };
     // Checked before anything is cleared: a marker snapshot (no data) or a damaged one never wipes a member.
-    if (b.length < CONSENSUS_IMAGE_MAGIC.length || !b.subarray(0, CONSENSUS_IMAGE_MAGIC.length).equals(CONSENSUS_IMAGE_MAGIC)) {
-      throw new SvcError('internal', `a consensus snapshot at ${index} without an image (${b.length} bytes): nothing was replaced`);
+    const m = CONSENSUS_IMAGE_MAGIC.length;
+    if (!(await fill(m)) || !buf.subarray(0, m).equals(CONSENSUS_IMAGE_MAGIC)) {
+      throw new SvcError('internal', `a consensus snapshot at ${index} without an image: nothing was replaced`);
     }
+    buf = buf.subarray(m);
     await this.replicaReset();
-    for (let at = CONSENSUS_IMAGE_MAGIC.length; at < b.length;) {
-      if (at + 4 > b.length) throw new SvcError('internal', 'a consensus snapshot ends inside a record length');
-      const n = b.readUInt32LE(at);
-      const cmd = decodeCommand(b.subarray(at + 4, at + 4 + n));
-      at += 4 + n;
+    for (;;) {
+      if (!(await fill(4))) {
+        if (buf.length > 0) throw new SvcError('internal', 'a consensus snapshot ends inside a record length');
+        break;
+      }
+      const n = buf.readUInt32LE(0);
+      if (!(await fill(4 + n))) throw new SvcError('internal', 'a consensus snapshot ends inside a record');
+      const cmd = decodeCommand(buf.subarray(4, 4 + n));
+      buf = buf.subarray(4 + n);
       if (cmd.uid === '') {
         if (cmd.op.t === 'create_collection') await this.replicaCreate(cmd.op.uid, cmd.op.name, cmd.op.params, cmd.op.origin_seq ?? 0);
       } else {

@@ -5,13 +5,15 @@ import { Prng } from '../../core/base/prng.js';
 import { decodeCommand, encodeCommand } from '../../core/cluster/consensus/command.js';
 import { WriteForwarder } from '../../core/cluster/consensus/forward.js';
 import { ConsensusMember, type DurableRaftStorage } from '../../core/cluster/consensus/member.js';
-import { EMPTY_SNAPSHOT, type Snapshot } from '../../core/cluster/raft/index.js';
+import { EMPTY_SNAPSHOT, type Snapshot, type Transport } from '../../core/cluster/raft/index.js';
+import { decodeImageRef, isStreamRequest, SnapshotInbox, SnapshotStreams, STREAM_REQUEST } from '../../core/cluster/consensus/snapshot-stream.js';
 import { raftEngine, type RaftEngine } from '../../core/cluster/consensus/raft-engine.js';
 import { deriveKey, parseMasterKeyHex } from '../../core/crypto/keys.js';
 import { InsecureSealer, XChaChaSealer } from '../../core/crypto/sealer.js';
 import type { Database } from '../../core/embedded.js';
 import { NodeFileSystem } from '../../core/storage/fs.js';
 import { RaftLog } from '../../core/storage/raft-log.js';
+import { readSealedChunks, SealedChunkWriter } from '../../core/storage/sealed-chunks.js';
 import type { RaftNetConfig } from './config.js';
 import type { ConsensusMetricsSource } from '../rest/metrics.js';
 import { RaftTransport } from './transport.js';
@@ -43,8 +45,8 @@ export interface ConsensusHost {
   metrics(): ConsensusMetricsSource;
 }
 
-/** How long one database image serves the members that need a snapshot before a newer one is made. */
-const SNAPSHOT_IMAGE_REUSE_MS = 10_000;
+/** An image streamed to this member, in `<data dir>/raft/image-<stream id>.img` until a newer snapshot replaces it. */
+const IMAGE_SUFFIX = '.img';
 
 /** Codes a command's apply refuses with on every member alike (Database.applyCommand): the write's answer. */
 const DETERMINISTIC = new Set(['already_exists', 'not_found', 'invalid_argument']);
@@ -55,7 +57,29 @@ export async function startConsensusMember(
 ): Promise<ConsensusHost> {
   let applied = await db.consensusApplied();
   const sealer = encryptionKey === null ? new InsecureSealer() : new XChaChaSealer(deriveKey(parseMasterKeyHex(encryptionKey), 'raft'));
-  const raftLog = await RaftLog.open(new NodeFileSystem(), join(dataDir, 'raft'), { sealer, log: (m, d) => log('warn', m, d) });
+  const fs = new NodeFileSystem();
+  const raftDir = join(dataDir, 'raft');
+  const raftLog = await RaftLog.open(fs, raftDir, { sealer, log: (m, d) => log('warn', m, d) });
+  const imagePath = (id: string): string => join(raftDir, `image-${id}${IMAGE_SUFFIX}`);
+  /** A snapshot's data as the database restores it: an image file streamed here, or (older logs) an image in the log. */
+  const imageOf = (s: Snapshot): AsyncIterable<Uint8Array> => {
+    const ref = decodeImageRef(s.data);
+    if (ref === null) return (async function* () { yield s.data; })();
+    return readSealedChunks(fs, imagePath(ref.id), sealer, ref.id, ref.chunks);
+  };
+  /** Image files no snapshot names any more, nor a stream being received: removed. */
+  const removeStaleImages = async (): Promise<void> => {
+    const names = await fs.readdir(raftDir);
+    // Taken after the listing: a stream begun since has no file in it.
+    const keep = inbox?.inUse ?? new Set<string>();
+    const ref = decodeImageRef(raftLog.snapshot().data);
+    if (ref !== null) keep.add(ref.id);
+    for (const name of names) {
+      if (!name.startsWith('image-') || !name.endsWith(IMAGE_SUFFIX)) continue;
+      if (!keep.has(name.slice('image-'.length, -IMAGE_SUFFIX.length))) await fs.unlink(join(raftDir, name)).catch(() => undefined);
+    }
+  };
+  let inbox: SnapshotInbox | null = null;
   const snap = raftLog.snapshot();
   if (applied < snap.meta.index && snap.data.length === 0) {
     // A marker is recorded only at an index already durable in the database: this one is not.
@@ -64,48 +88,76 @@ export async function startConsensusMember(
   if (applied < snap.meta.index) {
     // The last snapshot is newer than what this directory applied (a restore a crash cut short).
     log('info', 'consensus: restoring the state from the log\'s snapshot', { index: snap.meta.index, applied });
-    await db.restoreConsensusImage(snap.data, snap.meta.index);
+    await db.restoreConsensusImage(imageOf(snap), snap.meta.index);
     applied = snap.meta.index;
   }
+  await removeStaleImages();
   const { timing } = rc;
   const tickMs = Math.max(1, Math.floor(timing.heartbeatMs / 2));
   let forwarder: WriteForwarder | null = null;
   let member: ConsensusMember | null = null;
   const transport = new RaftTransport({
     id: rc.id, listen: rc.listen, peers: rc.members, secret: rc.secret, tls: rc.tls, insecure: rc.insecure,
-    onMessage: (m) => member?.receive(m),
+    onMessage: (m) => {
+      if (m.type === 'snap') {
+        // A snapshot's data on the wire is a stream's token: Raft gets it only with the image here whole.
+        const data = inbox!.complete(m.from, m.snapshot.data);
+        if (data === null) return;
+        member?.receive({ ...m, snapshot: { meta: m.snapshot.meta, data } });
+        return;
+      }
+      member?.receive(m);
+    },
     onForward: (payload, from) => forwarder?.receive(payload, from),
-    onPeerLost: (peer) => forwarder?.abandon(peer, 'went away'),
+    onSnapshotFrame: (kind, payload, from) => (kind === 'chunk' ? inbox!.onChunk(from, payload) : streams.onAck(from, payload)),
+    onPeerLost: (peer) => {
+      forwarder?.abandon(peer, 'went away');
+      streams.peerLost(peer);
+    },
     log: (m, d) => log('warn', m, d),
   });
-  // Snapshots are markers (the database is durable on its own); raft asks for one only to send it to a
-  // member further behind than the log, and gets an image of the database then (lazySnapshot).
-  let cache: { snap: Snapshot; at: number } | null = null;
+  // Snapshots are markers (the database is durable on its own). Raft asks for one only to send it to a
+  // member further behind than the log: it gets a request at the applied index, and the image is
+  // streamed to that member from the database as it is read (core/cluster/consensus/snapshot-stream.ts).
   const lazySnapshot = (): Snapshot => {
     const s = raftLog.snapshot();
     // (member is null only while it is being made: raft's constructor reads the snapshot's index.)
-    if (member === null || s.meta.index === 0 || s.data.length > 0) return s;
-    const now = Date.now();
-    // One image serves every member that needs one for a while, as long as the log still follows it.
-    if (cache !== null && now - cache.at < SNAPSHOT_IMAGE_REUSE_MS && cache.snap.meta.index >= raftLog.firstIndex() - 1) return cache.snap;
-    // Part way through a batch the database is not the state at one index: raft sends nothing now, the
-    // image is made once the batch is applied (afterApply), and raft's next try sends it.
-    if (!member.quiescent) {
-      imageWanted = true;
-      return EMPTY_SNAPSHOT;
-    }
-    return makeImage() ?? EMPTY_SNAPSHOT;
-  };
-  let imageWanted = false;
-  const makeImage = (): Snapshot | null => {
-    imageWanted = false;
-    const index = member!.appliedIndex;
+    if (member === null || s.meta.index === 0) return s;
+    const index = member.appliedIndex;
     const term = raftLog.term(index);
-    if (term === null) return null;
-    const data = db.consensusImage();
-    log('info', 'consensus: a database image for a member behind the log', { index, bytes: data.length });
-    cache = { snap: { meta: { index, term }, data }, at: Date.now() };
-    return cache.snap;
+    return term === null ? EMPTY_SNAPSHOT : { meta: { index, term }, data: STREAM_REQUEST };
+  };
+  const streams = new SnapshotStreams({
+    image: () => db.consensusImage(),
+    sendChunk: (to, payload) => transport.sendSnapshotFrame(to, 'chunk', payload),
+    sendSnapshot: (m) => transport.send([m]),
+    log: (m, d) => log('warn', m, d),
+  });
+  inbox = new SnapshotInbox({
+    create: async (id) => {
+      await removeStaleImages();
+      return SealedChunkWriter.create(fs, imagePath(id), sealer, id).then((w) => ({
+        append: (c) => w.append(c),
+        finish: async () => {
+          await w.finish();
+          await fs.fsyncDir(raftDir);
+        },
+        abort: async () => {
+          await w.abort();
+          await fs.unlink(imagePath(id)).catch(() => undefined);
+        },
+      }));
+    },
+    sendAck: (to, payload) => void transport.sendSnapshotFrame(to, 'ack', payload),
+    log: (m, d) => log('warn', m, d),
+  }, streams.stats);
+  /** Raft's messages: a snapshot request becomes a stream; the rest go as they are. */
+  const memberTransport: Transport = {
+    send: (messages) => {
+      const rest = messages.filter((m) => !(m.type === 'snap' && isStreamRequest(m.snapshot.data)));
+      for (const m of messages) if (m.type === 'snap' && isStreamRequest(m.snapshot.data)) streams.send(m);
+      if (rest.length > 0) transport.send(rest);
+    },
   };
   const storage: DurableRaftStorage = {
     hardState: () => raftLog.hardState(),
@@ -115,12 +167,18 @@ export async function startConsensusMember(
     lastIndex: () => raftLog.lastIndex(),
     snapshot: lazySnapshot,
     save: (u) => raftLog.save(u),
-    createSnapshot: (i, d) => raftLog.createSnapshot(i, d),
-    compact: (i) => raftLog.compact(i),
+    createSnapshot: async (i, d) => {
+      const made = await raftLog.createSnapshot(i, d);
+      // The marker replaced a snapshot that named an image file: that file is not needed any more.
+      await removeStaleImages();
+      return made;
+    },
+    // A member being sent an image applies the log from the image's index on: keep it.
+    compact: (i) => raftLog.compact(Math.min(i, streams.floor ?? i)),
   };
   const electionTicks = Math.max(3, Math.round(timing.electionMs / tickMs));
   member = new ConsensusMember({
-    id: rc.id, members: rc.members.map((m) => m.id), storage, transport,
+    id: rc.id, members: rc.members.map((m) => m.id), storage, transport: memberTransport,
     prng: new Prng(randomInt(2 ** 31)),
     heartbeatTicks: 2, electionTicks,
     applied,
@@ -130,10 +188,13 @@ export async function startConsensusMember(
     stateMachine: {
       apply: (e) => (e.data.length === 0 ? undefined : db.applyCommand(decodeCommand(e.data), e.index)),
       appliedThrough: (index) => db.appliedThrough(index),
-      restore: (s) => db.restoreConsensusImage(s.data, s.meta.index),
+      restore: async (s) => {
+        log('info', 'consensus: restoring a snapshot from the leader', { index: s.meta.index });
+        await db.restoreConsensusImage(imageOf(s), s.meta.index);
+        await removeStaleImages();
+      },
     },
     refused: (e) => e instanceof SvcError && DETERMINISTIC.has(e.code),
-    afterApply: () => { if (imageWanted) makeImage(); },
     compaction: { everyEntries: timing.snapshotEntries, retainEntries: Math.floor(timing.snapshotEntries / 4) },
     log: (m, d) => log('error', m, d),
   });
@@ -160,6 +221,7 @@ export async function startConsensusMember(
     close: async () => {
       clearInterval(timer);
       forwarder?.close();
+      streams.close();
       await transport.close();
       await m.close();
       await raftLog.close();
@@ -202,7 +264,7 @@ export async function startConsensusMember(
       const v = view();
       return {
         role: v.role, term: v.term, commitIndex: v.commit_index, appliedIndex: v.applied_index, snapshotIndex: v.snapshot_index,
-        transport: transport.stats, forward: forwarder!.stats,
+        transport: transport.stats, forward: forwarder!.stats, snapshots: streams.stats,
       };
     },
   };

@@ -82,6 +82,8 @@ export interface RaftTransportOptions {
   readonly onPeerLost?: (peer: NodeId) => void;
   /** A forward frame from an authenticated peer (roles/raft/forward.ts); none: such frames are refused. */
   readonly onForward?: (payload: Buffer, from: NodeId) => void;
+  /** A snapshot stream's chunk or acknowledgement from an authenticated peer; none: such frames are refused. */
+  readonly onSnapshotFrame?: (kind: 'chunk' | 'ack', payload: Buffer, from: NodeId) => void;
   readonly log?: (message: string, detail?: Record<string, unknown>) => void;
   readonly limits?: Partial<RaftTransportLimits>;
   /** [0, 1): the backoff's jitter. */
@@ -177,6 +179,16 @@ export class RaftTransport implements Transport {
     return link.writeFrame(encodeFrame(FrameType.forward, payload));
   }
 
+  /**
+   * One frame of a snapshot stream to a peer, now, on this member's connection to it: false when that
+   * connection is not up. The stream paces itself by its acknowledgements (snapshot-stream.ts).
+   */
+  sendSnapshotFrame(to: NodeId, kind: 'chunk' | 'ack', payload: Uint8Array): boolean {
+    const link = this.links.get(to);
+    if (link === undefined || payload.length + 64 > this.limits.frameBytesMax) return false;
+    return link.writeFrame(encodeFrame(kind === 'chunk' ? FrameType.snapshotChunk : FrameType.snapshotAck, payload));
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
@@ -254,6 +266,11 @@ export class RaftTransport implements Transport {
       if (state === 'ready') {
         if (f.type === FrameType.forward && this.options.onForward !== undefined) {
           this.options.onForward(f.payload, peer!);
+          return;
+        }
+        const onSnap = this.options.onSnapshotFrame;
+        if ((f.type === FrameType.snapshotChunk || f.type === FrameType.snapshotAck) && onSnap !== undefined) {
+          onSnap(f.type === FrameType.snapshotChunk ? 'chunk' : 'ack', f.payload, peer!);
           return;
         }
         if (f.type !== FrameType.messages) throw new WireError(`frame type ${f.type} after the handshake`);

@@ -78,8 +78,6 @@ export interface ConsensusMemberOptions {
   readonly raft?: Omit<Partial<RaftOptions>, 'id' | 'members' | 'storage' | 'prng' | 'electionTicks' | 'heartbeatTicks' | 'applied'>;
   readonly log?: (message: string, detail?: Record<string, unknown>) => void;
   readonly compaction?: Compaction;
-  /** Called after each applied batch, with nothing being applied (the moment for an image of the state machine). */
-  readonly afterApply?: () => void;
   /** A deterministic refusal of an entry (see StateMachine); default: none is. */
   readonly refused?: (e: unknown) => boolean;
 }
@@ -111,8 +109,6 @@ export class ConsensusMember implements Proposer {
   private termApplied = 0;
   /** The last snapshot's index (its own or one installed). */
   private snapshotIndex: number;
-  /** Inside applyAll or a restore: the state machine is part way through a batch. */
-  private applying = false;
   /** Committed batches being applied behind the loop, in order. */
   private applyChain: Promise<void> = Promise.resolve();
   private applyBatches = 0;
@@ -263,12 +259,7 @@ export class ConsensusMember implements Proposer {
         if (rd.snapshot) {
           // The snapshot replaces the state: the batches before it finish first.
           await this.applyChain;
-          this.applying = true;
-          try {
-            await this.o.stateMachine.restore(rd.snapshot);
-          } finally {
-            this.applying = false;
-          }
+          await this.o.stateMachine.restore(rd.snapshot);
           this.snapshotIndex = Math.max(this.snapshotIndex, rd.snapshot.meta.index);
           this.applied = Math.max(this.applied, rd.snapshot.meta.index);
           this.termApplied = Math.max(this.termApplied, rd.snapshot.meta.term);
@@ -321,14 +312,8 @@ export class ConsensusMember implements Proposer {
   private async applyAll(entries: readonly Entry[]): Promise<void> {
     if (this.failed !== null) return;
     const sm = this.o.stateMachine;
-    this.applying = true;
-    try {
-      await this.applyBatch(sm, entries);
-    } finally {
-      this.applying = false;
-    }
+    await this.applyBatch(sm, entries);
     this.answerReads();
-    this.o.afterApply?.();
   }
 
   private async applyBatch(sm: StateMachine, entries: readonly Entry[]): Promise<void> {
@@ -368,11 +353,6 @@ export class ConsensusMember implements Proposer {
     const to = index - c.retainEntries;
     if (to >= st.firstIndex()) await st.compact(to);
     this.o.log?.('consensus: snapshot taken and log compacted', { index, compactedThrough: Math.max(to, st.firstIndex() - 1) });
-  }
-
-  /** Whether the state machine is between two applied batches (an image taken now is the state at appliedIndex). */
-  get quiescent(): boolean {
-    return !this.applying;
   }
 
   /** Reads whose index the state machine has reached. */

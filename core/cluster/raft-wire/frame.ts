@@ -7,14 +7,18 @@ import { WireError } from './codec.js';
  * before a byte of it is buffered. The bound is RAFT_FRAME_BYTES_MAX unless the host sets another.
  */
 
-/** 64 MiB: a batch of appends, or a snapshot (the logical snapshot moves to a streamed transfer later). */
+/** 64 MiB: a batch of appends (a database image goes in chunks: core/cluster/consensus/snapshot-stream.ts). */
 export const RAFT_FRAME_BYTES_MAX = 64 << 20;
 export const FRAME_HEADER_BYTES = 5;
 /** Before a peer has authenticated, no frame may be larger than a handshake needs (ids, nonce, proof). */
 export const HANDSHAKE_FRAME_BYTES_MAX = 4096;
 
-/** `forward`: a write a follower member hands to its leader, or the leader's answer (roles/raft/forward.ts). */
-export const FrameType = { hello: 1, challenge: 2, proof: 3, messages: 4, forward: 5 } as const;
+/**
+ * `forward`: a write a follower member hands to its leader, or the leader's answer
+ * (core/cluster/consensus/forward.ts). `snapshotChunk` and `snapshotAck`: a database image streamed to a
+ * member, and its acknowledgements (core/cluster/consensus/snapshot-stream.ts).
+ */
+export const FrameType = { hello: 1, challenge: 2, proof: 3, messages: 4, forward: 5, snapshotChunk: 6, snapshotAck: 7 } as const;
 export type FrameTypeCode = (typeof FrameType)[keyof typeof FrameType];
 const KNOWN = new Set<number>(Object.values(FrameType));
 

@@ -1,0 +1,158 @@
+import { describe, expect, it } from 'vitest';
+import { Prng } from '../../base/prng.js';
+import type { SnapshotMessage } from '../raft/index.js';
+import {
+  CHUNK_BYTES, decodeImageRef, isStreamRequest, SnapshotInbox, SnapshotStreams, STREAM_REQUEST, WINDOW_CHUNKS, type ChunkSink,
+} from './snapshot-stream.js';
+
+/**
+ * The image stream between a leader and a member behind its log: chunks paced by acknowledgements,
+ * the `snap` message only after the last one, and a member that hands Raft a reference only to an
+ * image it holds whole.
+ */
+
+const request = (to: string, index = 7): SnapshotMessage => ({ type: 'snap', from: 'n1', to, term: 3, snapshot: { meta: { index, term: 2 }, data: STREAM_REQUEST } });
+
+/** Image bytes in pieces of varied sizes (as a database yields records). */
+function imageOf(bytes: number, seed: number): { whole: Buffer; pieces: () => AsyncGenerator<Uint8Array> } {
+  const rnd = new Prng(seed);
+  const whole = Buffer.alloc(bytes);
+  for (let i = 0; i < bytes; i++) whole[i] = Math.floor(rnd.next() * 256);
+  const cuts: number[] = [0];
+  while (cuts[cuts.length - 1] < bytes) cuts.push(Math.min(bytes, cuts[cuts.length - 1] + 1 + Math.floor(rnd.next() * 300_000)));
+  return {
+    whole,
+    pieces: async function* () {
+      for (let i = 1; i < cuts.length; i++) yield whole.subarray(cuts[i - 1], cuts[i]);
+    },
+  };
+}
+
+interface Wire {
+  streams: SnapshotStreams;
+  inbox: SnapshotInbox;
+  files: Map<string, Buffer[]>;
+  delivered: SnapshotMessage[];
+  /** Chunk frames in flight to the member, not yet delivered. */
+  inFlight: Buffer[];
+  maxUnacked: number;
+  deliverAll(): void;
+}
+
+/** A leader n1 and a member n2; chunks are held until `deliverAll` (or dropped by the test). */
+function wire(image: () => AsyncIterable<Uint8Array>, opts: { ackTimeoutMs?: number } = {}): Wire {
+  const files = new Map<string, Buffer[]>();
+  const delivered: SnapshotMessage[] = [];
+  const w = { files, delivered, inFlight: [] as Buffer[], maxUnacked: 0 } as Wire;
+  let sent = 0;
+  let acked = 0;
+  w.streams = new SnapshotStreams({
+    image,
+    sendChunk: (_to, payload) => {
+      w.inFlight.push(Buffer.from(payload));
+      sent++;
+      w.maxUnacked = Math.max(w.maxUnacked, sent - acked);
+      queueMicrotask(() => w.deliverAll());
+      return true;
+    },
+    sendSnapshot: (m) => {
+      const data = w.inbox.complete('n1', m.snapshot.data);
+      if (data !== null) delivered.push({ ...m, snapshot: { meta: m.snapshot.meta, data } });
+    },
+    ackTimeoutMs: opts.ackTimeoutMs,
+  });
+  w.inbox = new SnapshotInbox({
+    create: (id) => {
+      const chunks: Buffer[] = [];
+      files.set(id, chunks);
+      const sink: ChunkSink = {
+        append: async (c) => {
+          await new Promise((r) => setTimeout(r, 1)); // a disk
+          chunks.push(Buffer.from(c));
+        },
+        finish: async () => undefined,
+        abort: async () => void files.delete(id),
+      };
+      return Promise.resolve(sink);
+    },
+    sendAck: (_to, payload) => {
+      acked++;
+      w.streams.onAck('n2', Buffer.from(payload));
+    },
+  }, w.streams.stats);
+  w.deliverAll = () => {
+    for (const f of w.inFlight.splice(0)) w.inbox.onChunk('n1', f);
+  };
+  return w;
+}
+
+const until = async (cond: () => boolean, ms = 10_000): Promise<void> => {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error('timed out');
+    await new Promise((r) => setTimeout(r, 2));
+  }
+};
+
+describe('snapshot streams', () => {
+  it('sends an image of many chunks with a bounded window; the member gets a reference to the whole image only after the last chunk', async () => {
+    const img = imageOf(5 * CHUNK_BYTES + 12_345, 1);
+    const w = wire(img.pieces);
+    w.streams.send(request('n2'));
+    expect(w.streams.floor).toBe(7);
+    // A second ask while one runs starts nothing.
+    w.streams.send(request('n2', 9));
+    await until(() => w.delivered.length === 1);
+    const ref = decodeImageRef(w.delivered[0].snapshot.data)!;
+    expect(ref.chunks).toBe(6);
+    expect(w.delivered[0].snapshot.meta).toEqual({ index: 7, term: 2 });
+    expect(Buffer.concat(w.files.get(ref.id)!).equals(img.whole)).toBe(true);
+    expect(w.maxUnacked).toBeLessThanOrEqual(WINDOW_CHUNKS);
+    expect(w.streams.stats).toMatchObject({ sent: 1, bytesSent: img.whole.length, received: 1, failed: 0 });
+    expect(w.streams.floor).toBeNull();
+  });
+
+  it('a lost chunk ends the stream (the member drops what follows, the leader times out) and the next one starts over', async () => {
+    const img = imageOf(3 * CHUNK_BYTES, 2);
+    const w = wire(img.pieces, { ackTimeoutMs: 200 });
+    let lost = false;
+    const deliver = w.deliverAll;
+    w.deliverAll = () => {
+      // The frame of chunk 1 (its seq after the 16-byte stream id) is lost, once.
+      w.inFlight = w.inFlight.filter((f) => lost || f.readUInt32LE(16) !== 1 || !(lost = true));
+      deliver();
+    };
+    w.streams.send(request('n2'));
+    await until(() => w.streams.stats.failed === 1);
+    expect(w.delivered).toEqual([]);
+    w.deliverAll = deliver;
+    w.streams.send(request('n2', 8));
+    await until(() => w.delivered.length === 1);
+    const ref = decodeImageRef(w.delivered[0].snapshot.data)!;
+    expect(Buffer.concat(w.files.get(ref.id)!).equals(img.whole)).toBe(true);
+    // The first stream's partial file was removed when the second began.
+    expect(w.files.size).toBe(1);
+  });
+
+  it('a broken connection ends the running stream at once', async () => {
+    const img = imageOf(4 * CHUNK_BYTES, 3);
+    const w = wire(img.pieces);
+    w.deliverAll = () => undefined; // nothing arrives, nothing is acknowledged
+    w.streams.send(request('n2'));
+    await until(() => w.inFlight.length > 0);
+    w.streams.peerLost('n2');
+    await until(() => w.streams.stats.failed === 1, 2000);
+    expect(w.streams.floor).toBeNull();
+  });
+
+  it('the member refuses a snap naming a stream it does not hold whole, and anything malformed', () => {
+    const stats = { sent: 0, bytesSent: 0, failed: 0, received: 0, dropped: 0 };
+    const inbox = new SnapshotInbox({ create: () => Promise.reject(new Error('unused')), sendAck: () => undefined }, stats);
+    expect(inbox.complete('n1', STREAM_REQUEST)).toBeNull();
+    expect(inbox.complete('n1', new Uint8Array(28))).toBeNull();
+    inbox.onChunk('n1', Buffer.alloc(3));
+    expect(stats.dropped).toBe(3);
+    expect(isStreamRequest(STREAM_REQUEST)).toBe(true);
+    expect(decodeImageRef(STREAM_REQUEST)).toBeNull();
+  });
+});

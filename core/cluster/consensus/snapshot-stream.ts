@@ -1,0 +1,349 @@
+import { randomBytes } from 'node:crypto';
+import type { NodeId, SnapshotMessage } from '../raft/index.js';
+
+/**
+ * A database image streamed to a member too far behind the leader's log (issue 17), in chunks, outside
+ * Raft's messages: no image is ever held whole in memory or put in one frame, whatever the shard's size.
+ *
+ * - The leader's Raft asks its storage for a snapshot and gets a **request** (the data is STREAM_REQUEST;
+ *   the meta is the leader's applied index and its term): nothing is built yet.
+ * - Its `snap` message to a member goes to SnapshotStreams instead of the wire. That starts a stream to
+ *   the member (one at a time per member; a second ask while one runs is dropped, and Raft asks again
+ *   later if it must): the image's bytes are read from the database as they are sent, in chunks of at
+ *   most CHUNK_BYTES, with at most WINDOW_CHUNKS not yet acknowledged (the member acknowledges a chunk
+ *   once it is in its file). After the last acknowledgement the `snap` message itself goes, its data the
+ *   stream's **token** (the stream id and chunk count).
+ * - The member (SnapshotInbox) writes the chunks to a file (sealed: core/storage/sealed-chunks.ts),
+ *   syncs it at the last, and hands Raft the `snap` message with a **reference** to the complete file
+ *   as its data; a `snap` naming a stream it does not hold whole is dropped. Raft persists the snapshot
+ *   (the reference, a few bytes) before the host restores the database from the file.
+ *
+ * The image is fuzzy, as a read replica's bootstrap is (core/collection/replication.ts): writes go on
+ * while it is read, so it holds every write through the meta index and some after it. The member then
+ * applies the log from the meta index on; each command is a whole-point upsert, a delete, a create or
+ * drop by uid, or a payload update setting or removing whole values, so applying one the image already
+ * reflects converges to the leader's state (docs/consensus.md, Snapshots).
+ *
+ *   request:  'svc-srq1'
+ *   token:    'svc-stm1' | stream id (16 bytes) | chunks u32 LE
+ *   ref:      'svc-ref1' | stream id (16 bytes) | chunks u32 LE     (the file's name comes from the id)
+ *   chunk frame: stream id (16) | seq u32 LE | last u8 | bytes
+ *   ack frame:   stream id (16) | seq u32 LE               (every chunk through seq is written)
+ */
+
+export const CHUNK_BYTES = 1 << 20;
+export const WINDOW_CHUNKS = 8;
+/** A member that acknowledges nothing for this long has gone (or its disk has): the stream ends. */
+export const ACK_TIMEOUT_MS = 30_000;
+
+const REQUEST = Buffer.from('svc-srq1', 'latin1');
+const TOKEN = Buffer.from('svc-stm1', 'latin1');
+const REF = Buffer.from('svc-ref1', 'latin1');
+const ID_BYTES = 16;
+const MAGIC_BYTES = 8;
+
+export const STREAM_REQUEST: Uint8Array = REQUEST;
+
+export interface StreamRef {
+  /** 32 hex digits. */
+  readonly id: string;
+  readonly chunks: number;
+}
+
+const startsWith = (data: Uint8Array, magic: Buffer): boolean =>
+  data.length >= MAGIC_BYTES && Buffer.from(data.buffer, data.byteOffset, MAGIC_BYTES).equals(magic);
+
+export function isStreamRequest(data: Uint8Array): boolean {
+  return data.length === MAGIC_BYTES && startsWith(data, REQUEST);
+}
+
+function encodeRef(magic: Buffer, r: StreamRef): Uint8Array {
+  const b = Buffer.allocUnsafe(MAGIC_BYTES + ID_BYTES + 4);
+  magic.copy(b, 0);
+  Buffer.from(r.id, 'hex').copy(b, MAGIC_BYTES);
+  b.writeUInt32LE(r.chunks, MAGIC_BYTES + ID_BYTES);
+  return b;
+}
+
+function decodeRef(magic: Buffer, data: Uint8Array): StreamRef | null {
+  if (data.length !== MAGIC_BYTES + ID_BYTES + 4 || !startsWith(data, magic)) return null;
+  const b = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+  return { id: b.toString('hex', MAGIC_BYTES, MAGIC_BYTES + ID_BYTES), chunks: b.readUInt32LE(MAGIC_BYTES + ID_BYTES) };
+}
+
+export const encodeImageRef = (r: StreamRef): Uint8Array => encodeRef(REF, r);
+/** The complete image file a snapshot's data names; null when the data is not such a reference. */
+export const decodeImageRef = (data: Uint8Array): StreamRef | null => decodeRef(REF, data);
+
+function encodeChunk(id: Buffer, seq: number, last: boolean, bytes: Uint8Array): Uint8Array {
+  const b = Buffer.allocUnsafe(ID_BYTES + 5 + bytes.length);
+  id.copy(b, 0);
+  b.writeUInt32LE(seq, ID_BYTES);
+  b[ID_BYTES + 4] = last ? 1 : 0;
+  b.set(bytes, ID_BYTES + 5);
+  return b;
+}
+
+function decodeChunk(p: Buffer): { id: string; seq: number; last: boolean; bytes: Buffer } | null {
+  if (p.length < ID_BYTES + 5 || p[ID_BYTES + 4] > 1) return null;
+  return { id: p.toString('hex', 0, ID_BYTES), seq: p.readUInt32LE(ID_BYTES), last: p[ID_BYTES + 4] === 1, bytes: p.subarray(ID_BYTES + 5) };
+}
+
+function encodeAck(id: string, seq: number): Uint8Array {
+  const b = Buffer.allocUnsafe(ID_BYTES + 4);
+  Buffer.from(id, 'hex').copy(b, 0);
+  b.writeUInt32LE(seq, ID_BYTES);
+  return b;
+}
+
+function decodeAck(p: Buffer): { id: string; seq: number } | null {
+  if (p.length !== ID_BYTES + 4) return null;
+  return { id: p.toString('hex', 0, ID_BYTES), seq: p.readUInt32LE(ID_BYTES) };
+}
+
+export interface SnapshotStreamStats {
+  /** Streams this member sent whole, and the bytes of image in them. */
+  sent: number;
+  bytesSent: number;
+  /** Streams that ended before their last chunk was acknowledged (peer lost, timeout, an image read failing). */
+  failed: number;
+  /** Streams this member received whole and handed to Raft. */
+  received: number;
+  /** Frames or `snap` messages dropped: malformed, out of order, or naming a stream not held whole. */
+  dropped: number;
+}
+
+export interface SnapshotStreamsOptions {
+  /** The database image's bytes, read as they are consumed (Database.consensusImage). */
+  image(): AsyncIterable<Uint8Array>;
+  /** One chunk frame to a peer now; false when its connection is not up. */
+  sendChunk(to: NodeId, payload: Uint8Array): boolean;
+  /** The `snap` message, through Raft's usual path, once every chunk is acknowledged. */
+  sendSnapshot(m: SnapshotMessage): void;
+  log?(message: string, detail?: Record<string, unknown>): void;
+  ackTimeoutMs?: number;
+}
+
+interface OutStream {
+  readonly id: Buffer;
+  readonly to: NodeId;
+  readonly index: number;
+  acked: number;
+  sent: number;
+  readonly stop: AbortController;
+  wake: (() => void) | null;
+}
+
+/** The leader's side: one stream per member at a time. */
+export class SnapshotStreams {
+  private readonly out = new Map<NodeId, OutStream>();
+  readonly stats: SnapshotStreamStats = { sent: 0, bytesSent: 0, failed: 0, received: 0, dropped: 0 };
+  private closed = false;
+
+  constructor(private readonly o: SnapshotStreamsOptions) {}
+
+  /** Raft's `snap` message carrying a request: starts a stream to its member unless one runs. */
+  send(m: SnapshotMessage): void {
+    if (this.closed || this.out.has(m.to)) return;
+    const s: OutStream = { id: randomBytes(ID_BYTES), to: m.to, index: m.snapshot.meta.index, acked: -1, sent: 0, stop: new AbortController(), wake: null };
+    this.out.set(m.to, s);
+    void this.run(s, m).then(
+      () => undefined,
+      (e: unknown) => {
+        this.stats.failed++;
+        this.o.log?.('consensus: a snapshot stream to a member ended early (Raft sends another)', { to: m.to, index: s.index, error: e instanceof Error ? e.message : String(e) });
+      },
+    ).finally(() => {
+      if (this.out.get(m.to) === s) this.out.delete(m.to);
+    });
+  }
+
+  /** The lowest snapshot index a running stream sends: the log after it must stay for that member. */
+  get floor(): number | null {
+    let f: number | null = null;
+    for (const s of this.out.values()) f = f === null ? s.index : Math.min(f, s.index);
+    return f;
+  }
+
+  /** An ack frame from a peer. */
+  onAck(from: NodeId, payload: Buffer): void {
+    const a = decodeAck(payload);
+    const s = this.out.get(from);
+    if (a === null || s === undefined || a.id !== s.id.toString('hex')) {
+      this.stats.dropped++;
+      return;
+    }
+    if (a.seq > s.acked) s.acked = a.seq;
+    s.wake?.();
+  }
+
+  /** The connection to a peer broke: its stream cannot go on (chunks may be lost). */
+  peerLost(peer: NodeId): void {
+    this.out.get(peer)?.stop.abort(new Error(`the connection to '${peer}' closed`));
+  }
+
+  close(): void {
+    this.closed = true;
+    for (const s of this.out.values()) s.stop.abort(new Error('the member is closing'));
+  }
+
+  private async run(s: OutStream, m: SnapshotMessage): Promise<void> {
+    const timeoutMs = this.o.ackTimeoutMs ?? ACK_TIMEOUT_MS;
+    let bytes = 0;
+    /** Waits until fewer than `window` chunks are unacknowledged (through `s.sent - 1`). */
+    const waitAcks = async (window: number): Promise<void> => {
+      while (s.sent - 1 - s.acked >= window) {
+        if (s.stop.signal.aborted) throw s.stop.signal.reason;
+        const before = s.acked;
+        await new Promise<void>((resolve) => {
+          const t = setTimeout(resolve, timeoutMs);
+          const done = (): void => { clearTimeout(t); s.wake = null; s.stop.signal.removeEventListener('abort', done); resolve(); };
+          s.wake = done;
+          s.stop.signal.addEventListener('abort', done, { once: true });
+        });
+        if (s.stop.signal.aborted) throw s.stop.signal.reason;
+        if (s.acked === before) throw new Error(`no acknowledgement from '${s.to}' in ${timeoutMs} ms`);
+      }
+    };
+    const put = async (chunk: Uint8Array, last: boolean): Promise<void> => {
+      await waitAcks(WINDOW_CHUNKS);
+      if (!this.o.sendChunk(s.to, encodeChunk(s.id, s.sent, last, chunk))) throw new Error(`no connection to '${s.to}'`);
+      s.sent++;
+      bytes += chunk.length;
+    };
+    // Chunks are cut from the image's byte stream where CHUNK_BYTES falls; the last one is flagged, so
+    // one is held back until the next shows it was not the last.
+    let held: Uint8Array | null = null;
+    let pending: Buffer[] = [];
+    let pendingBytes = 0;
+    for await (const piece of this.o.image()) {
+      if (s.stop.signal.aborted) throw s.stop.signal.reason;
+      let at = 0;
+      while (at < piece.length) {
+        const take = Math.min(CHUNK_BYTES - pendingBytes, piece.length - at);
+        pending.push(Buffer.from(piece.buffer, piece.byteOffset + at, take));
+        pendingBytes += take;
+        at += take;
+        if (pendingBytes === CHUNK_BYTES) {
+          if (held !== null) await put(held, false);
+          held = Buffer.concat(pending);
+          pending = [];
+          pendingBytes = 0;
+        }
+      }
+    }
+    if (pendingBytes > 0) {
+      if (held !== null) await put(held, false);
+      held = Buffer.concat(pending);
+    }
+    await put(held ?? new Uint8Array(0), true);
+    await waitAcks(1);
+    this.stats.sent++;
+    this.stats.bytesSent += bytes;
+    this.o.sendSnapshot({ ...m, snapshot: { meta: m.snapshot.meta, data: encodeRef(TOKEN, { id: s.id.toString('hex'), chunks: s.sent }) } });
+  }
+}
+
+/** Where a member writes one incoming stream's chunks (a SealedChunkWriter over a file). */
+export interface ChunkSink {
+  append(chunk: Uint8Array): Promise<void>;
+  /** Durable. */
+  finish(): Promise<void>;
+  /** Abandoned: closed and removed. */
+  abort(): Promise<void>;
+}
+
+export interface SnapshotInboxOptions {
+  /** A sink for stream `id` (a new file). */
+  create(id: string): Promise<ChunkSink>;
+  sendAck(to: NodeId, payload: Uint8Array): void;
+  log?(message: string, detail?: Record<string, unknown>): void;
+}
+
+interface InStream {
+  readonly id: string;
+  readonly from: NodeId;
+  /** The next seq expected. */
+  next: number;
+  done: boolean;
+  failed: boolean;
+  chain: Promise<ChunkSink | null>;
+}
+
+/** A member's side: at most one incoming stream per peer (a newer one from it replaces the older). */
+export class SnapshotInbox {
+  private readonly in = new Map<NodeId, InStream>();
+
+  constructor(private readonly o: SnapshotInboxOptions, readonly stats: SnapshotStreamStats) {}
+
+  onChunk(from: NodeId, payload: Buffer): void {
+    const c = decodeChunk(payload);
+    if (c === null) {
+      this.stats.dropped++;
+      return;
+    }
+    let s = this.in.get(from);
+    if (c.seq === 0) {
+      if (s !== undefined) this.abandon(s);
+      s = { id: c.id, from, next: 0, done: false, failed: false, chain: this.o.create(c.id) };
+      this.in.set(from, s);
+    }
+    if (s === undefined || s.id !== c.id || s.next !== c.seq || s.done || s.failed) {
+      // Out of order (a chunk lost with a broken connection): this stream cannot complete.
+      this.stats.dropped++;
+      if (s !== undefined && s.id === c.id && !s.failed) this.abandon(s);
+      return;
+    }
+    s.next++;
+    const stream = s;
+    const seq = c.seq;
+    const bytes = Buffer.from(c.bytes); // the frame's buffer is not ours to keep
+    stream.chain = stream.chain.then(async (sink) => {
+      if (sink === null || stream.failed) return null;
+      await sink.append(bytes);
+      if (c.last) {
+        await sink.finish();
+        stream.done = true;
+      }
+      this.o.sendAck(from, encodeAck(stream.id, seq));
+      return sink;
+    }).catch((e: unknown) => {
+      stream.failed = true;
+      this.o.log?.('consensus: writing an incoming snapshot failed', { from, error: e instanceof Error ? e.message : String(e) });
+      return null;
+    });
+  }
+
+  /**
+   * A `snap` message's data, as Raft may take it: a token naming a stream from this peer that is whole
+   * and durable becomes a reference to its file; anything else is null (dropped: Raft sends again).
+   */
+  complete(from: NodeId, data: Uint8Array): Uint8Array | null {
+    const t = decodeRef(TOKEN, data);
+    const s = this.in.get(from);
+    if (t === null || s === undefined || s.id !== t.id || !s.done || s.next !== t.chunks) {
+      this.stats.dropped++;
+      return null;
+    }
+    this.in.delete(from);
+    this.stats.received++;
+    this.lastCompleted = t.id;
+    return encodeImageRef(t);
+  }
+
+  /** The last stream handed to Raft whole: its snapshot may not be persisted yet. */
+  private lastCompleted: string | null = null;
+
+  /** The ids of the streams being received now, and of the last one handed to Raft (their files are not stale). */
+  get inUse(): Set<string> {
+    const ids = new Set([...this.in.values()].map((s) => s.id));
+    if (this.lastCompleted !== null) ids.add(this.lastCompleted);
+    return ids;
+  }
+
+  private abandon(s: InStream): void {
+    s.failed = true;
+    if (this.in.get(s.from) === s) this.in.delete(s.from);
+    void s.chain.then((sink) => sink?.abort());
+  }
+}

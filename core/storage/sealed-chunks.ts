@@ -1,0 +1,74 @@
+import { SvcError } from '../base/errors.js';
+import type { Sealer } from '../crypto/sealer.js';
+import type { FileHandle, FileSystem } from './fs.js';
+
+/**
+ * A file of sealed chunks, written once front to back and read back in order: what a consensus member
+ * keeps of a database image streamed to it (roles/raft/member-host.ts) until it has restored it.
+ *
+ *   record*: `length u32 LE | sealed(chunk)`, chunk i sealed with the additional data `<tag>:<i>`
+ *
+ * The tag names the file's content (a stream id), so a chunk of another file, or one moved within this
+ * one, fails to open. A file cut short is found by the reader's expected chunk count.
+ */
+
+/** One sealed record may hold this much (a chunk of an image stream is at most a few MiB). */
+const RECORD_BYTES_MAX = 64 << 20;
+
+const aad = (tag: string, i: number): Uint8Array => Buffer.from(`${tag}:${i}`, 'utf8');
+
+export class SealedChunkWriter {
+  private count = 0;
+
+  private constructor(private readonly h: FileHandle, private readonly sealer: Sealer, private readonly tag: string) {}
+
+  /** A new file at `path` (which must not exist). */
+  static async create(fs: FileSystem, path: string, sealer: Sealer, tag: string): Promise<SealedChunkWriter> {
+    return new SealedChunkWriter(await fs.open(path, 'create'), sealer, tag);
+  }
+
+  get chunks(): number {
+    return this.count;
+  }
+
+  async append(chunk: Uint8Array): Promise<void> {
+    const sealed = this.sealer.seal(chunk, aad(this.tag, this.count));
+    const rec = Buffer.allocUnsafe(4 + sealed.length);
+    rec.writeUInt32LE(sealed.length, 0);
+    rec.set(sealed, 4);
+    await this.h.append(rec);
+    this.count++;
+  }
+
+  /** Durable, then closed. */
+  async finish(): Promise<void> {
+    await this.h.sync();
+    await this.h.close();
+  }
+
+  /** Closed, not synced (the caller removes the file). */
+  async abort(): Promise<void> {
+    await this.h.close().catch(() => undefined);
+  }
+}
+
+/** The chunks of a file SealedChunkWriter wrote, in order; throws if it holds other than `chunks` of them. */
+export async function* readSealedChunks(fs: FileSystem, path: string, sealer: Sealer, tag: string, chunks: number): AsyncGenerator<Uint8Array> {
+  const h = await fs.open(path, 'read');
+  try {
+    const size = await h.size();
+    let at = 0;
+    for (let i = 0; i < chunks; i++) {
+      const head = await h.read(at, 4);
+      if (head.length < 4) throw new SvcError('internal', `${path} ends after ${i} of its ${chunks} chunks`);
+      const n = Buffer.from(head.buffer, head.byteOffset, 4).readUInt32LE(0);
+      if (n > RECORD_BYTES_MAX || at + 4 + n > size) throw new SvcError('internal', `${path}: chunk ${i} at byte ${at} runs past the end of the file`);
+      const sealed = await h.read(at + 4, n);
+      at += 4 + n;
+      yield sealer.open(sealed, aad(tag, i));
+    }
+    if (at !== size) throw new SvcError('internal', `${path} holds ${size - at} bytes after its ${chunks} chunks`);
+  } finally {
+    await h.close();
+  }
+}
