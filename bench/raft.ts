@@ -13,7 +13,14 @@
 //    kill waits until the group is whole again (one leader every member names, every member applied
 //    through the leader's commit index). At the end every member is asked for all its points:
 //    every acknowledged upsert must be on every member.
-// Run: npm run bench:raft [-- --quick] [--kills 50] [--secs 5] [--rounds 3] [--no-pin] [--only throughput|failover]
+// 3. Catch-up by snapshot: a second group (SVC_RAFT_SNAPSHOT_ENTRIES=50, so its log is compacted) is
+//    filled with --catchup-mb MiB of vectors (dim 256, bulk upserts); a follower is SIGKILLed, its data
+//    directory wiped, and it restarts while a client writes single points through the leader. Measured:
+//    the time until it has applied through the leader's commit index, the image bytes streamed, the
+//    leader's peak RSS growth (an image is never whole in memory), and the client's write latency
+//    while the image streams. At the end the member holds exactly the leader's points.
+// Run: npm run bench:raft [-- --quick] [--kills 50] [--secs 5] [--rounds 3] [--no-pin] [--catchup-mb 160]
+//      [--only throughput|failover|catchup]
 // Pinning (Linux, 2+ cores, unless --no-pin): for the throughput arms, the server written to (the
 // leader, or the single node) and this load generator share core 0, the followers have core 1, as if
 // they were other machines (through a follower: that follower stays on core 1 with the other, the leader
@@ -39,9 +46,11 @@ const SECS = arg('secs', quick ? 1 : 5);
 const ROUNDS = arg('rounds', quick ? 1 : 3);
 const PIN = !process.argv.includes('--no-pin') && process.platform === 'linux' && cpus().length >= 2;
 const onlyAt = process.argv.indexOf('--only');
-/** --only throughput|failover: one part (a diagnosis); the results files are written only for both. */
+/** --only throughput|failover|catchup: one part (a diagnosis); the results files are written only for all. */
 const ONLY = onlyAt < 0 ? null : process.argv[onlyAt + 1];
 const CONCURRENCY = [1, 8, 64];
+/** More than one 64 MiB transport frame in the full run: the image must stream. */
+const CATCHUP_MB = arg('catchup-mb', quick ? 16 : 160);
 const DIM = 16;
 const RETRY_MS = 10;
 const CLIENT_TIMEOUT_MS = 1000;
@@ -347,6 +356,112 @@ async function failover(members: Member[], start: (m: Member) => Promise<void>):
 
 // ---- the run ----
 
+// ---- 3. catch-up by snapshot ----
+
+const CATCHUP_DIM = 256;
+
+async function metric(m: Member, name: string, label = ''): Promise<number> {
+  const text = await (await fetch(`${m.server!.rest}/metrics`)).text();
+  const line = text.split('\n').find((l) => l.startsWith(`${name}${label} `));
+  return line === undefined ? 0 : Number(line.split(' ')[1]);
+}
+
+function rssKb(pid: number): number {
+  try {
+    const status = execFileSync('cat', [`/proc/${pid}/status`], { encoding: 'utf8' });
+    return Number(/VmRSS:\s+(\d+)/.exec(status)?.[1] ?? 0);
+  } catch {
+    return 0;
+  }
+}
+
+async function catchup(work: string, mb: number): Promise<Record<string, unknown>> {
+  const ids = IDS.map((id) => `c${id}`);
+  const ports = await Promise.all(ids.map(() => freePort()));
+  const list = ids.map((id, i) => `${id}=127.0.0.1:${ports[i]}`).join(',');
+  const group: Member[] = ids.map((id) => ({
+    id, server: null,
+    env: { SVC_RAFT_MEMBERS: list, SVC_RAFT_NODE_ID: id, SVC_RAFT_SECRET: SECRET, SVC_DATA_DIR: join(work, id), SVC_RAFT_SNAPSHOT_ENTRIES: '50' },
+  }));
+  const start = async (m: Member): Promise<void> => { m.server = await startSvc(m.env); };
+  try {
+    await Promise.all(group.map(start));
+    let leader = await whole(group);
+    await leader.server!.call('POST', '/v1/collections', { name: 'img', dim: CATCHUP_DIM, metric: 'cosine' });
+    // The writes made while the member catches up: single points, the bench's own dim.
+    await leader.server!.call('POST', '/v1/collections', { name: 'live', dim: DIM, metric: 'cosine' });
+    const points = mb * 1024 * 1024 / (CATCHUP_DIM * 4);
+    const batch = 2000;
+    const tFill = performance.now();
+    const v = new Float32Array(CATCHUP_DIM);
+    for (let at = 0; at < points; at += batch) {
+      const pts = [];
+      for (let i = at; i < Math.min(points, at + batch); i++) {
+        for (let k = 0; k < CATCHUP_DIM; k++) v[k] = Math.sin(i * 0.37 + k * 1.3);
+        pts.push({ id: `b${i}`, vector_b64: Buffer.from(v.buffer).toString('base64'), payload: { i } });
+      }
+      await leader.server!.call('POST', '/v1/collections/img/points:bulk', { points: pts });
+    }
+    const fillS = (performance.now() - tFill) / 1000;
+    leader = await whole(group);
+    const follower = group.find((m) => m !== leader)!;
+    // The follower loses its disk.
+    process.kill(follower.server!.pid, 'SIGKILL');
+    await sleep(200);
+    follower.server = null;
+    rmSync(join(work, follower.id), { recursive: true, force: true });
+    const sentBefore = await metric(leader, 'svc_raft_snapshot_bytes_sent_total');
+    const rssBefore = rssKb(leader.server!.pid);
+    let rssPeak = rssBefore;
+    const agent = new Agent({ connections: 1 });
+    const lat: number[] = [];
+    let writing = true;
+    let w = 0;
+    const writerDone = (async () => {
+      while (writing) {
+        const t = performance.now();
+        const status = await upsert(agent, leader.server!.rest, 'live', w++);
+        if (status === 200) lat.push(performance.now() - t);
+        else await sleep(RETRY_MS);
+      }
+    })();
+    const tRestart = performance.now();
+    await start(follower);
+    const readyS = (performance.now() - tRestart) / 1000;
+    const sampler = setInterval(() => { rssPeak = Math.max(rssPeak, rssKb(leader.server!.pid)); }, 100);
+    await until('the wiped member caught up', async () => {
+      const [lv, fv] = await Promise.all([view(leader), view(follower)]);
+      return fv.applied_index >= lv.commit_index && fv.leader_id === leader.id ? true : null;
+    }, 900_000);
+    const caughtUpS = (performance.now() - tRestart) / 1000;
+    clearInterval(sampler);
+    writing = false;
+    await writerDone;
+    await agent.close();
+    const bytes = (await metric(leader, 'svc_raft_snapshot_bytes_sent_total')) - sentBefore;
+    // The writes have stopped: once every member has applied through the commit index, counts compare.
+    await whole(group);
+    const count = async (m: Member): Promise<number> => {
+      let n = 0;
+      for (const c of ['img', 'live']) n += (await m.server!.call<{ count: number }>('POST', `/v1/collections/${c}/points:count`, {})).count;
+      return n;
+    };
+    const [lc, fc] = [await count(leader), await count(follower)];
+    const s = sorted(lat);
+    return {
+      mib: mb, points, fill_secs: round(fillS, 1),
+      restart_ready_secs: round(readyS, 2), caught_up_secs: round(caughtUpS, 2),
+      image_bytes_streamed: bytes, image_mib_per_s: round(bytes / (1 << 20) / (caughtUpS - readyS), 1),
+      streams: { sent: await metric(leader, 'svc_raft_snapshot_streams_total', '{outcome="sent"}'), failed: await metric(leader, 'svc_raft_snapshot_streams_total', '{outcome="failed"}') },
+      leader_rss_growth_mib: round((rssPeak - rssBefore) / 1024, 1),
+      writes_during: { acknowledged: lat.length, p50_ms: round(percentile(s, 50), 1), p99_ms: round(percentile(s, 99), 1), max_ms: round(s[s.length - 1] ?? 0, 1) },
+      points_leader: lc, points_member: fc, equal: lc === fc,
+    };
+  } finally {
+    await Promise.all(group.map(async (m) => { await m.server?.stop(); m.server = null; }));
+  }
+}
+
 function table(out: Record<string, any>): string {
   const lines = [`# Consensus group (issue 17): ${out.mode} run, ${out.machine.cpu} x ${out.machine.cores}, ${out.date}`, '',
     `Single-point upserts (dim ${DIM}), acknowledged per second; ${SECS} s per arm, ${ROUNDS} round(s), medians. Raft: 3 members, default timing.`, ''];
@@ -365,6 +480,10 @@ function table(out: Record<string, any>): string {
   row('the killed member restarted (ready)', f.restart_ready_ms);
   row('the group whole again', f.whole_again_ms);
   lines.push('', `Acknowledged writes: ${f.acknowledged_writes}; lost, per member: ${JSON.stringify(f.acknowledged_lost_per_member)}.`, '');
+  const c = out.catchup;
+  lines.push(`Catch-up by snapshot: ${c.mib} MiB of vectors (${c.points} points, dim ${CATCHUP_DIM}); a follower wiped and restarted while a client writes through the leader.`, '',
+    '| caught up s | image MiB streamed | MiB/s | streams sent / failed | leader RSS growth MiB | writes meanwhile p50 / p99 / max ms | points equal |', '|---|---|---|---|---|---|---|',
+    `| ${c.caught_up_secs} | ${round(c.image_bytes_streamed / (1 << 20), 1)} | ${c.image_mib_per_s} | ${c.streams.sent} / ${c.streams.failed} | ${c.leader_rss_growth_mib} | ${c.writes_during.p50_ms} / ${c.writes_during.p99_ms} / ${c.writes_during.max_ms} | ${c.equal} |`, '');
   return lines.join('\n');
 }
 
@@ -385,14 +504,17 @@ try {
   await single.call('POST', '/v1/collections', { name: 'tput', dim: DIM, metric: 'cosine' });
   console.log('throughput');
   const tput = [];
-  if (ONLY !== 'failover') {
+  if (ONLY === null || ONLY === 'throughput') {
     if (PIN) tput.push(await throughput(single, members, true));
     if (!PIN || !quick) tput.push(await throughput(single, members, false));
   }
   await single.stop();
   single = null;
-  if (ONLY !== 'throughput') console.log('failover');
-  const fo = ONLY === 'throughput' ? null : await failover(members, start);
+  if (ONLY === null || ONLY === 'failover') console.log('failover');
+  const fo = ONLY === null || ONLY === 'failover' ? await failover(members, start) : null;
+  await Promise.all(members.map(async (m) => { await m.server?.stop(); m.server = null; }));
+  if (ONLY === null || ONLY === 'catchup') console.log('catch-up by snapshot');
+  const cu = ONLY === null || ONLY === 'catchup' ? await catchup(work, CATCHUP_MB) : null;
   const out = {
     bench: 'raft', mode: quick ? 'quick' : 'full', date: new Date().toISOString(),
     machine: { cpu: cpus()[0].model, cores: cpus().length, node: process.version },
@@ -400,6 +522,7 @@ try {
     dim: DIM, secs_per_arm: SECS, rounds: ROUNDS,
     throughput: tput,
     failover: fo,
+    catchup: cu,
     run_secs: Math.round((performance.now() - t0) / 1000),
   };
   console.log(JSON.stringify({ ...out, failover: { ...fo, per_kill: undefined } }, null, 2));

@@ -93,6 +93,8 @@ export async function startConsensusMember(
   }
   await removeStaleImages();
   const { timing } = rc;
+  /** Entries the log keeps before a snapshot, for a member a little behind. */
+  const retainEntries = Math.floor(timing.snapshotEntries / 4);
   const tickMs = Math.max(1, Math.floor(timing.heartbeatMs / 2));
   let forwarder: WriteForwarder | null = null;
   let member: ConsensusMember | null = null;
@@ -131,6 +133,12 @@ export async function startConsensusMember(
     image: () => db.consensusImage(),
     sendChunk: (to, payload) => transport.sendSnapshotFrame(to, 'chunk', payload),
     sendSnapshot: (m) => transport.send([m]),
+    progress: (peer) => {
+      const st = member?.status();
+      const p = st?.role === 'leader' ? st.progress.find((x) => x.id === peer) : undefined;
+      if (st === undefined || p === undefined) return null;
+      return { match: p.match, caughtUp: p.state === 'replicate' && p.match >= st.lastIndex - retainEntries };
+    },
     log: (m, d) => log('warn', m, d),
   });
   inbox = new SnapshotInbox({
@@ -195,7 +203,7 @@ export async function startConsensusMember(
       },
     },
     refused: (e) => e instanceof SvcError && DETERMINISTIC.has(e.code),
-    compaction: { everyEntries: timing.snapshotEntries, retainEntries: Math.floor(timing.snapshotEntries / 4) },
+    compaction: { everyEntries: timing.snapshotEntries, retainEntries },
     log: (m, d) => log('error', m, d),
   });
   const m = member;
@@ -203,8 +211,18 @@ export async function startConsensusMember(
     propose: (cmd) => m.propose(encodeCommand(cmd), AbortSignal.timeout(timing.writeTimeoutMs)).then((ack) => ack.result),
   });
   let knownLeader: string | null = null;
+  // Election timeouts are wall-clock times: a follower whose timer fired late (its event loop was busy
+  // applying, or the machine loaded) counts the ticks it missed, so that a dead leader is replaced
+  // within the election timeout, not a multiple of it. A missed tick costs it at most a pre-vote, which
+  // members still hearing their leader ignore. A leader never catches up: its missed ticks only delay
+  // a heartbeat, while catching them up could end its quorum check before the answers waiting in its
+  // sockets were read, and make it step down for nothing.
+  let tickedAt = performance.now();
   const timer = setInterval(() => {
-    m.tick();
+    const now = performance.now();
+    const due = m.status().role === 'leader' ? 1 : Math.max(1, Math.min(electionTicks, Math.floor((now - tickedAt) / tickMs)));
+    tickedAt = now;
+    for (let i = 0; i < due; i++) m.tick();
     // A new leader: writes forwarded to the old one will not be answered by it in time, if ever.
     const leader = m.status().leaderId;
     if (leader !== knownLeader) {

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { Prng } from '../../base/prng.js';
 import type { SnapshotMessage } from '../raft/index.js';
 import {
-  CHUNK_BYTES, decodeImageRef, isStreamRequest, SnapshotInbox, SnapshotStreams, STREAM_REQUEST, WINDOW_CHUNKS, type ChunkSink,
+  CHUNK_BYTES, decodeImageRef, isStreamRequest, SnapshotInbox, SnapshotStreams, STREAM_REQUEST, WINDOW_CHUNKS, type ChunkSink, type SnapshotStreamsOptions,
 } from './snapshot-stream.js';
 
 /**
@@ -40,7 +40,7 @@ interface Wire {
 }
 
 /** A leader n1 and a member n2; chunks are held until `deliverAll` (or dropped by the test). */
-function wire(image: () => AsyncIterable<Uint8Array>, opts: { ackTimeoutMs?: number } = {}): Wire {
+function wire(image: () => AsyncIterable<Uint8Array>, opts: { ackTimeoutMs?: number; progress?: SnapshotStreamsOptions['progress'] } = {}): Wire {
   const files = new Map<string, Buffer[]>();
   const delivered: SnapshotMessage[] = [];
   const w = { files, delivered, inFlight: [] as Buffer[], maxUnacked: 0 } as Wire;
@@ -60,6 +60,7 @@ function wire(image: () => AsyncIterable<Uint8Array>, opts: { ackTimeoutMs?: num
       if (data !== null) delivered.push({ ...m, snapshot: { meta: m.snapshot.meta, data } });
     },
     ackTimeoutMs: opts.ackTimeoutMs,
+    progress: opts.progress,
   });
   w.inbox = new SnapshotInbox({
     create: (id) => {
@@ -109,6 +110,32 @@ describe('snapshot streams', () => {
     expect(Buffer.concat(w.files.get(ref.id)!).equals(img.whole)).toBe(true);
     expect(w.maxUnacked).toBeLessThanOrEqual(WINDOW_CHUNKS);
     expect(w.streams.stats).toMatchObject({ sent: 1, bytesSent: img.whole.length, received: 1, failed: 0 });
+    // No leader's view of the member's progress: nothing holds the log once the stream is done.
+    expect(w.streams.floor).toBeNull();
+  });
+
+  it('keeps the log after the image for a member while it restores and catches up, then lets it go', async () => {
+    let progress: { match: number; caughtUp: boolean } | null = { match: 0, caughtUp: false };
+    const w = wire(imageOf(2 * CHUNK_BYTES, 4).pieces, { progress: () => progress });
+    w.streams.send(request('n2', 40));
+    await until(() => w.delivered.length === 1);
+    // Restoring (the member answers nothing yet): the entries after 40 stay.
+    expect(w.streams.floor).toBe(40);
+    // It applies on from the image: what it holds now bounds the compaction.
+    progress = { match: 55, caughtUp: false };
+    expect(w.streams.floor).toBe(55);
+    progress = { match: 90, caughtUp: true };
+    expect(w.streams.floor).toBeNull();
+    // A member whose connection breaks, or a leader that stops leading, holds nothing either.
+    progress = { match: 0, caughtUp: false };
+    w.streams.send(request('n2', 95));
+    await until(() => w.delivered.length === 2);
+    expect(w.streams.floor).toBe(95);
+    w.streams.peerLost('n2');
+    expect(w.streams.floor).toBeNull();
+    w.streams.send(request('n2', 96));
+    await until(() => w.delivered.length === 3);
+    progress = null;
     expect(w.streams.floor).toBeNull();
   });
 

@@ -120,9 +120,18 @@ export interface SnapshotStreamsOptions {
   sendChunk(to: NodeId, payload: Uint8Array): boolean;
   /** The `snap` message, through Raft's usual path, once every chunk is acknowledged. */
   sendSnapshot(m: SnapshotMessage): void;
+  /**
+   * A member's progress as this leader sees it: the index it holds, and whether it is within the log's
+   * usual reach again (replicating, close to the last entry); null when this member does not lead.
+   */
+  progress?(peer: NodeId): { match: number; caughtUp: boolean } | null;
   log?(message: string, detail?: Record<string, unknown>): void;
   ackTimeoutMs?: number;
+  now?(): number;
 }
+
+/** How long the log is kept for a member that installs an image and catches up from it, at most. */
+export const CATCH_UP_HOLD_MS = 60 * 60_000;
 
 interface OutStream {
   readonly id: Buffer;
@@ -137,6 +146,8 @@ interface OutStream {
 /** The leader's side: one stream per member at a time. */
 export class SnapshotStreams {
   private readonly out = new Map<NodeId, OutStream>();
+  /** Members sent an image whole, not yet caught up: the log after the image's index (or after what they hold since) stays. */
+  private readonly catchingUp = new Map<NodeId, { index: number; since: number }>();
   readonly stats: SnapshotStreamStats = { sent: 0, bytesSent: 0, failed: 0, received: 0, dropped: 0 };
   private closed = false;
 
@@ -158,10 +169,26 @@ export class SnapshotStreams {
     });
   }
 
-  /** The lowest snapshot index a running stream sends: the log after it must stay for that member. */
+  /**
+   * The lowest index whose successors the log must keep: a running stream's image index, or, for a member
+   * that received an image and is catching up from it, what it holds (its restore may take long, and it
+   * would need another image if the entries after it were compacted meanwhile, forever under a steady
+   * write load). A member's hold ends when it is caught up, when its connection breaks, when this member
+   * stops leading, or after CATCH_UP_HOLD_MS.
+   */
   get floor(): number | null {
     let f: number | null = null;
-    for (const s of this.out.values()) f = f === null ? s.index : Math.min(f, s.index);
+    const lower = (i: number): void => { f = f === null ? i : Math.min(f, i); };
+    for (const s of this.out.values()) lower(s.index);
+    const now = (this.o.now ?? Date.now)();
+    for (const [peer, h] of this.catchingUp) {
+      const p = this.o.progress?.(peer) ?? null;
+      if (p === null || p.caughtUp || now - h.since > CATCH_UP_HOLD_MS) {
+        this.catchingUp.delete(peer);
+        continue;
+      }
+      lower(Math.max(h.index, p.match));
+    }
     return f;
   }
 
@@ -180,6 +207,7 @@ export class SnapshotStreams {
   /** The connection to a peer broke: its stream cannot go on (chunks may be lost). */
   peerLost(peer: NodeId): void {
     this.out.get(peer)?.stop.abort(new Error(`the connection to '${peer}' closed`));
+    this.catchingUp.delete(peer);
   }
 
   close(): void {
@@ -240,6 +268,7 @@ export class SnapshotStreams {
     await waitAcks(1);
     this.stats.sent++;
     this.stats.bytesSent += bytes;
+    this.catchingUp.set(s.to, { index: s.index, since: (this.o.now ?? Date.now)() });
     this.o.sendSnapshot({ ...m, snapshot: { meta: m.snapshot.meta, data: encodeRef(TOKEN, { id: s.id.toString('hex'), chunks: s.sent }) } });
   }
 }
