@@ -172,6 +172,23 @@ describe('snapshot streams', () => {
     expect(w.streams.floor).toBeNull();
   });
 
+  it('a member lets go of a stream its leader stopped sending (its file is removed)', async () => {
+    let now = 1000;
+    let aborted = 0;
+    const stats = { sent: 0, bytesSent: 0, failed: 0, received: 0, dropped: 0 };
+    const sink: ChunkSink = { append: async () => undefined, finish: async () => undefined, abort: async () => void aborted++ };
+    const inbox = new SnapshotInbox({ create: async () => sink, sendAck: () => undefined, now: () => now }, stats);
+    const chunk = Buffer.alloc(16 + 5 + 3);
+    chunk.fill(7, 0, 16);
+    inbox.onChunk('n1', chunk);
+    expect(inbox.inUse.size).toBe(1);
+    now += 30_000;
+    expect(inbox.inUse.size).toBe(1);
+    now += 40_000;
+    expect(inbox.inUse.size).toBe(0);
+    await until(() => aborted === 1);
+  });
+
   it('the member refuses a snap naming a stream it does not hold whole, and anything malformed', () => {
     const stats = { sent: 0, bytesSent: 0, failed: 0, received: 0, dropped: 0 };
     const inbox = new SnapshotInbox({ create: () => Promise.reject(new Error('unused')), sendAck: () => undefined }, stats);

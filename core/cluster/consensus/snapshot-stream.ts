@@ -287,6 +287,7 @@ export interface SnapshotInboxOptions {
   create(id: string): Promise<ChunkSink>;
   sendAck(to: NodeId, payload: Uint8Array): void;
   log?(message: string, detail?: Record<string, unknown>): void;
+  now?(): number;
 }
 
 interface InStream {
@@ -297,6 +298,8 @@ interface InStream {
   done: boolean;
   failed: boolean;
   chain: Promise<ChunkSink | null>;
+  /** When its last chunk came. */
+  at: number;
 }
 
 /** A member's side: at most one incoming stream per peer (a newer one from it replaces the older). */
@@ -314,7 +317,14 @@ export class SnapshotInbox {
     let s = this.in.get(from);
     if (c.seq === 0) {
       if (s !== undefined) this.abandon(s);
-      s = { id: c.id, from, next: 0, done: false, failed: false, chain: this.o.create(c.id) };
+      s = { id: c.id, from, next: 0, done: false, failed: false, chain: Promise.resolve(null), at: 0 };
+      const created = s;
+      s.chain = this.o.create(c.id).catch((e: unknown) => {
+        created.failed = true;
+        if (this.in.get(from) === created) this.in.delete(from);
+        this.o.log?.('consensus: an incoming snapshot\'s file could not be made', { from, error: e instanceof Error ? e.message : String(e) });
+        return null;
+      });
       this.in.set(from, s);
     }
     if (s === undefined || s.id !== c.id || s.next !== c.seq || s.done || s.failed) {
@@ -324,22 +334,31 @@ export class SnapshotInbox {
       return;
     }
     s.next++;
+    s.at = (this.o.now ?? Date.now)();
     const stream = s;
     const seq = c.seq;
     const bytes = Buffer.from(c.bytes); // the frame's buffer is not ours to keep
+    const failed = (e: unknown): null => {
+      stream.failed = true;
+      if (this.in.get(from) === stream) this.in.delete(from);
+      this.o.log?.('consensus: writing an incoming snapshot failed', { from, error: e instanceof Error ? e.message : String(e) });
+      return null;
+    };
     stream.chain = stream.chain.then(async (sink) => {
-      if (sink === null || stream.failed) return null;
-      await sink.append(bytes);
-      if (c.last) {
-        await sink.finish();
-        stream.done = true;
+      // An abandoned stream's steps pass its sink on untouched, to the abort queued behind them.
+      if (sink === null || stream.failed) return sink;
+      try {
+        await sink.append(bytes);
+        if (c.last) {
+          await sink.finish();
+          stream.done = true;
+        }
+      } catch (e) {
+        await sink.abort().catch(() => undefined);
+        return failed(e);
       }
       this.o.sendAck(from, encodeAck(stream.id, seq));
       return sink;
-    }).catch((e: unknown) => {
-      stream.failed = true;
-      this.o.log?.('consensus: writing an incoming snapshot failed', { from, error: e instanceof Error ? e.message : String(e) });
-      return null;
     });
   }
 
@@ -365,6 +384,9 @@ export class SnapshotInbox {
 
   /** The ids of the streams being received now, and of the last one handed to Raft (their files are not stale). */
   get inUse(): Set<string> {
+    // A stream its leader stopped sending (it died, or lost its leadership) is not in use any more.
+    const now = (this.o.now ?? Date.now)();
+    for (const s of [...this.in.values()]) if (!s.done && now - s.at > 2 * ACK_TIMEOUT_MS) this.abandon(s);
     const ids = new Set([...this.in.values()].map((s) => s.id));
     if (this.lastCompleted !== null) ids.add(this.lastCompleted);
     return ids;
