@@ -162,7 +162,8 @@ export class SnapshotStreams {
       () => undefined,
       (e: unknown) => {
         this.stats.failed++;
-        this.o.log?.('consensus: a snapshot stream to a member ended early (Raft sends another)', { to: m.to, index: s.index, error: e instanceof Error ? e.message : String(e) });
+        // A member not connected fails at the first chunk, as often as Raft probes it: not worth a line each time.
+        if (s.sent > 0) this.o.log?.('consensus: a snapshot stream to a member ended early (Raft sends another)', { to: m.to, index: s.index, chunks: s.sent, error: e instanceof Error ? e.message : String(e) });
       },
     ).finally(() => {
       if (this.out.get(m.to) === s) this.out.delete(m.to);
