@@ -97,19 +97,49 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
     return run(op, args);
   };
 
+  // A move batch's lease lives on the leader that gave it: once this member stops being the ready
+  // leader its commit cannot be proposed here any more, so the lease ends at once (writes waiting at its
+  // gate go on, to the new leader) instead of when it runs out. The coordinator asks the new leader.
+  const lease = db as unknown as { endMoveLease?: () => void; readonly moveLeaseHeld?: boolean };
+  let watching: NodeJS.Timeout | null = null;
+  const watchLease = (): void => {
+    if (watching !== null || lease.endMoveLease === undefined) return;
+    watching = setInterval(() => {
+      if (lease.moveLeaseHeld !== true) {
+        clearInterval(watching!);
+        watching = null;
+      } else if (!member.leaderReady) {
+        lease.endMoveLease!();
+      }
+    }, pollMs);
+    watching.unref();
+  };
+  const move = async (op: string, args: readonly unknown[], mayForward: boolean): Promise<unknown> => {
+    const value = await write(op, args, mayForward);
+    if (op === 'moveBatch' && member.leaderReady) watchLease();
+    return value;
+  };
+
   const engine: Record<string, unknown> = {};
   for (const [op, kind] of Object.entries(OPERATION_KINDS) as [OperationName, OperationKind][]) {
     if (kind === 'write') engine[op] = (...args: unknown[]) => write(op, args, true);
     else if (kind === 'read') engine[op] = (...args: unknown[]) => read(op, args);
-    // A coordinator's moves: the database refuses them on a member (Database.move).
-    else engine[op] = (...args: unknown[]) => run(op, args);
+    // A coordinator's move steps run on the ready leader, as writes do (a follower forwards them): the
+    // batch's scan and gate, its lease, and the proposals of the move's state and commits are the
+    // leader's (Database.nextBatch, commitBatch; a target's applied points are proposed writes).
+    else engine[op] = (...args: unknown[]) => move(op, args, true);
   }
   // The replication stream is an async iterable, not a promise.
   engine.replicate = (...args: unknown[]) => (db.replicate as (...a: unknown[]) => unknown)(...args);
   engine.forwarded = (w: ForwardedWrite) => {
-    if (OPERATION_KINDS[w.op as OperationName] !== 'write') return Promise.reject(new SvcError('invalid_argument', `'${w.op}' is not a write a member forwards`));
+    const kind = OPERATION_KINDS[w.op as OperationName];
+    if (kind === 'move') return move(w.op, w.args, false);
+    if (kind !== 'write') return Promise.reject(new SvcError('invalid_argument', `'${w.op}' is not a write a member forwards`));
     return write(w.op, w.args, false);
   };
-  engine.close = () => o.close();
+  engine.close = () => {
+    if (watching !== null) clearInterval(watching);
+    return o.close();
+  };
   return engine as unknown as RaftEngine;
 }
