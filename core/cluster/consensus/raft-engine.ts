@@ -1,7 +1,7 @@
 import { SvcError } from '../../base/errors.js';
 import type { EngineApi, OperationName } from '../../service/api.js';
 import { OPERATION_KINDS, type OperationKind } from '../../service/roles.js';
-import type { ForwardedWrite } from './forward.js';
+import { leaderIndexOf, type ForwardedWrite } from './forward.js';
 import type { ConsensusMember } from './member.js';
 
 /**
@@ -64,7 +64,18 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
         if (!mayForward) {
           throw new SvcError('unavailable', `this member is not the consensus leader (leader: ${s.leaderId}); retry`, { reason: 'not_leader', leaderId: s.leaderId });
         }
-        const { value, index } = await o.forward(s.leaderId, { op, args }, signal);
+        let forwarded: { value: unknown; index: number };
+        try {
+          forwarded = await o.forward(s.leaderId, { op, args }, signal);
+        } catch (e) {
+          // A write refused as moved follows a move batch's commit: applied here too before the answer,
+          // so this member's reads agree (the router writes the ids to their new owner, then may read
+          // here: without the commit this member would still show the points it gave away).
+          const at = leaderIndexOf(e);
+          if (e instanceof SvcError && e.code === 'moved' && at !== null) await member.whenApplied(at, signal).catch(() => undefined);
+          throw e;
+        }
+        const { value, index } = forwarded;
         // Applied here too before the answer: a read on this member after the write sees it (a router
         // that names this member reads where it wrote).
         await member.whenApplied(index, signal);
