@@ -18,6 +18,9 @@ import type { ConsensusMember } from './member.js';
  * - A read with `consistency: "strong"` waits for ReadIndex (the leader confirms its leadership and this
  *   member applies through the confirmed commit index): it sees every write acknowledged before it, on
  *   any member. Other reads answer from this member's state as it is.
+ * - A coordinator's move steps (issue 18) go as writes do: run on the ready leader, forwarded from a
+ *   follower. A batch's lease ends as soon as this member stops being the ready leader. A forwarded
+ *   write refused as `moved` is answered once this member applied through the leader's index.
  */
 
 export interface RaftEngineOptions {
@@ -127,7 +130,8 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
   };
   const move = async (op: string, args: readonly unknown[], mayForward: boolean): Promise<unknown> => {
     const value = await write(op, args, mayForward);
-    if (op === 'moveBatch' && member.leaderReady) watchLease();
+    // Also when leadership went while the batch was being made: the watch ends that lease at once.
+    if (op === 'moveBatch') watchLease();
     return value;
   };
 
