@@ -255,6 +255,7 @@ describe('rebalancing with a consensus group as a move\'s source and target', ()
     // Mid-move: the group has given away some of its points (the load alone changes its count by a few),
     // and the move is not over.
     const atJoin = await countOn(follower.server);
+    const joinedAt = Date.now();
     let groupLeft = 0;
     await eventually('the group moves points', async () => {
       groupLeft = await countOn(follower.server);
@@ -284,7 +285,7 @@ describe('rebalancing with a consensus group as a move\'s source and target', ()
     expect(writes).toBeGreaterThan(20);
     expect(reads).toBeGreaterThan(20);
     // 503s (answered while the group elected a new leader, and asked again) only around the kill.
-    console.log(`the move ended ${activeMs} ms after the kill; writes ${writes}, reads ${reads}, 503s retried ${unavailable.length} (${unavailable.map((t) => t - killedAt).join(', ')} ms after the kill); the group held ${groupLeft} of ${atJoin} when its leader was killed`);
+    console.log(`the move ended ${activeMs} ms after the kill; writes ${writes}, reads ${reads}, 503s retried ${unavailable.length} (${unavailable.map((t) => t - killedAt).join(', ')} ms after the kill); the group held ${groupLeft} of ${atJoin} when its leader was killed, ${killedAt - joinedAt} ms after the standby joined`);
     for (const t of unavailable) {
       expect(t).toBeGreaterThanOrEqual(killedAt);
       expect(t - killedAt).toBeLessThan(10_000);
