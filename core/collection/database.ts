@@ -19,7 +19,7 @@ import {
   checkTextStats, corpusOf, fuseRankings, type Ranked, type Rankings, type RankingsBody, type TextStats, type TextStatsBody,
 } from '../query/ranking.js';
 import { DEFAULT_RRF_K0 } from '../query/rrf.js';
-import { CodecError, decodeOp, encodeOp, type Op } from '../storage/codec.js';
+import { CodecError, decodeOp, encodeOp, type MoveStateRecord, type Op } from '../storage/codec.js';
 import { DataDir } from '../storage/data-dir.js';
 import { NodeFileSystem, joinPath, type FileSystem } from '../storage/fs.js';
 import { queryTermIds, distinctCount } from '../text/tokenizer.js';
@@ -37,7 +37,7 @@ import { SearchDispatch } from './search-dispatch.js';
 import { SearchPool, type SearchPoolStats } from './search-pool.js';
 import { replicationStream, type ReplicationView } from './replication.js';
 import { owner } from '../cluster/routing/hrw.js';
-import { decodeCommand, encodeCommand, type ShardCommand } from '../cluster/consensus/command.js';
+import { decodeCommand, encodeCommand, isMoveCommand, type ShardCommand } from '../cluster/consensus/command.js';
 import {
   after, MOVE_BATCH_BYTES_MAX, MOVE_SCAN_IDS_MAX, movedError, movedIds, parseMoveRequest, WriteGate, type MoveBatchAnswer, type MoveRequest,
 } from './move.js';
@@ -137,6 +137,19 @@ function pointRecords(op: Op): number {
 
 /** The first bytes of a consensus image (consensusImage): a snapshot without them is a marker, never restored. */
 const CONSENSUS_IMAGE_MAGIC = Buffer.from('svc-img1', 'latin1');
+
+/**
+ * A move batch's token: random, then the batch's collection uid and cursor, so a commit asked again
+ * with it can be answered from the durable cursor when no lease holds it (Database.commitBatch).
+ */
+function moveToken(uid: string, cursor: string): string {
+  return `${randomBytes(16).toString('hex')}.${uid}.${Buffer.from(cursor, 'utf8').toString('base64url')}`;
+}
+
+function parseMoveToken(token: string): { uid: string; cursor: string } | null {
+  const m = /^[0-9a-f]{32}\.([^.]+)\.([A-Za-z0-9_-]*)$/.exec(token);
+  return m === null ? null : { uid: m[1], cursor: Buffer.from(m[2], 'base64url').toString('utf8') };
+}
 
 /** The history a consensus member's position counts in (DataDir's replica position: the command index). */
 const CONSENSUS_HISTORY = 'raft';
@@ -539,7 +552,9 @@ export class Database {
    * create of a name another collection took meanwhile is refused (already_exists) on every member alike.
    */
   applyCommand(cmd: ShardCommand, index: number): Promise<number> {
-    const barrier = cmd.uid === '';
+    // A move's state or a batch's commit runs alone too (its records go through DataDir's serial queue,
+    // after the point writes before it and before those after it).
+    const barrier = cmd.uid === '' || isMoveCommand(cmd);
     if (this.applyTail === null && !barrier) return this.applyPoints(cmd.uid, cmd.op as Op, cmd.bulk);
     const tail = this.applyTail ?? Promise.resolve();
     // A create or drop also waits for the point writes before it to be applied (a drop must not forget a
@@ -547,7 +562,9 @@ export class Database {
     const prior = barrier ? tail.then(() => this.lastPoints) : tail;
     let done: Promise<number> = Promise.resolve(0);
     const started = prior.then(() => {
-      done = barrier ? this.applyCollectionOp(cmd.op as Extract<ShardCommand['op'], { t: 'create_collection' | 'drop_collection' }>, index) : this.applyPoints(cmd.uid, cmd.op as Op, cmd.bulk);
+      done = !barrier ? this.applyPoints(cmd.uid, cmd.op as Op, cmd.bulk)
+        : isMoveCommand(cmd) ? this.applyMoveCommand(cmd)
+          : this.applyCollectionOp(cmd.op as Extract<ShardCommand['op'], { t: 'create_collection' | 'drop_collection' }>, index);
       // A later command starts when a create or drop has ended, and right after a point write was issued.
       return barrier ? done.then(() => undefined, () => undefined) : undefined;
     });
@@ -673,6 +690,32 @@ export class Database {
     // WAL appends resolve in order, so the last one issued is the last one done.
     this.lastPoints = done.catch(() => undefined);
     return done;
+  }
+
+  /**
+   * A move's command (a group as a move's source, issue 18), applied on every member: the same DataDir
+   * records a single node writes (appendMoveState, appendMoveCommit), so every member's move and
+   * cursors are equal and any of them can lead the move on. A batch's commit resolves to the points it
+   * deleted. Writes are never refused here: `moved` is decided on the leader before it proposes (gated),
+   * so no member's apply can disagree with what the leader acknowledged.
+   */
+  private async applyMoveCommand(cmd: ShardCommand): Promise<number> {
+    this.checkOpen();
+    const op = cmd.op;
+    if (op.t === 'move_state') {
+      if (this.dir.move?.move !== op.move) this.uncommitted.clear();
+      await this.dir.appendMoveState({ move: op.move, self: op.self, targets: [...op.targets], finished: op.finished });
+      if (op.finished) this.uncommitted.clear();
+      return 0;
+    }
+    const col = this.byUid.get(cmd.uid);
+    if (col === undefined || op.t !== 'delete' || op.move === undefined) return 0;
+    const seq = await this.dir.appendMoveCommit(col.uid, op);
+    if (this.byUid.get(col.uid) !== col) return 0;
+    const changed = col.apply(op, seq, false);
+    this.maybeCheckpoint(col);
+    this.uncommitted.delete(col.uid);
+    return changed;
   }
 
   private async applyCollectionOp(op: Extract<ShardCommand['op'], { t: 'create_collection' | 'drop_collection' }>, index: number): Promise<number> {
@@ -1235,9 +1278,6 @@ export class Database {
    */
   async move(step: string, body: unknown): Promise<unknown> {
     this.checkOpen();
-    if (this.proposer !== null) {
-      throw invalidArgument('this shard is a consensus group: rebalancing moves between consensus groups are not in this build (docs/consensus.md)');
-    }
     const req = parseMoveRequest(step, body);
     if (req.step === 'batch') return this.nextBatch(req);
     if (req.step === 'commit') return this.commitBatch(req);
@@ -1267,7 +1307,7 @@ export class Database {
     if (mv === null || mv.move !== req.move) {
       if (this.lease !== null) this.endLease();
       this.uncommitted.clear();
-      await this.dir.appendMoveState({ move: req.move, self: req.self, targets: req.targets, finished: false });
+      await this.moveState({ move: req.move, self: req.self, targets: req.targets, finished: false });
       mv = this.dir.move!;
     } else if (mv.self !== req.self || mv.targets.join() !== req.targets.join()) {
       throw invalidArgument(`move ${req.move} runs here as shard ${mv.self} to shards ${mv.targets.join(', ')}; a move id names one move`);
@@ -1287,7 +1327,7 @@ export class Database {
       for (const col of cols) {
         const batch = this.scanForMove(col, mv, req.limit);
         if (batch === null) continue;
-        const token = randomBytes(16).toString('hex');
+        const token = moveToken(col.uid, batch.cursor);
         const stop = new AbortController();
         this.lease = { token, move: req.move, uid: col.uid, ids: batch.ids, cursor: batch.cursor, stop };
         void sleep(req.leaseMs, stop.signal).then(() => {
@@ -1301,7 +1341,7 @@ export class Database {
         };
       }
       // Nothing left to move, with the gate closed: no write can slip in between this and the record.
-      await this.dir.appendMoveState({ move: mv.move, self: mv.self, targets: [...mv.targets], finished: true });
+      await this.moveState({ move: mv.move, self: mv.self, targets: [...mv.targets], finished: true });
       this.uncommitted.clear();
       this.gate.open();
       return { done: true, move: req.move };
@@ -1336,28 +1376,105 @@ export class Database {
     return { ids: take, cursor, deletes, bytes };
   }
 
-  /** A batch's ids leave this node and the cursor advances, in one WAL record; then the gate opens. */
+  /**
+   * A move's start or end, durable before it is taken: this node's record, or on a consensus member a
+   * command every member applies (applyMoveCommand) and that is applied here when this resolves.
+   */
+  private async moveState(state: MoveStateRecord): Promise<void> {
+    if (this.proposer === null) await this.dir.appendMoveState(state);
+    else await this.proposer.propose({ uid: '', bulk: false, op: { t: 'move_state', ...state } });
+  }
+
+  /**
+   * A batch's ids leave this node and the cursor advances, in one WAL record (on a consensus member, one
+   * command every member applies as that record); then the gate opens. A token this node holds no lease
+   * for is answered from the durable cursor: the batch was committed when the cursor of its collection
+   * reached the batch's (a commit asked again after an answer that was lost, or on a group's new leader
+   * after the old one's commit was cut off), else `not_found` (its lease ended: ask the next batch).
+   */
   private async commitBatch(req: Extract<MoveRequest, { step: 'commit' }>): Promise<{ moved: number }> {
     const l = this.lease;
     if (l === null || l.token !== req.token || l.move !== req.move) {
+      if (await this.committedBefore(req.move, req.token)) return { moved: 0 };
       throw notFound(`no batch of move ${req.move} holds this node with that token (its lease ended, or it was committed): ask for the next batch`);
     }
     l.stop.abort();
+    // The lease ends now (nothing else may end it: endMoveLease); the gate stays closed until the
+    // commit is done or settled (finally).
+    this.lease = null;
+    let settle = false;
     try {
       const col = this.byUid.get(l.uid);
       if (col === undefined) return { moved: 0 };
       const op = { t: 'delete' as const, ids: l.ids, move: { move: l.move, cursor: l.cursor } };
-      const seq = await this.dir.appendMoveCommit(col.uid, op);
-      if (this.byUid.get(col.uid) === col) {
-        col.apply(op, seq, false);
-        this.maybeCheckpoint(col);
+      if (this.proposer !== null) {
+        // Applied here (applyMoveCommand) once this resolves. If it fails, the entry may still be in the
+        // log and commit later: the gate stays closed until that is settled (below), or a write checked
+        // against the cursor before it could be proposed after it.
+        settle = true;
+        await this.proposer.propose({ uid: col.uid, bulk: false, op });
+        settle = false;
+      } else {
+        const seq = await this.dir.appendMoveCommit(col.uid, op);
+        if (this.byUid.get(col.uid) === col) {
+          col.apply(op, seq, false);
+          this.maybeCheckpoint(col);
+        }
       }
       this.uncommitted.delete(col.uid);
       return { moved: l.ids.length };
     } finally {
-      this.lease = null;
+      if (settle) {
+        // Not known to be committed: as a lease that ended, the next batch names which of its ids went.
+        const set = this.uncommitted.get(l.uid) ?? new Set<string>();
+        for (const id of l.ids) set.add(id);
+        this.uncommitted.set(l.uid, set);
+        await this.settleProposals(l.uid).catch(() => undefined);
+        // Committed after all (applyMoveCommand cleared them too, unless it ran before they were added).
+        const cursor = this.dir.move?.move === l.move ? this.dir.move.cursors.get(l.uid) : undefined;
+        if (cursor !== undefined && cursor >= l.cursor) this.uncommitted.delete(l.uid);
+      }
       this.gate.open();
     }
+  }
+
+  /**
+   * Whether the batch of `token` (moveToken) is committed here: the move runs and the cursor of the
+   * batch's collection reached the batch's. On a consensus member, first every command this member
+   * proposed before is settled (applied, or never to be), so a commit still in the log is counted.
+   */
+  private async committedBefore(move: string, token: string): Promise<boolean> {
+    const t = parseMoveToken(token);
+    if (t === null) return false;
+    if (this.proposer !== null) await this.settleProposals(t.uid);
+    const mv = this.dir.move;
+    if (mv === null || mv.move !== move) return false;
+    const cursor = mv.cursors.get(t.uid);
+    return mv.finished || (cursor !== undefined && cursor >= t.cursor);
+  }
+
+  /**
+   * A consensus member's barrier: an empty delete of collection `uid`, proposed and applied. Entries
+   * apply in log order, so once it is applied here every command this member proposed before it is
+   * applied or was overwritten by another leader's (and will never apply). Fails (unavailable) when
+   * this member no longer leads: then the next leader's state, once it is ready, is the answer.
+   */
+  private async settleProposals(uid: string): Promise<void> {
+    if (this.proposer === null || !this.byUid.has(uid)) return;
+    await this.proposer.propose({ uid, bulk: false, op: { t: 'delete', ids: [] } });
+  }
+
+  /**
+   * A consensus member that stopped leading ends its batch's lease at once (its commit could not be
+   * proposed any more), so writes waiting at its gate go on to the new leader. raft-engine.ts calls it.
+   */
+  endMoveLease(): void {
+    if (this.lease !== null) this.endLease();
+  }
+
+  /** Whether a move batch holds this node's gate now. */
+  get moveLeaseHeld(): boolean {
+    return this.lease !== null;
   }
 
   /** A lease that ended uncommitted: its ids may be on their new owners, so the next batch there says which went meanwhile. */

@@ -24,6 +24,8 @@ export const MOVE_BATCH_BYTES_MAX = 16 << 20;
 export const MOVE_LEASE_MS_DEFAULT = 5_000;
 const MOVE_LEASE_MS_MIN = 100;
 const MOVE_LEASE_MS_MAX = 300_000;
+/** Longest batch token (Database's moveToken: 50 characters and the cursor, a point id, in base64url). */
+const MOVE_TOKEN_MAX = 2048;
 /** Most target shards a move names (the coordinator's own cap). */
 const MOVE_TARGETS_MAX = 1024;
 
@@ -127,7 +129,7 @@ export function parseMoveRequest(step: unknown, body: unknown): MoveRequest {
   if (step === 'commit') {
     only(b, ['move', 'token'], 'move commit body');
     if (typeof b.move !== 'string' || !MOVE_ID_RE.test(b.move)) throw invalidArgument('move must be 1 to 64 letters, digits, _ or -');
-    if (typeof b.token !== 'string' || b.token.length === 0 || b.token.length > 128) throw invalidArgument('token must be the batch token');
+    if (typeof b.token !== 'string' || b.token.length === 0 || b.token.length > MOVE_TOKEN_MAX) throw invalidArgument('token must be the batch token');
     return { step, move: b.move, token: b.token };
   }
   if (step === 'apply') {

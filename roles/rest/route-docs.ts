@@ -117,7 +117,7 @@ export const ROUTE_DOCS: Readonly<Record<string, RouteDoc>> = {
     reply: textStats,
   },
   'POST /v1/cluster/move/batch': {
-    summary: 'Internal: a coordinator\'s rebalance step (admin key scoped to *; REST only). Holds this node\'s point writes and answers the next batch of points it does not own in targets, as logical records, with a token and a lease; {done: true} once nothing is left',
+    summary: 'Internal: a coordinator\'s rebalance step (admin key scoped to *; REST only; on a consensus group, run by its leader: a follower forwards it). Holds this node\'s point writes and answers the next batch of points it does not own in targets, as logical records, with a token and a lease; {done: true} once nothing is left',
     reply: {
       type: 'object',
       properties: {
@@ -128,7 +128,7 @@ export const ROUTE_DOCS: Readonly<Record<string, RouteDoc>> = {
     },
   },
   'POST /v1/cluster/move/commit': {
-    summary: 'Internal: a rebalance batch\'s points leave this node and the move\'s cursor advances, in one WAL record; writes flow again',
+    summary: 'Internal: a rebalance batch\'s points leave this node and the move\'s cursor advances, in one WAL record (on a consensus group, one command of its log); writes flow again. A token this node holds no lease for is answered from the cursor: {moved: 0} when that batch was committed, else 404',
     reply: obj({ moved: int }),
   },
   'POST /v1/cluster/move/apply': {

@@ -1,5 +1,5 @@
 import { SvcError } from '../../base/errors.js';
-import { decodeOp, encodeOp, type AnyOp, type Op } from '../../storage/codec.js';
+import { decodeOp, encodeOp, type AnyOp, type MoveStateRecord, type Op } from '../../storage/codec.js';
 
 /**
  * What a consensus group's log entries carry (issue 17): a shard's write, already checked and resolved
@@ -7,20 +7,35 @@ import { decodeOp, encodeOp, type AnyOp, type Op } from '../../storage/codec.js'
  * codec's operation. Every member applies the same commands in the same order to the same state, so
  * their data stays equal; the applying is in Database.applyCommand.
  *
- *   version u8 (1) | bulk u8 | uid: str16 ('' for a create or drop, whose op names its uid) | op (codec.ts)
+ *   version u8 | bulk u8 | uid: str16 ('' for a create, drop or move state, whose op names no collection) | op (codec.ts)
+ *
+ * Version 1: point writes, creates and drops. Version 2 (rebalancing moves on a group, issue 18): a
+ * move's state (`move_state`, uid '') and a move batch's commit (a `delete` that carries its move mark:
+ * the batch's ids leave and the collection's cursor advances, in one record). Only those two are
+ * encoded as version 2, so every entry a build without moves wrote decodes as it did, and a member of
+ * such a build stops at a move's entry (unknown version) instead of applying it without its meaning.
  */
+
+export type MoveCommitOp = Extract<Op, { t: 'delete' }> & { readonly move: NonNullable<Extract<Op, { t: 'delete' }>['move']> };
 
 export type ShardCommand =
   | { readonly uid: string; readonly bulk: boolean; readonly op: Op }
-  | { readonly uid: ''; readonly bulk: false; readonly op: Extract<AnyOp, { t: 'create_collection' | 'drop_collection' }> };
+  | { readonly uid: ''; readonly bulk: false; readonly op: Extract<AnyOp, { t: 'create_collection' | 'drop_collection' }> }
+  | { readonly uid: ''; readonly bulk: false; readonly op: { t: 'move_state' } & MoveStateRecord };
 
 const VERSION = 1;
+const VERSION_MOVES = 2;
+
+/** Whether a command is a move's (version 2). */
+export function isMoveCommand(c: ShardCommand): boolean {
+  return c.op.t === 'move_state' || (c.op.t === 'delete' && c.op.move !== undefined);
+}
 
 export function encodeCommand(c: ShardCommand): Uint8Array {
   const op = encodeOp(c.op);
   const uid = Buffer.from(c.uid, 'utf8');
   const b = Buffer.allocUnsafe(4 + uid.length + op.length);
-  b[0] = VERSION;
+  b[0] = isMoveCommand(c) ? VERSION_MOVES : VERSION;
   b[1] = c.bulk ? 1 : 0;
   b.writeUInt16LE(uid.length, 2);
   b.set(uid, 4);
@@ -31,17 +46,23 @@ export function encodeCommand(c: ShardCommand): Uint8Array {
 /** A command of a committed entry; a malformed one is a bug or a corrupt log, never a client's input. */
 export function decodeCommand(data: Uint8Array): ShardCommand {
   const b = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
-  if (b.length < 5 || b[0] !== VERSION) throw new SvcError('internal', `a consensus entry of unknown version ${b[0]} (${b.length} bytes)`);
+  const version = b[0];
+  if (b.length < 5 || (version !== VERSION && version !== VERSION_MOVES)) throw new SvcError('internal', `a consensus entry of unknown version ${b[0]} (${b.length} bytes)`);
   const uidBytes = b.readUInt16LE(2);
   if (4 + uidBytes >= b.length) throw new SvcError('internal', 'a consensus entry ends inside its header');
   const uid = b.toString('utf8', 4, 4 + uidBytes);
   const op = decodeOp(b.subarray(4 + uidBytes));
+  let cmd: ShardCommand;
   if (uid === '') {
-    if (op.t !== 'create_collection' && op.t !== 'drop_collection') throw new SvcError('internal', `a consensus entry's ${op.t} names no collection`);
-    return { uid: '', bulk: false, op };
+    if (op.t !== 'create_collection' && op.t !== 'drop_collection' && op.t !== 'move_state') throw new SvcError('internal', `a consensus entry's ${op.t} names no collection`);
+    cmd = { uid: '', bulk: false, op } as ShardCommand;
+  } else {
+    if (op.t !== 'upsert' && op.t !== 'delete' && op.t !== 'upsert_docs' && op.t !== 'set_payload') {
+      throw new SvcError('internal', `a consensus entry carries a ${op.t} for a collection`);
+    }
+    cmd = { uid, bulk: b[1] === 1, op };
   }
-  if (op.t !== 'upsert' && op.t !== 'delete' && op.t !== 'upsert_docs' && op.t !== 'set_payload') {
-    throw new SvcError('internal', `a consensus entry carries a ${op.t} for a collection`);
-  }
-  return { uid, bulk: b[1] === 1, op };
+  // A move's command under version 1, or a plain write under version 2: a bug, never applied as either.
+  if (isMoveCommand(cmd) !== (version === VERSION_MOVES)) throw new SvcError('internal', `a consensus entry of version ${version} carries a ${op.t}${isMoveCommand(cmd) ? ' of a move' : ''}`);
+  return cmd;
 }

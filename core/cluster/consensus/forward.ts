@@ -8,7 +8,7 @@ import { COLLECTION_EXISTED, collectionExisted, type CollectionInfo } from '../.
  * write (checked against its state, proposed, applied) and answers with the result or the error.
  *
  * Frames are JSON: a request `{k: 'q', id, op, args}`, an answer `{k: 'a', id, ok, value, existed}` or
- * `{k: 'a', id, ok: false, code, message, detail}`. Ids are per forwarder; an answer nobody waits for
+ * `{k: 'a', id, ok: false, code, message, detail, index}` (index: the leader's applied index, absent from an older build). Ids are per forwarder; an answer nobody waits for
  * (its caller's deadline passed) is dropped. A malformed frame is counted and dropped: it came from an
  * authenticated peer, so it is a bug or a version skew, never a client's input.
  */
@@ -118,7 +118,7 @@ export class WriteForwarder {
         return { k: 'a', id, ok: true, value: value ?? null, index: this.o.appliedIndex(), ...(existed ? { existed: true } : {}) };
       },
       (e: unknown) => e instanceof SvcError
-        ? { k: 'a', id, ok: false, code: e.code, message: e.message, detail: e.detail }
+        ? { k: 'a', id, ok: false, code: e.code, message: e.message, detail: e.detail, index: this.o.appliedIndex() }
         : { k: 'a', id, ok: false, code: 'internal', message: 'the leader failed to run the write', detail: {} },
     ).then((answer) => {
       if (!this.o.send(from, Buffer.from(JSON.stringify(answer, typedArraysAsLists), 'utf8'))) {
@@ -139,8 +139,21 @@ export class WriteForwarder {
     }
     const code = (ERROR_CODES as readonly string[]).includes(m.code as string) ? (m.code as ErrorCode) : 'internal';
     const detail = m.detail !== null && typeof m.detail === 'object' ? (m.detail as Record<string, unknown>) : {};
-    w.reject(new SvcError(code, typeof m.message === 'string' ? m.message : 'the leader refused the write', detail));
+    const e = new SvcError(code, typeof m.message === 'string' ? m.message : 'the leader refused the write', detail);
+    if (typeof m.index === 'number') Object.defineProperty(e, LEADER_INDEX, { value: m.index, enumerable: false });
+    w.reject(e);
   }
+}
+
+/**
+ * On an error a leader answered: its applied index when it refused (a `moved` refusal follows a move
+ * commit this member applies through it before answering, so its own reads agree; raft-engine.ts).
+ */
+export const LEADER_INDEX = Symbol('leaderIndex');
+
+export function leaderIndexOf(e: unknown): number | null {
+  const i = e !== null && typeof e === 'object' ? (e as Record<symbol, unknown>)[LEADER_INDEX] : undefined;
+  return typeof i === 'number' ? i : null;
 }
 
 function unanswered(to: string): SvcError {

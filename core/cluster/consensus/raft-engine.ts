@@ -1,7 +1,7 @@
 import { SvcError } from '../../base/errors.js';
 import type { EngineApi, OperationName } from '../../service/api.js';
 import { OPERATION_KINDS, type OperationKind } from '../../service/roles.js';
-import type { ForwardedWrite } from './forward.js';
+import { leaderIndexOf, type ForwardedWrite } from './forward.js';
 import type { ConsensusMember } from './member.js';
 
 /**
@@ -18,6 +18,9 @@ import type { ConsensusMember } from './member.js';
  * - A read with `consistency: "strong"` waits for ReadIndex (the leader confirms its leadership and this
  *   member applies through the confirmed commit index): it sees every write acknowledged before it, on
  *   any member. Other reads answer from this member's state as it is.
+ * - A coordinator's move steps (issue 18) go as writes do: run on the ready leader, forwarded from a
+ *   follower. A batch's lease ends as soon as this member stops being the ready leader. A forwarded
+ *   write refused as `moved` is answered once this member applied through the leader's index.
  */
 
 export interface RaftEngineOptions {
@@ -64,7 +67,18 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
         if (!mayForward) {
           throw new SvcError('unavailable', `this member is not the consensus leader (leader: ${s.leaderId}); retry`, { reason: 'not_leader', leaderId: s.leaderId });
         }
-        const { value, index } = await o.forward(s.leaderId, { op, args }, signal);
+        let forwarded: { value: unknown; index: number };
+        try {
+          forwarded = await o.forward(s.leaderId, { op, args }, signal);
+        } catch (e) {
+          // A write refused as moved follows a move batch's commit: applied here too before the answer,
+          // so this member's reads agree (the router writes the ids to their new owner, then may read
+          // here: without the commit this member would still show the points it gave away).
+          const at = leaderIndexOf(e);
+          if (e instanceof SvcError && e.code === 'moved' && at !== null) await member.whenApplied(at, signal).catch(() => undefined);
+          throw e;
+        }
+        const { value, index } = forwarded;
         // Applied here too before the answer: a read on this member after the write sees it (a router
         // that names this member reads where it wrote).
         await member.whenApplied(index, signal);
@@ -97,19 +111,50 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
     return run(op, args);
   };
 
+  // A move batch's lease lives on the leader that gave it: once this member stops being the ready
+  // leader its commit cannot be proposed here any more, so the lease ends at once (writes waiting at its
+  // gate go on, to the new leader) instead of when it runs out. The coordinator asks the new leader.
+  const lease = db as unknown as { endMoveLease?: () => void; readonly moveLeaseHeld?: boolean };
+  let watching: NodeJS.Timeout | null = null;
+  const watchLease = (): void => {
+    if (watching !== null || lease.endMoveLease === undefined) return;
+    watching = setInterval(() => {
+      if (lease.moveLeaseHeld !== true) {
+        clearInterval(watching!);
+        watching = null;
+      } else if (!member.leaderReady) {
+        lease.endMoveLease!();
+      }
+    }, pollMs);
+    watching.unref();
+  };
+  const move = async (op: string, args: readonly unknown[], mayForward: boolean): Promise<unknown> => {
+    const value = await write(op, args, mayForward);
+    // Also when leadership went while the batch was being made: the watch ends that lease at once.
+    if (op === 'moveBatch') watchLease();
+    return value;
+  };
+
   const engine: Record<string, unknown> = {};
   for (const [op, kind] of Object.entries(OPERATION_KINDS) as [OperationName, OperationKind][]) {
     if (kind === 'write') engine[op] = (...args: unknown[]) => write(op, args, true);
     else if (kind === 'read') engine[op] = (...args: unknown[]) => read(op, args);
-    // A coordinator's moves: the database refuses them on a member (Database.move).
-    else engine[op] = (...args: unknown[]) => run(op, args);
+    // A coordinator's move steps run on the ready leader, as writes do (a follower forwards them): the
+    // batch's scan and gate, its lease, and the proposals of the move's state and commits are the
+    // leader's (Database.nextBatch, commitBatch; a target's applied points are proposed writes).
+    else engine[op] = (...args: unknown[]) => move(op, args, true);
   }
   // The replication stream is an async iterable, not a promise.
   engine.replicate = (...args: unknown[]) => (db.replicate as (...a: unknown[]) => unknown)(...args);
   engine.forwarded = (w: ForwardedWrite) => {
-    if (OPERATION_KINDS[w.op as OperationName] !== 'write') return Promise.reject(new SvcError('invalid_argument', `'${w.op}' is not a write a member forwards`));
+    const kind = OPERATION_KINDS[w.op as OperationName];
+    if (kind === 'move') return move(w.op, w.args, false);
+    if (kind !== 'write') return Promise.reject(new SvcError('invalid_argument', `'${w.op}' is not a write a member forwards`));
     return write(w.op, w.args, false);
   };
-  engine.close = () => o.close();
+  engine.close = () => {
+    if (watching !== null) clearInterval(watching);
+    return o.close();
+  };
   return engine as unknown as RaftEngine;
 }

@@ -36,6 +36,29 @@ export interface MoveSourceOptions {
   signal?: AbortSignal;
   /** Told after each committed batch. */
   onBatch?(points: number, bytes: number): void;
+  /**
+   * How long one step answered `unavailable` is asked again before the move stops (default 30 s): a
+   * consensus group's leader change (a second or two) and a shard's restart pass without the mover
+   * forgetting what it knows (the ids of uncommitted batches). A batch or an apply asked again is
+   * the same points; a commit asked again with its token is answered from the source's cursor.
+   */
+  retryMs?: number;
+}
+
+/** Waits before asking again: 100 ms doubling to 1 s. */
+const RETRY_PAUSE_MS = [100, 200, 400, 800, 1000];
+
+async function retrying<T>(o: MoveSourceOptions, fn: () => Promise<T>): Promise<T> {
+  const until = performance.now() + (o.retryMs ?? 30_000);
+  for (let i = 0; ; i++) {
+    try {
+      return await fn();
+    } catch (e) {
+      if (toSvcError(e).code !== 'unavailable' || performance.now() >= until || o.signal?.aborted === true) throw e;
+      const ms = RETRY_PAUSE_MS[Math.min(i, RETRY_PAUSE_MS.length - 1)];
+      await new Promise((r) => setTimeout(r, ms));
+    }
+  }
 }
 
 /** Most batches one call runs (each takes at least one point or advances the cursor by a scan). */
@@ -55,12 +78,12 @@ export async function moveSource(o: MoveSourceOptions): Promise<void> {
   const paramsOf = new Map<string, object>();
   for (let i = 0; i < BATCHES_MAX; i++) {
     if (o.signal?.aborted === true) throw new SvcError('unavailable', 'the rebalance was stopped');
-    const b = await client.batch(source.url, { move: move.id, self: source.id, targets: move.targets, limit, lease_ms: o.leaseMs ?? 5_000 });
+    const b = await retrying(o, () => client.batch(source.url, { move: move.id, self: source.id, targets: move.targets, limit, lease_ms: o.leaseMs ?? 5_000 }));
     if (b.done) {
       const left = [...unsure].filter(([, ids]) => ids.size > 0);
       if (left.length === 0) return;
       // Never sent again: every one of them is gone from the source.
-      for (const [collection, ids] of left) await deleteOnOwners(o, collection, paramsOf.get(collection)!, [...ids]);
+      for (const [collection, ids] of left) await retrying(o, () => deleteOnOwners(o, collection, paramsOf.get(collection)!, [...ids]));
       unsure.clear();
       continue;
     }
@@ -68,9 +91,11 @@ export async function moveSource(o: MoveSourceOptions): Promise<void> {
     const was = unsure.get(b.collection);
     const gone = was === undefined ? [] : [...was].filter((id) => id <= b.cursor && !carried.has(id));
     const groups = groupByOwner(b.records, [...new Set([...b.deletes, ...gone])], move.targets);
-    await Promise.all([...groups].map(([to, g]) => client.apply(o.urlOf(to), { collection: b.collection, params: b.params, records: g.records, deletes: g.deletes })));
+    await Promise.all([...groups].map(([to, g]) => retrying(o, () => client.apply(o.urlOf(to), { collection: b.collection, params: b.params, records: g.records, deletes: g.deletes }))));
     try {
-      await client.commit(source.url, { move: move.id, token: b.token });
+      // Asked again with the same token while unanswered: a commit whose answer was lost (or that a
+      // group's old leader proposed before it went) is answered from the source's cursor, never guessed.
+      await retrying(o, () => client.commit(source.url, { move: move.id, token: b.token }));
     } catch (e) {
       // The lease ended first (the source let writes through): the next batch sends these points again
       // as they are now, and names those deleted meanwhile; smaller, so that it fits its lease.

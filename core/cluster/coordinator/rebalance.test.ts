@@ -120,4 +120,48 @@ describe('rebalance decisions', () => {
     await moveSource({ client, move: { id: 'm0', targets, sources: [0], joining: [1], draining: [] }, source: { id: 0, url: 's0' }, urlOf: String, limit: 10 });
     expect(applied).toEqual([{ deletes: [], ids }, { deletes: [ids[1]], ids: [ids[0], ids[2]] }]);
   });
+
+  it('a step answered unavailable (a consensus group electing a leader) is asked again, the commit with its token, keeping what the mover knows; past retryMs it fails', async () => {
+    const targets = [0, 1];
+    const ids = Array.from({ length: 400 }, (_, i) => `q${i}`).filter((id) => owner(id, targets) === 1).slice(0, 2).sort();
+    const rec = Buffer.from(encodeOp({ t: 'upsert', points: ids.map((id) => ({ id, vector: new Float32Array([1, 2]), payload: null })) })).toString('base64');
+    const params = { name: 'c', dim: 2 };
+    const calls: string[] = [];
+    let batchFails = 2;
+    let applyFails = 1;
+    let commitFails = 2;
+    let done = false;
+    const down = () => new SvcError('unavailable', 'no consensus leader');
+    const client: MoveClient = {
+      batch: async () => {
+        calls.push('batch');
+        if (batchFails-- > 0) throw down();
+        return done ? { done: true } : { done: false, token: 'tok', collection: 'c', params, cursor: ids[1], records: [rec], deletes: [], count: 2, bytes: 16 };
+      },
+      apply: async () => {
+        calls.push('apply');
+        if (applyFails-- > 0) throw down();
+        return { applied: 2, deleted: 0 };
+      },
+      commit: async (_url, body) => {
+        calls.push(`commit ${body.token}`);
+        if (commitFails-- > 0) throw down();
+        done = true;
+        return { moved: 2 };
+      },
+    };
+    const move = { id: 'm0', targets, sources: [0], joining: [1], draining: [] };
+    await moveSource({ client, move, source: { id: 0, url: 's0' }, urlOf: String, limit: 10 });
+    expect(calls).toEqual(['batch', 'batch', 'batch', 'apply', 'apply', 'commit tok', 'commit tok', 'commit tok', 'batch']);
+    // A shard that stays unavailable stops the move after retryMs (the loop tries it again later).
+    const never: MoveClient = { ...client, batch: async () => { throw down(); } };
+    const t0 = performance.now();
+    await expect(moveSource({ client: never, move, source: { id: 0, url: 's0' }, urlOf: String, retryMs: 300 })).rejects.toMatchObject({ code: 'unavailable' });
+    expect(performance.now() - t0).toBeLessThan(3000);
+    // Other errors are not asked again.
+    let asked = 0;
+    const refused: MoveClient = { ...client, batch: async () => { asked++; throw new SvcError('invalid_argument', 'bad'); } };
+    await expect(moveSource({ client: refused, move, source: { id: 0, url: 's0' }, urlOf: String })).rejects.toMatchObject({ code: 'invalid_argument' });
+    expect(asked).toBe(1);
+  });
 });

@@ -1,0 +1,103 @@
+import { describe, expect, it } from 'vitest';
+import { SvcError } from '../../base/errors.js';
+import type { EngineApi } from '../../service/api.js';
+import { LEADER_INDEX, leaderIndexOf, WriteForwarder, type ForwardedWrite } from './forward.js';
+import type { ConsensusMember } from './member.js';
+import { raftEngine } from './raft-engine.js';
+
+/**
+ * The engine's part in rebalancing moves on a consensus group (issue 18): move steps run on the ready
+ * leader and are forwarded from a follower like writes; a leader that stops leading ends its batch's
+ * lease; a write refused as `moved` is answered only once this member applied through the leader's index.
+ */
+
+interface FakeMember {
+  leaderReady: boolean;
+  leaderId: string | null;
+  applied: number[];
+}
+
+function fakeMember(m: FakeMember): ConsensusMember {
+  return {
+    get leaderReady() { return m.leaderReady; },
+    status: () => ({ role: m.leaderReady ? 'leader' : 'follower', leaderId: m.leaderId, term: 1 }),
+    whenApplied: async (index: number) => { m.applied.push(index); },
+    readBarrier: async () => 0,
+  } as unknown as ConsensusMember;
+}
+
+function fakeDb(calls: string[], lease: { held: boolean; ended: number }): EngineApi {
+  return {
+    moveBatch: async (body: unknown) => { calls.push(`moveBatch ${JSON.stringify(body)}`); lease.held = true; return { done: false, token: 't' }; },
+    moveCommit: async () => { calls.push('moveCommit'); lease.held = false; return { moved: 1 }; },
+    moveApply: async () => { calls.push('moveApply'); return { applied: 1, deleted: 0 }; },
+    upsert: async () => { calls.push('upsert'); return { upserted: 1 }; },
+    endMoveLease: () => { lease.ended++; lease.held = false; },
+    get moveLeaseHeld() { return lease.held; },
+  } as unknown as EngineApi;
+}
+
+const opts = { writeTimeoutMs: 2000, readTimeoutMs: 2000, leaderPollMs: 5, close: async () => undefined };
+
+describe('raftEngine and rebalancing moves', () => {
+  it('runs move steps on the ready leader; a follower forwards them (and a forwarded one is never forwarded again)', async () => {
+    const calls: string[] = [];
+    const m: FakeMember = { leaderReady: false, leaderId: 'n1', applied: [] };
+    const forwarded: ForwardedWrite[] = [];
+    const follower = raftEngine({
+      ...opts, db: fakeDb(calls, { held: false, ended: 0 }), member: fakeMember(m), selfId: 'n2',
+      forward: async (to, w) => { forwarded.push(w); expect(to).toBe('n1'); return { value: { done: true }, index: 9 }; },
+    });
+    expect(await (follower as unknown as Record<string, (b: unknown) => Promise<unknown>>).moveBatch({ move: 'm1' })).toEqual({ done: true });
+    expect(forwarded).toEqual([{ op: 'moveBatch', args: [{ move: 'm1' }] }]);
+    expect(m.applied).toEqual([9]);
+    expect(calls).toEqual([]);
+    // A move step forwarded here while this member does not lead is refused, not sent on.
+    await expect(follower.forwarded({ op: 'moveCommit', args: [{}] })).rejects.toMatchObject({ detail: { reason: 'not_leader' } });
+    // On the ready leader it runs, forwarded or not.
+    m.leaderReady = true;
+    expect(await follower.forwarded({ op: 'moveApply', args: [{}] })).toEqual({ applied: 1, deleted: 0 });
+    expect(calls).toEqual(['moveApply']);
+    await follower.close();
+  });
+
+  it('ends a batch\'s lease as soon as this member stops being the ready leader', async () => {
+    const calls: string[] = [];
+    const lease = { held: false, ended: 0 };
+    const m: FakeMember = { leaderReady: true, leaderId: 'n1', applied: [] };
+    const engine = raftEngine({ ...opts, db: fakeDb(calls, lease), member: fakeMember(m), selfId: 'n1', forward: async () => ({ value: null, index: 0 }) });
+    await (engine as unknown as Record<string, (b: unknown) => Promise<unknown>>).moveBatch({ move: 'm1' });
+    expect(lease.held).toBe(true);
+    await new Promise((r) => setTimeout(r, 30));
+    expect(lease.ended).toBe(0); // still leading: the lease is the batch's
+    m.leaderReady = false;
+    for (let i = 0; i < 100 && lease.ended === 0; i++) await new Promise((r) => setTimeout(r, 5));
+    expect(lease.ended).toBe(1);
+    await engine.close();
+  });
+
+  it('a forwarded write answered moved is answered once this member applied through the leader\'s index', async () => {
+    const m: FakeMember = { leaderReady: false, leaderId: 'n1', applied: [] };
+    const refusal = new SvcError('moved', '1 point(s) moved', { moved: { move: 'm1', ids: ['a'], targets: [0, 1] } });
+    Object.defineProperty(refusal, LEADER_INDEX, { value: 77 });
+    const engine = raftEngine({ ...opts, db: fakeDb([], { held: false, ended: 0 }), member: fakeMember(m), selfId: 'n2', forward: async () => { throw refusal; } });
+    await expect(engine.upsert('c', { points: [] } as never)).rejects.toBe(refusal);
+    expect(m.applied).toEqual([77]);
+    // Other refusals are answered at once.
+    const other = raftEngine({ ...opts, db: fakeDb([], { held: false, ended: 0 }), member: fakeMember(m), selfId: 'n2', forward: async () => { throw new SvcError('not_found', 'no'); } });
+    await expect(other.upsert('c', { points: [] } as never)).rejects.toMatchObject({ code: 'not_found' });
+    expect(m.applied).toEqual([77]);
+  });
+
+  it('the forwarder carries the leader\'s applied index with an error answer', async () => {
+    const follower: WriteForwarder = new WriteForwarder({ send: (_to, p) => { queueMicrotask(() => leader.receive(p, 'f')); return true; }, handle: async () => null, appliedIndex: () => 0 });
+    const leader: WriteForwarder = new WriteForwarder({
+      send: (_to, p) => { queueMicrotask(() => follower.receive(p, 'l')); return true; },
+      handle: async () => { throw new SvcError('moved', 'moved away', { moved: { move: 'm1', ids: ['a'], targets: [0, 1] } }); },
+      appliedIndex: () => 31,
+    });
+    const e = await follower.request('l', { op: 'upsert', args: [] }, AbortSignal.timeout(2000)).catch((x: unknown) => x);
+    expect(e).toMatchObject({ code: 'moved', detail: { moved: { ids: ['a'] } } });
+    expect(leaderIndexOf(e)).toBe(31);
+  });
+});

@@ -1,0 +1,329 @@
+/**
+ * Rebalancing with a consensus group in the map (issue 18, docs/consensus.md "Rebalancing"): shard 0 is
+ * a group of three `svc serve` members, shard 1 a single node; a coordinator with autoscaling on, a
+ * router, a standby and a single reference node fed the same writes. Under a continuous writer
+ * (upserts, overwrites, deletes) and reader through the router, shard 0 passes the high-water mark,
+ * the standby joins and both shards move points to it; mid-move the group's leader is SIGKILLed, and the
+ * move goes on from the replicated cursor on the new leader and completes. Then the single node drains
+ * under the same load, so the group is a move's target too. Every acknowledged point readable with its
+ * last vector at every sample, no duplicates, queries equal the reference's, the new shard about a
+ * third, every member of the group the same points. Imports no project code.
+ */
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { allPoints, call, eventually, KEY, raftLeader, raftView, restartMember, startNode, startRaftGroup, type RaftMember } from './cluster-harness.js';
+import { api, MASTER, serve, tempDir, type Server } from './harness.js';
+
+const ROUTER_KEY = 'consensus-rebalance-router-key';
+const TIMING = { SVC_RAFT_HEARTBEAT_MS: '50', SVC_RAFT_ELECTION_MS: '500', SVC_RAFT_WRITE_TIMEOUT_SECS: '5' };
+const running = new Set<Server>();
+let group: RaftMember[] = [];
+afterAll(async () => {
+  await Promise.all([...running, ...group.map((m) => m.server)].map((s) => s.stop('SIGKILL')));
+});
+
+async function started(p: Promise<Server>): Promise<Server> {
+  const s = await p;
+  running.add(s);
+  return s;
+}
+
+/** mulberry32: the same data every run. */
+function rng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+const rand = rng(1818);
+const int = (n: number) => Math.floor(rand() * n);
+const vec = (dim: number) => Array.from({ length: dim }, () => int(9) - 4);
+const DIM = 8;
+const INITIAL = 3000;
+/** Shard 0 passes it once the extra points are written (each shard holds about half). */
+const HIGH_WATER = 1800;
+
+class Model {
+  readonly points = new Map<string, number[] | null>();
+  readonly inFlight = new Set<string>();
+  next = 0;
+  live(): string[] {
+    return [...this.points].filter(([, v]) => v !== null).map(([id]) => id);
+  }
+  settled(): string[] {
+    return [...this.points.keys()].filter((id) => !this.inFlight.has(id));
+  }
+}
+
+type Client = ReturnType<typeof api>;
+
+/**
+ * A call retried while it answers 503, as a client does (a consensus group electing a new leader
+ * answers 503, never acknowledging a write it did not take); each 503 is noted with its time.
+ */
+function retrying(c: Client, unavailable: number[]): Client {
+  return async (method, path, body) => {
+    for (let t = 0; ; t++) {
+      const r = await c(method, path, body);
+      if (r.status !== 503 || t === 40) return r;
+      unavailable.push(Date.now());
+      await new Promise((res) => setTimeout(res, 100));
+    }
+  };
+}
+
+interface Load { stop(): Promise<{ writes: number; reads: number; failures: string[] }> }
+
+/** As e2e/rebalance.test.ts: a write goes to the reference once the router acknowledged it. */
+function startLoad(router: Client, reference: Client, model: Model): Load {
+  let stopping = false;
+  const failures: string[] = [];
+  let writes = 0;
+  let reads = 0;
+  const writer = (async () => {
+    while (!stopping) {
+      const known = model.settled();
+      if (int(5) === 0 && known.length > 10) {
+        const ids = [...new Set(Array.from({ length: 3 }, () => known[int(known.length)]))];
+        for (const id of ids) model.inFlight.add(id);
+        const r = await router('POST', '/v1/collections/c/points:delete', { ids });
+        if (r.status !== 200) failures.push(`delete ${r.status} ${JSON.stringify(r.json)}`);
+        else {
+          await reference('POST', '/v1/collections/c/points:delete', { ids });
+          for (const id of ids) model.points.set(id, null);
+        }
+        for (const id of ids) model.inFlight.delete(id);
+      } else {
+        const ids = [...new Set(Array.from({ length: 10 }, () => (int(2) === 0 && known.length > 0 ? known[int(known.length)] : `p${model.next++}`)))];
+        const points = ids.map((id) => ({ id, vector: vec(DIM), payload: { g: int(2) === 0 ? 'a' : 'b' } }));
+        for (const id of ids) model.inFlight.add(id);
+        const r = await router('PUT', '/v1/collections/c/points', { points });
+        if (r.status !== 200) failures.push(`upsert ${r.status} ${JSON.stringify(r.json)}`);
+        else {
+          await reference('PUT', '/v1/collections/c/points', { points });
+          for (const p of points) model.points.set(p.id, p.vector);
+        }
+        for (const id of ids) model.inFlight.delete(id);
+      }
+      writes++;
+    }
+  })();
+  const reader = (async () => {
+    while (!stopping) {
+      const known = model.settled();
+      const ids = Array.from({ length: 8 }, () => known[int(known.length)]);
+      await Promise.all(ids.map(async (id) => {
+        const want = model.points.get(id);
+        const r = await router('GET', `/v1/collections/c/points/${id}?with_vector=true`);
+        if (model.inFlight.has(id) || model.points.get(id) !== want) return; // written meanwhile
+        if (want === null) {
+          if (r.status !== 404) failures.push(`get ${id} (deleted): ${r.status} ${JSON.stringify(r.json)}`);
+        } else if (r.status !== 200 || JSON.stringify(r.json.vector) !== JSON.stringify(want)) {
+          failures.push(`get ${id}: ${r.status} ${JSON.stringify(r.json)} wanted ${JSON.stringify(want)}`);
+        }
+      }));
+      const q = await router('POST', '/v1/collections/c/query', { vector: vec(DIM), k: 5 });
+      if (q.status !== 200) failures.push(`query ${q.status} ${JSON.stringify(q.json)}`);
+      reads++;
+    }
+  })();
+  return {
+    async stop() {
+      stopping = true;
+      await Promise.all([writer, reader]);
+      return { writes, reads, failures };
+    },
+  };
+}
+
+async function countOn(s: Server, collection = 'c'): Promise<number> {
+  const r = await call(s)('POST', `/v1/collections/${collection}/points:count`, {});
+  return r.status === 404 ? 0 : r.json.count;
+}
+
+async function fetchAll(c: Client): Promise<{ id: string; vector: number[] }[]> {
+  const out: { id: string; vector: number[] }[] = [];
+  let cursor: string | null = null;
+  do {
+    const r: { status: number; json: any } = await c('POST', '/v1/collections/c/points:fetch', { limit: 1000, cursor, with_vector: true });
+    expect(r.status, JSON.stringify(r.json)).toBe(200);
+    out.push(...r.json.points);
+    cursor = r.json.next_cursor;
+  } while (cursor !== null);
+  return out;
+}
+
+/** Everything the router answers equals the model and the reference: no point lost, none twice. */
+async function checkEverything(router: Client, reference: Client, model: Model): Promise<void> {
+  const all = await fetchAll(router);
+  const ids = all.map((p) => p.id);
+  expect(new Set(ids).size).toBe(ids.length);
+  const live = model.live().sort();
+  expect([...ids].sort()).toEqual(live);
+  for (const p of all) expect(p.vector).toEqual(model.points.get(p.id));
+  expect((await router('POST', '/v1/collections/c/points:count', {})).json.count).toBe(live.length);
+  for (let i = 0; i < 15; i++) {
+    const body = { vector: vec(DIM), k: 10, ...(i % 3 === 0 ? { filter: { eq: { field: 'g', value: 'a' } } } : {}) };
+    const [a, b] = [await router('POST', '/v1/collections/c/query', body), await reference('POST', '/v1/collections/c/query', body)];
+    expect(a.json).toEqual(b.json);
+  }
+}
+
+/** Every live member of the group holds the same points (a follower a heartbeat behind: waited for). */
+async function groupAgrees(members: RaftMember[]): Promise<number> {
+  let n = -1;
+  await eventually('every member holds the same points', async () => {
+    const sets = await Promise.all(members.map((m) => allPoints(m.server, 'c')));
+    const same = sets.every((s) => JSON.stringify(s) === JSON.stringify(sets[0]));
+    n = sets[0].length;
+    return same ? true : `sizes ${sets.map((s) => s.length).join(', ')}`;
+  }, 20_000);
+  return n;
+}
+
+async function shardState(admin: Client, id: number): Promise<{ state: string; moved?: boolean } | undefined> {
+  const map = (await admin('GET', '/cluster/map')).json;
+  return map.shards.find((s: { id: number }) => s.id === id);
+}
+
+describe('rebalancing with a consensus group as a move\'s source and target', () => {
+  let single: Server;
+  let standby: Server;
+  let coordinator: Server;
+  let router: Server;
+  let reference: Server;
+  let follower: RaftMember;
+  let viaRouter: Client;
+  let ref: Client;
+  let admin: Client;
+  let cwd: string;
+  const unavailable: number[] = [];
+  const model = new Model();
+
+  beforeAll(async () => {
+    cwd = tempDir('svc-consensus-rebalance-');
+    ({ members: group } = await startRaftGroup(['n1', 'n2', 'n3'], (id) => join(cwd, `g-${id}`), TIMING));
+    [single, standby, reference] = await Promise.all(['s1', 'standby', 'ref'].map((d) => started(startNode(join(cwd, d)))));
+    const leader = await raftLeader(group);
+    // The map names a follower: the leader is killed mid-move, and the follower stays the group's URL
+    // (a deployment names a network alias or a Service over all three: docs/deployment.md).
+    follower = group.find((m) => m !== leader)!;
+    await eventually('the follower knows its leader', async () => ((await raftView(follower)).leader_id === leader.id ? true : 'not yet'));
+    coordinator = await started(serve({
+      SVC_COORDINATOR: 'true', SVC_API_KEYS: KEY, SVC_ENCRYPTION_KEY: MASTER, SVC_CLUSTER_SHARD_KEY: KEY,
+      SVC_CLUSTER_SHARDS: `[${follower.server.base},${single.base}]`, SVC_COORDINATOR_STATE: join(cwd, 'coordinator.json'),
+      SVC_AUDIT_LOG: join(cwd, 'coordinator-audit.log'), SVC_REBALANCE_BATCH_POINTS: '10', SVC_CLUSTER_MAP_REFRESH_SECS: '0.5',
+      SVC_AUTOSCALE_ENABLED: 'true', SVC_AUTOSCALE_HIGH_WATER_POINTS: String(HIGH_WATER), SVC_AUTOSCALE_INTERVAL_SECS: '0.5',
+      SVC_AUTOSCALE_COOLDOWN_SECS: '3600', SVC_AUTOSCALE_STANDBY_URLS: standby.base, RUST_LOG: 'info',
+    }, { cwd }));
+    router = await started(serve({
+      SVC_COORDINATOR_URL: coordinator.base, SVC_CLUSTER_SHARD_KEY: KEY, SVC_API_KEYS: ROUTER_KEY, SVC_ENCRYPTION_KEY: MASTER,
+      SVC_CLUSTER_MAP_REFRESH_SECS: '0.5',
+    }, { cwd }));
+    viaRouter = retrying(api(router.base, ROUTER_KEY), unavailable);
+    ref = call(reference);
+    admin = call(coordinator);
+    for (const c of [viaRouter, ref]) {
+      const r = await c('POST', '/v1/collections', { name: 'c', dim: DIM, metric: 'l2', index: 'flat', filterable: [{ path: 'g', field_type: 'keyword' }] });
+      expect(r.status, JSON.stringify(r.json)).toBe(201);
+    }
+    await bulk(INITIAL);
+    expect(await countOn(follower.server)).toBeLessThan(HIGH_WATER);
+  }, 120_000);
+
+  async function bulk(n: number): Promise<void> {
+    const points = Array.from({ length: n }, () => ({ id: `p${model.next++}`, vector: vec(DIM), payload: { g: int(2) === 0 ? 'a' : 'b' } }));
+    for (let i = 0; i < points.length; i += 500) {
+      const part = points.slice(i, i + 500);
+      const r = await viaRouter('POST', '/v1/collections/c/points:bulk', { points: part });
+      expect(r.status, JSON.stringify(r.json)).toBe(200);
+      expect((await ref('POST', '/v1/collections/c/points:bulk', { points: part })).status).toBe(200);
+      for (const p of part) model.points.set(p.id, p.vector);
+    }
+  }
+
+  it('scales out to the standby under load; the group\'s leader is SIGKILLed mid-move and the move completes from the replicated cursor', async () => {
+    const load = startLoad(viaRouter, ref, model);
+    await new Promise((r) => setTimeout(r, 500));
+    // Shard 0 (the group) passes the high-water mark: the coordinator takes the standby as shard 2.
+    await bulk(1200);
+    await eventually('the standby joins', async () => ((await shardState(admin, 2))?.state === 'joining' ? true : 'not yet'), 30_000);
+    // Mid-move: the group has given away some of its points (the load alone changes its count by a few),
+    // and the move is not over.
+    const atJoin = await countOn(follower.server);
+    const joinedAt = Date.now();
+    let groupLeft = 0;
+    await eventually('the group moves points', async () => {
+      groupLeft = await countOn(follower.server);
+      const state = (await shardState(admin, 2))?.state;
+      if (state !== 'joining') throw new Error(`the move ended before the group had moved 100 points (${atJoin} -> ${groupLeft}): make it slower`);
+      return groupLeft < atJoin - 100 ? true : `group ${atJoin} -> ${groupLeft}`;
+    }, 60_000);
+    const leader = await raftLeader(group);
+    const killedAt = Date.now();
+    await leader.server.stop('SIGKILL');
+    const survivors = group.filter((m) => m !== leader);
+    const second = await raftLeader(survivors);
+    expect(second).not.toBe(leader);
+    await eventually('the new shard turns active', async () => {
+      const s = await shardState(admin, 2);
+      return s?.state === 'active' ? true : JSON.stringify(s);
+    }, 90_000);
+    const activeMs = Date.now() - killedAt;
+    // Routers follow the new map; the load goes on a little under it.
+    await new Promise((r) => setTimeout(r, 1500));
+    const { writes, reads, failures } = await load.stop();
+    if (failures.length > 0) {
+      console.log(coordinator.stdout().slice(-6000), coordinator.stderr().slice(-2000));
+      for (const m of group) console.log(m.id, m.server.stdout().slice(-3000), m.server.stderr().slice(-2000));
+    }
+    expect(failures).toEqual([]);
+    expect(writes).toBeGreaterThan(20);
+    expect(reads).toBeGreaterThan(20);
+    // 503s (answered while the group elected a new leader, and asked again) only around the kill.
+    console.log(`the move ended ${activeMs} ms after the kill; writes ${writes}, reads ${reads}, 503s retried ${unavailable.length} (${unavailable.map((t) => t - killedAt).join(', ')} ms after the kill); the group held ${groupLeft} of ${atJoin} when its leader was killed, ${killedAt - joinedAt} ms after the standby joined`);
+    for (const t of unavailable) {
+      expect(t).toBeGreaterThanOrEqual(killedAt);
+      expect(t - killedAt).toBeLessThan(10_000);
+    }
+
+    await checkEverything(viaRouter, ref, model);
+    // The killed member comes back on its data directory: it resumes from its applied index, the move's
+    // state and cursors included, and holds what the others hold.
+    const t0 = Date.now();
+    await restartMember(leader);
+    const inGroup = await groupAgrees(group);
+    console.log(`the killed member restarted and agreed with the group in ${Date.now() - t0} ms`);
+    const counts = [inGroup, await countOn(single), await countOn(standby)];
+    expect(counts.reduce((a, b) => a + b, 0)).toBe(model.live().length);
+    const share = counts[2] / model.live().length;
+    expect(share).toBeGreaterThan(0.25);
+    expect(share).toBeLessThan(0.42);
+    const metrics = await (await fetch(`${coordinator.base}/metrics`)).text();
+    expect(metrics).toMatch(/svc_rebalance_moves_in_progress 0/);
+    expect(metrics).toContain('svc_autoscale_scale_outs_total 1');
+  }, 240_000);
+
+  it('drains the single node under load: the group takes its share as a move\'s target, on every member', async () => {
+    const before = await groupAgrees(group);
+    const retriedBefore = unavailable.length;
+    const load = startLoad(viaRouter, ref, model);
+    await new Promise((r) => setTimeout(r, 300));
+    expect((await admin('POST', '/cluster/shards/1/drain')).status).toBe(202);
+    await eventually('shard 1 is drained', async () => ((await shardState(admin, 1))?.moved === true ? true : 'not yet'), 90_000);
+    await new Promise((r) => setTimeout(r, 1500));
+    const { failures } = await load.stop();
+    expect(failures).toEqual([]);
+    // No leader changed here: not one request was answered 503.
+    expect(unavailable.length).toBe(retriedBefore);
+    expect(await countOn(single)).toBe(0);
+    await checkEverything(viaRouter, ref, model);
+    const after = await groupAgrees(group);
+    expect(after).toBeGreaterThan(before);
+    expect(after + (await countOn(standby))).toBe(model.live().length);
+  }, 180_000);
+});
