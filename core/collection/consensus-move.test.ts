@@ -89,6 +89,12 @@ const idsOf = (b: MoveBatchAnswer): string[] => (b.done ? [] : b.records.flatMap
   return op.t === 'upsert' ? op.points.map((p) => p.id) : [];
 }));
 
+async function imageOf(db: Database): Promise<AsyncIterable<Uint8Array>> {
+  const parts: Uint8Array[] = [];
+  for await (const p of db.consensusImage()) parts.push(Buffer.from(p));
+  return (async function* () { yield* parts; })();
+}
+
 describe('a consensus group as the source of a rebalance move', () => {
   it('every member applies the move\'s start, each commit and its end: the same points, cursors and moved answers everywhere', async () => {
     const g = await seeded(1);
@@ -207,5 +213,37 @@ describe('a consensus group as the target of a rebalance move', () => {
     expect(del).toEqual({ applied: 0, deleted: 1 });
     for (const db of g.dbs) expect(await ids(db)).toEqual(want.slice(1));
     for (const db of [...g.dbs, source]) await db.close();
+  });
+  it('a member caught up by an image holds the move\'s state: it leads the move on from the cursor, and answers moved once it ended', async () => {
+    const g = await seeded(3);
+    const all = await ids(g.lead);
+    const first = await batch(g.lead);
+    await commit(g.lead, first.token);
+    // Member 2 loses its disk mid-move and comes back by an image of the leader's database.
+    await g.dbs[2].close();
+    const fresh = await Database.open({ dataDir: '/m2-new', masterKey: KEY, fs: g.fs, buildIndex: buildIndexInline });
+    await fresh.consensusApplied();
+    fresh.useProposer({ propose: (cmd) => g.propose(2, cmd) });
+    await fresh.restoreConsensusImage(await imageOf(g.lead), g.index);
+    g.dbs[2] = fresh;
+    // It leads: its first batch starts after the cursor the image carried, not from the beginning.
+    g.leader = 2;
+    const next = await batch(g.lead);
+    expect(next.done).toBe(false);
+    expect(idsOf(next)[0] > (first.done ? '' : first.cursor)).toBe(true);
+    await commit(g.lead, next.token);
+    for (let i = 0; i < 100; i++) {
+      const b = await batch(g.lead);
+      if (b.done) break;
+      await commit(g.lead, b.token);
+    }
+    for (const db of g.dbs) expect(await ids(db)).toEqual(all.filter((id) => !leaving(id)));
+    // Once the move ended, an image gives a new member its end: a moved id is refused there too.
+    const later = await Database.open({ dataDir: '/m3', masterKey: KEY, fs: g.fs, buildIndex: buildIndexInline });
+    await later.consensusApplied();
+    await later.restoreConsensusImage(await imageOf(g.lead), g.index);
+    await expect(later.get('c', all.find(leaving)!)).rejects.toMatchObject({ code: 'moved' });
+    await later.close();
+    for (const db of g.dbs) await db.close();
   });
 });

@@ -588,7 +588,8 @@ export class Database {
   /**
    * A consensus member's image of the whole state, as bytes read while they are consumed (a snapshot
    * stream to a member behind the log: core/cluster/consensus/snapshot-stream.ts):
-   * `'svc-img1' | (length u32 LE | command)*`, each collection's create then its points. It is fuzzy:
+   * `'svc-img1' | (length u32 LE | command)*`, each collection's create then its points, then a
+   * rebalance move's state and its cursor in each collection (as the move's commands). It is fuzzy:
    * writes applied while it is read may or may not be in it, and the member applies the log from the
    * index the stream names on, which converges (every command is a whole-point upsert, a delete, a
    * create or drop by uid, or a payload update setting or removing whole values). Yields to the event
@@ -614,6 +615,14 @@ export class Database {
         if (next.done) break;
         // Encoded now, before the reader's wait lets writes change the vectors it views.
         yield record({ uid: col.uid, bulk: true, op: next.value });
+      }
+    }
+    // A rebalance move's state and cursors (a group as a move's source), after the collections they name.
+    const mv = this.dir.move;
+    if (mv !== null) {
+      yield record({ uid: '', bulk: false, op: { t: 'move_state', move: mv.move, self: mv.self, targets: [...mv.targets], finished: mv.finished } });
+      for (const [uid, cursor] of [...mv.cursors]) {
+        if (this.byUid.has(uid)) yield record({ uid, bulk: false, op: { t: 'delete', ids: [], move: { move: mv.move, cursor } } });
       }
     }
   }
@@ -656,7 +665,9 @@ export class Database {
       if (!(await fill(4 + n))) throw new SvcError('internal', 'a consensus snapshot ends inside a record');
       const cmd = decodeCommand(buf.subarray(4, 4 + n));
       buf = buf.subarray(4 + n);
-      if (cmd.uid === '') {
+      if (isMoveCommand(cmd)) {
+        await this.applyMoveCommand(cmd);
+      } else if (cmd.uid === '') {
         if (cmd.op.t === 'create_collection') await this.replicaCreate(cmd.op.uid, cmd.op.name, cmd.op.params, cmd.op.origin_seq ?? 0);
       } else {
         await this.replicaWrite(cmd.uid, cmd.op as Op, true);
