@@ -4,7 +4,7 @@
 # and installed there with npm ci (only the npm registry is needed). Apart from the project's node_modules
 # on purpose: as a devDependency its bin/node would be linked as node_modules/.bin/node, which npm puts
 # first on PATH in every npm script, so npm test would silently run on Node 24; and every npm ci would
-# fetch about 30 MB that only npm run test:node24 uses. Used by npm run test:node24 (issue 20: reusePort).
+# download about 50 MB that only npm run test:node24 uses. Used by npm run test:node24 (issue 20: reusePort).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
