@@ -154,6 +154,9 @@ function parseMoveToken(token: string): { uid: string; cursor: string } | null {
 /** The history a consensus member's position counts in (DataDir's replica position: the command index). */
 const CONSENSUS_HISTORY = 'raft';
 
+/** The largest record a consensus image holds (one collection's batch of points; the WAL's own bound). */
+const IMAGE_RECORD_BYTES_MAX = 1 << 30;
+
 /** The largest WAL record a bulk upsert makes (the WAL takes records up to 1 GiB). */
 const BULK_RECORD_BYTES_MAX = 256 << 20;
 
@@ -649,29 +652,36 @@ export class Database {
       buf = parts.length === 1 ? buf : Buffer.concat(parts);
       return buf.length >= n;
     };
-    // Checked before anything is cleared: a marker snapshot (no data) or a damaged one never wipes a member.
-    const m = CONSENSUS_IMAGE_MAGIC.length;
-    if (!(await fill(m)) || !buf.subarray(0, m).equals(CONSENSUS_IMAGE_MAGIC)) {
-      throw new SvcError('internal', `a consensus snapshot at ${index} without an image: nothing was replaced`);
-    }
-    buf = buf.subarray(m);
-    await this.replicaReset();
-    for (;;) {
-      if (!(await fill(4))) {
-        if (buf.length > 0) throw new SvcError('internal', 'a consensus snapshot ends inside a record length');
-        break;
+    try {
+      // Checked before anything is cleared: a marker snapshot (no data) or a damaged one never wipes a member.
+      const m = CONSENSUS_IMAGE_MAGIC.length;
+      if (!(await fill(m)) || !buf.subarray(0, m).equals(CONSENSUS_IMAGE_MAGIC)) {
+        throw new SvcError('internal', `a consensus snapshot at ${index} without an image: nothing was replaced`);
       }
-      const n = buf.readUInt32LE(0);
-      if (!(await fill(4 + n))) throw new SvcError('internal', 'a consensus snapshot ends inside a record');
-      const cmd = decodeCommand(buf.subarray(4, 4 + n));
-      buf = buf.subarray(4 + n);
-      if (isMoveCommand(cmd)) {
-        await this.applyMoveCommand(cmd);
-      } else if (cmd.uid === '') {
-        if (cmd.op.t === 'create_collection') await this.replicaCreate(cmd.op.uid, cmd.op.name, cmd.op.params, cmd.op.origin_seq ?? 0);
-      } else {
-        await this.replicaWrite(cmd.uid, cmd.op as Op, true);
+      buf = buf.subarray(m);
+      await this.replicaReset();
+      for (;;) {
+        if (!(await fill(4))) {
+          if (buf.length > 0) throw new SvcError('internal', 'a consensus snapshot ends inside a record length');
+          break;
+        }
+        const n = buf.readUInt32LE(0);
+        // No record of an image is larger than a WAL record may be: a damaged length is not read on for.
+        if (n > IMAGE_RECORD_BYTES_MAX) throw new SvcError('internal', `a consensus snapshot record claims ${n} bytes`);
+        if (!(await fill(4 + n))) throw new SvcError('internal', 'a consensus snapshot ends inside a record');
+        const cmd = decodeCommand(buf.subarray(4, 4 + n));
+        buf = buf.subarray(4 + n);
+        if (isMoveCommand(cmd)) {
+          await this.applyMoveCommand(cmd);
+        } else if (cmd.uid === '') {
+          if (cmd.op.t === 'create_collection') await this.replicaCreate(cmd.op.uid, cmd.op.name, cmd.op.params, cmd.op.origin_seq ?? 0);
+        } else {
+          await this.replicaWrite(cmd.uid, cmd.op as Op, true);
+        }
       }
+    } finally {
+      // The reader's file is closed whatever happened (a generator's finally runs on return()).
+      await it.return?.();
     }
     await this.replicaSnapshotEnd(index, CONSENSUS_HISTORY);
   }

@@ -71,8 +71,9 @@ export async function startConsensusMember(
   const removeStaleImages = async (): Promise<void> => {
     const names = await fs.readdir(raftDir);
     // Taken after the listing: a stream begun since has no file in it.
-    const keep = inbox?.inUse ?? new Set<string>();
-    const ref = decodeImageRef(raftLog.snapshot().data);
+    const persisted = raftLog.snapshot();
+    const keep = inbox?.inUse(persisted.meta.index) ?? new Set<string>();
+    const ref = decodeImageRef(persisted.data);
     if (ref !== null) keep.add(ref.id);
     for (const name of names) {
       if (!name.startsWith('image-') || !name.endsWith(IMAGE_SUFFIX)) continue;
@@ -103,7 +104,7 @@ export async function startConsensusMember(
     onMessage: (m) => {
       if (m.type === 'snap') {
         // A snapshot's data on the wire is a stream's token: Raft gets it only with the image here whole.
-        const data = inbox!.complete(m.from, m.snapshot.data);
+        const data = inbox!.complete(m.from, m.snapshot.data, m.snapshot.meta.index);
         if (data === null) return;
         member?.receive({ ...m, snapshot: { meta: m.snapshot.meta, data } });
         return;
@@ -137,8 +138,9 @@ export async function startConsensusMember(
       const st = member?.status();
       const p = st?.role === 'leader' ? st.progress.find((x) => x.id === peer) : undefined;
       if (st === undefined || p === undefined) return null;
-      return { match: p.match, caughtUp: p.state === 'replicate' && p.match >= st.lastIndex - retainEntries };
+      return { match: p.match, caughtUp: p.state === 'replicate' && p.match >= st.lastIndex - retainEntries, lastIndex: st.lastIndex };
     },
+    holdEntriesMax: 10 * timing.snapshotEntries,
     log: (m, d) => log('warn', m, d),
   });
   inbox = new SnapshotInbox({
@@ -220,8 +222,10 @@ export async function startConsensusMember(
   let tickedAt = performance.now();
   const timer = setInterval(() => {
     const now = performance.now();
-    const due = m.status().role === 'leader' ? 1 : Math.max(1, Math.min(electionTicks, Math.floor((now - tickedAt) / tickMs)));
-    tickedAt = now;
+    const missed = Math.floor((now - tickedAt) / tickMs);
+    const due = m.status().role === 'leader' ? 1 : Math.max(1, Math.min(electionTicks, missed));
+    // The remainder of a tick carries over; where ticks were dropped (a leader's, or past the cap), time starts afresh.
+    tickedAt = due >= missed ? tickedAt + due * tickMs : now;
     for (let i = 0; i < due; i++) m.tick();
     // A new leader: writes forwarded to the old one will not be answered by it in time, if ever.
     const leader = m.status().leaderId;

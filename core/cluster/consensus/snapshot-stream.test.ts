@@ -40,7 +40,7 @@ interface Wire {
 }
 
 /** A leader n1 and a member n2; chunks are held until `deliverAll` (or dropped by the test). */
-function wire(image: () => AsyncIterable<Uint8Array>, opts: { ackTimeoutMs?: number; progress?: SnapshotStreamsOptions['progress'] } = {}): Wire {
+function wire(image: () => AsyncIterable<Uint8Array>, opts: Pick<SnapshotStreamsOptions, 'ackTimeoutMs' | 'progress' | 'holdEntriesMax' | 'now'> = {}): Wire {
   const files = new Map<string, Buffer[]>();
   const delivered: SnapshotMessage[] = [];
   const w = { files, delivered, inFlight: [] as Buffer[], maxUnacked: 0 } as Wire;
@@ -56,11 +56,10 @@ function wire(image: () => AsyncIterable<Uint8Array>, opts: { ackTimeoutMs?: num
       return true;
     },
     sendSnapshot: (m) => {
-      const data = w.inbox.complete('n1', m.snapshot.data);
+      const data = w.inbox.complete('n1', m.snapshot.data, m.snapshot.meta.index);
       if (data !== null) delivered.push({ ...m, snapshot: { meta: m.snapshot.meta, data } });
     },
-    ackTimeoutMs: opts.ackTimeoutMs,
-    progress: opts.progress,
+    ...opts,
   });
   w.inbox = new SnapshotInbox({
     create: (id) => {
@@ -109,34 +108,63 @@ describe('snapshot streams', () => {
     expect(w.delivered[0].snapshot.meta).toEqual({ index: 7, term: 2 });
     expect(Buffer.concat(w.files.get(ref.id)!).equals(img.whole)).toBe(true);
     expect(w.maxUnacked).toBeLessThanOrEqual(WINDOW_CHUNKS);
+    // Its file stays in use until Raft has persisted a snapshot at least as new (this one, or a later one).
+    expect(w.inbox.inUse(6).has(ref.id)).toBe(true);
+    expect(w.inbox.inUse(7).has(ref.id)).toBe(false);
     expect(w.streams.stats).toMatchObject({ sent: 1, bytesSent: img.whole.length, received: 1, failed: 0 });
     // No leader's view of the member's progress: nothing holds the log once the stream is done.
     expect(w.streams.floor).toBeNull();
   });
 
-  it('keeps the log after the image for a member while it restores and catches up, then lets it go', async () => {
-    let progress: { match: number; caughtUp: boolean } | null = { match: 0, caughtUp: false };
-    const w = wire(imageOf(2 * CHUNK_BYTES, 4).pieces, { progress: () => progress });
+  it('keeps the log after the image for a member until it holds more than the image and is within reach, then lets it go', async () => {
+    let now = 1_000_000;
+    let progress: { match: number; caughtUp: boolean; lastIndex: number } | null = { match: 0, caughtUp: false, lastIndex: 50 };
+    const w = wire(imageOf(2 * CHUNK_BYTES, 4).pieces, { progress: () => progress, now: () => now, holdEntriesMax: 1000 });
     w.streams.send(request('n2', 40));
     await until(() => w.delivered.length === 1);
-    // Restoring (the member answers nothing yet): the entries after 40 stay.
     expect(w.streams.floor).toBe(40);
-    // It applies on from the image: what it holds now bounds the compaction.
-    progress = { match: 55, caughtUp: false };
+    // Raft asks again at once (a probe rejected before the member stepped the image's snap): no second stream.
+    w.streams.send(request('n2', 41));
+    await new Promise((r) => setTimeout(r, 50));
+    expect(w.inFlight.length + w.delivered.length).toBe(1);
+    expect(w.streams.stats.sent).toBe(1);
+    // It acknowledged the image before restoring it: near the log's end, but the hold stays.
+    progress = { match: 40, caughtUp: true, lastIndex: 60 };
+    expect(w.streams.floor).toBe(40);
+    // It applies on from the image: what it holds bounds the compaction; a connection blip changes nothing.
+    progress = { match: 55, caughtUp: false, lastIndex: 900 };
     expect(w.streams.floor).toBe(55);
-    progress = { match: 90, caughtUp: true };
+    w.streams.peerLost('n2');
+    expect(w.streams.floor).toBe(55);
+    // Past the image and within reach: let go.
+    progress = { match: 90, caughtUp: true, lastIndex: 95 };
     expect(w.streams.floor).toBeNull();
-    // A member whose connection breaks, or a leader that stops leading, holds nothing either.
-    progress = { match: 0, caughtUp: false };
+    // A hold that would keep more than holdEntriesMax entries ends, and one whose leader stopped leading.
+    now += 10_001;
+    progress = { match: 0, caughtUp: false, lastIndex: 100 };
     w.streams.send(request('n2', 95));
     await until(() => w.delivered.length === 2);
     expect(w.streams.floor).toBe(95);
-    w.streams.peerLost('n2');
+    progress = { match: 95, caughtUp: false, lastIndex: 95 + 1001 };
     expect(w.streams.floor).toBeNull();
+    now += 10_001;
+    progress = { match: 0, caughtUp: false, lastIndex: 100 };
     w.streams.send(request('n2', 96));
     await until(() => w.delivered.length === 3);
     progress = null;
     expect(w.streams.floor).toBeNull();
+  });
+
+  it('sends nothing once this member stopped leading, or to a member that holds the index already', async () => {
+    let progress: { match: number; caughtUp: boolean; lastIndex: number } | null = null;
+    const w = wire(imageOf(2 * CHUNK_BYTES, 5).pieces, { progress: () => progress });
+    w.streams.send(request('n2', 40));
+    await until(() => w.streams.stats.failed === 1);
+    progress = { match: 40, caughtUp: false, lastIndex: 45 };
+    w.streams.send(request('n2', 40));
+    await until(() => w.streams.stats.failed === 2);
+    expect(w.delivered).toEqual([]);
+    expect(w.files.size).toBe(0);
   });
 
   it('a lost chunk ends the stream (the member drops what follows, the leader times out) and the next one starts over', async () => {
@@ -181,19 +209,19 @@ describe('snapshot streams', () => {
     const chunk = Buffer.alloc(16 + 5 + 3);
     chunk.fill(7, 0, 16);
     inbox.onChunk('n1', chunk);
-    expect(inbox.inUse.size).toBe(1);
+    expect(inbox.inUse(0).size).toBe(1);
     now += 30_000;
-    expect(inbox.inUse.size).toBe(1);
+    expect(inbox.inUse(0).size).toBe(1);
     now += 40_000;
-    expect(inbox.inUse.size).toBe(0);
+    expect(inbox.inUse(0).size).toBe(0);
     await until(() => aborted === 1);
   });
 
   it('the member refuses a snap naming a stream it does not hold whole, and anything malformed', () => {
     const stats = { sent: 0, bytesSent: 0, failed: 0, received: 0, dropped: 0 };
     const inbox = new SnapshotInbox({ create: () => Promise.reject(new Error('unused')), sendAck: () => undefined }, stats);
-    expect(inbox.complete('n1', STREAM_REQUEST)).toBeNull();
-    expect(inbox.complete('n1', new Uint8Array(28))).toBeNull();
+    expect(inbox.complete('n1', STREAM_REQUEST, 5)).toBeNull();
+    expect(inbox.complete('n1', new Uint8Array(28), 5)).toBeNull();
     inbox.onChunk('n1', Buffer.alloc(3));
     expect(stats.dropped).toBe(3);
     expect(isStreamRequest(STREAM_REQUEST)).toBe(true);

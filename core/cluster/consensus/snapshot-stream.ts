@@ -124,7 +124,9 @@ export interface SnapshotStreamsOptions {
    * A member's progress as this leader sees it: the index it holds, and whether it is within the log's
    * usual reach again (replicating, close to the last entry); null when this member does not lead.
    */
-  progress?(peer: NodeId): { match: number; caughtUp: boolean } | null;
+  progress?(peer: NodeId): { match: number; caughtUp: boolean; lastIndex: number } | null;
+  /** The most entries the log keeps for a member catching up from an image (it is held in memory). */
+  holdEntriesMax?: number;
   log?(message: string, detail?: Record<string, unknown>): void;
   ackTimeoutMs?: number;
   now?(): number;
@@ -132,6 +134,11 @@ export interface SnapshotStreamsOptions {
 
 /** How long the log is kept for a member that installs an image and catches up from it, at most. */
 export const CATCH_UP_HOLD_MS = 60 * 60_000;
+/**
+ * After a stream to a member completed, Raft's requests for it are dropped this long: a probe rejected
+ * just before the member stepped the image's `snap` would otherwise start a second whole stream.
+ */
+export const RECENT_STREAM_MS = 10_000;
 
 interface OutStream {
   readonly id: Buffer;
@@ -156,6 +163,8 @@ export class SnapshotStreams {
   /** Raft's `snap` message carrying a request: starts a stream to its member unless one runs. */
   send(m: SnapshotMessage): void {
     if (this.closed || this.out.has(m.to)) return;
+    const h = this.catchingUp.get(m.to);
+    if (h !== undefined && (this.o.now ?? Date.now)() - h.since < RECENT_STREAM_MS) return;
     const s: OutStream = { id: randomBytes(ID_BYTES), to: m.to, index: m.snapshot.meta.index, acked: -1, sent: 0, stop: new AbortController(), wake: null };
     this.out.set(m.to, s);
     void this.run(s, m).then(
@@ -174,8 +183,9 @@ export class SnapshotStreams {
    * The lowest index whose successors the log must keep: a running stream's image index, or, for a member
    * that received an image and is catching up from it, what it holds (its restore may take long, and it
    * would need another image if the entries after it were compacted meanwhile, forever under a steady
-   * write load). A member's hold ends when it is caught up, when its connection breaks, when this member
-   * stops leading, or after CATCH_UP_HOLD_MS.
+   * write load). A member's hold ends once it holds more than the image (so it has restored: it answers
+   * nothing past the image before) and is within the log's usual reach, when this member stops leading,
+   * after CATCH_UP_HOLD_MS, or when it would keep more than holdEntriesMax entries.
    */
   get floor(): number | null {
     let f: number | null = null;
@@ -184,11 +194,13 @@ export class SnapshotStreams {
     const now = (this.o.now ?? Date.now)();
     for (const [peer, h] of this.catchingUp) {
       const p = this.o.progress?.(peer) ?? null;
-      if (p === null || p.caughtUp || now - h.since > CATCH_UP_HOLD_MS) {
+      const keep = Math.max(h.index, p?.match ?? 0);
+      const tooMany = p !== null && this.o.holdEntriesMax !== undefined && p.lastIndex - keep > this.o.holdEntriesMax;
+      if (p === null || (p.caughtUp && p.match > h.index) || now - h.since > CATCH_UP_HOLD_MS || tooMany) {
         this.catchingUp.delete(peer);
         continue;
       }
-      lower(Math.max(h.index, p.match));
+      lower(keep);
     }
     return f;
   }
@@ -207,8 +219,8 @@ export class SnapshotStreams {
 
   /** The connection to a peer broke: its stream cannot go on (chunks may be lost). */
   peerLost(peer: NodeId): void {
+    // Its hold stays: a member restoring an image may lose its connection for a moment.
     this.out.get(peer)?.stop.abort(new Error(`the connection to '${peer}' closed`));
-    this.catchingUp.delete(peer);
   }
 
   close(): void {
@@ -236,6 +248,12 @@ export class SnapshotStreams {
     };
     const put = async (chunk: Uint8Array, last: boolean): Promise<void> => {
       await waitAcks(WINDOW_CHUNKS);
+      // This member stopped leading, or the member holds the image's index already: nothing to send.
+      if (this.o.progress !== undefined) {
+        const p = this.o.progress(s.to);
+        if (p === null) throw new Error('this member stopped leading');
+        if (p.match >= s.index) throw new Error(`'${s.to}' holds index ${p.match} already`);
+      }
       if (!this.o.sendChunk(s.to, encodeChunk(s.id, s.sent, last, chunk))) throw new Error(`no connection to '${s.to}'`);
       s.sent++;
       bytes += chunk.length;
@@ -367,7 +385,7 @@ export class SnapshotInbox {
    * A `snap` message's data, as Raft may take it: a token naming a stream from this peer that is whole
    * and durable becomes a reference to its file; anything else is null (dropped: Raft sends again).
    */
-  complete(from: NodeId, data: Uint8Array): Uint8Array | null {
+  complete(from: NodeId, data: Uint8Array, index: number): Uint8Array | null {
     const t = decodeRef(TOKEN, data);
     const s = this.in.get(from);
     if (t === null || s === undefined || s.id !== t.id || !s.done || s.next !== t.chunks) {
@@ -376,20 +394,25 @@ export class SnapshotInbox {
     }
     this.in.delete(from);
     this.stats.received++;
-    this.lastCompleted = t.id;
+    this.handed.set(t.id, index);
     return encodeImageRef(t);
   }
 
-  /** The last stream handed to Raft whole: its snapshot may not be persisted yet. */
-  private lastCompleted: string | null = null;
+  /** Streams handed to Raft whole, by id: their image index. Raft may not have persisted their snapshot yet. */
+  private readonly handed = new Map<string, number>();
 
-  /** The ids of the streams being received now, and of the last one handed to Raft (their files are not stale). */
-  get inUse(): Set<string> {
+  /**
+   * The ids of the streams being received now and of those handed to Raft that a snapshot persisted at
+   * `persistedIndex` does not supersede (their files are not stale; the one that snapshot names, the
+   * host keeps itself).
+   */
+  inUse(persistedIndex: number): Set<string> {
     // A stream its leader stopped sending (it died, or lost its leadership) is not in use any more.
     const now = (this.o.now ?? Date.now)();
     for (const s of [...this.in.values()]) if (!s.done && now - s.at > 2 * ACK_TIMEOUT_MS) this.abandon(s);
+    for (const [id, index] of [...this.handed]) if (index <= persistedIndex) this.handed.delete(id);
     const ids = new Set([...this.in.values()].map((s) => s.id));
-    if (this.lastCompleted !== null) ids.add(this.lastCompleted);
+    for (const id of this.handed.keys()) ids.add(id);
     return ids;
   }
 
