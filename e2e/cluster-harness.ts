@@ -3,6 +3,7 @@
  * of harness.ts's `serve`, a TCP fault proxy to put between two nodes, and the comparison of two nodes'
  * whole point sets. Imports no project code: everything goes over the wire.
  */
+import { rmSync } from 'node:fs';
 import { createConnection, createServer, type Server as NetServer, type Socket } from 'node:net';
 import { api, freePort, MASTER, serve, type Server } from './harness.js';
 
@@ -159,16 +160,29 @@ export async function startRaftGroup(
       links.set(`${a}>${b}`, p);
     }
   }
-  const raftPort = new Map<string, number>();
-  for (const id of ids) raftPort.set(id, await freePort());
-  for (const [name, p] of links) p.targetPort = raftPort.get(name.split('>')[1])!;
-  const members = await Promise.all(ids.map(async (id) => {
-    const list = ids.map((o) => `${o}=127.0.0.1:${o === id ? raftPort.get(o) : links.get(`${id}>${o}`)!.port}`).join(',');
-    const env = { SVC_RAFT_MEMBERS: list, SVC_RAFT_NODE_ID: id, SVC_RAFT_SECRET: RAFT_SECRET, ...extra };
-    const server = await startNode(dataDirOf(id), env);
-    return { id, dataDir: dataDirOf(id), server, env: server.env };
-  }));
-  return { members, links };
+  // A member's consensus port is picked before it is bound, and is in every member's list: when another
+  // process took one meanwhile (an outbound connection of a test running beside), the group starts over
+  // on new ports and empty data directories.
+  for (let attempt = 1; ; attempt++) {
+    const raftPort = new Map<string, number>();
+    for (const id of ids) raftPort.set(id, await freePort());
+    for (const [name, p] of links) p.targetPort = raftPort.get(name.split('>')[1])!;
+    const started = await Promise.allSettled(ids.map(async (id) => {
+      const list = ids.map((o) => `${o}=127.0.0.1:${o === id ? raftPort.get(o) : links.get(`${id}>${o}`)!.port}`).join(',');
+      const env = { SVC_RAFT_MEMBERS: list, SVC_RAFT_NODE_ID: id, SVC_RAFT_SECRET: RAFT_SECRET, ...extra };
+      const server = await startNode(dataDirOf(id), env);
+      return { id, dataDir: dataDirOf(id), server, env: server.env };
+    }));
+    const failed = started.filter((r): r is PromiseRejectedResult => r.status === 'rejected');
+    if (failed.length === 0) return { members: started.map((r) => (r as PromiseFulfilledResult<RaftMember>).value), links };
+    for (const r of started) if (r.status === 'fulfilled') await r.value.server.stop('SIGKILL');
+    const portTaken = failed.every((r) => String((r.reason as Error)?.message).includes('EADDRINUSE'));
+    if (!portTaken || attempt === 4) {
+      for (const l of links.values()) await l.close();
+      throw failed[0].reason;
+    }
+    for (const id of ids) rmSync(dataDirOf(id), { recursive: true, force: true });
+  }
 }
 
 /** Starts a member again on its addresses, data directory and environment (after a kill or stop). */
