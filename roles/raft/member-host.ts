@@ -140,7 +140,7 @@ export async function startConsensusMember(
       if (st === undefined || p === undefined) return null;
       return { match: p.match, caughtUp: p.state === 'replicate' && p.match >= st.lastIndex - retainEntries, lastIndex: st.lastIndex };
     },
-    holdEntriesMax: 10 * timing.snapshotEntries,
+    holdEntriesMax: Math.max(100_000, 10 * timing.snapshotEntries),
     log: (m, d) => log('warn', m, d),
   });
   inbox = new SnapshotInbox({
