@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { allPoints, call, eventually, KEY, raftLeader, raftView, restartMember, startNode, startRaftGroup, type RaftMember } from './cluster-harness.js';
 import { api, MASTER, serve, tempDir, type Server } from './harness.js';
+import { countOn, fetchAll, LoadModel as Model, seededRandom, startLoad, type Client } from './load-harness.js';
 
 const ROUTER_KEY = 'consensus-rebalance-router-key';
 const TIMING = { SVC_RAFT_HEARTBEAT_MS: '50', SVC_RAFT_ELECTION_MS: '500', SVC_RAFT_WRITE_TIMEOUT_SECS: '5' };
@@ -28,18 +29,7 @@ async function started(p: Promise<Server>): Promise<Server> {
   return s;
 }
 
-/** mulberry32: the same data every run. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-const rand = rng(1818);
+const rand = seededRandom(1818);
 const int = (n: number) => Math.floor(rand() * n);
 const vec = (dim: number) => Array.from({ length: dim }, () => int(9) - 4);
 const DIM = 8;
@@ -47,19 +37,7 @@ const INITIAL = 3000;
 /** Shard 0 passes it once the extra points are written (each shard holds about half). */
 const HIGH_WATER = 1800;
 
-class Model {
-  readonly points = new Map<string, number[] | null>();
-  readonly inFlight = new Set<string>();
-  next = 0;
-  live(): string[] {
-    return [...this.points].filter(([, v]) => v !== null).map(([id]) => id);
-  }
-  settled(): string[] {
-    return [...this.points.keys()].filter((id) => !this.inFlight.has(id));
-  }
-}
 
-type Client = ReturnType<typeof api>;
 
 /**
  * A call retried while it answers 503, as a client does (a consensus group electing a new leader
@@ -76,86 +54,9 @@ function retrying(c: Client, unavailable: number[]): Client {
   };
 }
 
-interface Load { stop(): Promise<{ writes: number; reads: number; failures: string[] }> }
 
-/** As e2e/rebalance.test.ts: a write goes to the reference once the router acknowledged it. */
-function startLoad(router: Client, reference: Client, model: Model): Load {
-  let stopping = false;
-  const failures: string[] = [];
-  let writes = 0;
-  let reads = 0;
-  const writer = (async () => {
-    while (!stopping) {
-      const known = model.settled();
-      if (int(5) === 0 && known.length > 10) {
-        const ids = [...new Set(Array.from({ length: 3 }, () => known[int(known.length)]))];
-        for (const id of ids) model.inFlight.add(id);
-        const r = await router('POST', '/v1/collections/c/points:delete', { ids });
-        if (r.status !== 200) failures.push(`delete ${r.status} ${JSON.stringify(r.json)}`);
-        else {
-          await reference('POST', '/v1/collections/c/points:delete', { ids });
-          for (const id of ids) model.points.set(id, null);
-        }
-        for (const id of ids) model.inFlight.delete(id);
-      } else {
-        const ids = [...new Set(Array.from({ length: 10 }, () => (int(2) === 0 && known.length > 0 ? known[int(known.length)] : `p${model.next++}`)))];
-        const points = ids.map((id) => ({ id, vector: vec(DIM), payload: { g: int(2) === 0 ? 'a' : 'b' } }));
-        for (const id of ids) model.inFlight.add(id);
-        const r = await router('PUT', '/v1/collections/c/points', { points });
-        if (r.status !== 200) failures.push(`upsert ${r.status} ${JSON.stringify(r.json)}`);
-        else {
-          await reference('PUT', '/v1/collections/c/points', { points });
-          for (const p of points) model.points.set(p.id, p.vector);
-        }
-        for (const id of ids) model.inFlight.delete(id);
-      }
-      writes++;
-    }
-  })();
-  const reader = (async () => {
-    while (!stopping) {
-      const known = model.settled();
-      const ids = Array.from({ length: 8 }, () => known[int(known.length)]);
-      await Promise.all(ids.map(async (id) => {
-        const want = model.points.get(id);
-        const r = await router('GET', `/v1/collections/c/points/${id}?with_vector=true`);
-        if (model.inFlight.has(id) || model.points.get(id) !== want) return; // written meanwhile
-        if (want === null) {
-          if (r.status !== 404) failures.push(`get ${id} (deleted): ${r.status} ${JSON.stringify(r.json)}`);
-        } else if (r.status !== 200 || JSON.stringify(r.json.vector) !== JSON.stringify(want)) {
-          failures.push(`get ${id}: ${r.status} ${JSON.stringify(r.json)} wanted ${JSON.stringify(want)}`);
-        }
-      }));
-      const q = await router('POST', '/v1/collections/c/query', { vector: vec(DIM), k: 5 });
-      if (q.status !== 200) failures.push(`query ${q.status} ${JSON.stringify(q.json)}`);
-      reads++;
-    }
-  })();
-  return {
-    async stop() {
-      stopping = true;
-      await Promise.all([writer, reader]);
-      return { writes, reads, failures };
-    },
-  };
-}
 
-async function countOn(s: Server, collection = 'c'): Promise<number> {
-  const r = await call(s)('POST', `/v1/collections/${collection}/points:count`, {});
-  return r.status === 404 ? 0 : r.json.count;
-}
 
-async function fetchAll(c: Client): Promise<{ id: string; vector: number[] }[]> {
-  const out: { id: string; vector: number[] }[] = [];
-  let cursor: string | null = null;
-  do {
-    const r: { status: number; json: any } = await c('POST', '/v1/collections/c/points:fetch', { limit: 1000, cursor, with_vector: true });
-    expect(r.status, JSON.stringify(r.json)).toBe(200);
-    out.push(...r.json.points);
-    cursor = r.json.next_cursor;
-  } while (cursor !== null);
-  return out;
-}
 
 /** Everything the router answers equals the model and the reference: no point lost, none twice. */
 async function checkEverything(router: Client, reference: Client, model: Model): Promise<void> {
@@ -247,7 +148,7 @@ describe('rebalancing with a consensus group as a move\'s source and target', ()
   }
 
   it('scales out to the standby under load; the group\'s leader is SIGKILLed mid-move and the move completes from the replicated cursor', async () => {
-    const load = startLoad(viaRouter, ref, model);
+    const load = startLoad(viaRouter, ref, model, { int, vec, dim: DIM });
     await new Promise((r) => setTimeout(r, 500));
     // Shard 0 (the group) passes the high-water mark: the coordinator takes the standby as shard 2.
     await bulk(1200);
@@ -311,7 +212,7 @@ describe('rebalancing with a consensus group as a move\'s source and target', ()
   it('drains the single node under load: the group takes its share as a move\'s target, on every member', async () => {
     const before = await groupAgrees(group);
     const retriedBefore = unavailable.length;
-    const load = startLoad(viaRouter, ref, model);
+    const load = startLoad(viaRouter, ref, model, { int, vec, dim: DIM });
     await new Promise((r) => setTimeout(r, 300));
     expect((await admin('POST', '/cluster/shards/1/drain')).status).toBe(202);
     await eventually('shard 1 is drained', async () => ((await shardState(admin, 1))?.moved === true ? true : 'not yet'), 90_000);

@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { call, eventually, KEY, startNode } from './cluster-harness.js';
 import { api, MASTER, serve, tempDir, type Server } from './harness.js';
+import { countOn, fetchAll, LoadModel as Model, seededRandom, startLoad } from './load-harness.js';
 
 const ROUTER_KEY = 'rebalance-router-key';
 const running = new Set<Server>();
@@ -25,120 +26,15 @@ async function started(p: Promise<Server>): Promise<Server> {
   return s;
 }
 
-/** mulberry32: the same data every run. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-const rand = rng(1616);
+const rand = seededRandom(1616);
 const int = (n: number) => Math.floor(rand() * n);
 const vec = (dim: number) => Array.from({ length: dim }, () => int(9) - 4);
 const DIM = 8;
 const INITIAL = 6000;
 
-/** The writes acknowledged so far: each id's last vector, or null once deleted. */
-class Model {
-  readonly points = new Map<string, number[] | null>();
-  readonly inFlight = new Set<string>();
-  next = 0;
-  live(): string[] {
-    return [...this.points].filter(([, v]) => v !== null).map(([id]) => id);
-  }
-  settled(): string[] {
-    return [...this.points.keys()].filter((id) => !this.inFlight.has(id));
-  }
-}
 
-interface Load { stop(): Promise<{ writes: number; reads: number; failures: string[] }> }
 
-/**
- * A writer and a reader through the router until stopped. A write is sent to the reference only once
- * the router acknowledged it, so both hold the same points; a read samples ids with no write in flight
- * and expects the last acknowledged state (200 with that vector, or 404).
- */
-function startLoad(router: ReturnType<typeof api>, reference: ReturnType<typeof api>, model: Model): Load {
-  let stopping = false;
-  const failures: string[] = [];
-  let writes = 0;
-  let reads = 0;
-  const writer = (async () => {
-    while (!stopping) {
-      const known = model.settled();
-      if (int(5) === 0 && known.length > 10) {
-        const ids = [...new Set(Array.from({ length: 3 }, () => known[int(known.length)]))];
-        for (const id of ids) model.inFlight.add(id);
-        const r = await router('POST', '/v1/collections/c/points:delete', { ids });
-        if (r.status !== 200) failures.push(`delete ${r.status} ${JSON.stringify(r.json)}`);
-        else {
-          await reference('POST', '/v1/collections/c/points:delete', { ids });
-          for (const id of ids) model.points.set(id, null);
-        }
-        for (const id of ids) model.inFlight.delete(id);
-      } else {
-        const ids = [...new Set(Array.from({ length: 10 }, () => (int(2) === 0 && known.length > 0 ? known[int(known.length)] : `p${model.next++}`)))];
-        const points = ids.map((id) => ({ id, vector: vec(DIM), payload: { g: int(2) === 0 ? 'a' : 'b' } }));
-        for (const id of ids) model.inFlight.add(id);
-        const r = await router('PUT', '/v1/collections/c/points', { points });
-        if (r.status !== 200) failures.push(`upsert ${r.status} ${JSON.stringify(r.json)}`);
-        else {
-          await reference('PUT', '/v1/collections/c/points', { points });
-          for (const p of points) model.points.set(p.id, p.vector);
-        }
-        for (const id of ids) model.inFlight.delete(id);
-      }
-      writes++;
-    }
-  })();
-  const reader = (async () => {
-    while (!stopping) {
-      const known = model.settled();
-      const ids = Array.from({ length: 8 }, () => known[int(known.length)]);
-      await Promise.all(ids.map(async (id) => {
-        const want = model.points.get(id);
-        const r = await router('GET', `/v1/collections/c/points/${id}?with_vector=true`);
-        if (model.inFlight.has(id) || model.points.get(id) !== want) return; // written meanwhile
-        if (want === null) {
-          if (r.status !== 404) failures.push(`get ${id} (deleted): ${r.status} ${JSON.stringify(r.json)}`);
-        } else if (r.status !== 200 || JSON.stringify(r.json.vector) !== JSON.stringify(want)) {
-          failures.push(`get ${id}: ${r.status} ${JSON.stringify(r.json)} wanted ${JSON.stringify(want)}`);
-        }
-      }));
-      const q = await router('POST', '/v1/collections/c/query', { vector: vec(DIM), k: 5 });
-      if (q.status !== 200) failures.push(`query ${q.status} ${JSON.stringify(q.json)}`);
-      reads++;
-    }
-  })();
-  return {
-    async stop() {
-      stopping = true;
-      await Promise.all([writer, reader]);
-      return { writes, reads, failures };
-    },
-  };
-}
 
-async function fetchAll(c: ReturnType<typeof api>, collection: string): Promise<{ id: string; vector: number[] }[]> {
-  const out: { id: string; vector: number[] }[] = [];
-  let cursor: string | null = null;
-  do {
-    const r: { status: number; json: any } = await c('POST', `/v1/collections/${collection}/points:fetch`, { limit: 1000, cursor, with_vector: true });
-    expect(r.status, JSON.stringify(r.json)).toBe(200);
-    out.push(...r.json.points);
-    cursor = r.json.next_cursor;
-  } while (cursor !== null);
-  return out;
-}
-
-async function countOn(s: Server, collection: string): Promise<number> {
-  const r = await call(s)('POST', `/v1/collections/${collection}/points:count`, {});
-  return r.status === 404 ? 0 : r.json.count;
-}
 
 /** Everything the router answers equals the reference and the model: no point lost, none twice. */
 async function checkEverything(router: ReturnType<typeof api>, reference: ReturnType<typeof api>, model: Model): Promise<void> {
@@ -204,7 +100,7 @@ describe('rebalancing under load', () => {
   }, 120_000);
 
   it('scales out: a third shard takes about a third of the points, through a kill -9 of the coordinator, with no failed request', async () => {
-    const load = startLoad(viaRouter, ref, model);
+    const load = startLoad(viaRouter, ref, model, { int, vec, dim: DIM });
     await new Promise((r) => setTimeout(r, 500));
     const reg = await admin('POST', '/cluster/shards', { url: shards[2].base });
     expect(reg.status).toBe(201);
@@ -252,7 +148,7 @@ describe('rebalancing under load', () => {
   }, 120_000);
 
   it('drains a shard under load, then deletes it; nothing is lost', async () => {
-    const load = startLoad(viaRouter, ref, model);
+    const load = startLoad(viaRouter, ref, model, { int, vec, dim: DIM });
     await new Promise((r) => setTimeout(r, 300));
     expect((await admin('POST', '/cluster/shards/0/drain')).status).toBe(202);
     const early = await admin('DELETE', '/cluster/shards/0');

@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { call, eventually, KEY, startNode } from './cluster-harness.js';
 import { SvcGrpc, fromStruct, toStruct } from './grpc-client.js';
+import { seededRandom } from './load-harness.js';
 import { api, MASTER, serve, tempDir, type Server } from './harness.js';
 
 const SHARD_KEY = 'router-to-shards-key';
@@ -34,18 +35,7 @@ const TOML = [
   ...['read', 'write'].flatMap((role) => ['[[api_keys]]', `name = "${role}er"`, `role = "${role}"`, 'collections = ["*"]', `key = "${role}-key"`, '']),
 ].join('\n');
 
-/** A small seeded generator (mulberry32): the same data every run, no project code. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
-const rand = rng(16);
+const rand = seededRandom(16);
 const int = (n: number) => Math.floor(rand() * n);
 /** Coarse values, so equal scores (and the tie order by id) come up often. */
 const vec = (dim: number) => Array.from({ length: dim }, () => int(5) - 2 || 1);
