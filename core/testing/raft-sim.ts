@@ -59,6 +59,12 @@ export interface FaultProfile {
    */
   readonly preVote: boolean;
   readonly checkQuorum: boolean;
+  /**
+   * Per member and unit: its state machine turns slow (a snapshot being restored, a backlog of applies)
+   * for a while: committed entries wait in its log and it starts no campaign (RaftNode.holdApply,
+   * holdCampaign), while it persists, votes and answers as before.
+   */
+  readonly slowApplyP: number;
 }
 
 const pick = <T>(prng: Prng, choices: readonly T[]): T => choices[prng.int(choices.length)];
@@ -82,6 +88,7 @@ export function faultProfile(prng: Prng): FaultProfile {
     maxInflightMsgs: pick(prng, [1, 4, 16]),
     preVote: pick(prng, [true, true, false]),
     checkQuorum: pick(prng, [true, true, false]),
+    slowApplyP: pick(prng, [0, 0.0005, 0.002]),
   };
 }
 
@@ -115,6 +122,7 @@ export interface RaftSimStats {
   lost: number;
   duplicated: number;
   partitions: number;
+  slowApplies: number;
 }
 
 export class RaftSimFailure extends Error {
@@ -138,6 +146,8 @@ class Host {
   /** The state machine: the data of entries 1..applied. */
   values: number[] = [];
   restartAt = 0;
+  /** Until when its state machine is slow (0: it is not). */
+  slowUntil = 0;
   role = 'follower';
   /** Writes this member accepted as leader, by index, until it applies that index. */
   readonly writes = new Map<number, PendingWrite>();
@@ -183,7 +193,7 @@ export class RaftSim {
     this.trace = options.trace;
     this.stats = {
       seed, members: this.ids.length, units: 0, leaders: 0, maxTerm: 0, writes: 0, acked: 0, overwritten: 0, reads: 0,
-      readsAnswered: 0, crashes: 0, tornPersists: 0, compactions: 0, snapshotsInstalled: 0, sent: 0, lost: 0, duplicated: 0, partitions: 0,
+      readsAnswered: 0, crashes: 0, tornPersists: 0, compactions: 0, snapshotsInstalled: 0, sent: 0, lost: 0, duplicated: 0, partitions: 0, slowApplies: 0,
     };
   }
 
@@ -272,6 +282,8 @@ export class RaftSim {
     for (const h of this.hosts) {
       if (h.node && this.chance(p.crashP)) this.crash(h, 'crash');
       else if (!h.node && this.now >= h.restartAt) this.restart(h);
+      else if (h.node && h.slowUntil > 0 && this.now >= h.slowUntil) this.slowApply(h, false);
+      else if (h.node && h.slowUntil === 0 && this.chance(p.slowApplyP)) this.slowApply(h, true);
     }
     if (this.chance(p.compactP)) this.compact(this.hosts[this.prng.int(this.hosts.length)]);
   }
@@ -306,6 +318,7 @@ export class RaftSim {
   private crash(h: Host, why: string): void {
     this.stats.crashes++;
     h.node = null;
+    h.slowUntil = 0;
     h.role = 'down';
     h.writes.clear();
     h.reads.clear();
@@ -343,9 +356,19 @@ export class RaftSim {
     this.stats.compactions++;
   }
 
+  /** The member's state machine turns slow (committed entries held, no campaigns) or recovers. */
+  private slowApply(h: Host, slow: boolean): void {
+    if (slow) this.stats.slowApplies++;
+    h.slowUntil = slow ? this.now + TICK_UNITS * (5 + this.prng.int(60)) : 0;
+    h.node!.holdApply(slow);
+    h.node!.holdCampaign(slow);
+    this.log(`${h.id} ${slow ? 'applies slowly: holds committed entries and campaigns' : 'applies again'}`);
+  }
+
   private heal(): void {
     this.faults = false;
     this.healLinks();
+    for (const h of this.hosts) if (h.node && h.slowUntil > 0) this.slowApply(h, false);
     for (const h of this.hosts) if (!h.node) this.restart(h);
     this.log('heal: no more faults; everyone is up');
   }
@@ -399,12 +422,15 @@ export class RaftSim {
       assert(rounds < 100, 'a member keeps producing Ready without input');
       const node = h.node;
       const rd = node.ready();
+      // A leader's appends may go before its own disk holds them (a crash right after is the torn case).
+      const early = rd.sendBeforePersist && this.chance(0.5);
+      if (early) for (const m of rd.messages) this.send(m);
       if (this.faults && this.chance(this.profile.tornP)) {
         this.persistTorn(h, rd);
         return;
       }
       this.persist(h, rd);
-      for (const m of rd.messages) this.send(m);
+      if (!early) for (const m of rd.messages) this.send(m);
       this.apply(h, rd);
       node.advance(rd);
     }

@@ -36,6 +36,8 @@ export interface RaftView {
   /** Beyond the contract: the last snapshot's index and the first entry the log still holds. */
   snapshot_index: number;
   log_first_index: number;
+  /** A snapshot from the leader is being restored: reads here answer 503 `restoring` until it ends. */
+  restoring: boolean;
 }
 
 export interface ConsensusHost {
@@ -55,7 +57,7 @@ export async function startConsensusMember(
   rc: RaftNetConfig, db: Database, dataDir: string, encryptionKey: string | null,
   log: (level: 'info' | 'warn' | 'error', message: string, detail?: Record<string, unknown>) => void,
 ): Promise<ConsensusHost> {
-  let applied = await db.consensusApplied();
+  const applied = await db.consensusApplied();
   const sealer = encryptionKey === null ? new InsecureSealer() : new XChaChaSealer(deriveKey(parseMasterKeyHex(encryptionKey), 'raft'));
   const fs = new NodeFileSystem();
   const raftDir = join(dataDir, 'raft');
@@ -87,10 +89,9 @@ export async function startConsensusMember(
     throw new SvcError('internal', `the consensus log was compacted through ${snap.meta.index} but this data directory applied only ${applied}: start this member on an empty data directory`);
   }
   if (applied < snap.meta.index) {
-    // The last snapshot is newer than what this directory applied (a restore a crash cut short).
-    log('info', 'consensus: restoring the state from the log\'s snapshot', { index: snap.meta.index, applied });
-    await db.restoreConsensusImage(imageOf(snap), snap.meta.index);
-    applied = snap.meta.index;
+    // The last snapshot is newer than what this directory applied (a restore a crash cut short): the
+    // member restores it first, beside its Ready loop (ConsensusMember), answering its peers meanwhile.
+    log('info', 'consensus: the state will be restored from the log\'s snapshot', { index: snap.meta.index, applied });
   }
   await removeStaleImages();
   const { timing } = rc;
@@ -126,6 +127,8 @@ export async function startConsensusMember(
     const s = raftLog.snapshot();
     // (member is null only while it is being made: raft's constructor reads the snapshot's index.)
     if (member === null || s.meta.index === 0) return s;
+    // A database being restored is no image of any index: Raft asks again later.
+    if (member.restoring) return EMPTY_SNAPSHOT;
     const index = member.appliedIndex;
     const term = raftLog.term(index);
     return term === null ? EMPTY_SNAPSHOT : { meta: { index, term }, data: STREAM_REQUEST };
@@ -277,6 +280,7 @@ export async function startConsensusMember(
       members: rc.members.map((x) => ({ id: x.id, url: `${x.host}:${x.port}` })),
       snapshot_index: raftLog.snapshot().meta.index,
       log_first_index: raftLog.firstIndex(),
+      restoring: m.restoring,
     };
   };
   return {

@@ -141,3 +141,128 @@ describe('ConsensusMember (the Proposer seam)', () => {
     expect(m.leaderReady).toBe(true);
   });
 });
+
+describe('ConsensusMember restores a snapshot beside its Ready loop', () => {
+  it('while one member restores, the group elects a new leader and acknowledges writes; the restore then catches up', async () => {
+    const ids = ['n1', 'n2', 'n3'];
+    const cut = new Set<string>();
+    // Each member's state: entry index -> write (applying an entry twice is harmless, a lost one shows).
+    const state = new Map(ids.map((id) => [id, new Map<number, string>()]));
+    let gate: (() => void) | null = null;
+    let hold = false;
+    const members = new Map<string, ConsensusMember>();
+    for (const [k, id] of ids.entries()) {
+      const st = new MemStore();
+      const storage: DurableRaftStorage = {
+        hardState: () => st.hardState(), entries: (lo, hi, max) => st.entries(lo, hi, max), term: (i) => st.term(i),
+        firstIndex: () => st.firstIndex(), lastIndex: () => st.lastIndex(), snapshot: () => st.snapshot(), save: (u) => st.save(u),
+        createSnapshot: (i, d) => Promise.resolve(st.createSnapshot(i, d)), compact: (i) => Promise.resolve(st.compact(i)),
+      };
+      members.set(id, new ConsensusMember({
+        id, members: ids, storage, prng: new Prng(k + 7), electionTicks: 10, heartbeatTicks: 1,
+        transport: { send: (msgs: readonly Message[]) => { for (const m of msgs) if (!cut.has(m.from) && !cut.has(m.to)) queueMicrotask(() => members.get(m.to)!.receive(m)); } },
+        compaction: { everyEntries: 4, retainEntries: 1, image: () => Buffer.from(JSON.stringify([...state.get(id)!])) },
+        stateMachine: {
+          apply: (e: Entry) => { if (e.data.length > 0) state.get(id)!.set(e.index, Buffer.from(e.data).toString()); },
+          restore: async (s: Snapshot) => {
+            // A big image takes a while to restore: here, until the test lets it end.
+            if (hold) await new Promise<void>((r) => { gate = r; });
+            state.set(id, new Map(JSON.parse(Buffer.from(s.data).toString()) as [number, string][]));
+          },
+        },
+      }));
+    }
+    const settle = () => new Promise((r) => setTimeout(r, 1));
+    const tickUntil = async (what: string, cond: () => boolean, only = ids) => {
+      for (let i = 0; i < 500 && !cond(); i++) {
+        for (const id of only) members.get(id)!.tick();
+        await settle();
+      }
+      if (!cond()) throw new Error(`never: ${what}`);
+    };
+    const leaderOf = (among: string[]) => among.find((id) => members.get(id)!.status().role === 'leader');
+    const write = async (on: string, text: string, only: string[]) => {
+      let done = false;
+      const ack = members.get(on)!.propose(Buffer.from(text)).finally(() => { done = true; });
+      await tickUntil(`${text} acknowledged`, () => done, only);
+      return ack;
+    };
+    await tickUntil('a leader', () => leaderOf(ids) !== undefined);
+    const first = leaderOf(ids)!;
+    const [slow, other] = ids.filter((id) => id !== first);
+    // `slow` misses enough writes that the leader's log no longer holds them: it is sent a snapshot.
+    cut.add(slow);
+    for (let i = 0; i < 12; i++) await write(first, `w${i}`, [first, other]);
+    hold = true;
+    cut.delete(slow);
+    await tickUntil('the snapshot reaches the slow member', () => members.get(slow)!.restoring);
+    // The leader dies while the slow member restores: the other member needs its vote, and gets it.
+    cut.add(first);
+    await tickUntil('a new leader', () => leaderOf([slow, other]) !== undefined, [slow, other]);
+    const now = leaderOf([slow, other])!;
+    // A write commits with the restoring member's durable log in the quorum; it is applied once restored.
+    await expect(write(now, 'after', [slow, other])).resolves.toMatchObject({ index: expect.any(Number) });
+    expect(members.get(slow)!.restoring).toBe(true);
+    gate!();
+    await tickUntil('restored and applied', () => !members.get(slow)!.restoring && [...state.get(slow)!.values()].includes('after'), [slow, other]);
+    const writes = (id: string) => [...state.get(id)!].sort((a, b) => a[0] - b[0]).map(([, t]) => t);
+    expect(writes(slow)).toEqual([...Array.from({ length: 12 }, (_, i) => `w${i}`), 'after']);
+    expect(writes(slow)).toEqual(writes(other));
+  });
+});
+
+describe('ConsensusMember sends a leader\'s appends while it persists them', () => {
+  it('a leader\'s appends leave before its own write ends; a follower\'s answers only after its write', async () => {
+    const ids = ['n1', 'n2', 'n3'];
+    const stores = new Map(ids.map((id) => [id, new MemStore()]));
+    /** Each message sent, and the highest index it names against what its sender's disk held then. */
+    const sent: { from: string; type: string; names: number; durable: number }[] = [];
+    const members = new Map<string, ConsensusMember>();
+    for (const [k, id] of ids.entries()) {
+      const st = stores.get(id)!;
+      const storage: DurableRaftStorage = {
+        hardState: () => st.hardState(), entries: (lo, hi, max) => st.entries(lo, hi, max), term: (i) => st.term(i),
+        firstIndex: () => st.firstIndex(), lastIndex: () => st.lastIndex(), snapshot: () => st.snapshot(),
+        save: async (u) => {
+          // A disk write: a few event-loop turns, during which messages may be sent.
+          await new Promise((r) => setTimeout(r, 2));
+          await st.save(u);
+        },
+      };
+      members.set(id, new ConsensusMember({
+        id, members: ids, storage, prng: new Prng(k + 3), electionTicks: 10, heartbeatTicks: 1,
+        transport: {
+          send: (msgs: readonly Message[]) => {
+            for (const m of msgs) {
+              const names = m.type === 'app' ? (m.entries.at(-1)?.index ?? 0) : m.type === 'appResp' && !m.reject ? m.index : 0;
+              sent.push({ from: m.from, type: m.type, names, durable: stores.get(m.from)!.lastIndex() });
+              queueMicrotask(() => members.get(m.to)!.receive(m));
+            }
+          },
+        },
+        stateMachine: { apply: () => undefined, restore: () => undefined },
+      }));
+    }
+    const tickUntil = async (what: string, cond: () => boolean) => {
+      for (let i = 0; i < 500 && !cond(); i++) {
+        for (const id of ids) members.get(id)!.tick();
+        await new Promise((r) => setTimeout(r, 3));
+      }
+      if (!cond()) throw new Error(`never: ${what}`);
+    };
+    await tickUntil('a leader', () => ids.some((id) => members.get(id)!.status().role === 'leader'));
+    const leader = ids.find((id) => members.get(id)!.status().role === 'leader')!;
+    // Once the leader streams to both followers (not probing them), a proposal's appends go at once.
+    await tickUntil('replicating', () => members.get(leader)!.status().progress.every((p) => p.state === 'replicate' && p.match > 0));
+    sent.length = 0;
+    let acked = 0;
+    for (let i = 0; i < 5; i++) void members.get(leader)!.propose(Buffer.from(`w${i}`)).then(() => { acked++; });
+    await tickUntil('acknowledged', () => acked === 5);
+    const appends = sent.filter((m) => m.from === leader && m.type === 'app');
+    expect(appends.some((m) => m.names > m.durable)).toBe(true);
+    // A follower's acknowledgement promises what it holds: never an index its disk does not have yet.
+    const answers = sent.filter((m) => m.from !== leader && m.type === 'appResp' && m.names > 0);
+    expect(answers.length).toBeGreaterThan(0);
+    expect(answers.filter((m) => m.names > m.durable)).toEqual([]);
+  });
+});

@@ -109,17 +109,25 @@ export class ConsensusMember implements Proposer {
   private termApplied = 0;
   /** The last snapshot's index (its own or one installed). */
   private snapshotIndex: number;
-  /** Committed batches being applied behind the loop, in order. */
+  /** Committed batches (and snapshot restores) being applied behind the loop, in order. */
   private applyChain: Promise<void> = Promise.resolve();
   private applyBatches = 0;
+  /** Snapshot restores queued or running on the state machine (its state is not whole meanwhile). */
+  private restores = 0;
 
   constructor(private readonly o: ConsensusMemberOptions) {
     this.node = new RaftNode({
       ...o.raft, id: o.id, members: o.members, storage: o.storage, prng: o.prng,
-      electionTicks: o.electionTicks, heartbeatTicks: o.heartbeatTicks, applied: o.applied ?? o.storage.snapshot().meta.index,
+      electionTicks: o.electionTicks, heartbeatTicks: o.heartbeatTicks,
+      applied: Math.max(o.applied ?? 0, o.storage.snapshot().meta.index),
     });
     this.snapshotIndex = o.storage.snapshot().meta.index;
     this.applied = o.applied ?? this.snapshotIndex;
+    if (this.applied < this.snapshotIndex) {
+      // The log's snapshot is newer than the state machine (a restore a crash cut short): restored
+      // first, behind the loop like any restore, so this member answers its peers meanwhile.
+      this.queueRestore(o.storage.snapshot());
+    }
   }
 
   /** One logical clock tick (the host's timer: heartbeatTicks of them make a heartbeat interval). */
@@ -225,6 +233,14 @@ export class ConsensusMember implements Proposer {
     return s.role === 'leader' && this.termApplied === s.term;
   }
 
+  /**
+   * Whether a snapshot is being restored into the state machine (or waits to be): its state is then
+   * not whole, so it must not be read as an image of any index.
+   */
+  get restoring(): boolean {
+    return this.restores > 0;
+  }
+
   /** Proposals waiting for their commit (tests: none left behind). */
   get waiting(): number {
     return this.pending.size;
@@ -253,33 +269,33 @@ export class ConsensusMember implements Proposer {
     try {
       while (!this.closed && this.node.hasReady()) {
         const rd = this.node.ready();
+        // A leader's appends go while its own disk writes them (Ready.sendBeforePersist): its fsync and
+        // its followers' overlap. Anything else waits until what it may promise is durable.
+        const early = rd.sendBeforePersist;
+        if (early && rd.messages.length > 0) this.o.transport.send(rd.messages);
         // Without mustSync only the commit index moved: written, not fsynced (RaftLogUpdate.sync).
         await this.o.storage.save({ snapshot: rd.snapshot, entries: rd.entries, hardState: rd.hardState, sync: rd.mustSync });
-        if (rd.messages.length > 0) this.o.transport.send(rd.messages);
+        if (!early && rd.messages.length > 0) this.o.transport.send(rd.messages);
         if (rd.snapshot) {
-          // The snapshot replaces the state: the batches before it finish first.
-          await this.applyChain;
-          await this.o.stateMachine.restore(rd.snapshot);
-          this.snapshotIndex = Math.max(this.snapshotIndex, rd.snapshot.meta.index);
-          this.applied = Math.max(this.applied, rd.snapshot.meta.index);
-          this.termApplied = Math.max(this.termApplied, rd.snapshot.meta.term);
+          // The snapshot replaces the state, after the batches before it and before those after it (the
+          // chain's order), while this loop goes on: the snapshot is durable in the log, so this member
+          // may already answer and vote as one that holds it (a restore a crash cuts short runs again
+          // at start), and a second fault elsewhere in the group meanwhile does not stall it.
+          const snap = rd.snapshot;
+          this.snapshotIndex = Math.max(this.snapshotIndex, snap.meta.index);
+          this.queueRestore(snap);
           // Whether our own pending writes are in a leader's snapshot is unknown: never acknowledge a guess.
           for (const [index, p] of this.pending) {
-            if (index > rd.snapshot.meta.index) continue;
+            if (index > snap.meta.index) continue;
             this.pending.delete(index);
             p.reject(notAcknowledged('a snapshot replaced this member\'s log before the write was seen to commit'));
           }
         }
         if (rd.committedEntries.length > 0) {
           // Applied behind the loop, batch after batch in commit order, so that persisting and sending the
-          // next Ready does not wait for this one's writes; bounded, so applying cannot fall far behind.
+          // next Ready does not wait for this one's writes.
           const entries = rd.committedEntries;
-          this.applyBatches++;
-          this.applyChain = this.applyChain.then(() => this.applyAll(entries)).then(
-            () => { this.applyBatches--; },
-            (e: unknown) => { this.applyBatches--; this.stop(e); },
-          );
-          if (this.applyBatches > APPLY_BATCHES_AHEAD_MAX) await this.applyChain;
+          this.enqueue(() => this.applyAll(entries));
         }
         for (const rs of rd.readStates) {
           const read = this.reads.get(rs.ctx);
@@ -295,6 +311,48 @@ export class ConsensusMember implements Proposer {
       this.running = false;
       for (const r of this.idle.splice(0)) r();
     }
+  }
+
+  /**
+   * Queues work on the state machine behind the loop. Bounded without blocking the loop: past
+   * APPLY_BATCHES_AHEAD_MAX batches Raft holds further committed entries in its log until the chain
+   * drains, while persisting, sending and answering peers go on.
+   */
+  private enqueue(work: () => Promise<void>): void {
+    this.applyBatches++;
+    if (this.applyBatches > APPLY_BATCHES_AHEAD_MAX) this.node.holdApply(true);
+    this.applyChain = this.applyChain.then(work).then(
+      () => this.dequeued(),
+      (e: unknown) => { this.dequeued(); this.stop(e); },
+    );
+  }
+
+  private dequeued(): void {
+    this.applyBatches--;
+    if (this.applyBatches <= APPLY_BATCHES_AHEAD_MAX) {
+      this.node.holdApply(false);
+      if (this.usable()) this.kick();
+    }
+  }
+
+  /** A snapshot restored into the state machine in the chain's order; `restoring` from now until it ends. */
+  private queueRestore(snap: Snapshot): void {
+    this.restores++;
+    // A leader that cannot apply its term's first entry until a restore ends would stall the group's
+    // writes meanwhile: another member leads if it can (this one still votes for it).
+    this.node.holdCampaign(true);
+    this.enqueue(async () => {
+      try {
+        if (this.failed !== null) return;
+        await this.o.stateMachine.restore(snap);
+      } finally {
+        this.restores--;
+        if (this.restores === 0) this.node.holdCampaign(false);
+      }
+      this.applied = Math.max(this.applied, snap.meta.index);
+      this.termApplied = Math.max(this.termApplied, snap.meta.term);
+      this.answerReads();
+    });
   }
 
   /** A failed fsync or apply: what is durable is unknown, so this member stops (a restart recovers it). */

@@ -17,7 +17,8 @@ import type { ConsensusMember } from './member.js';
  *   the write's deadline, then answers `unavailable`, never a guess.
  * - A read with `consistency: "strong"` waits for ReadIndex (the leader confirms its leadership and this
  *   member applies through the confirmed commit index): it sees every write acknowledged before it, on
- *   any member. Other reads answer from this member's state as it is.
+ *   any member. Other reads answer from this member's state as it is, except while it restores a
+ *   snapshot (`unavailable`, reason `restoring`: its state is not whole).
  * - A coordinator's move steps (issue 18) go as writes do: run on the ready leader, forwarded from a
  *   follower. A batch's lease ends as soon as this member stops being the ready leader. A forwarded
  *   write refused as `moved` is answered once this member applied through the leader's index.
@@ -107,6 +108,9 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
           await new Promise((r) => setTimeout(r, pollMs));
         }
       }
+    } else if (member.restoring) {
+      // Its state is half old, half the snapshot's: no reader sees that (a router reads another replica).
+      throw new SvcError('unavailable', 'this member is restoring a snapshot from its leader; read another member or retry', { reason: 'restoring' });
     }
     return run(op, args);
   };

@@ -14,6 +14,7 @@ export interface SoftState {
  * 2. append `entries` to stable storage, dropping any persisted entries at or after entries[0].index;
  * 3. persist `hardState` (if any), and sync: all of it must be durable before step 4;
  * 4. send `messages` (they may promise what steps 1-3 persisted: a vote, an acknowledged append);
+ *    when `sendBeforePersist` is set they promise nothing of it, and may go before or during 1-3;
  * 5. apply `committedEntries` in order; answer `readStates` once applied through their index;
  * 6. call advance(ready).
  */
@@ -27,6 +28,14 @@ export interface Ready {
   readonly readStates: readonly ReadState[];
   /** Whether steps 1-3 wrote anything that needs an fsync. */
   readonly mustSync: boolean;
+  /**
+   * The messages may be sent before this Ready is persisted (Raft thesis 10.2.1): a leader whose term
+   * and vote are already durable, sending appends and heartbeats. Its own entries count toward a commit
+   * only once the host has persisted them (advance), and a follower acknowledges an append only after
+   * persisting it, so a crash before the write loses nothing acknowledged; the leader's fsync and its
+   * followers' overlap instead of running one after the other.
+   */
+  readonly sendBeforePersist: boolean;
 }
 
 /** A leader's view of one follower's log. */
@@ -64,6 +73,8 @@ export class RaftNode {
   private prevSoft: SoftState;
   private outstanding: Ready | null = null;
   private readonly maxApplyEntries: number;
+  /** While set, committed entries wait in the log: the host's state machine is busy (ConsensusMember). */
+  private applyHeld = false;
 
   constructor(options: RaftOptions) {
     this.raft = new Raft(options);
@@ -95,6 +106,25 @@ export class RaftNode {
     this.raft.campaign();
   }
 
+  /**
+   * Holds committed entries back from Readies (true) or lets them through again (false). Everything
+   * else (persisting, messages, read states) goes on, so a host whose state machine is slow (a restore,
+   * a backlog of applies) still answers its peers. Entries are never skipped: applied moves only with
+   * the entries a Ready hands out.
+   */
+  holdApply(held: boolean): void {
+    this.applyHeld = held;
+  }
+
+  /**
+   * Keeps an election timeout from starting a campaign (true) or lets it again (false): a member whose
+   * state machine is being restored would be a leader that cannot apply its own term's first entry, so
+   * it leaves leading to a member that can, while it still votes and follows.
+   */
+  holdCampaign(held: boolean): void {
+    this.raft.campaignHeld = held;
+  }
+
   hasReady(): boolean {
     if (this.outstanding) return false;
     const r = this.raft;
@@ -103,7 +133,7 @@ export class RaftNode {
       r.readStates.length > 0 ||
       r.log.hasUnstableEntries() ||
       r.log.unstableSnapshot() !== null ||
-      r.log.hasNextCommitted() ||
+      (!this.applyHeld && r.log.hasNextCommitted()) ||
       !sameHard(this.hardState(), this.prevHard) ||
       !sameSoft(this.softState(), this.prevSoft)
     );
@@ -117,15 +147,17 @@ export class RaftNode {
     const entries = r.log.unstableEntries();
     const snapshot = r.log.unstableSnapshot();
     const hardChanged = !sameHard(hard, this.prevHard);
+    const termOrVote = hardChanged && (hard.term !== this.prevHard.term || hard.vote !== this.prevHard.vote);
     const rd: Ready = {
       softState: sameSoft(soft, this.prevSoft) ? null : soft,
       hardState: hardChanged ? hard : null,
       snapshot,
       entries,
       messages: r.msgs,
-      committedEntries: r.log.nextCommitted({ maxCount: this.maxApplyEntries, maxBytes: Number.MAX_SAFE_INTEGER }),
+      committedEntries: this.applyHeld ? [] : r.log.nextCommitted({ maxCount: this.maxApplyEntries, maxBytes: Number.MAX_SAFE_INTEGER }),
       readStates: r.readStates,
-      mustSync: entries.length > 0 || snapshot !== null || (hardChanged && (hard.term !== this.prevHard.term || hard.vote !== this.prevHard.vote)),
+      mustSync: entries.length > 0 || snapshot !== null || termOrVote,
+      sendBeforePersist: r.role === 'leader' && !termOrVote && snapshot === null,
     };
     r.msgs = [];
     r.readStates = [];

@@ -117,6 +117,11 @@ export class Raft {
   private randomizedElectionTicks = 0;
   /** Ticks before which a member that started with nothing durable grants no vote (RaftOptions.amnesiaTicks). */
   private readonly noVotesBefore: number;
+  /**
+   * While set, an election timeout starts no campaign (the host's state machine cannot serve as a
+   * leader's yet: a snapshot being restored); this member still votes, and still follows a leader.
+   */
+  campaignHeld = false;
 
   constructor(options: RaftOptions) {
     assert(options.members.includes(options.id), `member ${options.id} is not in its own group`);
@@ -286,7 +291,7 @@ export class Raft {
     this.electionElapsed++;
     if (this.electionElapsed < this.randomizedElectionTicks) return;
     this.electionElapsed = 0;
-    this.campaign();
+    if (!this.campaignHeld) this.campaign();
   }
 
   private tickLeader(): void {
