@@ -129,6 +129,8 @@ async function openAndServe(
     onConsensus(consensus);
     const c = consensus;
     metrics.setConsensusSource(() => c.metrics());
+    // Its reads answer 503 while it refills its database from a leader's snapshot: not ready meanwhile.
+    state.busy = () => (c.view().restoring ? 'this consensus member is restoring a snapshot from its leader' : null);
   }
   const engine: EngineApi = consensus !== null ? consensus.engine : follower === null ? leaderDb! : followerEngine({
     current, read: (fn) => store!.read(fn), follower, leaderUrl: config.leader!.url, close: () => store!.close(),

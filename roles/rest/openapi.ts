@@ -35,7 +35,7 @@ const statusOk: Schema = { type: 'object', properties: { status: { const: 'ok' }
 export const OPEN_ROUTES: readonly OpenRoute[] = [
   { method: 'GET', template: '/healthz', summary: 'Liveness: 200 while the process serves', contentType: 'application/json', reply: statusOk },
   {
-    method: 'GET', template: '/readyz', summary: 'Readiness: 503 not_ready until the storage is open and the indexes are loaded',
+    method: 'GET', template: '/readyz', summary: 'Readiness: 503 not_ready until the storage is open and the indexes are loaded, and while a consensus member restores a snapshot',
     contentType: 'application/json', reply: statusOk,
   },
   { method: 'GET', template: '/metrics', summary: 'Prometheus metrics (text exposition format)', contentType: 'text/plain', reply: { type: 'string' } },

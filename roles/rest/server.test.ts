@@ -171,6 +171,15 @@ describe('REST', () => {
     expect((await app.inject({ url: '/v1/stats', headers: admin })).json().error.code).toBe('not_ready');
     state.service = service;
     expect((await app.inject({ url: '/readyz' })).statusCode).toBe(200);
+    // Serving, but busy for now (a consensus member restoring a snapshot): not ready, the routes still answer.
+    let busy: string | null = 'this consensus member is restoring a snapshot from its leader';
+    state.busy = () => busy;
+    const r = await app.inject({ url: '/readyz' });
+    expect(r.statusCode).toBe(503);
+    expect(r.json().error).toMatchObject({ code: 'not_ready', message: expect.stringMatching(/restoring a snapshot/) });
+    expect((await app.inject({ url: '/v1/stats', headers: admin })).statusCode).toBe(200);
+    busy = null;
+    expect((await app.inject({ url: '/readyz' })).statusCode).toBe(200);
   });
 
   it('metrics are labelled by route template, never by concrete path', async () => {

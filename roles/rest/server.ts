@@ -36,6 +36,11 @@ export interface RestState {
   service: Service | null;
   /** What not_ready says meanwhile; default `storage is not open yet` (a router waits for its shards). */
   notReady?: string;
+  /**
+   * Once serving: why /readyz says not_ready for now (a consensus member restoring a snapshot), or
+   * null. Only readiness: the routes keep answering, each as its own state allows.
+   */
+  busy?: () => string | null;
 }
 
 declare module 'fastify' {
@@ -115,9 +120,10 @@ export function buildRestApp(state: RestState, opts: RestOptions): FastifyInstan
   });
 
   app.get('/healthz', { onResponse: counted(opts.metrics, 'GET', '/healthz') }, async () => ({ status: 'ok' }));
-  app.get('/readyz', { onResponse: counted(opts.metrics, 'GET', '/readyz') }, async (_req, reply) => (state.service
-    ? { status: 'ok' }
-    : send(reply, errorReply('not_ready', state.notReady ?? 'storage is not open yet'))));
+  app.get('/readyz', { onResponse: counted(opts.metrics, 'GET', '/readyz') }, async (_req, reply) => {
+    const why = state.service === null ? state.notReady ?? 'storage is not open yet' : state.busy?.() ?? null;
+    return why === null ? { status: 'ok' } : send(reply, errorReply('not_ready', why));
+  });
   app.get('/metrics', { onResponse: counted(opts.metrics, 'GET', '/metrics') }, async (_req, reply) => {
     reply.header('content-type', opts.metrics.registry.contentType);
     return opts.metrics.registry.metrics();
