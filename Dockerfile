@@ -14,8 +14,8 @@
 # Runtime base: an official image of a current Node.js LTS. Any image with node in PATH and glibc works
 # (scripts/docker-base.sh makes one from this machine's node: no shell, no package manager).
 ARG NODE_IMAGE=node:22-bookworm-slim
-# Build base for BUILD_FROM=source: needs python3, make and g++ for the native addon fs-ext (flock).
-# Its Node.js major must be NODE_IMAGE's: the addon is built for one ABI.
+# Build base for BUILD_FROM=source: any image with node and npm (no compiler: the one native addon, the
+# data directory's file lock, is a Node-API build shipped in its npm package, loaded by any Node.js 20+).
 ARG BUILD_IMAGE=node:22-bookworm
 # source: install, compile and build inside BUILD_IMAGE. host: copy .docker-build/, which
 # scripts/docker-build.sh prepared on the host with the same Node.js as NODE_IMAGE.
@@ -24,14 +24,11 @@ ARG BUILD_FROM=source
 FROM ${BUILD_IMAGE} AS build-source
 WORKDIR /src
 COPY package.json package-lock.json ./
-# --ignore-scripts: no dev dependency needs its install script to build svc (tsc and wabt are plain JS);
-# fs-ext, the one production addon, is compiled below against the image's own Node headers (the official
-# images ship them under /usr/local/include/node, so node-gyp downloads nothing).
+# --ignore-scripts: no dependency needs its install script to build or run svc (tsc and wabt are plain
+# JS; the file lock's addon is prebuilt in its package).
 RUN --mount=type=secret,id=npm_ca,required=false \
     if [ -s /run/secrets/npm_ca ]; then export NODE_EXTRA_CA_CERTS=/run/secrets/npm_ca; fi; \
-    if [ -d /usr/local/include/node ]; then export npm_config_nodedir=/usr/local; fi; \
-    npm ci --ignore-scripts --no-audit --no-fund \
- && npm rebuild fs-ext
+    npm ci --ignore-scripts --no-audit --no-fund
 COPY tsconfig.json ./
 COPY scripts/build-wasm.mjs scripts/
 COPY proto/ proto/
@@ -42,11 +39,12 @@ RUN npm run build \
  && mkdir -p /out/app /out/var-lib-svc \
  && cp -r package.json dist node_modules /out/app/ \
  && find /out/app \( -name '*.d.ts' -o -name '*.d.mts' -o -name '*.d.cts' -o -name '*.map' \) -type f -delete \
- && find /out/app/node_modules/fs-ext/build -mindepth 1 -maxdepth 1 ! -name Release -exec rm -rf {} + \
- && rm -rf /out/app/node_modules/fs-ext/build/Release/obj.target /out/app/node_modules/fs-ext/build/Release/.deps
+ && find /out/app/node_modules/fs-native-extensions/prebuilds -mindepth 1 -maxdepth 1 \
+      ! -name "$(node -p 'process.platform + "-" + process.arch')" -exec rm -rf {} + \
+ && find /out/app/node_modules/fs-native-extensions/prebuilds -name '*.bare' -type f -delete
 
-# The same tree, prepared on the host by scripts/docker-build.sh (dist, production node_modules with fs-ext
-# compiled by this machine's node, package.json, and an empty var-lib-svc/).
+# The same tree, prepared on the host by scripts/docker-build.sh (dist, production node_modules,
+# package.json, and an empty var-lib-svc/).
 FROM scratch AS build-host
 COPY .docker-build/ /out/
 

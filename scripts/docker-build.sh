@@ -2,11 +2,12 @@
 # npm run docker:build: builds the image svc:local (SVC_IMAGE to change) from this checkout.
 #
 # SVC_DOCKER_BUILD_FROM=host (the default) works where npm is the only registry: the app is built here
-# (npm ci of the production dependencies, fs-ext compiled by this machine's node-gyp against its own Node
-# headers, tsc), staged in .docker-build/, and copied into the image; no build step inside a container
-# reaches a network. The runtime base is NODE_IMAGE when given, else node:<this major>-bookworm-slim when
-# it is already present, else one made from this machine's node with `docker import`
-# (scripts/docker-base.sh). Its Node.js ABI must be this machine's: the addon is compiled here.
+# (npm ci of the production dependencies, tsc), staged in .docker-build/, and copied into the image; no
+# build step inside a container reaches a network. The runtime base is NODE_IMAGE when given, else
+# node:<this major>-bookworm-slim when it is already present, else one made from this machine's node with
+# `docker import` (scripts/docker-base.sh). Any Node.js from 20 on runs it: the one native addon (the
+# data directory's file lock, fs-native-extensions) is a Node-API build shipped in its package, not
+# compiled for one Node.js version.
 #
 # SVC_DOCKER_BUILD_FROM=source builds inside the official images (NODE_IMAGE, BUILD_IMAGE: the
 # Dockerfile's defaults unless given), as `docker build .` does; npm's CA, when NPM_CA_FILE names one, is
@@ -45,20 +46,21 @@ case "$from" in
     cp package.json package-lock.json .docker-build/app/
     (
       cd .docker-build/app
-      # --ignore-scripts keeps the package's own prepare (a full build) from running here; fs-ext is the
-      # one production dependency that needs its install script, and it is compiled on its own.
+      # --ignore-scripts keeps the package's own prepare (a full build) from running here; no production
+      # dependency needs an install script.
       npm ci --omit=dev --ignore-scripts --no-audit --no-fund --loglevel=error
-      npm rebuild fs-ext --loglevel=error >/dev/null
-      node -e "require('./node_modules/fs-ext').flockSync" || exit 1
+      node -e "require('./node_modules/fs-native-extensions').tryLock" || exit 1
       rm package-lock.json
     )
     cp -r dist .docker-build/app/dist
     find .docker-build/app \( -name '*.d.ts' -o -name '*.d.mts' -o -name '*.d.cts' -o -name '*.map' \) -type f -delete
-    find .docker-build/app/node_modules/fs-ext/build -mindepth 1 -maxdepth 1 ! -name Release -exec rm -rf {} +
-    rm -rf .docker-build/app/node_modules/fs-ext/build/Release/obj.target .docker-build/app/node_modules/fs-ext/build/Release/.deps
-
-    addon=.docker-build/app/node_modules/fs-ext/build/Release/fs_ext.node
-    abi=$(node -p process.versions.modules)
+    # The lock addon's prebuilt binaries for other platforms (and for the Bare runtime) are never loaded here.
+    platform=$(node -p 'process.platform + "-" + process.arch')
+    prebuilds=.docker-build/app/node_modules/fs-native-extensions/prebuilds
+    find "$prebuilds" -mindepth 1 -maxdepth 1 ! -name "$platform" -exec rm -rf {} +
+    find "$prebuilds" -name '*.bare' -type f -delete
+    addon=$prebuilds/$platform/fs-native-extensions.node
+    [ -f "$addon" ] || fail "fs-native-extensions ships no prebuilt addon for $platform"
     base=${NODE_IMAGE:-}
     if [ -z "$base" ]; then
       major=$(node -p 'process.versions.node.split(".")[0]')
@@ -68,9 +70,9 @@ case "$from" in
         base=$(scripts/docker-base.sh "svc-local/node:$(node -p process.versions.node)" "$addon")
       fi
     fi
-    theirs=$(docker run --rm --network none --entrypoint node "$base" -p process.versions.modules) \
+    theirs=$(docker run --rm --network none --entrypoint node "$base" -p 'process.versions.node.split(".")[0]') \
       || fail "cannot run node in $base"
-    [ "$theirs" = "$abi" ] || fail "$base runs a Node.js of ABI $theirs, this machine's node ($(node --version)) builds for $abi: give NODE_IMAGE of the same major, or SVC_DOCKER_BUILD_FROM=source"
+    [ "$theirs" -ge 20 ] || fail "$base runs Node.js $theirs: svc needs Node.js 20 or later"
     args+=(--build-arg "NODE_IMAGE=$base")
     ;;
   source)

@@ -144,30 +144,42 @@ class NodeFileHandle implements FileHandle {
   }
 }
 
-/** flock(2) through fs-ext: Node has no file lock of its own. Loaded once, on the first lock. */
-let flockSync: ((fd: number, flags: 'exnb' | 'un') => void) | null = null;
-function flock(): (fd: number, flags: 'exnb' | 'un') => void {
-  flockSync ??= (createRequire(import.meta.url)('fs-ext') as { flockSync: (fd: number, flags: 'exnb' | 'un') => void }).flockSync;
-  return flockSync;
+/**
+ * A whole-file lock through fs-native-extensions (Node has no file lock of its own): an open file
+ * description lock on Linux (fcntl F_OFD_SETLK), flock(2) on macOS. A Node-API addon shipped prebuilt
+ * in the package, so the same install loads on every Node.js version (20, 22, 24) with no compiler and
+ * no headers. Loaded once, on the first lock.
+ */
+interface FileLocks {
+  /** True when taken; false when another open file description holds it (EAGAIN). */
+  tryLock(fd: number, opts?: { shared?: boolean }): boolean;
+}
+let fileLocks: FileLocks | null = null;
+function locks(): FileLocks {
+  fileLocks ??= createRequire(import.meta.url)('fs-native-extensions') as FileLocks;
+  return fileLocks;
 }
 
 /** The real thing: node:fs/promises with real fsync of files and directories. */
 export class NodeFileSystem implements FileSystem {
   /**
-   * flock(2) belongs to the open file description: a second open of the same file, even in this
+   * The lock belongs to the open file description: a second open of the same file, even in this
    * process, is refused, and the kernel releases it when the holder exits or is killed. The pid in the
    * file is only the message for whoever is refused; a stale pid left by a dead holder means nothing.
    */
   async lockExclusive(path: string): Promise<LockResult> {
     const h = await fsp.open(path, FS.O_RDWR | FS.O_CREAT, 0o600);
+    let taken: boolean;
     try {
-      flock()(h.fd, 'exnb');
+      taken = locks().tryLock(h.fd);
     } catch (e) {
-      const code = (e as NodeJS.ErrnoException).code;
+      await h.close();
+      throw e;
+    }
+    if (!taken) {
       const holder = (await h.readFile('utf8').catch(() => '')).trim().slice(0, 32);
       await h.close();
-      if (code === 'EAGAIN' || code === 'EWOULDBLOCK') return { ok: false, holder };
-      throw e;
+      return { ok: false, holder };
     }
     try {
       await h.truncate(0);
