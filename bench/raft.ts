@@ -18,7 +18,10 @@
 //    directory wiped, and it restarts while a client writes single points through the leader. Measured:
 //    the time until it has applied through the leader's commit index, the image bytes streamed, the
 //    leader's peak RSS growth (an image is never whole in memory), and the client's write latency
-//    while the image streams. At the end the member holds exactly the leader's points.
+//    while the image streams. At the end the member holds exactly the leader's points. Then the double
+//    fault: the same follower wiped again, and the leader SIGKILLed while it restores the image; a
+//    client writing through the third member says how soon writes are acknowledged again (the restoring
+//    member's vote elects the third) and how many were while it still restored.
 // Run: npm run bench:raft [-- --quick] [--kills 50] [--secs 5] [--rounds 3] [--no-pin] [--catchup-mb 160]
 //      [--only throughput|failover|catchup]
 // Pinning (Linux, 2+ cores, unless --no-pin): for the throughput arms, the server written to (the
@@ -448,18 +451,76 @@ async function catchup(work: string, mb: number): Promise<Record<string, unknown
     };
     const [lc, fc] = [await count(leader), await count(follower)];
     const s = sorted(lat);
+    const streams = { sent: await metric(leader, 'svc_raft_snapshot_streams_total', '{outcome="sent"}'), failed: await metric(leader, 'svc_raft_snapshot_streams_total', '{outcome="failed"}') };
+    // (It restarts the leader: its counters are read above.)
+    const double = await doubleFault(group, start, count);
     return {
       mib: mb, points, fill_secs: round(fillS, 1),
       restart_ready_secs: round(readyS, 2), caught_up_secs: round(caughtUpS, 2),
       image_bytes_streamed: bytes, image_mib_per_s: round(bytes / (1 << 20) / (caughtUpS - readyS), 1),
-      streams: { sent: await metric(leader, 'svc_raft_snapshot_streams_total', '{outcome="sent"}'), failed: await metric(leader, 'svc_raft_snapshot_streams_total', '{outcome="failed"}') },
+      streams,
       leader_rss_growth_mib: round((rssPeak - rssBefore) / 1024, 1),
       writes_during: { acknowledged: lat.length, p50_ms: round(percentile(s, 50), 1), p99_ms: round(percentile(s, 99), 1), max_ms: round(s[s.length - 1] ?? 0, 1) },
       points_leader: lc, points_member: fc, equal: lc === fc,
+      double_fault: double,
     };
   } finally {
     await Promise.all(group.map(async (m) => { await m.server?.stop(); m.server = null; }));
   }
+}
+
+/**
+ * The double fault: a follower wiped again and restored from the leader's image, and while it restores
+ * the leader is SIGKILLed. The third member needs the restoring one's vote to lead; a client writes
+ * through that third member all along. How long until a write is acknowledged again, whether writes
+ * were acknowledged while the member still restored, and every member's points equal at the end.
+ */
+async function doubleFault(group: Member[], start: (m: Member) => Promise<void>, count: (m: Member) => Promise<number>): Promise<Record<string, unknown>> {
+  const leader = await whole(group);
+  const [restoring, third] = group.filter((m) => m !== leader);
+  process.kill(restoring.server!.pid, 'SIGKILL');
+  await sleep(200);
+  restoring.server = null;
+  rmSync(restoring.env.SVC_DATA_DIR, { recursive: true, force: true });
+  const agent = new Agent({ connections: 1 });
+  const acks: number[] = [];
+  let writing = true;
+  let w = 1_000_000;
+  const writerDone = (async () => {
+    while (writing) {
+      const status = await upsert(agent, third.server!.rest, 'live', w++);
+      if (status === 200) acks.push(performance.now());
+      else await sleep(RETRY_MS);
+    }
+  })();
+  await start(restoring);
+  const restoringView = (): Promise<{ restoring?: boolean }> => restoring.server!.call('GET', '/cluster/raft');
+  const seen = await until('the member restores', async () => ((await restoringView()).restoring === true ? true : null), 300_000).catch(() => false);
+  const tKill = performance.now();
+  process.kill(leader.server!.pid, 'SIGKILL');
+  leader.server = null;
+  const restoredAt = await until('the restore ends', async () => ((await restoringView()).restoring !== true ? performance.now() : null), 900_000);
+  const next = await until('a write acknowledged after the kill', async () => acks.find((t) => t > tKill) ?? null, 120_000);
+  const rest = [restoring, third];
+  await until('the restored member caught up', async () => {
+    const vs = await Promise.all(rest.map(view));
+    const l = vs.find((v) => v.role === 'leader');
+    return l !== undefined && vs.every((v) => v.applied_index >= l.commit_index) ? true : null;
+  }, 900_000);
+  writing = false;
+  await writerDone;
+  await agent.close();
+  await start(leader);
+  await whole(group);
+  const counts = await Promise.all(group.map(count));
+  return {
+    member_seen_restoring_when_leader_killed: seen,
+    next_ack_after_kill_secs: round((next - tKill) / 1000, 2),
+    restore_went_on_after_kill_secs: round((restoredAt - tKill) / 1000, 2),
+    writes_acked_while_restoring: acks.filter((t) => t > tKill && t < restoredAt).length,
+    writes_acked: acks.length,
+    points_per_member: counts, equal: counts.every((c) => c === counts[0]),
+  };
 }
 
 function table(out: Record<string, any>): string {
@@ -484,6 +545,10 @@ function table(out: Record<string, any>): string {
   lines.push(`Catch-up by snapshot: ${c.mib} MiB of vectors (${c.points} points, dim ${CATCHUP_DIM}); a follower wiped and restarted while a client writes through the leader.`, '',
     '| caught up s | image MiB streamed | MiB/s | streams sent / failed | leader RSS growth MiB | writes meanwhile p50 / p99 / max ms | points equal |', '|---|---|---|---|---|---|---|',
     `| ${c.caught_up_secs} | ${round(c.image_bytes_streamed / (1 << 20), 1)} | ${c.image_mib_per_s} | ${c.streams.sent} / ${c.streams.failed} | ${c.leader_rss_growth_mib} | ${c.writes_during.p50_ms} / ${c.writes_during.p99_ms} / ${c.writes_during.max_ms} | ${c.equal} |`, '');
+  const d = c.double_fault;
+  lines.push('Double fault: the follower wiped and restored again, and the leader SIGKILLed while it restores; a client writes through the third member.', '',
+    '| seen restoring at the kill | next ack after the kill s | restore went on after the kill s | writes acked while it restored | points equal on all three |', '|---|---|---|---|---|',
+    `| ${d.member_seen_restoring_when_leader_killed} | ${d.next_ack_after_kill_secs} | ${d.restore_went_on_after_kill_secs} | ${d.writes_acked_while_restoring} | ${d.equal} |`, '');
   return lines.join('\n');
 }
 

@@ -276,7 +276,9 @@ export async function startConsensusMember(
       term: s.term,
       leader_id: s.leaderId,
       commit_index: s.commit,
-      applied_index: s.applied,
+      // What the database holds (a restore or a batch being applied counts only once it is done), not
+      // how far Raft has handed entries out.
+      applied_index: m.appliedIndex,
       members: rc.members.map((x) => ({ id: x.id, url: `${x.host}:${x.port}` })),
       snapshot_index: raftLog.snapshot().meta.index,
       log_first_index: raftLog.firstIndex(),
