@@ -2,6 +2,8 @@
 // builds a whole graph and posts it back, or takes its share of a parallel build into a graph shared
 // with the other threads. Graph arrays are SharedArrayBuffer-backed, so posting them copies nothing.
 // The thread stays for the next request (build-worker.ts keeps idle workers for a while).
+import { readlinkSync } from 'node:fs';
+import { setPriority } from 'node:os';
 import { parentPort } from 'node:worker_threads';
 import { VectorStore } from '../vector-store.js';
 import { Hnsw } from './hnsw.js';
@@ -26,6 +28,25 @@ function handle(req: WorkerRequest): unknown {
     store.close();
   }
 }
+
+/**
+ * Builds yield a busy core to the threads that answer requests and apply writes: this thread runs at
+ * nice BUILD_NICE (Linux, where a thread is a task with its own id and its own nice value; lowering a
+ * priority needs no privilege). On an idle machine a build runs as fast as before; on a loaded one
+ * the event loop and the search workers go first, and the build takes the rest. Elsewhere, or if the
+ * kernel says no, the build runs at the process's priority.
+ */
+function yieldToServing(): void {
+  try {
+    const tid = Number(readlinkSync('/proc/thread-self').split('/').pop());
+    if (Number.isInteger(tid) && tid > 0) setPriority(tid, BUILD_NICE);
+  } catch {
+    // not Linux (no /proc/thread-self), or not allowed: nothing changes
+  }
+}
+/** Named in build-worker.test.ts, which checks a build thread runs at it. */
+const BUILD_NICE = 10;
+yieldToServing();
 
 parentPort!.on('message', (req: WorkerRequest) => {
   parentPort!.postMessage(handle(req));

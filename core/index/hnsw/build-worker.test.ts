@@ -1,4 +1,5 @@
 import { execFile } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { Prng } from '../../base/prng.js';
@@ -29,6 +30,23 @@ describe('build workers', () => {
     expect(parallel.size).toBe(500);
     const here = Hnsw.build(s, range(500), opts);
     expect(Buffer.from(again.serialize().level0.buffer).equals(Buffer.from(here.serialize().level0.buffer))).toBe(true);
+  });
+
+  it.runIf(process.platform === 'linux')('runs builds at nice 10, below the threads that serve (Linux)', async () => {
+    const s = store(500);
+    await buildInWorker(s, range(500), opts);
+    // stat(5) field 19, nice: the 17th after the command name.
+    const nice = (tid: string): number | null => {
+      try {
+        const raw = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
+        return Number(raw.slice(raw.lastIndexOf(')') + 2).split(' ')[16]);
+      } catch {
+        return null; // a thread that ended meanwhile
+      }
+    };
+    const base = nice(String(process.pid))!; // the main thread is untouched (0 unless the runner was niced)
+    // The idle build worker kept for the next build (a runner niced past 10 already runs below it).
+    expect(readdirSync('/proc/self/task').map(nice)).toContain(Math.max(base, 10));
   });
 
   it('drops a worker whose job failed, and the next build still runs', async () => {
