@@ -735,7 +735,7 @@ export class Database {
     if (this.byUid.get(col.uid) !== col) return 0;
     const changed = col.apply(op, seq, false);
     this.maybeCheckpoint(col);
-    this.uncommitted.delete(col.uid);
+    this.forgetUncommitted(col.uid, op.move.cursor);
     return changed;
   }
 
@@ -1442,7 +1442,7 @@ export class Database {
           this.maybeCheckpoint(col);
         }
       }
-      this.uncommitted.delete(col.uid);
+      this.forgetUncommitted(col.uid, l.cursor);
       return { moved: l.ids.length };
     } finally {
       if (settle) {
@@ -1453,7 +1453,7 @@ export class Database {
         await this.settleProposals(l.uid).catch(() => undefined);
         // Committed after all (applyMoveCommand cleared them too, unless it ran before they were added).
         const cursor = this.dir.move?.move === l.move ? this.dir.move.cursors.get(l.uid) : undefined;
-        if (cursor !== undefined && cursor >= l.cursor) this.uncommitted.delete(l.uid);
+        if (cursor !== undefined && cursor >= l.cursor) this.forgetUncommitted(l.uid, l.cursor);
       }
       this.gate.open();
     }
@@ -1496,6 +1496,19 @@ export class Database {
   /** Whether a move batch holds this node's gate now. */
   get moveLeaseHeld(): boolean {
     return this.lease !== null;
+  }
+
+  /**
+   * A batch committed through `cursor`: the ids of ended leases up to it were carried by it (deleted here
+   * now) or named in its deletes. Those after it stay: that batch may have stopped short of them (writes
+   * let through after a lease ended put new ids among them), and one deleted later must still be named,
+   * even to a coordinator that restarted and never saw the lease end.
+   */
+  private forgetUncommitted(uid: string, cursor: string): void {
+    const set = this.uncommitted.get(uid);
+    if (set === undefined) return;
+    for (const id of set) if (id <= cursor) set.delete(id);
+    if (set.size === 0) this.uncommitted.delete(uid);
   }
 
   /** A lease that ended uncommitted: its ids may be on their new owners, so the next batch there says which went meanwhile. */
