@@ -1394,6 +1394,10 @@ export class Database {
       const p = col.point(id)!;
       bytes += col.spec.dim * 4 * (col.spec.multivector ? col.tokensOf(id).length : 1) + (p.payload === null ? 0 : JSON.stringify(p.payload).length) + id.length;
     }
+    // Scanned to the end: the cursor passes the ids named gone too (nothing of them is here any more), so
+    // the commit forgets them all and the next scan can find nothing left (else they would be named again
+    // by an empty batch forever).
+    if (i >= ids.length) for (const id of deletes) if (id > cursor) cursor = id;
     return { ids: take, cursor, deletes, bytes };
   }
 

@@ -189,6 +189,29 @@ describe('a node as the source of a rebalance move', () => {
     await db.close();
   });
 
+  it('ids of an ended lease deleted at the end of the collection are named once, and the move finishes', async () => {
+    const fs = new FaultyFileSystem(10);
+    const db = await seeded(fs);
+    const b = await db.move('batch', { move: 'm1', self: SELF, targets: TARGETS, limit: 5, lease_ms: 100 }) as MoveBatchAnswer;
+    if (b.done) throw new Error('a batch was expected');
+    const op = decodeOp(Buffer.from(b.records[0], 'base64'));
+    const sent = op.t === 'upsert' ? op.points.map((p) => p.id) : [];
+    await new Promise((r) => setTimeout(r, 150));
+    await db.upsert('c', { points: [{ id: Array.from({ length: 100 }, (_, i) => `${sent[0]}-${i}`).find(leaving)!, vector: [1, 1, 1] }] });
+    const next = await batch(db, 5);
+    if (next.done) throw new Error('a batch was expected');
+    await commit(db, next.token);
+    // The batch's last id and everything after it go: nothing is left after the cursor but that name.
+    const last = sent[sent.length - 1];
+    await db.deletePoints('c', { ids: (await ids(db)).filter((id) => id >= last) });
+    const end = await batch(db, 5);
+    if (end.done) throw new Error('a batch was expected');
+    expect([end.count, end.deletes]).toEqual([0, [last]]);
+    await commit(db, end.token);
+    expect(await batch(db, 5)).toEqual({ done: true, move: 'm1' });
+    await db.close();
+  });
+
   it('writes a batch on its new owner whole, the collection created from the source\'s parameters', async () => {
     const fs = new FaultyFileSystem(6);
     const src = await seeded(fs);
