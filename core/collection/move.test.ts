@@ -212,6 +212,48 @@ describe('a node as the source of a rebalance move', () => {
     await db.close();
   });
 
+  it('the ids of a batch handed out survive a crash: after a restart of the node and of the coordinator, the next batch names those deleted since', async () => {
+    // Seeded: where the crash falls (before or after a checkpoint took the move into the manifest) and
+    // which of the batch's ids are deleted after it.
+    for (let seed = 1; seed <= 6; seed++) {
+      const fs = new FaultyFileSystem(200 + seed);
+      fs.yieldEachOp = false;
+      let r = seed * 7919;
+      const pick = (n: number) => (r = (r * 48271) % 2147483647) % n;
+      let db = await seeded(fs, { checkpointPoints: 50 });
+      const first = await batch(db, 10);
+      if (first.done) throw new Error('a batch was expected');
+      await commit(db, first.token);
+      const b = await db.move('batch', { move: 'm1', self: SELF, targets: TARGETS, limit: 10, lease_ms: 60_000 }) as MoveBatchAnswer;
+      if (b.done) throw new Error('a batch was expected');
+      const op = decodeOp(Buffer.from(b.records[0], 'base64'));
+      const sent = op.t === 'upsert' ? op.points.map((p) => p.id) : [];
+      if (pick(2) === 1) {
+        // Writes after the batch's ids (the gate held them: the lease ends first) and a checkpoint.
+        db.endMoveLease();
+        await db.upsert('c', { points: Array.from({ length: 60 }, (_, i) => ({ id: `z${i}`, vector: [1, 1, 1] })) });
+        await new Promise((res) => setTimeout(res, 50));
+      }
+      fs.crash();
+      fs.restart();
+      db = await openOn(fs, '/data', { checkpointPoints: 50 });
+      const deleted = sent.filter(() => pick(3) === 0);
+      if (deleted.length === 0) deleted.push(sent[pick(sent.length)]);
+      await db.deletePoints('c', { ids: deleted });
+      const next = await batch(db, 10);
+      if (next.done) throw new Error('a batch was expected');
+      expect(next.deletes.sort(), `seed ${seed}`).toEqual([...deleted].sort());
+      await commit(db, next.token);
+      await db.close();
+      // A commit's cursor passed them: a reopened node names none of them again.
+      db = await openOn(fs);
+      const after = await batch(db, 10);
+      if (after.done) throw new Error('a batch was expected');
+      expect(after.deletes.filter((id) => id <= next.cursor)).toEqual([]);
+      await db.close();
+    }
+  });
+
   it('writes a batch on its new owner whole, the collection created from the source\'s parameters', async () => {
     const fs = new FaultyFileSystem(6);
     const src = await seeded(fs);
