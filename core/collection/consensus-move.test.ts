@@ -161,6 +161,57 @@ describe('a consensus group as the source of a rebalance move', () => {
     for (const db of g.dbs) await db.close();
   });
 
+  it('a leader change and a coordinator restart in one window: every member knows the batch it handed out, and names its ids deleted since', async () => {
+    // Seeded: which of the batch's ids are deleted, which member leads next, and whether it restarted or
+    // came back by an image first.
+    for (let seed = 1; seed <= 8; seed++) {
+      const g = await seeded(100 + seed);
+      let r = seed * 7919;
+      const pick = (n: number) => (r = (r * 48271) % 2147483647) % n;
+      const first = await batch(g.lead, 10);
+      await commit(g.lead, first.done ? '' : first.token);
+      const b = await batch(g.lead, 10);
+      if (b.done) throw new Error('a batch was expected');
+      const sent = idsOf(b);
+      // Both go now: the leader (its lease ends there) and the coordinator, which asked no commit and
+      // forgets the batch. Nothing of the batch was committed, and its copy may be on its new owners.
+      const old = g.lead;
+      g.leader = 1 + pick(2);
+      old.endMoveLease();
+      const how = pick(3);
+      if (how === 1) {
+        await g.dbs[g.leader].close();
+        g.dbs[g.leader] = await g.open(g.leader);
+      } else if (how === 2) {
+        await g.dbs[g.leader].close();
+        const fresh = await Database.open({ dataDir: `/m${g.leader}-image`, masterKey: KEY, fs: g.fs, buildIndex: buildIndexInline });
+        await fresh.consensusApplied();
+        const at = g.leader;
+        fresh.useProposer({ propose: (cmd) => g.propose(at, cmd) });
+        await fresh.restoreConsensusImage(await imageOf(old), g.index);
+        g.dbs[g.leader] = fresh;
+      }
+      // Writes go on at the new leader: some of the batch's ids are deleted, one is written again.
+      const deleted = sent.filter(() => pick(3) === 0);
+      if (deleted.length === 0) deleted.push(sent[pick(sent.length)]);
+      await g.lead.deletePoints('c', { ids: deleted });
+      // The restarted coordinator asks the new leader for a batch, knowing nothing of the old one.
+      const next = await batch(g.lead, 10);
+      if (next.done) throw new Error('a batch was expected');
+      expect(next.deletes.sort(), `seed ${seed}`).toEqual([...deleted].sort());
+      await commit(g.lead, next.token);
+      // Named until a commit's cursor passed them; the move then goes to its end with nothing left named.
+      for (let i = 0; i < 100; i++) {
+        const c = await batch(g.lead, 40);
+        if (c.done) break;
+        for (const id of c.deletes) expect(id > next.cursor, `seed ${seed}: ${id} named again`).toBe(true);
+        await commit(g.lead, c.token);
+      }
+      for (const db of g.dbs) expect(await ids(db)).toEqual(await ids(g.lead));
+      for (const db of new Set([...g.dbs, old])) await db.close().catch(() => undefined);
+    }
+  });
+
   it('a commit asked again is answered from the cursor: done when its entry was applied, not found when it never was', async () => {
     const g = await seeded(3);
     const all = await ids(g.lead);

@@ -39,7 +39,7 @@ import { replicationStream, type ReplicationView } from './replication.js';
 import { owner } from '../cluster/routing/hrw.js';
 import { decodeCommand, encodeCommand, isMoveCommand, type ShardCommand } from '../cluster/consensus/command.js';
 import {
-  after, MOVE_BATCH_BYTES_MAX, MOVE_SCAN_IDS_MAX, movedError, movedIds, parseMoveRequest, WriteGate, type MoveBatchAnswer, type MoveRequest,
+  after, MOVE_BATCH_BYTES_MAX, MOVE_BATCH_POINTS_MAX, MOVE_SCAN_IDS_MAX, movedError, movedIds, parseMoveRequest, WriteGate, type MoveBatchAnswer, type MoveRequest,
 } from './move.js';
 
 export type LogFn = (level: 'debug' | 'info' | 'warn' | 'error', message: string, detail?: Record<string, unknown>) => void;
@@ -193,8 +193,6 @@ export class Database {
   private readonly gate = new WriteGate();
   /** The batch of a rebalance move that holds the gate now. */
   private lease: { token: string; move: string; uid: string; ids: string[]; cursor: string; stop: AbortController } | null = null;
-  /** By collection uid: ids of batches whose lease ended before their commit (sent, maybe applied, not deleted here). */
-  private readonly uncommitted = new Map<string, Set<string>>();
   private readonly buildIndex: IndexBuilder;
   /** A consensus member's: every write is proposed through it and applied by applyCommand (issue 17). */
   private proposer: CommandProposer | null = null;
@@ -627,6 +625,13 @@ export class Database {
       for (const [uid, cursor] of [...mv.cursors]) {
         if (this.byUid.has(uid)) yield record({ uid, bulk: false, op: { t: 'delete', ids: [], move: { move: mv.move, cursor } } });
       }
+      // After the cursors (a cursor forgets the handed-out ids up to it), in parts a record holds.
+      for (const [uid, set] of [...mv.out]) {
+        const ids = [...set];
+        for (let i = 0; i < ids.length && this.byUid.has(uid); i += MOVE_BATCH_POINTS_MAX) {
+          yield record({ uid: '', bulk: false, op: { t: 'move_out', move: mv.move, uid, ids: ids.slice(i, i + MOVE_BATCH_POINTS_MAX) } });
+        }
+      }
     }
   }
 
@@ -724,9 +729,11 @@ export class Database {
     this.checkOpen();
     const op = cmd.op;
     if (op.t === 'move_state') {
-      if (this.dir.move?.move !== op.move) this.uncommitted.clear();
       await this.dir.appendMoveState({ move: op.move, self: op.self, targets: [...op.targets], finished: op.finished });
-      if (op.finished) this.uncommitted.clear();
+      return 0;
+    }
+    if (op.t === 'move_out') {
+      await this.dir.appendMoveOut(op.move, op.uid, op.ids);
       return 0;
     }
     const col = this.byUid.get(cmd.uid);
@@ -735,7 +742,6 @@ export class Database {
     if (this.byUid.get(col.uid) !== col) return 0;
     const changed = col.apply(op, seq, false);
     this.maybeCheckpoint(col);
-    this.uncommitted.delete(col.uid);
     return changed;
   }
 
@@ -1327,7 +1333,6 @@ export class Database {
     let mv = this.dir.move;
     if (mv === null || mv.move !== req.move) {
       if (this.lease !== null) this.endLease();
-      this.uncommitted.clear();
       await this.moveState({ move: req.move, self: req.self, targets: req.targets, finished: false });
       mv = this.dir.move!;
     } else if (mv.self !== req.self || mv.targets.join() !== req.targets.join()) {
@@ -1348,6 +1353,10 @@ export class Database {
       for (const col of cols) {
         const batch = this.scanForMove(col, mv, req.limit);
         if (batch === null) continue;
+        // Durable before the answer, on every member of a group: after any restart (this node's, a
+        // group's leader change, the coordinator's) the next batch can still name those deleted later.
+        const known = mv.out.get(col.uid);
+        if (batch.ids.some((id) => known?.has(id) !== true)) await this.moveOut(mv.move, col.uid, batch.ids);
         const token = moveToken(col.uid, batch.cursor);
         const stop = new AbortController();
         this.lease = { token, move: req.move, uid: col.uid, ids: batch.ids, cursor: batch.cursor, stop };
@@ -1363,7 +1372,6 @@ export class Database {
       }
       // Nothing left to move, with the gate closed: no write can slip in between this and the record.
       await this.moveState({ move: mv.move, self: mv.self, targets: [...mv.targets], finished: true });
-      this.uncommitted.clear();
       this.gate.open();
       return { done: true, move: req.move };
     } catch (e) {
@@ -1376,13 +1384,10 @@ export class Database {
   private scanForMove(col: Collection, mv: NonNullable<DataDir['move']>, limit: number): { ids: string[]; cursor: string; deletes: string[]; bytes: number } | null {
     const ids = col.idsSorted();
     const from = mv.cursors.get(col.uid);
-    const gone = this.uncommitted.get(col.uid);
-    const deletes = gone === undefined ? [] : [...gone].filter((id) => !col.has(id));
+    const out = mv.out.get(col.uid);
+    const deletes = out === undefined ? [] : [...out].filter((id) => !col.has(id));
     let i = after(ids, from);
-    if (i >= ids.length && deletes.length === 0) {
-      this.uncommitted.delete(col.uid);
-      return null;
-    }
+    if (i >= ids.length && deletes.length === 0) return null;
     const take: string[] = [];
     let bytes = 0;
     let cursor = from ?? '';
@@ -1394,6 +1399,10 @@ export class Database {
       const p = col.point(id)!;
       bytes += col.spec.dim * 4 * (col.spec.multivector ? col.tokensOf(id).length : 1) + (p.payload === null ? 0 : JSON.stringify(p.payload).length) + id.length;
     }
+    // Scanned to the end: the cursor passes the ids named gone too (nothing of them is here any more), so
+    // the commit forgets them all and the next scan can find nothing left (else they would be named again
+    // by an empty batch forever).
+    if (i >= ids.length) for (const id of deletes) if (id > cursor) cursor = id;
     return { ids: take, cursor, deletes, bytes };
   }
 
@@ -1404,6 +1413,12 @@ export class Database {
   private async moveState(state: MoveStateRecord): Promise<void> {
     if (this.proposer === null) await this.dir.appendMoveState(state);
     else await this.proposer.propose({ uid: '', bulk: false, op: { t: 'move_state', ...state } });
+  }
+
+  /** A batch handed out (DataDir appendMoveOut), durable as moveState is. */
+  private async moveOut(move: string, uid: string, ids: string[]): Promise<void> {
+    if (this.proposer === null) await this.dir.appendMoveOut(move, uid, ids);
+    else await this.proposer.propose({ uid: '', bulk: false, op: { t: 'move_out', move, uid, ids } });
   }
 
   /**
@@ -1442,19 +1457,11 @@ export class Database {
           this.maybeCheckpoint(col);
         }
       }
-      this.uncommitted.delete(col.uid);
       return { moved: l.ids.length };
     } finally {
-      if (settle) {
-        // Not known to be committed: as a lease that ended, the next batch names which of its ids went.
-        const set = this.uncommitted.get(l.uid) ?? new Set<string>();
-        for (const id of l.ids) set.add(id);
-        this.uncommitted.set(l.uid, set);
-        await this.settleProposals(l.uid).catch(() => undefined);
-        // Committed after all (applyMoveCommand cleared them too, unless it ran before they were added).
-        const cursor = this.dir.move?.move === l.move ? this.dir.move.cursors.get(l.uid) : undefined;
-        if (cursor !== undefined && cursor >= l.cursor) this.uncommitted.delete(l.uid);
-      }
+      // Not known to be committed: its ids stay handed out (the move's durable list), and the next
+      // batch names which of them went. The gate opens once its proposal is settled.
+      if (settle) await this.settleProposals(l.uid).catch(() => undefined);
       this.gate.open();
     }
   }
@@ -1498,13 +1505,12 @@ export class Database {
     return this.lease !== null;
   }
 
-  /** A lease that ended uncommitted: its ids may be on their new owners, so the next batch there says which went meanwhile. */
+  /**
+   * A lease that ended uncommitted: writes go on. Its ids may be on their new owners; they stay in the
+   * move's durable list of ids handed out, so the next batch there says which went meanwhile.
+   */
   private endLease(): void {
-    const l = this.lease!;
-    l.stop.abort();
-    const set = this.uncommitted.get(l.uid) ?? new Set<string>();
-    for (const id of l.ids) set.add(id);
-    this.uncommitted.set(l.uid, set);
+    this.lease!.stop.abort();
     this.lease = null;
     this.gate.open();
   }

@@ -160,6 +160,100 @@ describe('a node as the source of a rebalance move', () => {
     await db.close();
   });
 
+  it('a batch after a lease that ended may stop short of its ids: those after its cursor are still named once deleted', async () => {
+    // The coordinator that saw the lease end may have restarted since: the source's list is all there is.
+    const fs = new FaultyFileSystem(9);
+    const db = await seeded(fs);
+    const b = await db.move('batch', { move: 'm1', self: SELF, targets: TARGETS, limit: 5, lease_ms: 100 }) as MoveBatchAnswer;
+    if (b.done) throw new Error('a batch was expected');
+    const op = decodeOp(Buffer.from(b.records[0], 'base64'));
+    const sent = op.t === 'upsert' ? op.points.map((p) => p.id) : [];
+    await new Promise((r) => setTimeout(r, 150));
+    // Written once the lease ended: a new id among the batch's, which the next batch carries too.
+    const wedged = Array.from({ length: 100 }, (_, i) => `${sent[0]}-${i}`).find(leaving)!;
+    await db.upsert('c', { points: [{ id: wedged, vector: [1, 1, 1] }] });
+    const next = await batch(db, 5);
+    if (next.done) throw new Error('a batch was expected');
+    const last = sent[sent.length - 1];
+    expect(next.cursor < last).toBe(true);
+    await commit(db, next.token);
+    // Deleted on the source after that commit; its copy from the first batch may be on its new owner.
+    await db.delete('c', last);
+    const after = await batch(db, 5);
+    if (after.done) throw new Error('a batch was expected');
+    expect(after.deletes).toEqual([last]);
+    await commit(db, after.token);
+    const later = await batch(db, 5);
+    if (later.done) throw new Error('a batch was expected');
+    expect(later.deletes).toEqual([]);
+    await db.close();
+  });
+
+  it('ids of an ended lease deleted at the end of the collection are named once, and the move finishes', async () => {
+    const fs = new FaultyFileSystem(10);
+    const db = await seeded(fs);
+    const b = await db.move('batch', { move: 'm1', self: SELF, targets: TARGETS, limit: 5, lease_ms: 100 }) as MoveBatchAnswer;
+    if (b.done) throw new Error('a batch was expected');
+    const op = decodeOp(Buffer.from(b.records[0], 'base64'));
+    const sent = op.t === 'upsert' ? op.points.map((p) => p.id) : [];
+    await new Promise((r) => setTimeout(r, 150));
+    await db.upsert('c', { points: [{ id: Array.from({ length: 100 }, (_, i) => `${sent[0]}-${i}`).find(leaving)!, vector: [1, 1, 1] }] });
+    const next = await batch(db, 5);
+    if (next.done) throw new Error('a batch was expected');
+    await commit(db, next.token);
+    // The batch's last id and everything after it go: nothing is left after the cursor but that name.
+    const last = sent[sent.length - 1];
+    await db.deletePoints('c', { ids: (await ids(db)).filter((id) => id >= last) });
+    const end = await batch(db, 5);
+    if (end.done) throw new Error('a batch was expected');
+    expect([end.count, end.deletes]).toEqual([0, [last]]);
+    await commit(db, end.token);
+    expect(await batch(db, 5)).toEqual({ done: true, move: 'm1' });
+    await db.close();
+  });
+
+  it('the ids of a batch handed out survive a crash: after a restart of the node and of the coordinator, the next batch names those deleted since', async () => {
+    // Seeded: where the crash falls (before or after a checkpoint took the move into the manifest) and
+    // which of the batch's ids are deleted after it.
+    for (let seed = 1; seed <= 6; seed++) {
+      const fs = new FaultyFileSystem(200 + seed);
+      fs.yieldEachOp = false;
+      let r = seed * 7919;
+      const pick = (n: number) => (r = (r * 48271) % 2147483647) % n;
+      let db = await seeded(fs, { checkpointPoints: 50 });
+      const first = await batch(db, 10);
+      if (first.done) throw new Error('a batch was expected');
+      await commit(db, first.token);
+      const b = await db.move('batch', { move: 'm1', self: SELF, targets: TARGETS, limit: 10, lease_ms: 60_000 }) as MoveBatchAnswer;
+      if (b.done) throw new Error('a batch was expected');
+      const op = decodeOp(Buffer.from(b.records[0], 'base64'));
+      const sent = op.t === 'upsert' ? op.points.map((p) => p.id) : [];
+      if (pick(2) === 1) {
+        // Writes after the batch's ids (the gate held them: the lease ends first) and a checkpoint.
+        db.endMoveLease();
+        await db.upsert('c', { points: Array.from({ length: 60 }, (_, i) => ({ id: `z${i}`, vector: [1, 1, 1] })) });
+        await new Promise((res) => setTimeout(res, 50));
+      }
+      fs.crash();
+      fs.restart();
+      db = await openOn(fs, '/data', { checkpointPoints: 50 });
+      const deleted = sent.filter(() => pick(3) === 0);
+      if (deleted.length === 0) deleted.push(sent[pick(sent.length)]);
+      await db.deletePoints('c', { ids: deleted });
+      const next = await batch(db, 10);
+      if (next.done) throw new Error('a batch was expected');
+      expect(next.deletes.sort(), `seed ${seed}`).toEqual([...deleted].sort());
+      await commit(db, next.token);
+      await db.close();
+      // A commit's cursor passed them: a reopened node names none of them again.
+      db = await openOn(fs);
+      const after = await batch(db, 10);
+      if (after.done) throw new Error('a batch was expected');
+      expect(after.deletes.filter((id) => id <= next.cursor)).toEqual([]);
+      await db.close();
+    }
+  });
+
   it('writes a batch on its new owner whole, the collection created from the source\'s parameters', async () => {
     const fs = new FaultyFileSystem(6);
     const src = await seeded(fs);

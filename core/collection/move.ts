@@ -157,7 +157,7 @@ export type MoveBatchAnswer =
     done: false; move: string; token: string; collection: string; params: object; cursor: string;
     /** The points, as logical records (core/storage/codec.ts upsert or upsert_docs ops), base64. */
     records: string[];
-    /** Ids an earlier batch of this move sent whose lease ended before its commit, and that are gone here since. */
+    /** Ids an earlier batch of this move handed out (durably: DataDir MoveProgress.out) that no commit has passed, and that are gone here since. */
     deletes: string[];
     count: number; bytes: number; lease_ms: number;
   };

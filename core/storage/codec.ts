@@ -71,11 +71,17 @@ export type DbOp =
    */
   | { t: 'replica_origin'; history: string; leader_seq: number }
   /** A rebalance move started (new id: every cursor starts over) or finished on this node, as a source. */
-  | ({ t: 'move_state' } & MoveStateRecord);
+  | ({ t: 'move_state' } & MoveStateRecord)
+  /**
+   * A batch of move `move` handed out from collection `uid`, durable before its answer: its ids may reach
+   * their new owners before (or without) its commit. Kept until a commit's cursor passes them, so the
+   * next batch names those deleted meanwhile after any restart (core/collection/move.ts).
+   */
+  | { t: 'move_out'; move: string; uid: string; ids: string[] };
 
 export type AnyOp = Op | DbOp;
 
-const TAG = { upsert: 1, delete: 2, upsert_docs: 3, set_payload: 4, create_collection: 64, drop_collection: 65, replica_position: 66, replica_origin: 67, move_state: 68 } as const;
+const TAG = { upsert: 1, delete: 2, upsert_docs: 3, set_payload: 4, create_collection: 64, drop_collection: 65, replica_position: 66, replica_origin: 67, move_state: 68, move_out: 69 } as const;
 const NULL_PAYLOAD = 0xffffffff;
 const PAYLOAD_MODES: readonly PayloadMode[] = ['merge', 'replace'];
 
@@ -242,6 +248,13 @@ export function encodeOp(op: AnyOp): Uint8Array {
       w.u32(op.targets.length);
       for (const t of op.targets) w.u32(t);
       break;
+    case 'move_out':
+      w.u8(TAG.move_out);
+      w.str16(op.move);
+      w.str16(op.uid);
+      w.u32(op.ids.length);
+      for (const id of op.ids) w.str16(id);
+      break;
   }
   return w.done();
 }
@@ -330,6 +343,15 @@ export function decodeOp(bytes: Uint8Array): AnyOp {
       op = { t: 'move_state', move, self, targets, finished: finished === 1 };
       break;
     }
+    case TAG.move_out: {
+      const move = r.str16();
+      const uid = r.str16();
+      const n = r.u32();
+      const ids: string[] = [];
+      for (let i = 0; i < n; i++) ids.push(r.str16());
+      op = { t: 'move_out', move, uid, ids };
+      break;
+    }
     default:
       throw new CodecError(`unknown tag ${tag}`);
   }
@@ -350,13 +372,13 @@ function readSeq64(r: Reader): number {
 }
 
 export function isDbOp(op: AnyOp): op is DbOp {
-  return op.t === 'create_collection' || op.t === 'drop_collection' || op.t === 'replica_position' || op.t === 'replica_origin' || op.t === 'move_state';
+  return op.t === 'create_collection' || op.t === 'drop_collection' || op.t === 'replica_position' || op.t === 'replica_origin' || op.t === 'move_state' || op.t === 'move_out';
 }
 
 /**
  * A node's own bookkeeping records (a follower's positions in its leader's log, a source's rebalance
  * move), never data: a replication stream does not carry them.
  */
-export function isReplicaBookkeeping(op: AnyOp): op is Extract<DbOp, { t: 'replica_position' | 'replica_origin' | 'move_state' }> {
-  return op.t === 'replica_position' || op.t === 'replica_origin' || op.t === 'move_state';
+export function isReplicaBookkeeping(op: AnyOp): op is Extract<DbOp, { t: 'replica_position' | 'replica_origin' | 'move_state' | 'move_out' }> {
+  return op.t === 'replica_position' || op.t === 'replica_origin' || op.t === 'move_state' || op.t === 'move_out';
 }

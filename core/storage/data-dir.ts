@@ -43,13 +43,18 @@ export interface ReplayRecord {
   seq: number;
   uid: string;
   /** A collection's op, or a create or drop (a follower's positions are read into replicaSeq instead). */
-  op: Op | Extract<DbOp, { uid: string }>;
+  op: Op | Extract<DbOp, { t: 'create_collection' | 'drop_collection' }>;
 }
 
 /** A node's rebalance move as a source, with each collection's cursor (core/collection/move.ts). */
 export interface MoveProgress extends MoveStateRecord {
   /** By collection uid: the last id the move has scanned there (absent: nothing yet). */
   cursors: Map<string, string>;
+  /**
+   * By collection uid: ids of batches handed out (move_out records) that no commit's cursor has passed
+   * yet; they may be on their new owners, so a batch names those gone from here (core/collection/move.ts).
+   */
+  out: Map<string, Set<string>>;
 }
 
 const META = 'svc.meta';
@@ -146,7 +151,10 @@ export class DataDir implements Keyring {
     this.replicaPosition = this.manifest.replica_position ?? null;
     this.replicaHistory = this.manifest.replica_history ?? null;
     const mv = this.manifest.move;
-    this.moveProgress = mv === undefined ? null : { move: mv.move, self: mv.self, targets: [...mv.targets], finished: mv.finished, cursors: new Map(Object.entries(mv.cursors)) };
+    this.moveProgress = mv === undefined ? null : {
+      move: mv.move, self: mv.self, targets: [...mv.targets], finished: mv.finished, cursors: new Map(Object.entries(mv.cursors)),
+      out: new Map(Object.entries(mv.out ?? {}).map(([uid, ids]) => [uid, new Set(ids)])),
+    };
     for (const c of this.manifest.collections) this.sealers.set(c.uid, this.sealerOf(c));
     this.wal = await Wal.open(this.fs, this.p(WAL_DIR), {
       keyring: this, log: this.opts.log, segmentBytesMax: this.opts.segmentBytesMax, retainBytesMax: this.opts.replicationRetainBytes,
@@ -283,6 +291,8 @@ export class DataDir implements Keyring {
         move: mv.move, self: mv.self, targets: [...mv.targets], finished: mv.finished,
         cursors: Object.fromEntries([...mv.cursors].filter(([uid]) => m.collections.some((c) => c.uid === uid))), seq: this.wal?.lastSeq ?? 0,
       };
+      const out = [...mv.out].filter(([uid, ids]) => ids.size > 0 && m.collections.some((c) => c.uid === uid));
+      if (out.length > 0) m.move.out = Object.fromEntries(out.map(([uid, ids]) => [uid, [...ids]]));
     }
     this.manifestBytes = await saveManifest(this.fs, this.p(MANIFEST), this.manifestSealer, m);
     this.manifest = m;
@@ -358,7 +368,7 @@ export class DataDir implements Keyring {
       if (r.keyId === 'db') {
         const op = this.decode(r.body!, r.seq) as DbOp;
         assert(isDbOp(op), 'db records hold database ops');
-        if (r.seq < base && op.t !== 'move_state') continue;
+        if (r.seq < base && op.t !== 'move_state' && op.t !== 'move_out') continue;
         if (op.t === 'replica_position') {
           // The last one written wins.
           this.replicaPosition = op.leader_seq;
@@ -372,6 +382,10 @@ export class DataDir implements Keyring {
         }
         if (op.t === 'move_state') {
           if (r.seq > moveSeq) this.takeMoveState(op);
+          continue;
+        }
+        if (op.t === 'move_out') {
+          if (r.seq > moveSeq) this.takeMoveOut(op.move, op.uid, op.ids);
           continue;
         }
         yield { seq: r.seq, uid: op.uid, op };
@@ -475,6 +489,18 @@ export class DataDir implements Keyring {
   }
 
   /**
+   * A batch handed out from collection `uid` (its ids may reach their new owners), durable before it is
+   * answered. In `serial` like appendMoveState.
+   */
+  appendMoveOut(move: string, uid: string, ids: string[]): Promise<number> {
+    return this.serial(async () => {
+      const seq = await this.wal.append('db', encodeOp({ t: 'move_out', move, uid, ids }));
+      this.takeMoveOut(move, uid, ids);
+      return seq;
+    });
+  }
+
+  /**
    * A move batch's commit: the delete of its ids and the collection's new cursor, in one record (so a
    * crash keeps both or neither). In `serial` like appendMoveState.
    */
@@ -491,12 +517,30 @@ export class DataDir implements Keyring {
 
   private takeMoveState(s: MoveStateRecord): void {
     const same = this.moveProgress?.move === s.move;
-    this.moveProgress = { move: s.move, self: s.self, targets: [...s.targets], finished: s.finished, cursors: same ? this.moveProgress!.cursors : new Map() };
+    this.moveProgress = {
+      move: s.move, self: s.self, targets: [...s.targets], finished: s.finished, cursors: same ? this.moveProgress!.cursors : new Map(),
+      // A finished move hands nothing out again: no batch will name them.
+      out: same && !s.finished ? this.moveProgress!.out : new Map(),
+    };
+  }
+
+  private takeMoveOut(move: string, uid: string, ids: readonly string[]): void {
+    const mv = this.moveProgress;
+    if (mv?.move !== move || mv.finished) return;
+    const set = mv.out.get(uid) ?? new Set<string>();
+    for (const id of ids) set.add(id);
+    mv.out.set(uid, set);
   }
 
   private takeMoveMark(uid: string, move: string, cursor: string): void {
     // A mark of another move (an older one, or one replicated from a leader) tells nothing here.
-    if (this.moveProgress?.move === move) this.moveProgress.cursors.set(uid, cursor);
+    if (this.moveProgress?.move !== move) return;
+    this.moveProgress.cursors.set(uid, cursor);
+    // Those up to the cursor were carried by the batch (gone from here now) or named gone in it.
+    const out = this.moveProgress.out.get(uid);
+    if (out === undefined) return;
+    for (const id of out) if (id <= cursor) out.delete(id);
+    if (out.size === 0) this.moveProgress.out.delete(uid);
   }
 
   /** This directory's own log history (what its followers' positions count in). */

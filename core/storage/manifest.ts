@@ -55,7 +55,11 @@ export interface Manifest {
    * This node's rebalance move as a source (core/collection/move.ts), with each collection's cursor by
    * uid, as of WAL seq `seq`: replay takes the move records after it. Absent when none ever ran.
    */
-  move?: { move: string; self: number; targets: number[]; finished: boolean; cursors: Record<string, string>; seq: number };
+  move?: {
+    move: string; self: number; targets: number[]; finished: boolean; cursors: Record<string, string>; seq: number;
+    /** By uid, ids handed out that no commit's cursor has passed (DataDir MoveProgress.out); absent when none. */
+    out?: Record<string, string[]>;
+  };
 }
 
 const MAGIC = Buffer.from('SVCMAN\0\x01', 'latin1');

@@ -15,9 +15,9 @@ describe('consensus commands (a shard write in a log entry)', () => {
 
   it('refuses an unknown version, a cut header, and a collection op under a collection uid', () => {
     const ok = encodeCommand({ uid: 'u', bulk: false, op: { t: 'delete', ids: ['a'] } });
-    const v3 = Buffer.from(ok);
-    v3[0] = 3;
-    expect(() => decodeCommand(v3)).toThrow(/unknown version/);
+    const v4 = Buffer.from(ok);
+    v4[0] = 4;
+    expect(() => decodeCommand(v4)).toThrow(/unknown version/);
     expect(() => decodeCommand(ok.subarray(0, 4))).toThrow();
     const wrong = Buffer.from(encodeCommand({ uid: '', bulk: false, op: { t: 'drop_collection', uid: 'x' } }));
     const withUid = Buffer.concat([Buffer.from([1, 0, 1, 0]), Buffer.from('u'), wrong.subarray(4)]);
@@ -45,5 +45,18 @@ describe('consensus commands (a shard write in a log entry)', () => {
     expect(() => decodeCommand(plainAsV2)).toThrow(/version 2 carries a delete/);
     const stateWithUid = Buffer.concat([Buffer.from([2, 0, 1, 0]), Buffer.from('u'), Buffer.from(encodeCommand(state)).subarray(4)]);
     expect(() => decodeCommand(stateWithUid)).toThrow(/carries a move_state/);
+  });
+
+  it('a batch handed out is version 3 (a build that knows version 2 stops at it), and is refused under another version', () => {
+    const out: ShardCommand = { uid: '', bulk: false, op: { t: 'move_out', move: 'm3', uid: '0123456789abcdef', ids: ['a', 'é', 'zz'] } };
+    const b = encodeCommand(out);
+    expect(b[0]).toBe(3);
+    expect(decodeCommand(b)).toEqual(out);
+    const asV2 = Buffer.from(b);
+    asV2[0] = 2;
+    expect(() => decodeCommand(asV2)).toThrow(/version 2 carries a move_out/);
+    const state = Buffer.from(encodeCommand({ uid: '', bulk: false, op: { t: 'move_state', move: 'm3', self: 0, targets: [0, 2], finished: false } }));
+    state[0] = 3;
+    expect(() => decodeCommand(state)).toThrow(/version 3 carries a move_state/);
   });
 });

@@ -14,6 +14,8 @@ import { decodeOp, encodeOp, type AnyOp, type MoveStateRecord, type Op } from '.
  * the batch's ids leave and the collection's cursor advances, in one record). Only those two are
  * encoded as version 2, so every entry a build without moves wrote decodes as it did, and a member of
  * such a build stops at a move's entry (unknown version) instead of applying it without its meaning.
+ * Version 3: a batch handed out (`move_out`, uid ''), for the same reason its own version: a member of a
+ * build that knows only version 2 stops at it rather than let the group forget a batch's ids.
  */
 
 export type MoveCommitOp = Extract<Op, { t: 'delete' }> & { readonly move: NonNullable<Extract<Op, { t: 'delete' }>['move']> };
@@ -21,21 +23,27 @@ export type MoveCommitOp = Extract<Op, { t: 'delete' }> & { readonly move: NonNu
 export type ShardCommand =
   | { readonly uid: string; readonly bulk: boolean; readonly op: Op }
   | { readonly uid: ''; readonly bulk: false; readonly op: Extract<AnyOp, { t: 'create_collection' | 'drop_collection' }> }
-  | { readonly uid: ''; readonly bulk: false; readonly op: { t: 'move_state' } & MoveStateRecord };
+  | { readonly uid: ''; readonly bulk: false; readonly op: { t: 'move_state' } & MoveStateRecord }
+  | { readonly uid: ''; readonly bulk: false; readonly op: Extract<AnyOp, { t: 'move_out' }> };
 
 const VERSION = 1;
 const VERSION_MOVES = 2;
+const VERSION_MOVE_OUT = 3;
 
-/** Whether a command is a move's (version 2). */
+/** Whether a command is a move's (version 2 or 3). */
 export function isMoveCommand(c: ShardCommand): boolean {
-  return c.op.t === 'move_state' || (c.op.t === 'delete' && c.op.move !== undefined);
+  return c.op.t === 'move_state' || c.op.t === 'move_out' || (c.op.t === 'delete' && c.op.move !== undefined);
+}
+
+function versionOf(c: ShardCommand): number {
+  return c.op.t === 'move_out' ? VERSION_MOVE_OUT : isMoveCommand(c) ? VERSION_MOVES : VERSION;
 }
 
 export function encodeCommand(c: ShardCommand): Uint8Array {
   const op = encodeOp(c.op);
   const uid = Buffer.from(c.uid, 'utf8');
   const b = Buffer.allocUnsafe(4 + uid.length + op.length);
-  b[0] = isMoveCommand(c) ? VERSION_MOVES : VERSION;
+  b[0] = versionOf(c);
   b[1] = c.bulk ? 1 : 0;
   b.writeUInt16LE(uid.length, 2);
   b.set(uid, 4);
@@ -47,14 +55,14 @@ export function encodeCommand(c: ShardCommand): Uint8Array {
 export function decodeCommand(data: Uint8Array): ShardCommand {
   const b = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
   const version = b[0];
-  if (b.length < 5 || (version !== VERSION && version !== VERSION_MOVES)) throw new SvcError('internal', `a consensus entry of unknown version ${b[0]} (${b.length} bytes)`);
+  if (b.length < 5 || (version !== VERSION && version !== VERSION_MOVES && version !== VERSION_MOVE_OUT)) throw new SvcError('internal', `a consensus entry of unknown version ${b[0]} (${b.length} bytes)`);
   const uidBytes = b.readUInt16LE(2);
   if (4 + uidBytes >= b.length) throw new SvcError('internal', 'a consensus entry ends inside its header');
   const uid = b.toString('utf8', 4, 4 + uidBytes);
   const op = decodeOp(b.subarray(4 + uidBytes));
   let cmd: ShardCommand;
   if (uid === '') {
-    if (op.t !== 'create_collection' && op.t !== 'drop_collection' && op.t !== 'move_state') throw new SvcError('internal', `a consensus entry's ${op.t} names no collection`);
+    if (op.t !== 'create_collection' && op.t !== 'drop_collection' && op.t !== 'move_state' && op.t !== 'move_out') throw new SvcError('internal', `a consensus entry's ${op.t} names no collection`);
     cmd = { uid: '', bulk: false, op } as ShardCommand;
   } else {
     if (op.t !== 'upsert' && op.t !== 'delete' && op.t !== 'upsert_docs' && op.t !== 'set_payload') {
@@ -63,6 +71,6 @@ export function decodeCommand(data: Uint8Array): ShardCommand {
     cmd = { uid, bulk: b[1] === 1, op };
   }
   // A move's command under version 1, or a plain write under version 2: a bug, never applied as either.
-  if (isMoveCommand(cmd) !== (version === VERSION_MOVES)) throw new SvcError('internal', `a consensus entry of version ${version} carries a ${op.t}${isMoveCommand(cmd) ? ' of a move' : ''}`);
+  if (versionOf(cmd) !== version) throw new SvcError('internal', `a consensus entry of version ${version} carries a ${op.t}${isMoveCommand(cmd) ? ' of a move' : ''}`);
   return cmd;
 }
