@@ -112,6 +112,8 @@ export class Collection {
   private sortedIds: string[] | null = null;
   /** The next rebuild tries the graph file first (set once at open, by recovery). */
   private loadPending = false;
+  /** Recovery is applying ops: no absorb (the rebuild at its end, or the graph file, covers them). */
+  private recovering = false;
   private persisting: Promise<void> | null = null;
   /** Nodes of the graph file written or read in this process; -1: none known to be there. */
   private persistedNodes = -1;
@@ -374,6 +376,7 @@ export class Collection {
   /** Starts (or joins) the one rebuild of this collection. */
   rebuild(): Promise<void> {
     if (this.rebuilding !== null) return this.rebuilding;
+    this.recovering = false;
     const counterAtStart = this.writeCounter;
     const captured = this.store.count;
     const slots = this.live.slotsIn(0, captured);
@@ -429,6 +432,21 @@ export class Collection {
   /** Whether the graph is kept in a file: not for a flat index, whose searches never read it. */
   private persists(): boolean {
     return this.opts.graphFiles !== undefined && this.spec.index !== 'flat';
+  }
+
+  /**
+   * Recovery applies the segments and the WAL tail: until `endRecovery`, or the rebuild it starts, no
+   * absorb runs. An absorb there ran on the main thread between the segment reads (every await gave it
+   * a slice) and built a graph the rebuild, or the graph file, then replaced.
+   */
+  beginRecovery(): void {
+    this.recovering = true;
+  }
+
+  /** Recovery is done and starts no rebuild (an empty collection): writes are absorbed again. */
+  endRecovery(): void {
+    this.recovering = false;
+    this.scheduleAbsorb();
   }
 
   /** The next rebuild (recovery's) starts from the graph file when it can (graph-persist.ts). */
@@ -538,7 +556,7 @@ export class Collection {
     // Every slot a graph may take has its codes first (a running absorb takes slots appended since it
     // started; an op that failed partway still added some).
     this.syncCodes();
-    if (this.spec.index === 'flat' || this.absorbing || this.rebuilding !== null) return;
+    if (this.spec.index === 'flat' || this.absorbing || this.rebuilding !== null || this.recovering) return;
     const tail = this.store.count - this.indexedUpTo;
     if (tail === 0) {
       this.wake();

@@ -249,6 +249,7 @@ export class Database {
   private async recover(): Promise<void> {
     for (const c of this.dir.collections()) {
       const col = this.newCollection(c.uid, c.params as CollectionSpec);
+      col.beginRecovery();
       let points = 0;
       for await (const op of this.dir.readCollection(c.uid)) {
         col.apply(op, 0, true);
@@ -266,7 +267,7 @@ export class Database {
         // The manifest (completed by DataDir.open) lists every live collection; a replayed create of a
         // uid it lacks was dropped later, and must not take the name from the live one of the same name.
         if (!this.byUid.has(op.uid) && !this.byName.has(op.name)) {
-          this.newCollection(op.uid, op.params as CollectionSpec);
+          this.newCollection(op.uid, op.params as CollectionSpec).beginRecovery();
           this.createdSeqs.set(op.uid, op.origin_seq ?? rec.seq);
         }
       } else if (op.t === 'drop_collection') {
@@ -277,7 +278,10 @@ export class Database {
       }
     }
     for (const col of this.byName.values()) {
-      if (col.count === 0) continue;
+      if (col.count === 0) {
+        col.endRecovery();
+        continue;
+      }
       col.expectGraphFile();
       void col.rebuild().catch(() => undefined);
     }
