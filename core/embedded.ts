@@ -49,6 +49,11 @@ export interface OpenOptions {
   waitForBulkBuild?: boolean;
   /** Server-side embedding and reranking per collection (the `[embedding.<c>]` / `[rerank.<c>]` tables). */
   providers?: ProvidersOptions;
+  /**
+   * Where the database's own warnings go (a torn WAL tail cut off, a graph file not used and rebuilt);
+   * default: nowhere.
+   */
+  log?: (level: 'debug' | 'info' | 'warn' | 'error', message: string, detail?: Record<string, unknown>) => void;
 }
 
 /** One provider table, key already resolved (the caller reads it from where it keeps secrets). */
@@ -104,6 +109,7 @@ export async function openDatabase(options: OpenOptions): Promise<Database> {
     buildWorkers: options.buildWorkers,
     replicationRetainBytes: options.replicationRetainBytes,
     waitForBulkBuild: options.waitForBulkBuild,
+    ...(options.log !== undefined ? { log: options.log } : {}),
   });
   try {
     await checkProviderDims(db, embedders);

@@ -11,14 +11,29 @@ import type { CompiledFilter } from '../query/filter.js';
 import { filterKey, PayloadIndex } from '../query/payload-index.js';
 import { planFilteredSearch } from '../query/planner.js';
 import type { DocRecord, Op, PayloadMode, PointRecord } from '../storage/codec.js';
+import type { GraphContents, GraphFileWriter } from '../storage/graph-file.js';
 import { docFromPayload, SparseIndex, type Bm25Corpus, type ScoredSlots } from '../text/sparse-index.js';
+import {
+  GRAPH_PERSIST_CHANGED_SHARE, GRAPH_PERSIST_INTERVAL_MS, GRAPH_PERSIST_NODES_MIN, loadGraph, writeGraph, type GraphParams, type GraphPoints,
+} from './graph-persist.js';
 import { LiveSet } from './live-set.js';
 import { runDensePlan, type DensePlan } from './search-pool-plan.js';
 import type { CollectionSpec } from './params.js';
 
 /** Builds an HNSW graph over `slots` of `store`, normally in a worker thread (see core/index/hnsw). */
-/** Builds a graph over `slots`; `signal` aborts when the collection is closed or dropped (the build may stop). */
-export type IndexBuilder = (store: VectorStore, slots: Int32Array, opts: HnswOptions, signal?: AbortSignal) => Promise<Hnsw>;
+/**
+ * Builds a graph over `slots`; `signal` aborts when the collection is closed or dropped (the build may
+ * stop). With `from` (a graph read back from its file, holding some of `slots`), inserts the others
+ * into it instead; a builder may also ignore it and build anew.
+ */
+export type IndexBuilder = (store: VectorStore, slots: Int32Array, opts: HnswOptions, signal?: AbortSignal, from?: Hnsw) => Promise<Hnsw>;
+
+/** Where a collection's graph is kept between opens (DataDir: collections/<uid>/graph). */
+export interface GraphFiles {
+  /** Null when there is none; throws when it is damaged. */
+  read(): Promise<GraphContents | null>;
+  writer(): Promise<GraphFileWriter>;
+}
 
 export interface CollectionOptions {
   uid: string;
@@ -32,6 +47,10 @@ export interface CollectionOptions {
   /** A tail of unindexed slots longer than this is rebuilt in a worker rather than inserted on the main thread. */
   absorbMax?: number;
   onIndexError?: (e: unknown) => void;
+  /** Absent: the graph is never written, and an open always rebuilds it. */
+  graphFiles?: GraphFiles;
+  /** A graph file not used, or not written (the collection rebuilds, and goes on). */
+  onGraphFileWarning?: (message: string, detail: Record<string, unknown>) => void;
 }
 
 const EMPTY: SearchResult = { slots: new Int32Array(0), dists: new Float32Array(0) };
@@ -62,6 +81,10 @@ export class Collection {
   appliedSeq = 0;
   /** Rebuilds completed (a metric). */
   rebuilds = 0;
+  /** Graphs read back from the graph file instead of rebuilt (a metric; at most one per open). */
+  graphLoads = 0;
+  /** Graph files written. */
+  graphWrites = 0;
 
   private readonly opts: CollectionOptions;
   private readonly ids: string[] = [];
@@ -87,6 +110,17 @@ export class Collection {
   /** Aborted at drop (a close or a collection drop): a build in flight stops rather than run on unseen. */
   private readonly builds = new AbortController();
   private sortedIds: string[] | null = null;
+  /** The next rebuild tries the graph file first (set once at open, by recovery). */
+  private loadPending = false;
+  /** Recovery is applying ops: no absorb (the rebuild at its end, or the graph file, covers them). */
+  private recovering = false;
+  private persisting: Promise<void> | null = null;
+  /** Nodes of the graph file written or read in this process; -1: none known to be there. */
+  private persistedNodes = -1;
+  /** Graph nodes inserted, deleted or updated since that file (an estimate across rebuilds). */
+  private graphChanges = 0;
+  /** When the last background write of the graph file started. */
+  private persistedAtMs = -Infinity;
   /** Ids changed since the last checkpoint capture: true = upserted, false = deleted. */
   private dirty = new Map<string, boolean>();
   private readonly waiters: (() => void)[] = [];
@@ -274,6 +308,7 @@ export class Collection {
   }
 
   private tombstone(slot: number): void {
+    if (this.graph !== null) this.graphChanges++;
     this.live.remove(slot);
     this.payloadIndex.remove(slot, this.payloads[slot] ?? undefined);
     if (this.sparse.has(slot)) this.sparse.remove(slot);
@@ -341,6 +376,7 @@ export class Collection {
   /** Starts (or joins) the one rebuild of this collection. */
   rebuild(): Promise<void> {
     if (this.rebuilding !== null) return this.rebuilding;
+    this.recovering = false;
     const counterAtStart = this.writeCounter;
     const captured = this.store.count;
     const slots = this.live.slotsIn(0, captured);
@@ -348,7 +384,9 @@ export class Collection {
     const opts: HnswOptions = { m: o.m, efConstruction: o.ef_construction, kind: this.kind, seed: this.opts.seed };
     this.rebuilding = (async () => {
       try {
-        const built = this.opts.buildIndex(this.store, slots, opts, this.builds.signal);
+        const loaded = this.loadPending ? await this.graphFromFile(slots, opts) : null;
+        this.loadPending = false;
+        const built = this.opts.buildIndex(this.store, slots, opts, this.builds.signal, loaded?.graph);
         // Awaited below; a build that fails while the codes are written must not count as unhandled.
         built.catch(() => undefined);
         const codes = await this.retrainCodes(slots, captured);
@@ -366,7 +404,17 @@ export class Collection {
         this.graph = graph;
         this.indexedUpTo = captured;
         this.stale = this.writeCounter !== counterAtStart;
-        this.rebuilds++;
+        if (loaded !== null) {
+          this.graphLoads++;
+          this.persistedNodes = loaded.nodes;
+          // Against the file: its dropped nodes, and the points inserted to complete it (what an absorb
+          // did meanwhile went into the graph this one replaces).
+          this.graphChanges = loaded.dropped + (slots.length - (loaded.nodes - loaded.dropped));
+        } else {
+          this.rebuilds++;
+          if (this.persistedNodes >= 0) this.graphChanges = Math.max(this.graphChanges, Math.abs(graph.size - this.persistedNodes));
+        }
+        this.maybePersist();
       } catch (e) {
         if (!this.dropped) this.opts.onIndexError?.(e);
         throw e;
@@ -379,6 +427,125 @@ export class Collection {
     return this.rebuilding;
   }
 
+  // ---------------------------------------------------------------- the graph file
+
+  /** Whether the graph is kept in a file: not for a flat index, whose searches never read it. */
+  private persists(): boolean {
+    return this.opts.graphFiles !== undefined && this.spec.index !== 'flat';
+  }
+
+  /**
+   * Recovery applies the segments and the WAL tail: until `endRecovery`, or the rebuild it starts, no
+   * absorb runs. An absorb there ran on the main thread between the segment reads (every await gave it
+   * a slice) and built a graph the rebuild, or the graph file, then replaced.
+   */
+  beginRecovery(): void {
+    this.recovering = true;
+  }
+
+  /** Recovery is done and starts no rebuild (an empty collection): writes are absorbed again. */
+  endRecovery(): void {
+    this.recovering = false;
+    this.scheduleAbsorb();
+  }
+
+  /** The next rebuild (recovery's) starts from the graph file when it can (graph-persist.ts). */
+  expectGraphFile(): void {
+    if (this.persists()) this.loadPending = true;
+  }
+
+  private graphParams(): GraphParams {
+    const o = this.spec.index_params;
+    return { m: o.m, efConstruction: o.ef_construction, kind: this.kind, dim: this.spec.dim, quantization: this.spec.quantization ?? 'none' };
+  }
+
+  private graphPoints(): GraphPoints {
+    return {
+      store: this.store,
+      slotOfPoint: (id, tok) => {
+        if (this.spec.multivector) return this.docTokens.get(id)?.[tok];
+        return tok === 0 ? this.idToSlot.get(id) : undefined;
+      },
+      pointOfSlot: (slot) => {
+        const id = this.ids[slot];
+        const first = this.spec.multivector ? this.docTokens.get(id)?.[0] : undefined;
+        return { id, tok: first === undefined ? 0 : slot - first };
+      },
+      isLive: (slot) => this.live.has(slot),
+    };
+  }
+
+  /**
+   * The graph file read back onto the captured slots, or null (none, damaged, of other parameters, or
+   * too far from the points now: then the caller builds, as without a file). Never throws.
+   */
+  private async graphFromFile(slots: Int32Array, opts: HnswOptions): Promise<{ graph: Hnsw; nodes: number; dropped: number } | null> {
+    const files = this.opts.graphFiles;
+    if (files === undefined) return null;
+    const warn = (message: string, detail: Record<string, unknown>) => {
+      if (!this.dropped) this.opts.onGraphFileWarning?.(`${message}; rebuilding the graph`, detail);
+    };
+    try {
+      const file = await files.read();
+      if (file === null || this.dropped) return null;
+      const r = await loadGraph(file, this.graphPoints(), this.graphParams(), opts, slots, this.opts.clock, this.opts.absorbSliceMs ?? 4, () => this.dropped);
+      if (r.ok) return r;
+      warn('graph file not used', { reason: r.reason });
+    } catch (e) {
+      warn('graph file unreadable', { error: e instanceof Error ? e.message : String(e) });
+    }
+    return null;
+  }
+
+  /** Writes the graph when it changed enough since the file (or there is none), in the background. */
+  private maybePersist(): void {
+    const g = this.graph;
+    if (!this.persists() || g === null || this.persisting !== null || this.dropped || this.loadPending) return;
+    if (g.size < GRAPH_PERSIST_NODES_MIN) return;
+    if (this.persistedNodes >= 0 && this.graphChanges < Math.max(1, this.persistedNodes * GRAPH_PERSIST_CHANGED_SHARE)) return;
+    const now = this.opts.clock.monotonicMs();
+    if (now - this.persistedAtMs < GRAPH_PERSIST_INTERVAL_MS) return;
+    this.persistedAtMs = now;
+    void this.persistGraph();
+  }
+
+  /**
+   * At close: writes the graph if anything changed since the file (waiting for a write under way first).
+   * Never throws (a failed write is a warning: the next open rebuilds).
+   */
+  async persistGraphAtClose(): Promise<void> {
+    if (this.persisting !== null) await this.persisting;
+    const g = this.graph;
+    if (!this.persists() || g === null || this.dropped || g.size < GRAPH_PERSIST_NODES_MIN) return;
+    if (this.persistedNodes >= 0 && this.graphChanges === 0) return;
+    await this.persistGraph();
+  }
+
+  /** Writes the graph searches use now (the file: graph-file.ts), in slices of the event loop. Never rejects. */
+  private persistGraph(): Promise<void> {
+    if (this.persisting !== null) return this.persisting;
+    const g = this.graph;
+    const files = this.opts.graphFiles;
+    if (g === null || files === undefined) return Promise.resolve();
+    const changesAtStart = this.graphChanges;
+    this.persisting = (async () => {
+      try {
+        const writer = await files.writer();
+        const nodes = await writeGraph(g, this.graphPoints(), this.graphParams(), writer, this.opts.clock, this.opts.absorbSliceMs ?? 4, () => this.dropped);
+        if (nodes !== null) {
+          this.persistedNodes = nodes;
+          this.graphChanges -= changesAtStart;
+          this.graphWrites++;
+        }
+      } catch (e) {
+        if (!this.dropped) this.opts.onGraphFileWarning?.('graph file not written', { error: e instanceof Error ? e.message : String(e) });
+      } finally {
+        this.persisting = null;
+      }
+    })();
+    return this.persisting;
+  }
+
   private absorbMax(): number {
     return this.opts.absorbMax ?? 5000;
   }
@@ -389,7 +556,7 @@ export class Collection {
     // Every slot a graph may take has its codes first (a running absorb takes slots appended since it
     // started; an op that failed partway still added some).
     this.syncCodes();
-    if (this.spec.index === 'flat' || this.absorbing || this.rebuilding !== null) return;
+    if (this.spec.index === 'flat' || this.absorbing || this.rebuilding !== null || this.recovering) return;
     const tail = this.store.count - this.indexedUpTo;
     if (tail === 0) {
       this.wake();
@@ -411,7 +578,10 @@ export class Collection {
       const until = this.opts.clock.monotonicMs() + sliceMs;
       while (this.indexedUpTo < this.store.count) {
         const slot = this.indexedUpTo;
-        if (this.live.has(slot)) this.graph.insert(slot);
+        if (this.live.has(slot)) {
+          this.graph.insert(slot);
+          this.graphChanges++;
+        }
         this.indexedUpTo++;
         // Checked after every insert: one insert of a high-dimensional point can take a millisecond or
         // more on a busy machine, and sixteen of them were enough to stall a replication stream's sends.
@@ -421,6 +591,7 @@ export class Collection {
       else {
         this.absorbing = false;
         this.wake();
+        this.maybePersist();
       }
     };
     setImmediate(step);

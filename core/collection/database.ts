@@ -56,6 +56,11 @@ export interface DatabaseOptions {
   log?: LogFn;
   /** Seed of the HNSW level generators (default: fixed, so a rebuild of the same data is the same graph). */
   seed?: number;
+  /**
+   * Whether each collection's graph is written to its data directory (collections/<uid>/graph) and read
+   * back at open instead of rebuilt (default true; graph-persist.ts).
+   */
+  persistGraphs?: boolean;
   /** How graphs are rebuilt: in a worker thread (default) or inline (tests of the state machine). */
   buildIndex?: IndexBuilder;
   /** Longest unindexed tail inserted in place on the main thread; longer ones are a rebuild's (default 5,000). */
@@ -242,6 +247,7 @@ export class Database {
   private async recover(): Promise<void> {
     for (const c of this.dir.collections()) {
       const col = this.newCollection(c.uid, c.params as CollectionSpec);
+      col.beginRecovery();
       let points = 0;
       for await (const op of this.dir.readCollection(c.uid)) {
         col.apply(op, 0, true);
@@ -259,7 +265,7 @@ export class Database {
         // The manifest (completed by DataDir.open) lists every live collection; a replayed create of a
         // uid it lacks was dropped later, and must not take the name from the live one of the same name.
         if (!this.byUid.has(op.uid) && !this.byName.has(op.name)) {
-          this.newCollection(op.uid, op.params as CollectionSpec);
+          this.newCollection(op.uid, op.params as CollectionSpec).beginRecovery();
           this.createdSeqs.set(op.uid, op.origin_seq ?? rec.seq);
         }
       } else if (op.t === 'drop_collection') {
@@ -269,7 +275,14 @@ export class Database {
         if (col !== undefined && rec.seq > col.appliedSeq) col.apply(op, rec.seq, true);
       }
     }
-    for (const col of this.byName.values()) if (col.count > 0) void col.rebuild().catch(() => undefined);
+    for (const col of this.byName.values()) {
+      if (col.count === 0) {
+        col.endRecovery();
+        continue;
+      }
+      col.expectGraphFile();
+      void col.rebuild().catch(() => undefined);
+    }
   }
 
   private newCollection(uid: string, spec: CollectionSpec): Collection {
@@ -284,6 +297,10 @@ export class Database {
       onIndexError: (e) => this.log('error', 'index build failed; the prior index stays in use', {
         collection: spec.name, error: e instanceof Error ? e.message : String(e),
       }),
+      ...(this.opts.persistGraphs === false ? {} : {
+        graphFiles: { read: () => this.dir.readGraph(uid), writer: () => this.dir.graphWriter(uid) },
+      }),
+      onGraphFileWarning: (message, detail) => this.log('warn', message, { collection: spec.name, ...detail }),
     });
     this.byName.set(spec.name, col);
     this.byUid.set(uid, col);
@@ -1615,8 +1632,10 @@ export class Database {
   }
 
   /** Index state per collection, for metrics. */
-  indexStates(): { name: string; count: number; stale: boolean; rebuilds: number }[] {
-    return [...this.byName.values()].map((c) => ({ name: c.spec.name, count: c.count, stale: c.indexState === 'stale', rebuilds: c.rebuilds }));
+  indexStates(): { name: string; count: number; stale: boolean; rebuilds: number; graphLoads: number; graphWrites: number }[] {
+    return [...this.byName.values()].map((c) => ({
+      name: c.spec.name, count: c.count, stale: c.indexState === 'stale', rebuilds: c.rebuilds, graphLoads: c.graphLoads, graphWrites: c.graphWrites,
+    }));
   }
 
   async close(): Promise<void> {
@@ -1631,6 +1650,8 @@ export class Database {
     await Promise.all([...this.checkpoints.values()]);
     for (const col of this.byName.values()) {
       if (col.dirtyCount > 0) await this.checkpoint(col).catch((e) => this.log('warn', 'checkpoint at close failed', { error: String(e) }));
+      // The graph as it is now, if it changed since its file: the next open reads it instead of rebuilding.
+      await col.persistGraphAtClose();
       col.drop();
     }
     await this.dir.close();

@@ -1,7 +1,7 @@
 import { availableParallelism } from 'node:os';
 import { SvcError } from '../base/errors.js';
 import { Hnsw, type HnswOptions } from '../index/hnsw/hnsw.js';
-import { buildInWorker, buildParallel, prewarmBuildWorker } from '../index/hnsw/build-worker.js';
+import { buildInWorker, buildParallel, extendInWorker, prewarmBuildWorker } from '../index/hnsw/build-worker.js';
 import { LANES_PER_MEMORY, type VectorStore } from '../index/vector-store.js';
 import type { IndexBuilder } from './collection.js';
 
@@ -43,15 +43,21 @@ export function indexBuilderInWorkers(workers: number, searchWorkers = 0): Index
   if (!Number.isInteger(workers) || workers < 1 || workers > max) {
     throw new SvcError('invalid_argument', `build workers must be an integer from 1 to ${max} beside ${searchWorkers} search workers (each holds one of a store's ${LANES_PER_MEMORY} scratch lanes), got ${workers}`);
   }
-  return (store: VectorStore, slots: Int32Array, opts: HnswOptions, signal?: AbortSignal) => {
+  return (store: VectorStore, slots: Int32Array, opts: HnswOptions, signal?: AbortSignal, from?: Hnsw) => {
+    if (from !== undefined) return extendInWorker(store, from, missingFrom(from, slots), signal);
     if (workers >= 2 && slots.length >= PARALLEL_BUILD_MIN_SLOTS) return buildParallel(store, slots, opts, workers, signal);
     return buildInWorker(store, slots, opts, signal);
   };
 }
 
+/** The slots a graph read back from a file lacks, in order. */
+function missingFrom(graph: Hnsw, slots: Int32Array): Int32Array {
+  return slots.filter((s) => !graph.has(s));
+}
+
 /** The default with no search pool: one build worker per core (Database picks per its pool). */
-export const buildIndexInWorker: IndexBuilder = (store, slots, opts, signal) =>
-  indexBuilderInWorkers(defaultBuildWorkers(availableParallelism(), 0))(store, slots, opts, signal);
+export const buildIndexInWorker: IndexBuilder = (store, slots, opts, signal, from) =>
+  indexBuilderInWorkers(defaultBuildWorkers(availableParallelism(), 0))(store, slots, opts, signal, from);
 
 /** Starts a build worker ahead of the first build (build-worker.ts keeps it for a while). */
 export function prewarmIndexBuilds(): void {
@@ -59,4 +65,8 @@ export function prewarmIndexBuilds(): void {
 }
 
 /** Inline builds, for tests that drive the freshness state machine step by step. */
-export const buildIndexInline: IndexBuilder = async (store, slots, opts) => Hnsw.build(store, slots, opts);
+export const buildIndexInline: IndexBuilder = async (store, slots, opts, _signal, from) => {
+  if (from === undefined) return Hnsw.build(store, slots, opts);
+  for (const s of missingFrom(from, slots)) from.insert(s);
+  return from;
+};

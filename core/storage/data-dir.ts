@@ -7,6 +7,7 @@ import { decodeOp, encodeOp, isDbOp, type DbOp, type MoveStateRecord, type Op } 
 import { StorageCorruption } from './errors.js';
 import { FORMAT_VERSION, aad, crc } from './format.js';
 import { dirName, joinPath, mkdirDurable, writeFileAtomic, type FileSystem, type PathLock } from './fs.js';
+import { GRAPH_FILE, GRAPH_TMP, GraphFileWriter, readGraphFile, type GraphContents } from './graph-file.js';
 import { loadManifest, saveManifest, type CollectionEntry, type Manifest } from './manifest.js';
 import { SegmentWriter, readSegment } from './segment.js';
 import type { CommitLog } from './commit-log.js';
@@ -96,6 +97,8 @@ export class DataDir implements Keyring {
   private chain: Promise<unknown> = Promise.resolve();
   private closed = false;
   private lock: PathLock | null = null;
+  /** Bytes of each collection's graph file (counted in stats' disk bytes). */
+  private readonly graphBytes = new Map<string, number>();
   /** A follower's applied leader seq (the manifest's, then every replica_position record since); null on a leader. */
   private replicaPosition: number | null = null;
   /** The leader history that position counts in ('' while a bootstrap runs); null when none is known. */
@@ -313,7 +316,9 @@ export class DataDir implements Keyring {
         changed = true;
         continue;
       }
-      const listed = new Set(entry.segments.map((s) => segName(s.id)));
+      // The graph file is the one file of a collection no manifest lists (graph-file.ts): derived data,
+      // kept while its collection is; a temp file of an interrupted write goes.
+      const listed = new Set([...entry.segments.map((s) => segName(s.id)), GRAPH_FILE]);
       let dirChanged = false;
       for (const f of await this.fs.readdir(joinPath(root, uid))) {
         if (!listed.has(f)) {
@@ -322,6 +327,8 @@ export class DataDir implements Keyring {
         }
       }
       if (dirChanged) await this.fs.fsyncDir(joinPath(root, uid));
+      const graph = await this.fs.stat(joinPath(root, uid, GRAPH_FILE));
+      if (graph !== null) this.graphBytes.set(uid, graph.size);
     }
     if (changed) await this.fs.fsyncDir(root);
   }
@@ -434,6 +441,7 @@ export class DataDir implements Keyring {
       await this.saveManifest({ ...this.manifest, collections: this.manifest.collections.filter((c) => c.uid !== uid) });
       await this.fs.rmdir(this.p(COLLECTIONS_DIR, uid));
       await this.fs.fsyncDir(this.p(COLLECTIONS_DIR));
+      this.graphBytes.delete(uid);
       await this.truncateWal();
       return seq;
     });
@@ -582,7 +590,8 @@ export class DataDir implements Keyring {
         ...c, segments: options.replaceAll ? seg : [...c.segments, ...seg], next_segment_id: id + 1, checkpoint_seq: uptoSeq,
       };
       await this.saveManifest({ ...this.manifest, collections: this.manifest.collections.map((x) => (x.uid === uid ? next : x)) });
-      const listed = new Set(next.segments.map((s) => segName(s.id)));
+      // The graph file stays, and so does its temp file: a graph write may be under way (writeGraph).
+      const listed = new Set([...next.segments.map((s) => segName(s.id)), GRAPH_FILE, GRAPH_TMP]);
       let removed = false;
       for (const f of await this.fs.readdir(dir)) {
         if (!listed.has(f)) {
@@ -593,6 +602,32 @@ export class DataDir implements Keyring {
       if (removed) await this.fs.fsyncDir(dir);
       await this.truncateWal();
     });
+  }
+
+  /**
+   * A writer of the collection's graph file (graph-file.ts): written to a temp file beside the segments
+   * outside `serial` (a checkpoint meanwhile keeps it), then renamed into place in `serial` if the
+   * collection is still here (a drop meanwhile removed the directory, temp file included).
+   */
+  graphWriter(uid: string): Promise<GraphFileWriter> {
+    return this.serial(async () => {
+      this.entry(uid);
+      const dir = this.p(COLLECTIONS_DIR, uid);
+      await mkdirDurable(this.fs, dir);
+      const commit = () => this.serial(async () => {
+        this.entry(uid);
+        await this.fs.rename(joinPath(dir, GRAPH_TMP), joinPath(dir, GRAPH_FILE));
+        await this.fs.fsyncDir(dir);
+        this.graphBytes.set(uid, (await this.fs.stat(joinPath(dir, GRAPH_FILE)))?.size ?? 0);
+      });
+      return GraphFileWriter.create(this.fs, joinPath(dir, GRAPH_TMP), this.sealers.get(uid)!, uid, commit);
+    });
+  }
+
+  /** The collection's graph file, or null when it has none; throws StorageCorruption when it is damaged. */
+  async readGraph(uid: string): Promise<GraphContents | null> {
+    this.entry(uid);
+    return readGraphFile(this.fs, this.p(COLLECTIONS_DIR, uid, GRAPH_FILE), this.sealers.get(uid)!, uid);
   }
 
   /** Deletes the WAL files every checkpoint is past, but for those a replication reader holds (within its bound). */
@@ -631,6 +666,10 @@ export class DataDir implements Keyring {
         for (const s of c.segments) {
           bytes += await this.copy(this.p(COLLECTIONS_DIR, c.uid, segName(s.id)), joinPath(target, COLLECTIONS_DIR, c.uid, segName(s.id)), s.bytes);
         }
+        // The graph too (a rename of a new one waits in `serial`): a directory restored from the copy
+        // reads it back onto the points it recovers rather than rebuilding.
+        const graph = this.graphBytes.get(c.uid);
+        if (graph !== undefined) bytes += await this.copy(this.p(COLLECTIONS_DIR, c.uid, GRAPH_FILE), joinPath(target, COLLECTIONS_DIR, c.uid, GRAPH_FILE), graph);
         await this.fs.fsyncDir(joinPath(target, COLLECTIONS_DIR, c.uid));
       }
       for (const f of walFiles) bytes += await this.copy(f.path, joinPath(target, WAL_DIR, f.name), f.bytes);
@@ -667,7 +706,9 @@ export class DataDir implements Keyring {
 
   stats(): { manifest_version: number; disk_bytes: number } {
     const segs = this.manifest.collections.reduce((s, c) => s + c.segments.reduce((t, x) => t + x.bytes, 0), 0);
-    return { manifest_version: this.manifest.manifest_version, disk_bytes: this.metaBytes + this.manifestBytes + segs + this.wal.diskBytes };
+    let graphs = 0;
+    for (const b of this.graphBytes.values()) graphs += b;
+    return { manifest_version: this.manifest.manifest_version, disk_bytes: this.metaBytes + this.manifestBytes + segs + graphs + this.wal.diskBytes };
   }
 
   get lastSeq(): number {

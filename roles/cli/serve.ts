@@ -109,6 +109,8 @@ async function openAndServe(
     replicationRetainBytes: config.replicationRetainBytes,
     // Server reads never wait for a rebuild unless they ask for strong (the spec's freshness states).
     waitForBulkBuild: false,
+    // Storage and index warnings (a torn WAL tail, a graph file not used): the operator's to see.
+    log: (level, message, detail) => logs.target('svc::db')[level](detail ?? {}, message),
   });
   const store = config.leader === null ? null : await ReplicaStore.open({
     dataDir: config.dataDir, openDb: open,

@@ -6,6 +6,7 @@ import { Hnsw, type HnswData, type HnswOptions, type SharedSync } from './hnsw.j
 
 export type WorkerRequest =
   | { type: 'build'; store: VectorStoreHandle; slots: Int32Array; opts: HnswOptions }
+  | { type: 'extend'; store: VectorStoreHandle; data: HnswData; slots: Int32Array }
   | {
       type: 'insert';
       store: VectorStoreHandle;
@@ -161,6 +162,17 @@ function cancelled(): SvcError {
  */
 export async function buildInWorker(store: VectorStore, slots: Int32Array, opts: HnswOptions, signal?: AbortSignal): Promise<Hnsw> {
   const data = await runWorker({ type: 'build', store: store.handle(), slots, opts }, signal);
+  return Hnsw.deserialize(store, data!);
+}
+
+/**
+ * Inserts `slots` (none of them in it yet) into `graph` in a worker thread, which continues on the
+ * graph's shared arrays: a graph read back from a file, completed with the points written since. The
+ * graph must not be searched or changed meanwhile; the result replaces it.
+ */
+export async function extendInWorker(store: VectorStore, graph: Hnsw, slots: Int32Array, signal?: AbortSignal): Promise<Hnsw> {
+  if (slots.length === 0) return graph;
+  const data = await runWorker({ type: 'extend', store: store.handle(), data: graph.serialize(), slots }, signal);
   return Hnsw.deserialize(store, data!);
 }
 

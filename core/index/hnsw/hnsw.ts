@@ -227,18 +227,7 @@ export class Hnsw implements VectorIndex {
     this.ensureCapacity(slot + 1);
     assert(this.levels[slot] < 0, `slot ${slot} is already in the graph`);
     const level = this.drawLevel();
-    if (level > 0) {
-      const need = level * (this.m + 1);
-      if (this.upperUsed + need > this.upper.length) {
-        const bigger = sharedI32(Math.max(this.upper.length * 2, this.upperUsed + need));
-        bigger.set(this.upper);
-        this.upper = bigger;
-        this.arrays++;
-      }
-      this.upperOffset[slot] = this.upperUsed;
-      this.upper.fill(0, this.upperUsed, this.upperUsed + need);
-      this.upperUsed += need;
-    }
+    this.allocUpper(slot, level);
     this.levels[slot] = level;
     this.level0[slot * this.l0Stride] = 0;
     this.sizeNodes++;
@@ -252,6 +241,62 @@ export class Hnsw implements VectorIndex {
       this.entry = slot;
       this.maxLevel = level;
     }
+  }
+
+  /** Space for a node's upper-level links (levels 1..level), zeroed. */
+  private allocUpper(slot: number, level: number): void {
+    if (level <= 0) return;
+    const need = level * (this.m + 1);
+    if (this.upperUsed + need > this.upper.length) {
+      const bigger = sharedI32(Math.max(this.upper.length * 2, this.upperUsed + need));
+      bigger.set(this.upper);
+      this.upper = bigger;
+      this.arrays++;
+    }
+    this.upperOffset[slot] = this.upperUsed;
+    this.upper.fill(0, this.upperUsed, this.upperUsed + need);
+    this.upperUsed += need;
+  }
+
+  /** A slot's level in the graph, -1 when it is not in it. */
+  levelOf(slot: number): number {
+    return this.has(slot) ? this.levels[slot] : -1;
+  }
+
+  /**
+   * A graph read back from a file (core/collection/graph-persist.ts), one node at a time into an empty
+   * graph: `slot` at `level`, its links at `src[at..]` as they are kept in memory (per level 0..level a
+   * count, then node numbers), each node number mapped to its slot by `slotOf` (-1: the node was
+   * dropped, and so is the link). Returns where the next node's links start. Throws on a list that does
+   * not fit this graph's parameters. `finishRestore` sets the entry point once every node is in.
+   */
+  restoreNode(slot: number, level: number, src: Int32Array, at: number, slotOf: Int32Array): number {
+    assert(slot >= 0 && slot < this.store.count && this.levels[slot] < 0, `slot ${slot} cannot take a restored node`);
+    assert(level >= 0 && level <= MAX_LEVEL, `level ${level} out of range`);
+    this.ensureCapacity(slot + 1);
+    this.allocUpper(slot, level);
+    this.levels[slot] = level;
+    for (let l = 0; l <= level; l++) {
+      const cnt = src[at++];
+      assert(cnt >= 0 && cnt <= (l === 0 ? this.maxM0 : this.m), `a restored list of ${cnt} links at level ${l}`);
+      const [arr, off] = this.linksAt(slot, l);
+      let kept = 0;
+      for (let j = 0; j < cnt; j++) {
+        const to = slotOf[src[at + j]];
+        if (to >= 0 && to !== slot) arr[off + 1 + kept++] = to;
+      }
+      arr[off] = kept;
+      at += cnt;
+    }
+    this.sizeNodes++;
+    return at;
+  }
+
+  /** The entry point of a restored graph (a node of the top level). */
+  finishRestore(entry: number): void {
+    assert(this.has(entry), 'the entry point of a restored graph is in it');
+    this.entry = entry;
+    this.maxLevel = this.levels[entry];
   }
 
   /**
