@@ -1,4 +1,5 @@
 import { crc32 } from 'node:zlib';
+import type { FileHandle } from './fs.js';
 
 /** On-disk format version, bound into every AAD: bump it when any layout changes. */
 export const FORMAT_VERSION = 1;
@@ -61,5 +62,70 @@ export class ChunkReader {
     this.window = await this.read(offset, Math.max(length, this.chunkBytes));
     this.windowStart = offset;
     return this.window.subarray(0, Math.min(length, this.window.length));
+  }
+}
+
+/** Frame kinds of the block files (segments, graph files). */
+export const KIND_BLOCK = 1;
+export const KIND_FOOTER = 2;
+
+/**
+ * The writing end of a block file (segments, graph files): records gathered into blocks of about
+ * `blockBytesMax`, each sealed under its index and written as one frame (each file kind has its own
+ * frame layout); at the end a sealed footer frame, a u32 trailer giving that frame's length (readers
+ * read it first), and an fsync of the file.
+ */
+export class BlockFileWriter {
+  private parts: Buffer[] = [];
+  private partBytes = 0;
+  /** Blocks written so far. */
+  blocks = 0;
+  /** Where the next frame goes: after finish, the file's length. */
+  offset: number;
+
+  constructor(
+    private readonly h: FileHandle, start: number,
+    private readonly frame: (kind: number, sealed: Uint8Array) => Buffer,
+    private readonly sealBlock: (plain: Buffer, index: number) => Uint8Array,
+    private readonly blockBytesMax: number,
+  ) {
+    this.offset = start;
+  }
+
+  /** Adds bytes to the block being gathered; writes it once it holds `blockBytesMax`. */
+  async push(...chunks: Buffer[]): Promise<void> {
+    for (const c of chunks) {
+      this.parts.push(c);
+      this.partBytes += c.length;
+    }
+    if (this.partBytes >= this.blockBytesMax) await this.flush();
+  }
+
+  private async flush(): Promise<void> {
+    if (this.partBytes === 0) return;
+    const plain = Buffer.concat(this.parts, this.partBytes);
+    this.parts = [];
+    this.partBytes = 0;
+    await this.write(this.frame(KIND_BLOCK, this.sealBlock(plain, this.blocks)));
+    this.blocks++;
+  }
+
+  private async write(b: Buffer): Promise<void> {
+    await this.h.write(b, this.offset);
+    this.offset += b.length;
+  }
+
+  /**
+   * The last block, then the footer `sealFooter` makes (called once every block is written: `blocks`
+   * and `offset`, the footer's own offset, are final), the trailer, and fsync. Closing is the caller's.
+   */
+  async finish(sealFooter: () => Uint8Array): Promise<void> {
+    await this.flush();
+    const f = this.frame(KIND_FOOTER, sealFooter());
+    await this.write(f);
+    const trailer = Buffer.alloc(4);
+    trailer.writeUInt32LE(f.length, 0);
+    await this.write(trailer);
+    await this.h.sync();
   }
 }

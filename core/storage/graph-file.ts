@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import type { Sealer } from '../crypto/sealer.js';
 import { StorageCorruption } from './errors.js';
-import { ChunkReader, FILE_HEADER_BYTES, aad, crc, fileHeader } from './format.js';
+import { BlockFileWriter, ChunkReader, FILE_HEADER_BYTES, KIND_BLOCK, KIND_FOOTER, aad, crc, fileHeader } from './format.js';
 import type { FileHandle, FileSystem } from './fs.js';
 
 /**
@@ -29,8 +29,6 @@ export const GRAPH_TMP = 'graph.tmp';
 const MAGIC = Buffer.from(`SVCGRF\0${String.fromCharCode(GRAPH_FILE_VERSION)}`, 'latin1');
 const WRITE_ID_BYTES = 8;
 const BODY_START = FILE_HEADER_BYTES + WRITE_ID_BYTES;
-const KIND_BLOCK = 1;
-const KIND_FOOTER = 2;
 const FRAME_PREFIX_BYTES = 9;
 const BLOCK_BYTES = 1 << 20;
 const FRAME_BYTES_MAX = 64 << 20;
@@ -85,19 +83,18 @@ function frame(kind: number, sealed: Uint8Array): Buffer {
  * `commit`, which puts it in place (rename, fsync of the directory); `abort` removes it.
  */
 export class GraphFileWriter {
-  private block: Buffer[] = [];
-  private blockBytes = 0;
-  private blocks = 0;
   private nodes = 0;
   private linkWords = 0;
-  private offset = BODY_START;
   private done = false;
+  private readonly out: BlockFileWriter;
 
   private constructor(
     private readonly fs: FileSystem, private readonly tmp: string, private readonly h: FileHandle,
     private readonly sealer: Sealer, private readonly uid: string, private readonly writeId: number,
     private readonly commit: () => Promise<void>,
-  ) {}
+  ) {
+    this.out = new BlockFileWriter(h, BODY_START, frame, (plain, i) => sealer.seal(plain, blockAad(uid, writeId, i)), BLOCK_BYTES);
+  }
 
   static async create(fs: FileSystem, tmp: string, sealer: Sealer, uid: string, commit: () => Promise<void>): Promise<GraphFileWriter> {
     if (await fs.stat(tmp)) await fs.unlink(tmp);
@@ -143,43 +140,22 @@ export class GraphFileWriter {
         at += 4;
       }
     }
-    this.block.push(rec.subarray(0, at));
-    this.blockBytes += at;
     this.nodes++;
     this.linkWords += words;
-    if (this.blockBytes >= BLOCK_BYTES) await this.flushBlock();
-  }
-
-  private async flushBlock(): Promise<void> {
-    if (this.blockBytes === 0) return;
-    const plain = Buffer.concat(this.block, this.blockBytes);
-    this.block = [];
-    this.blockBytes = 0;
-    await this.writeFrame(KIND_BLOCK, this.sealer.seal(plain, blockAad(this.uid, this.writeId, this.blocks)));
-    this.blocks++;
-  }
-
-  private async writeFrame(kind: number, sealed: Uint8Array): Promise<void> {
-    const f = frame(kind, sealed);
-    await this.h.write(f, this.offset);
-    this.offset += f.length;
+    await this.out.push(rec.subarray(0, at));
   }
 
   /** The footer, fsync, then `commit` (which renames the file into place). Returns the file's bytes. */
   async finish(meta: Omit<GraphMeta, 'nodes' | 'link_words' | 'blocks' | 'footer_offset'>): Promise<number> {
-    await this.flushBlock();
-    const footer: GraphMeta = { ...meta, nodes: this.nodes, link_words: this.linkWords, blocks: this.blocks, footer_offset: this.offset };
-    const sealed = this.sealer.seal(Buffer.from(JSON.stringify(footer)), footerAad(this.uid, this.writeId));
-    await this.writeFrame(KIND_FOOTER, sealed);
-    const trailer = Buffer.alloc(4);
-    trailer.writeUInt32LE(FRAME_PREFIX_BYTES + sealed.length, 0);
-    await this.h.write(trailer, this.offset);
-    this.offset += 4;
-    await this.h.sync();
+    const out = this.out;
+    await out.finish(() => {
+      const footer: GraphMeta = { ...meta, nodes: this.nodes, link_words: this.linkWords, blocks: out.blocks, footer_offset: out.offset };
+      return this.sealer.seal(Buffer.from(JSON.stringify(footer)), footerAad(this.uid, this.writeId));
+    });
     await this.h.close();
     this.done = true;
     await this.commit();
-    return this.offset;
+    return out.offset;
   }
 
   async abort(): Promise<void> {

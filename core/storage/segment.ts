@@ -2,7 +2,7 @@ import { assert } from '../base/assert.js';
 import type { Sealer } from '../crypto/sealer.js';
 import { CodecError, decodeOp, encodeOp, isDbOp, type Op } from './codec.js';
 import { StorageCorruption } from './errors.js';
-import { ChunkReader, FILE_HEADER_BYTES, aad, fileHeader } from './format.js';
+import { BlockFileWriter, ChunkReader, FILE_HEADER_BYTES, KIND_BLOCK, KIND_FOOTER, aad, fileHeader } from './format.js';
 import { dirName, type FileHandle, type FileSystem } from './fs.js';
 
 /**
@@ -15,8 +15,6 @@ import { dirName, type FileHandle, type FileSystem } from './fs.js';
 export const SEGMENT_BLOCK_BYTES = 64 << 10;
 const MAGIC = Buffer.from('SVCSEG\0\x01', 'latin1');
 const HEADER_BYTES = FILE_HEADER_BYTES;
-const KIND_BLOCK = 1;
-const KIND_FOOTER = 2;
 const FRAME_PREFIX_BYTES = 5;
 const FOOTER_PLAIN_BYTES = 20;
 const FRAME_BYTES_MAX = 1 << 30;
@@ -41,17 +39,16 @@ export interface SegmentInfo {
 }
 
 export class SegmentWriter {
-  private block: Buffer[] = [];
-  private blockBytes = 0;
-  private blocks = 0;
   private records = 0;
-  private offset = HEADER_BYTES;
+  private readonly out: BlockFileWriter;
 
   private constructor(
     private readonly fs: FileSystem, private readonly path: string, private readonly h: FileHandle,
     private readonly sealer: Sealer, private readonly uid: string, private readonly segId: number,
-    private readonly blockBytesMax: number,
-  ) {}
+    blockBytesMax: number,
+  ) {
+    this.out = new BlockFileWriter(h, HEADER_BYTES, frame, (plain, i) => sealer.seal(plain, blockAad(uid, segId, i)), blockBytesMax);
+  }
 
   static async create(fs: FileSystem, path: string, sealer: Sealer, uid: string, segId: number, blockBytesMax = SEGMENT_BLOCK_BYTES): Promise<SegmentWriter> {
     if (await fs.stat(path)) await fs.unlink(path);
@@ -64,44 +61,23 @@ export class SegmentWriter {
     const body = encodeOp(op);
     const len = Buffer.alloc(4);
     len.writeUInt32LE(body.length, 0);
-    this.block.push(len, Buffer.from(body.buffer, body.byteOffset, body.byteLength));
-    this.blockBytes += 4 + body.length;
     this.records++;
-    if (this.blockBytes >= this.blockBytesMax) await this.flushBlock();
-  }
-
-  private async flushBlock(): Promise<void> {
-    if (this.blockBytes === 0) return;
-    const plain = Buffer.concat(this.block, this.blockBytes);
-    this.block = [];
-    this.blockBytes = 0;
-    await this.writeFrame(KIND_BLOCK, this.sealer.seal(plain, blockAad(this.uid, this.segId, this.blocks)));
-    this.blocks++;
-  }
-
-  private async writeFrame(kind: number, sealed: Uint8Array): Promise<void> {
-    const f = frame(kind, sealed);
-    await this.h.write(f, this.offset);
-    this.offset += f.length;
+    await this.out.push(len, Buffer.from(body.buffer, body.byteOffset, body.byteLength));
   }
 
   /** Writes the footer, fsyncs the file and its directory. */
   async finish(): Promise<SegmentInfo> {
-    await this.flushBlock();
-    const footer = Buffer.alloc(FOOTER_PLAIN_BYTES);
-    footer.writeUInt32LE(this.blocks, 0);
-    footer.writeBigUInt64LE(BigInt(this.records), 4);
-    footer.writeBigUInt64LE(BigInt(this.offset), 12);
-    const sealed = this.sealer.seal(footer, footerAad(this.uid, this.segId));
-    await this.writeFrame(KIND_FOOTER, sealed);
-    const trailer = Buffer.alloc(4);
-    trailer.writeUInt32LE(FRAME_PREFIX_BYTES + sealed.length, 0);
-    await this.h.write(trailer, this.offset);
-    this.offset += 4;
-    await this.h.sync();
+    const out = this.out;
+    await out.finish(() => {
+      const footer = Buffer.alloc(FOOTER_PLAIN_BYTES);
+      footer.writeUInt32LE(out.blocks, 0);
+      footer.writeBigUInt64LE(BigInt(this.records), 4);
+      footer.writeBigUInt64LE(BigInt(out.offset), 12);
+      return this.sealer.seal(footer, footerAad(this.uid, this.segId));
+    });
     await this.h.close();
     await this.fs.fsyncDir(dirName(this.path));
-    return { bytes: this.offset, records: this.records, blocks: this.blocks };
+    return { bytes: out.offset, records: this.records, blocks: out.blocks };
   }
 
   async abort(): Promise<void> {
