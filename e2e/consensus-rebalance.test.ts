@@ -100,6 +100,16 @@ describe('rebalancing with a consensus group as a move\'s source and target', ()
   let single: Server;
   let standby: Server;
   let coordinator: Server;
+  /** Ends a load; on a failure, the coordinator's and the members' logs are printed before the test fails. */
+  const stopLoad = async (load: ReturnType<typeof startLoad>): Promise<{ writes: number; reads: number }> => {
+    const { writes, reads, failures } = await load.stop();
+    if (failures.length > 0) {
+      console.log(coordinator.stdout().slice(-6000), coordinator.stderr().slice(-2000));
+      for (const m of group) console.log(m.id, m.server.stdout().slice(-3000), m.server.stderr().slice(-2000));
+    }
+    expect(failures).toEqual([]);
+    return { writes, reads };
+  };
   let router: Server;
   let reference: Server;
   let follower: RaftMember;
@@ -182,12 +192,7 @@ describe('rebalancing with a consensus group as a move\'s source and target', ()
     const activeMs = Date.now() - killedAt;
     // Routers follow the new map; the load goes on a little under it.
     await new Promise((r) => setTimeout(r, 1500));
-    const { writes, reads, failures } = await load.stop();
-    if (failures.length > 0) {
-      console.log(coordinator.stdout().slice(-6000), coordinator.stderr().slice(-2000));
-      for (const m of group) console.log(m.id, m.server.stdout().slice(-3000), m.server.stderr().slice(-2000));
-    }
-    expect(failures).toEqual([]);
+    const { writes, reads } = await stopLoad(load);
     expect(writes).toBeGreaterThan(20);
     expect(reads).toBeGreaterThan(20);
     // 503s (answered while the group elected a new leader, and asked again) only around the kill.
@@ -285,12 +290,7 @@ describe('rebalancing with a consensus group as a move\'s source and target', ()
     }, 90_000);
     notes.push(`the move ended ${Date.now() - t0} ms in`);
     await new Promise((r) => setTimeout(r, 1500));
-    const { writes, reads, failures } = await load.stop();
-    if (failures.length > 0) {
-      console.log(coordinator.stdout().slice(-6000), coordinator.stderr().slice(-2000));
-      for (const m of group) console.log(m.id, m.server.stdout().slice(-3000), m.server.stderr().slice(-2000));
-    }
-    expect(failures).toEqual([]);
+    const { writes, reads } = await stopLoad(load);
     expect(writes).toBeGreaterThan(20);
     // A 503 (asked again) only in the windows of the kills that outlast the lease: the group electing a
     // new leader (or the member the map names starting again), or a write that waited out the whole

@@ -37,6 +37,15 @@ const commit = (db: Database, token: string, move = 'm1') => db.move('commit', {
 const leaving = (id: string) => owner(id, TARGETS) !== SELF;
 const ids = async (db: Database) => (await db.fetch('c', { limit: 10_000 })).points.map((p) => p.id);
 
+/** A batch of five handed out under a 100 ms lease, its ids, once that lease has ended uncommitted. */
+async function leaseEnded(db: Database): Promise<string[]> {
+  const b = await db.move('batch', { move: 'm1', self: SELF, targets: TARGETS, limit: 5, lease_ms: 100 }) as MoveBatchAnswer;
+  if (b.done) throw new Error('a batch was expected');
+  const op = decodeOp(Buffer.from(b.records[0], 'base64'));
+  await new Promise((r) => setTimeout(r, 150));
+  return op.t === 'upsert' ? op.points.map((p) => p.id) : [];
+}
+
 describe('a node as the source of a rebalance move', () => {
   it('hands out its points in id order, bounded, and keeps only those it owns once done', async () => {
     const fs = new FaultyFileSystem(1);
@@ -164,11 +173,7 @@ describe('a node as the source of a rebalance move', () => {
     // The coordinator that saw the lease end may have restarted since: the source's list is all there is.
     const fs = new FaultyFileSystem(9);
     const db = await seeded(fs);
-    const b = await db.move('batch', { move: 'm1', self: SELF, targets: TARGETS, limit: 5, lease_ms: 100 }) as MoveBatchAnswer;
-    if (b.done) throw new Error('a batch was expected');
-    const op = decodeOp(Buffer.from(b.records[0], 'base64'));
-    const sent = op.t === 'upsert' ? op.points.map((p) => p.id) : [];
-    await new Promise((r) => setTimeout(r, 150));
+    const sent = await leaseEnded(db);
     // Written once the lease ended: a new id among the batch's, which the next batch carries too.
     const wedged = Array.from({ length: 100 }, (_, i) => `${sent[0]}-${i}`).find(leaving)!;
     await db.upsert('c', { points: [{ id: wedged, vector: [1, 1, 1] }] });
@@ -192,11 +197,7 @@ describe('a node as the source of a rebalance move', () => {
   it('ids of an ended lease deleted at the end of the collection are named once, and the move finishes', async () => {
     const fs = new FaultyFileSystem(10);
     const db = await seeded(fs);
-    const b = await db.move('batch', { move: 'm1', self: SELF, targets: TARGETS, limit: 5, lease_ms: 100 }) as MoveBatchAnswer;
-    if (b.done) throw new Error('a batch was expected');
-    const op = decodeOp(Buffer.from(b.records[0], 'base64'));
-    const sent = op.t === 'upsert' ? op.points.map((p) => p.id) : [];
-    await new Promise((r) => setTimeout(r, 150));
+    const sent = await leaseEnded(db);
     await db.upsert('c', { points: [{ id: Array.from({ length: 100 }, (_, i) => `${sent[0]}-${i}`).find(leaving)!, vector: [1, 1, 1] }] });
     const next = await batch(db, 5);
     if (next.done) throw new Error('a batch was expected');
