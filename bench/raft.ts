@@ -408,26 +408,11 @@ async function catchup(work: string, mb: number): Promise<Record<string, unknown
     const fillS = (performance.now() - tFill) / 1000;
     leader = await whole(group);
     const follower = group.find((m) => m !== leader)!;
-    // The follower loses its disk.
-    process.kill(follower.server!.pid, 'SIGKILL');
-    await sleep(200);
-    follower.server = null;
-    rmSync(join(work, follower.id), { recursive: true, force: true });
+    await wipe(follower);
     const sentBefore = await metric(leader, 'svc_raft_snapshot_bytes_sent_total');
     const rssBefore = rssKb(leader.server!.pid);
     let rssPeak = rssBefore;
-    const agent = new Agent({ connections: 1 });
-    const lat: number[] = [];
-    let writing = true;
-    let w = 0;
-    const writerDone = (async () => {
-      while (writing) {
-        const t = performance.now();
-        const status = await upsert(agent, leader.server!.rest, 'live', w++);
-        if (status === 200) lat.push(performance.now() - t);
-        else await sleep(RETRY_MS);
-      }
-    })();
+    const writer = steadyWriter(leader, 0);
     const tRestart = performance.now();
     await start(follower);
     const readyS = (performance.now() - tRestart) / 1000;
@@ -438,9 +423,8 @@ async function catchup(work: string, mb: number): Promise<Record<string, unknown
     }, 900_000);
     const caughtUpS = (performance.now() - tRestart) / 1000;
     clearInterval(sampler);
-    writing = false;
-    await writerDone;
-    await agent.close();
+    await writer.stop();
+    const lat = writer.acks.map((a) => a.ms);
     const bytes = (await metric(leader, 'svc_raft_snapshot_bytes_sent_total')) - sentBefore;
     // The writes have stopped: once every member has applied through the commit index, counts compare.
     await whole(group);
@@ -469,6 +453,32 @@ async function catchup(work: string, mb: number): Promise<Record<string, unknown
   }
 }
 
+/** The member SIGKILLed, and its data directory removed: it has lost its disk. */
+async function wipe(m: Member): Promise<void> {
+  process.kill(m.server!.pid, 'SIGKILL');
+  await sleep(200);
+  m.server = null;
+  rmSync(m.env.SVC_DATA_DIR, { recursive: true, force: true });
+}
+
+/** One client upserting single points (ids from `firstId`) through `via` until stopped: when each was acknowledged, and its latency. */
+function steadyWriter(via: Member, firstId: number): { acks: { at: number; ms: number }[]; stop(): Promise<void> } {
+  const agent = new Agent({ connections: 1 });
+  const acks: { at: number; ms: number }[] = [];
+  let writing = true;
+  let id = firstId;
+  const done = (async () => {
+    while (writing) {
+      const t = performance.now();
+      const status = await upsert(agent, via.server!.rest, 'live', id++);
+      const at = performance.now();
+      if (status === 200) acks.push({ at, ms: at - t });
+      else await sleep(RETRY_MS);
+    }
+  })();
+  return { acks, stop: async () => { writing = false; await done; await agent.close(); } };
+}
+
 /**
  * The double fault: a follower wiped again and restored from the leader's image, and while it restores
  * the leader is SIGKILLed. The third member needs the restoring one's vote to lead; a client writes
@@ -478,21 +488,8 @@ async function catchup(work: string, mb: number): Promise<Record<string, unknown
 async function doubleFault(group: Member[], start: (m: Member) => Promise<void>, count: (m: Member) => Promise<number>): Promise<Record<string, unknown>> {
   const leader = await whole(group);
   const [restoring, third] = group.filter((m) => m !== leader);
-  process.kill(restoring.server!.pid, 'SIGKILL');
-  await sleep(200);
-  restoring.server = null;
-  rmSync(restoring.env.SVC_DATA_DIR, { recursive: true, force: true });
-  const agent = new Agent({ connections: 1 });
-  const acks: number[] = [];
-  let writing = true;
-  let w = 1_000_000;
-  const writerDone = (async () => {
-    while (writing) {
-      const status = await upsert(agent, third.server!.rest, 'live', w++);
-      if (status === 200) acks.push(performance.now());
-      else await sleep(RETRY_MS);
-    }
-  })();
+  await wipe(restoring);
+  const writer = steadyWriter(third, 1_000_000);
   await start(restoring);
   const restoringView = (): Promise<{ restoring?: boolean }> => restoring.server!.call('GET', '/cluster/raft');
   const seen = await until('the member restores', async () => ((await restoringView()).restoring === true ? true : null), 300_000).catch(() => false);
@@ -500,16 +497,15 @@ async function doubleFault(group: Member[], start: (m: Member) => Promise<void>,
   process.kill(leader.server!.pid, 'SIGKILL');
   leader.server = null;
   const restoredAt = await until('the restore ends', async () => ((await restoringView()).restoring !== true ? performance.now() : null), 900_000);
-  const next = await until('a write acknowledged after the kill', async () => acks.find((t) => t > tKill) ?? null, 120_000);
+  const next = await until('a write acknowledged after the kill', async () => writer.acks.find((a) => a.at > tKill)?.at ?? null, 120_000);
   const rest = [restoring, third];
   await until('the restored member caught up', async () => {
     const vs = await Promise.all(rest.map(view));
     const l = vs.find((v) => v.role === 'leader');
     return l !== undefined && vs.every((v) => v.applied_index >= l.commit_index) ? true : null;
   }, 900_000);
-  writing = false;
-  await writerDone;
-  await agent.close();
+  await writer.stop();
+  const acks = writer.acks.map((a) => a.at);
   await start(leader);
   await whole(group);
   const counts = await Promise.all(group.map(count));

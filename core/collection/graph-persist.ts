@@ -54,6 +54,8 @@ export interface GraphParams {
 /**
  * A 64-bit fingerprint of a vector's bytes, as two 32-bit words (two multiply-rotate lanes over its
  * 32-bit words, each finished with murmur3's fmix32): tells an updated vector from the one a node indexed.
+ * Not the routing hash (core/cluster/routing/xxh64.ts): its 64-bit arithmetic in 32-bit halves measured
+ * about four times slower here, and this runs over every vector at each load and write of the file.
  */
 export function vectorFingerprint(v: Float32Array, out: Uint32Array): void {
   const w = new Uint32Array(v.buffer, v.byteOffset, v.length);
