@@ -386,9 +386,9 @@ async function catchup(work: string, mb: number): Promise<Record<string, unknown
     id, server: null,
     env: { SVC_RAFT_MEMBERS: list, SVC_RAFT_NODE_ID: id, SVC_RAFT_SECRET: SECRET, SVC_DATA_DIR: join(work, id), SVC_RAFT_SNAPSHOT_ENTRIES: '50' },
   }));
-  const start = async (m: Member): Promise<void> => { m.server = await startSvc(m.env); };
+  const start = async (m: Member, readyMs?: number): Promise<void> => { m.server = await startSvc(m.env, readyMs); };
   try {
-    await Promise.all(group.map(start));
+    await Promise.all(group.map((m) => start(m)));
     let leader = await whole(group);
     await leader.server!.call('POST', '/v1/collections', { name: 'img', dim: CATCHUP_DIM, metric: 'cosine' });
     // The writes made while the member catches up: single points, the bench's own dim.
@@ -484,7 +484,7 @@ function steadyWriter(via: Member, firstId: number): { acks: { sent: number; ms:
  * through that third member all along. How long until a write is acknowledged again, whether writes
  * were acknowledged while the member still restored, and every member's points equal at the end.
  */
-async function doubleFault(group: Member[], start: (m: Member) => Promise<void>, count: (m: Member) => Promise<number>): Promise<Record<string, unknown>> {
+async function doubleFault(group: Member[], start: (m: Member, readyMs?: number) => Promise<void>, count: (m: Member) => Promise<number>): Promise<Record<string, unknown>> {
   const leader = await whole(group);
   const [restoring, third] = group.filter((m) => m !== leader);
   await wipe(restoring);
@@ -509,7 +509,8 @@ async function doubleFault(group: Member[], start: (m: Member) => Promise<void>,
   }, 900_000);
   await writer.stop();
   const acks = writer.acks;
-  await start(leader);
+  // Far behind the log by now, it may be caught up by an image too: not ready (503) until it is restored.
+  await start(leader, 900_000);
   await whole(group);
   const counts = await Promise.all(group.map(count));
   return {
