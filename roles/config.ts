@@ -65,6 +65,13 @@ export interface SvcConfig {
    */
   readonly buildWorkers: number | null;
   /**
+   * SVC_HTTP_LOOPS: event loops answering REST and gRPC (roles/loops/), each a thread listening on the
+   * same ports with SO_REUSEPORT, over the one engine on the main thread. `auto` (null here), the
+   * default, is decided at start (roles/loops/loops.ts httpLoopsFor): more than one only where the
+   * runtime can share a port (Node 22.12+ on Linux). 1 is the single-loop server of Node 20.
+   */
+  readonly httpLoops: number | null;
+  /**
    * SVC_REPLICATION_RETAIN_BYTES: most bytes of WAL files a leader keeps only for connected followers
    * (files every checkpoint is past that a follower has not read yet). Past it the oldest go and the
    * slowest follower's Replicate stream ends (UNAVAILABLE, reason retention_exceeded); it re-bootstraps
@@ -101,6 +108,9 @@ export function autoSearchWorkers(cores: number): number {
 /** Most search workers: with the main thread and at least 7 build workers they fit a store's 16 scratch lanes. */
 const SEARCH_WORKERS_LIMIT = 8;
 
+/** Most SVC_HTTP_LOOPS: a loop per core of the largest machines we plan for. */
+export const HTTP_LOOPS_MAX = 64;
+
 /** Build and search workers together, beside the main thread, within a store's 16 scratch lanes. */
 const BUILD_AND_SEARCH_WORKERS_MAX = 15;
 
@@ -118,7 +128,7 @@ export const SCALAR_VARS = [
   'SVC_REST_ADDR', 'SVC_GRPC_ADDR', 'SVC_DATA_DIR', 'SVC_SNAPSHOT_DIR', 'SVC_API_KEYS', 'SVC_ENCRYPTION_KEY',
   'SVC_MASTER_KEY_FILE', 'SVC_TLS_CERT', 'SVC_TLS_KEY', 'SVC_TLS_CLIENT_CA', 'SVC_INSECURE', 'RUST_LOG',
   'SVC_AUDIT_LOG', 'SVC_OTLP_ENDPOINT', 'SVC_OTLP_SERVICE_NAME', 'SVC_OTLP_TIMEOUT_SECS',
-  'SVC_RATE_LIMIT_REQUESTS_PER_SECOND', 'SVC_RATE_LIMIT_BURST', 'SVC_SEARCH_WORKERS', 'SVC_BUILD_WORKERS', 'SVC_REPLICATION_RETAIN_BYTES',
+  'SVC_RATE_LIMIT_REQUESTS_PER_SECOND', 'SVC_RATE_LIMIT_BURST', 'SVC_SEARCH_WORKERS', 'SVC_BUILD_WORKERS', 'SVC_HTTP_LOOPS', 'SVC_REPLICATION_RETAIN_BYTES',
   'SVC_CLUSTER_TIMEOUT_SECS', 'SVC_CLUSTER_MAP_REFRESH_SECS', 'SVC_CLUSTER_REPLICA_MAX_LAG_SECS', ...Object.values(LIMIT_VARIABLES), ...Object.values(CONNECTION_LIMIT_VARIABLES), ...OTHER_VARS,
 ];
 
@@ -187,6 +197,12 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, op
     throw new ConfigError('SVC_BUILD_WORKERS', `${buildWorkers} build workers beside ${searchWorkers} search workers are more than ${BUILD_AND_SEARCH_WORKERS_MAX} threads (each holds one of a store's 16 scratch lanes). Fix: fewer, or auto`);
   }
 
+  const loopsVar = get('SVC_HTTP_LOOPS');
+  const httpLoops = loopsVar === undefined || loopsVar.trim() === 'auto' ? null : parseInteger('SVC_HTTP_LOOPS', loopsVar, 1);
+  if (httpLoops !== null && httpLoops > HTTP_LOOPS_MAX) {
+    throw new ConfigError('SVC_HTTP_LOOPS', `${httpLoops} is more than ${HTTP_LOOPS_MAX}. Fix: about one per core, or auto`);
+  }
+
   const retain = get('SVC_REPLICATION_RETAIN_BYTES');
   const replicationRetainBytes = retain === undefined ? REPLICATION_RETAIN_BYTES_DEFAULT : parseInteger('SVC_REPLICATION_RETAIN_BYTES', retain, 0);
 
@@ -219,7 +235,7 @@ export function loadConfig(env: Readonly<Record<string, string | undefined>>, op
       serviceName: get('SVC_OTLP_SERVICE_NAME') ?? 'svc',
       timeoutSecs: parseNumber('SVC_OTLP_TIMEOUT_SECS', get('SVC_OTLP_TIMEOUT_SECS') ?? '3'),
     },
-    limits, rateLimit, connections, searchWorkers, buildWorkers, replicationRetainBytes,
+    limits, rateLimit, connections, searchWorkers, buildWorkers, httpLoops, replicationRetainBytes,
     embedding: providers('embedding'),
     rerank: providers('rerank'),
     leader, coordinator, router, other, warnings,

@@ -13,13 +13,14 @@ import { createTracer, type ClosableTracer } from './otel.js';
  * keyed file when SVC_AUDIT_LOG is set), the tracer (spans to the log, and over OTLP when
  * SVC_OTLP_ENDPOINT is set), and the service options they go into. The caller closes both at shutdown.
  */
-export function serviceParts(config: SvcConfig, logs: Logs, metrics: Metrics): {
+export function serviceParts(config: SvcConfig, logs: Logs, metrics: Metrics, over: { audit?: AuditSink } = {}): {
   fileSink: FileAuditSink | null; tracer: ClosableTracer; options: ServiceOptions;
 } {
-  const fileSink = config.auditLog !== null ? new FileAuditSink(config.auditLog, {
+  // A loop of a multi-loop server hands its audit records to the engine thread's one sink (`over.audit`).
+  const fileSink = config.auditLog !== null && over.audit === undefined ? new FileAuditSink(config.auditLog, {
     masterKeyHex: config.encryptionKey, onWarning: (m) => logs.target('svc::audit').warn({ warning: true }, m),
   }) : null;
-  const audit: AuditSink = fileSink ?? { append: () => undefined };
+  const audit: AuditSink = over.audit ?? fileSink ?? { append: () => undefined };
   const otlp = config.otlp.endpoint ? { endpoint: config.otlp.endpoint, serviceName: config.otlp.serviceName, timeoutSecs: config.otlp.timeoutSecs } : null;
   const tracer = createTracer(otlp, logTracer(logs.target('svc::span'), systemClock), logs.target('svc::otel'));
   return {

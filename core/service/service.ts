@@ -8,7 +8,7 @@ import type { AuditOutcome, AuditSink, StreamEnd } from './audit.js';
 import { HTTP_STATUS } from './http-status.js';
 import type { ServiceLogger } from './log.js';
 import type { Metrics } from './metrics.js';
-import { TokenBuckets, type RateLimitOptions } from './rate-limit.js';
+import { TokenBuckets, type RateLimiter, type RateLimitOptions } from './rate-limit.js';
 import { policyFor, roleAllows, scopeAllows, type ClusterOperationName } from './roles.js';
 import { logTracer, type SpanAttributes, type Tracer } from './tracing.js';
 
@@ -34,6 +34,8 @@ export interface ServiceOptions {
   auditLog?: ServiceLogger;
   /** Defaults to spans written to `log` at debug level. */
   tracer?: Tracer;
+  /** Where the per-key tokens come from; default this service's own buckets (`rateLimit`). */
+  rateLimiter?: RateLimiter;
 }
 
 export interface AuthMeta {
@@ -116,7 +118,7 @@ function streamEndReason(error: SvcError | undefined, completed: boolean, signal
 
 export function createService(engine: EngineApi, opts: ServiceOptions): Service {
   const entries = keyEntries(opts.keys);
-  const buckets = new TokenBuckets(opts.rateLimit, opts.clock);
+  const buckets = opts.rateLimiter ?? new TokenBuckets(opts.rateLimit, opts.clock);
   const tracer = opts.tracer ?? logTracer(opts.log, opts.clock);
   const admitted = new WeakSet<CallContext>();
   /**

@@ -1,5 +1,8 @@
 import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
+import { availableParallelism } from 'node:os';
+import type { FastifyInstance } from 'fastify';
+import type { Logger } from 'pino';
 import { systemClock } from '../../core/base/clock.js';
 import { Follower } from '../../core/cluster/replication/follower.js';
 import { followerEngine } from '../../core/cluster/replication/follower-engine.js';
@@ -12,6 +15,8 @@ import { grpcReplicationSource } from '../grpc/replicate-client.js';
 import { startGrpcServer } from '../grpc/server.js';
 import { FileAuditSink } from '../log-audit.js';
 import { createLogs, type Logs } from '../log.js';
+import { httpLoopsFor, startLoops, type Loops } from '../loops/loops.js';
+import { probeReusePort } from '../reuse-port.js';
 import { serviceParts } from '../service-parts.js';
 import { providersFromConfig } from '../providers.js';
 import { startCoordinator } from '../coordinator/serve.js';
@@ -30,6 +35,8 @@ export interface RunningServer {
   grpcPort: number | null;
   service: Service;
   engine: EngineApi;
+  /** The request loops when SVC_HTTP_LOOPS is above 1 (roles/loops/), else null: this thread listens. */
+  loops: Loops | null;
   /** Stop accepting, let requests in flight finish, close the database and the audit log. */
   close(): Promise<void>;
 }
@@ -55,34 +62,57 @@ export async function startServer(
 
   const metrics = createPromMetrics();
   const state: RestState = { service: null };
-  const app = buildRestApp(state, { limits: config.limits, metrics, log: logs.target('svc::rest'), tls: config.tls, connections: config.connections });
   let consensus: ConsensusHost | null = null;
-  if (raft !== null) addClusterRaftRoute(app, state, () => consensus?.view() ?? null, metrics);
-  const listen = async (port: number): Promise<void> => { await app.listen({ host: config.restAddr.host, port }); };
-  try {
-    await listen(config.restAddr.port);
-  } catch (e) {
-    if (!opts.fallbackToFreePort || (e as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw e;
-    await listen(0);
+  const loopCount = await httpLoopCount(config, log);
+  // SVC_HTTP_LOOPS above 1: the loops listen (roles/loops/), this thread keeps the engine.
+  const refs: { engine: EngineApi | null; audit: FileAuditSink | null } = { engine: null, audit: null };
+  let app: FastifyInstance | null = null;
+  let loops: Loops | null = null;
+  let restPort: number;
+  if (loopCount === 1) {
+    const rest = buildRestApp(state, { limits: config.limits, metrics, log: logs.target('svc::rest'), tls: config.tls, connections: config.connections });
+    app = rest;
+    if (raft !== null) addClusterRaftRoute(rest, state, () => consensus?.view() ?? null, metrics);
+    const listen = async (port: number): Promise<void> => { await rest.listen({ host: config.restAddr.host, port }); };
+    try {
+      await listen(config.restAddr.port);
+    } catch (e) {
+      if (!opts.fallbackToFreePort || (e as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw e;
+      await listen(0);
+    }
+    restPort = (rest.server.address() as AddressInfo).port;
+  } else {
+    loops = await startLoops({
+      config, count: loopCount, logs, metrics, engine: () => refs.engine,
+      busy: () => (state.service === null ? null : state.busy?.() ?? null) as string | null,
+      raftView: raft === null ? null : () => consensus?.view() ?? null,
+      audit: config.auditLog === null ? null : (r) => refs.audit?.append(r),
+      fallbackToFreePort: opts.fallbackToFreePort ?? false,
+    });
+    restPort = loops.restPort;
   }
-  const restPort = (app.server.address() as AddressInfo).port;
+  const closeListeners = async (): Promise<void> => { await (app !== null ? app.close() : loops!.close()); };
 
   let ready: { engine: EngineApi; service: Service; fileSink: FileAuditSink | null; grpc: { port: number; close(): Promise<void> } | null; tracer: ClosableTracer };
   try {
-    ready = await openAndServe(config, providers, logs, metrics, state, opts.fallbackToFreePort ?? false, raft, (h) => { consensus = h; });
+    ready = await openAndServe(config, providers, logs, metrics, state, opts.fallbackToFreePort ?? false, raft, loops, (h) => { consensus = h; }, (engine, fileSink) => {
+      refs.engine = engine;
+      refs.audit = fileSink;
+    });
   } catch (e) {
-    await app.close();
+    await closeListeners();
     throw e;
   }
   const { engine, service, fileSink, grpc, tracer } = ready;
-  log.info({ rest_port: restPort, grpc_port: grpc?.port ?? null, tls: config.tls !== null, data_dir: config.dataDir }, 'svc ready');
+  const grpcPort = loops?.grpcPort ?? grpc?.port ?? null;
+  log.info({ rest_port: restPort, grpc_port: grpcPort, tls: config.tls !== null, data_dir: config.dataDir, http_loops: loopCount }, 'svc ready');
 
   let closing: Promise<void> | null = null;
   return {
-    restPort, grpcPort: grpc?.port ?? null, service, engine,
+    restPort, grpcPort, service, engine, loops,
     close() {
       closing ??= (async () => {
-        await Promise.all([app.close(), grpc?.close()]);
+        await Promise.all([closeListeners(), grpc?.close()]);
         await engine.close();
         fileSink?.close();
         await tracer.shutdown();
@@ -92,9 +122,21 @@ export async function startServer(
   };
 }
 
+/**
+ * SVC_HTTP_LOOPS, or auto from the cores (roles/loops/loops.ts httpLoopsFor): the runtime is asked
+ * once whether listeners can share a port, unless one loop is asked for.
+ */
+async function httpLoopCount(config: SvcConfig, log: Logger): Promise<number> {
+  if (config.httpLoops === 1) return 1;
+  const probe = await probeReusePort(config.restAddr.host);
+  const { count, why } = httpLoopsFor(config.httpLoops, availableParallelism(), probe);
+  if (why !== null) log.info({ http_loops: 1, why }, 'one request loop: SVC_HTTP_LOOPS=auto found no way to share a port');
+  return count;
+}
+
 async function openAndServe(
   config: SvcConfig, providers: ProvidersOptions, logs: Logs, metrics: ReturnType<typeof createPromMetrics>, state: RestState, fallback: boolean,
-  raft: RaftNetConfig | null, onConsensus: (h: ConsensusHost) => void,
+  raft: RaftNetConfig | null, loops: Loops | null, onConsensus: (h: ConsensusHost) => void, onOpen: (engine: EngineApi, fileSink: FileAuditSink | null) => void,
 ) {
   const open = (dataDir: string, side = false) => openDatabase({
     dataDir,
@@ -138,11 +180,13 @@ async function openAndServe(
     current, read: (fn) => store!.read(fn), follower, leaderUrl: config.leader!.url, close: () => store!.close(),
   });
   const { fileSink, tracer, options } = serviceParts(config, logs, metrics);
-  const service = createService(engine, options);
+  // With several loops this thread's service (the demo's, an embedding caller's) draws on their buckets.
+  const service = createService(engine, { ...options, ...(loops !== null ? { rateLimiter: loops.rateLimiter } : {}) });
+  onOpen(engine, fileSink);
   metrics.setStatsSource(() => engine.stats());
   metrics.setSearchPoolSource(() => current().searchPoolStats());
   try {
-    const grpc = await startGrpc(config, service, logs, metrics, fallback);
+    const grpc = loops !== null ? null : await startGrpc(config, service, logs, metrics, fallback);
     // Readiness (spec): storage open and every collection's index built from it; a follower's only once
     // its first bootstrap from the leader is complete. Until then /readyz and /v1 answer 503.
     const ready = async () => {
@@ -150,6 +194,7 @@ async function openAndServe(
       // A follower's stream goes on meanwhile: its indexes hold what it had when it got here.
       await current().whenIndexed({ upToNow: follower !== null });
       state.service = service; // ready: /readyz answers 200 from here on
+      loops?.ready();
     };
     if (follower === null) await ready();
     else void ready().catch((e: unknown) => logs.target('svc').error({ err: (e as Error).message }, 'follower never became ready'));

@@ -69,6 +69,8 @@ export interface GrpcServerOptions {
   replication?: ReplicationSource;
   /** How long close() lets calls in flight finish before cutting them. Default 10 s. */
   shutdownGraceMs?: number;
+  /** Share the port with the other loops of a multi-loop server (SO_REUSEPORT, roles/loops/). */
+  reusePort?: boolean;
 }
 
 export interface GrpcServerHandle {
@@ -215,7 +217,7 @@ export async function startGrpcServer(opts: GrpcServerOptions): Promise<GrpcServ
   const address = `${opts.host.includes(':') ? `[${opts.host}]` : opts.host}:${opts.port}`;
   let port: number;
   try {
-    port = await transport.listen(opts.host, opts.port);
+    port = await transport.listen(opts.host, opts.port, opts.reusePort ?? false);
   } catch (e) {
     throw new SvcError('invalid_argument', `cannot listen for gRPC on ${address}: ${(e as Error).message}`);
   }

@@ -75,7 +75,8 @@ export interface GrpcTransportOptions {
 }
 
 export interface GrpcTransport {
-  listen(host: string, port: number): Promise<number>;
+  /** `reusePort`: SO_REUSEPORT (Node 22.12+ on Linux), so that several loops' listeners share the port. */
+  listen(host: string, port: number, reusePort?: boolean): Promise<number>;
   /** Stop accepting; let unary calls finish for up to graceMs and end streams at once; then cut what remains. */
   close(graceMs: number): Promise<void>;
 }
@@ -374,11 +375,11 @@ export function createGrpcTransport(opts: GrpcTransportOptions): GrpcTransport {
   }
 
   return {
-    listen(host, port) {
+    listen(host, port, reusePort = false) {
       return new Promise((resolve, reject) => {
         const onError = (e: Error): void => reject(e);
         server.once('error', onError);
-        server.listen(port, host, () => {
+        server.listen({ port, host, ...(reusePort ? { reusePort: true } : {}) }, () => {
           server.off('error', onError);
           // An accept failure (EMFILE, say) must not become an uncaught exception; the server keeps listening.
           server.on('error', (e: Error) => opts.onServerError?.(e));

@@ -10,7 +10,7 @@ import type { RaftView } from './member-host.js';
  * behind an admin key scoped to `*` (the service's `clusterRaft` policy; not audited, like a read).
  * 503 not_ready until the member has opened its storage and started.
  */
-export function addClusterRaftRoute(app: FastifyInstance, state: RestState, view: () => RaftView | null, metrics: PromMetrics): void {
+export function addClusterRaftRoute(app: FastifyInstance, state: RestState, view: () => RaftView | null | Promise<RaftView | null>, metrics: PromMetrics): void {
   const finished = metrics.recorder({ method: 'GET', route: '/cluster/raft' });
   app.get('/cluster/raft', {
     onResponse: (req, reply, done) => {
@@ -24,7 +24,7 @@ export function addClusterRaftRoute(app: FastifyInstance, state: RestState, view
     const principal = service.authenticate(req.headers.authorization, { requestId: req.id, remote: req.ip });
     const ctx: CallContext = { principal, requestId: req.id, transport: 'rest', remote: req.ip };
     return service.guarded('clusterRaft', ctx, 'cluster/raft', async () => {
-      const v = view();
+      const v = await view();
       if (v === null) throw new SvcError('not_ready', 'the consensus member is starting');
       return v;
     });

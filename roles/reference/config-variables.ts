@@ -95,6 +95,7 @@ export const CONFIG_VARIABLES: readonly ConfigVariable[] = [
   { name: 'SVC_RATE_LIMIT_BURST', default: '0', meaning: 'per-key bucket capacity; 0 means one second\'s worth of requests', group: 'observability' },
   { name: 'SVC_SEARCH_WORKERS', default: 'auto', meaning: 'threads running dense searches: auto is one per core but the event loop\'s, at most 4; 0 runs every search on the event loop', group: 'engine' },
   { name: 'SVC_BUILD_WORKERS', default: 'auto', meaning: 'threads building one large graph: auto is every core but the search workers\', at least two on two cores, at most 15 less the search workers', group: 'engine' },
+  { name: 'SVC_HTTP_LOOPS', default: 'auto', meaning: 'event loops (threads) answering REST and gRPC on the same ports over one engine: auto is 1 where the runtime cannot share a port (Node 20), else about a quarter of the cores, at least 2, at most 16; above 1 needs Node 22.12+ on Linux', group: 'engine' },
   { name: 'SVC_REPLICATION_RETAIN_BYTES', default: String(REPLICATION_RETAIN_BYTES_DEFAULT), meaning: 'most bytes of WAL a leader keeps only for connected replicas; past it the slowest re-bootstraps', group: 'engine' },
   { name: 'SVC_LEADER_URL', default: none, meaning: 'run as a read replica of this leader\'s gRPC address (`http://host:port` or `https://`); unset: a read-write leader', group: 'replica' },
   { name: 'SVC_LEADER_API_KEY', default: none, meaning: 'an admin key scoped to `*` on the leader; required with SVC_LEADER_URL unless SVC_INSECURE', group: 'replica' },

@@ -29,6 +29,12 @@ export interface RestOptions {
   tls?: TlsFiles | null;
   /** Connection caps and timeouts (roles/connection-limits.ts); the defaults when not given. */
   connections?: ConnectionLimits;
+  /**
+   * A loop of a multi-loop server (roles/loops/): its number, sent as `x-svc-loop` on every answer, and
+   * the process's one metrics text (every loop's and the engine's), which /metrics serves instead of
+   * this loop's own registry.
+   */
+  loop?: { index: number; exposition(): Promise<string> };
 }
 
 /** The service arrives when the database is open; until then /v1 answers 503 not_ready. */
@@ -38,9 +44,10 @@ export interface RestState {
   notReady?: string;
   /**
    * Once serving: why /readyz says not_ready for now (a consensus member restoring a snapshot), or
-   * null. Only readiness: the routes keep answering, each as its own state allows.
+   * null. Only readiness: the routes keep answering, each as its own state allows. A loop of a
+   * multi-loop server asks the engine thread (a promise).
    */
-  busy?: () => string | null;
+  busy?: () => string | null | Promise<string | null>;
 }
 
 declare module 'fastify' {
@@ -121,12 +128,12 @@ export function buildRestApp(state: RestState, opts: RestOptions): FastifyInstan
 
   app.get('/healthz', { onResponse: counted(opts.metrics, 'GET', '/healthz') }, async () => ({ status: 'ok' }));
   app.get('/readyz', { onResponse: counted(opts.metrics, 'GET', '/readyz') }, async (_req, reply) => {
-    const why = state.service === null ? state.notReady ?? 'storage is not open yet' : state.busy?.() ?? null;
+    const why = state.service === null ? state.notReady ?? 'storage is not open yet' : await state.busy?.() ?? null;
     return why === null ? { status: 'ok' } : send(reply, errorReply('not_ready', why));
   });
   app.get('/metrics', { onResponse: counted(opts.metrics, 'GET', '/metrics') }, async (_req, reply) => {
     reply.header('content-type', opts.metrics.registry.contentType);
-    return opts.metrics.registry.metrics();
+    return opts.loop !== undefined ? opts.loop.exposition() : opts.metrics.registry.metrics();
   });
 
   // Open, as CONTRACT.md section 1 says: generated from the route table, it holds nothing of this
@@ -155,8 +162,10 @@ export function buildRestApp(state: RestState, opts: RestOptions): FastifyInstan
   if (listeners.length !== 1) throw new Error(`expected fastify's one request listener, found ${listeners.length}`);
   const fastifyHandler = listeners[0] as (req: unknown, res: unknown) => void;
   server.removeListener('request', fastifyHandler);
+  const loop = opts.loop === undefined ? null : String(opts.loop.index);
   server.on('request', (req: Parameters<typeof hot>[0], res: Parameters<typeof hot>[1]) => {
     guard.onRequest(req);
+    if (loop !== null) res.setHeader('x-svc-loop', loop);
     if (!hot(req, res)) fastifyHandler(req, res);
   });
   return app;

@@ -1,0 +1,48 @@
+import { SvcError } from '../../core/base/errors.js';
+import type { EngineApi, OperationName } from '../../core/service/api.js';
+import type { Link } from './link.js';
+
+/**
+ * The engine across a Link: a request loop holds `engineOverLink`, an EngineApi whose every operation
+ * runs on the engine thread, where `serveEngine` calls the one engine of the process. The engine
+ * validates every argument and enforces every limit itself (core/service/api.ts), so a loop hands it
+ * the parsed body as it came. Replicate is a stream with credit (link.ts); close is the engine
+ * thread's, never a loop's.
+ */
+const CALLS = [
+  'listCollections', 'collectionInfo', 'createCollection', 'deleteCollection', 'upsert', 'bulkUpsert', 'get', 'delete', 'fetch', 'count',
+  'setPayload', 'deletePoints', 'search', 'hybridSearch', 'upsertText', 'searchText', 'upsertDocuments', 'searchMultiVector', 'deleteDocument',
+  'rankings', 'textStats', 'stats', 'moveBatch', 'moveCommit', 'moveApply', 'snapshot',
+] as const satisfies readonly Exclude<OperationName, 'replicate'>[];
+
+// Every operation but replicate is a call: the compiler says so if one is added to the API and not here.
+type Missing = Exclude<OperationName, 'replicate' | (typeof CALLS)[number]>;
+const everyCall: Missing extends never ? true : Missing = true;
+void everyCall;
+
+const CALL_SET: ReadonlySet<string> = new Set(CALLS);
+
+export function engineOverLink(link: Link): EngineApi {
+  const engine: Record<string, unknown> = {};
+  for (const op of CALLS) engine[op] = (...args: unknown[]) => link.call('engine', op, args);
+  engine.replicate = (body: unknown, signal?: AbortSignal) => link.stream('replicate', [body], signal);
+  engine.close = () => Promise.resolve();
+  return engine as unknown as EngineApi;
+}
+
+/** Answers a loop's engine calls with `engine()`, or not_ready while it is null (storage not open yet). */
+export function serveEngine(link: Link, engine: () => EngineApi | null): void {
+  const current = (): EngineApi => {
+    const e = engine();
+    if (e === null) throw new SvcError('not_ready', 'storage is not open yet');
+    return e;
+  };
+  link.handle('engine', (op, args) => {
+    if (typeof op !== 'string' || !CALL_SET.has(op) || !Array.isArray(args)) {
+      throw new SvcError('internal', 'internal error', { cause: `no engine operation ${String(op)}` });
+    }
+    const e = current() as unknown as Record<string, (...a: unknown[]) => unknown>;
+    return e[op](...args);
+  });
+  link.handleStream('replicate', (signal, body) => current().replicate(body as never, signal));
+}

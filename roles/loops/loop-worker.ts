@@ -1,0 +1,88 @@
+/**
+ * One request loop of a multi-loop server (loops.ts): a worker thread with the REST app (HTTP/1.1,
+ * HTTP/2, the search hot path) and the gRPC server, both listening with SO_REUSEPORT on the ports every
+ * loop shares, and its own service layer over the engine on the main thread (engine-link.ts). What must
+ * be one per process is: the rate-limit buckets (a SharedArrayBuffer), the audit file (records go to the
+ * main thread's sink), /metrics (the main thread adds up every loop's registry) and readiness (asked of
+ * the main thread).
+ */
+import { parentPort, workerData } from 'node:worker_threads';
+import type { AddressInfo } from 'node:net';
+import { readFileSync } from 'node:fs';
+import type { AuditRecord } from '../../core/service/audit.js';
+import { createService } from '../../core/service/service.js';
+import { SharedTokenBuckets } from '../../core/service/rate-limit.js';
+import type { SvcConfig } from '../config.js';
+import { startGrpcServer } from '../grpc/server.js';
+import { createLogs } from '../log.js';
+import { addClusterRaftRoute } from '../raft/rest.js';
+import type { RaftView } from '../raft/member-host.js';
+import { createPromMetrics } from '../rest/metrics.js';
+import { buildRestApp, type RestState } from '../rest/server.js';
+import { serviceParts } from '../service-parts.js';
+import { engineOverLink } from './engine-link.js';
+import { Link, type LinkPort } from './link.js';
+
+export interface LoopData {
+  index: number;
+  config: SvcConfig;
+  restPort: number;
+  grpcPort: number;
+  /** The per-key token buckets (core/service/rate-limit.ts SharedTokenBuckets) and their key order. */
+  buckets: SharedArrayBuffer;
+  bucketKeys: string[];
+  /** SVC_AUDIT_LOG is set: records go to the main thread's file sink. */
+  auditFile: boolean;
+  /** This node is a consensus member: GET /cluster/raft is served. */
+  raft: boolean;
+}
+
+export interface LoopListening { restPort: number; grpcPort: number }
+
+const data = workerData as LoopData;
+const link = new Link(parentPort as unknown as LinkPort);
+const config = data.config;
+const logs = createLogs(config.logFilter);
+const metrics = createPromMetrics();
+const state: RestState = { service: null, busy: () => link.call('busy') as Promise<string | null> };
+const app = buildRestApp(state, {
+  limits: config.limits, metrics, log: logs.target('svc::rest'), tls: config.tls, connections: config.connections,
+  loop: { index: data.index, exposition: () => link.call('metrics') as Promise<string> },
+});
+if (data.raft) addClusterRaftRoute(app, state, () => link.call('raftView') as Promise<RaftView | null>, metrics);
+
+const audit = data.auditFile ? { append: (r: AuditRecord) => link.notify('audit', r) } : { append: () => undefined };
+const { tracer, options } = serviceParts(config, logs, metrics, { audit });
+const service = createService(engineOverLink(link), {
+  ...options, rateLimiter: new SharedTokenBuckets(data.buckets, data.bucketKeys, config.rateLimit),
+});
+
+let grpc: { port: number; close(): Promise<void> } | null = null;
+
+link.handle('listen', async (): Promise<LoopListening> => {
+  // Typed in @types/node from 22.12 on; fastify hands the options to node's listen as they are.
+  const options: { host: string; port: number; reusePort: boolean } = { host: config.restAddr.host, port: data.restPort, reusePort: true };
+  await app.listen(options);
+  const tls = config.tls === null ? undefined : {
+    cert: readFileSync(config.tls.cert), key: readFileSync(config.tls.key),
+    ...(config.tls.clientCa ? { clientCa: readFileSync(config.tls.clientCa) } : {}),
+  };
+  grpc = await startGrpcServer({
+    service, host: config.grpcAddr.host, port: data.grpcPort, reusePort: true,
+    tls, limits: config.limits, log: logs.target('svc::grpc'), metrics, connections: config.connections,
+  });
+  return { restPort: (app.server.address() as AddressInfo).port, grpcPort: grpc.port };
+});
+
+// The engine is open and indexed: /v1 answers from here on (readyz too, unless the engine is busy).
+link.handle('ready', () => {
+  state.service = service;
+});
+
+link.handle('metricsJson', () => metrics.registry.getMetricsAsJSON());
+
+// Stop accepting, finish what is in flight (fastify's close, the gRPC grace), flush spans.
+link.handle('close', async () => {
+  await Promise.all([app.close(), grpc?.close()]);
+  await tracer.shutdown();
+});

@@ -1,0 +1,251 @@
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { connect, type Socket } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { credentials, Metadata, type ServiceError } from '@grpc/grpc-js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { auditMacKey, verifyAuditChain } from '../../core/service/audit.js';
+import { SvcClient } from '../../proto/gen/svc.js';
+import { startServer, type RunningServer } from '../cli/serve.js';
+import { loadConfig } from '../config.js';
+import { createLogs } from '../log.js';
+import { probeReusePort } from '../reuse-port.js';
+import { httpLoopsFor } from './loops.js';
+
+/**
+ * The multi-loop server (SVC_HTTP_LOOPS, issue 20). On a runtime that shares a port (Node 24 in
+ * `npm run test:node24`) a real server with two request loops: every route answers the same on each
+ * loop, the rate limit and the audit chain are the process's, /metrics adds the loops up, a loop that
+ * dies is replaced, and shutdown lets requests in flight on every loop finish. On Node 20 (`npm test`)
+ * more than one loop is refused with the reason, and auto stays at one.
+ */
+const support = await probeReusePort();
+const MASTER = 'c3'.repeat(32);
+const KEY = 'loops-admin-key';
+
+function config(dir: string, extra: Record<string, string> = {}) {
+  return loadConfig({
+    SVC_DATA_DIR: join(dir, 'data'), SVC_REST_ADDR: '127.0.0.1:0', SVC_GRPC_ADDR: '127.0.0.1:0', SVC_ENCRYPTION_KEY: MASTER,
+    SVC_API_KEYS: KEY, RUST_LOG: 'error', ...extra,
+  }, { defaultFile: null, cwd: dir });
+}
+
+const logs = createLogs('error');
+
+describe('SVC_HTTP_LOOPS on a runtime that cannot share a port', () => {
+  it('auto is one loop with the reason; an explicit count above one is refused', () => {
+    const no = { ok: false as const, reason: 'Node.js v20.0.0 on linux: a second listener with reusePort on the same port failed (EADDRINUSE)' };
+    expect(httpLoopsFor(null, 16, no)).toEqual({ count: 1, why: no.reason });
+    expect(() => httpLoopsFor(4, 16, no)).toThrow(/SVC_HTTP_LOOPS.*4 loops need listeners that share a port.*EADDRINUSE.*Fix: Node.js 22.12/);
+    expect(httpLoopsFor(1, 16, no)).toEqual({ count: 1, why: null });
+    expect(httpLoopsFor(null, 1, { ok: true })).toEqual({ count: 1, why: 'one core' });
+    expect(httpLoopsFor(null, 16, { ok: true }).count).toBeGreaterThan(1);
+    expect(httpLoopsFor(3, 2, { ok: true })).toEqual({ count: 3, why: null });
+  });
+
+  it.runIf(!support.ok)(`a server asked for two loops does not start on Node ${process.versions.node}`, async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'svc-loops-'));
+    try {
+      await expect(startServer(config(dir, { SVC_HTTP_LOOPS: '2' }), logs)).rejects.toThrow(/SVC_HTTP_LOOPS/);
+      const one = await startServer(config(dir), logs);
+      expect(one.loops).toBeNull();
+      await one.close();
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+interface Answer { status: number; loop: string | null; body: unknown }
+
+/** One request on a new connection (the kernel picks its loop per connection). */
+async function fresh(base: string, method: string, path: string, body?: unknown): Promise<Answer> {
+  const res = await fetch(`${base}${path}`, {
+    method, headers: { authorization: `Bearer ${KEY}`, connection: 'close', ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
+    ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+  });
+  const text = await res.text();
+  return { status: res.status, loop: res.headers.get('x-svc-loop'), body: text === '' ? null : JSON.parse(text) as unknown };
+}
+
+/** Asks until every loop has answered (for up to 30 s: a replacement loop takes a while to start), and returns each loop's answer. */
+async function onEveryLoop(base: string, loops: number, method: string, path: string, body?: unknown): Promise<Map<string, Answer>> {
+  const seen = new Map<string, Answer>();
+  const until = Date.now() + 30_000;
+  while (Date.now() < until && seen.size < loops) {
+    const a = await fresh(base, method, path, body);
+    if (a.loop !== null && !seen.has(a.loop)) seen.set(a.loop, a);
+  }
+  expect([...seen.keys()].sort()).toEqual(Array.from({ length: loops }, (_, i) => String(i)));
+  return seen;
+}
+
+function grpcCall<Res>(client: SvcClient, method: string, req: unknown): Promise<{ res?: Res; err?: ServiceError }> {
+  const md = new Metadata();
+  md.set('authorization', `Bearer ${KEY}`);
+  return new Promise((resolve) => {
+    (client as unknown as Record<string, (r: unknown, m: Metadata, cb: (e: ServiceError | null, r: Res) => void) => void>)[method](req, md, (err, res) => resolve(err ? { err } : { res }));
+  });
+}
+
+describe.runIf(support.ok)(`two request loops on Node ${process.versions.node}`, () => {
+  let dir: string;
+  let server: RunningServer;
+  let base: string;
+  const LOOPS = 2;
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'svc-loops-'));
+    server = await startServer(config(dir, {
+      SVC_HTTP_LOOPS: String(LOOPS), SVC_AUDIT_LOG: join(dir, 'audit.jsonl'),
+      SVC_RATE_LIMIT_REQUESTS_PER_SECOND: '0.01', SVC_RATE_LIMIT_BURST: '100000',
+    }), logs);
+    base = `http://127.0.0.1:${server.restPort}`;
+    expect(server.loops?.count).toBe(LOOPS);
+    expect((await fresh(base, 'POST', '/v1/collections', { name: 'c', dim: 3, metric: 'l2' })).status).toBe(201);
+    const points = Array.from({ length: 40 }, (_, i) => ({ id: `p${i}`, vector: [i, i % 7, 1], payload: { i, even: i % 2 === 0 } }));
+    expect((await fresh(base, 'PUT', '/v1/collections/c/points', { points })).status).toBe(200);
+    // Answers compared across loops must not move under them: the index settles first.
+    for (let until = Date.now() + 30_000; Date.now() < until;) {
+      if (((await fresh(base, 'GET', '/v1/collections/c')).body as { index_state: string }).index_state === 'current') break;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  });
+
+  afterAll(async () => {
+    await server?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('every route answers the same on every loop, REST and gRPC', async () => {
+    const reads: [string, string, unknown?][] = [
+      ['GET', '/v1/collections'],
+      ['GET', '/v1/collections/c'],
+      ['GET', '/v1/collections/c/points/p3?with_vector=true'],
+      ['POST', '/v1/collections/c/query', { vector: [5, 5, 1], k: 5, filter: { even: true } }],
+      ['POST', '/v1/collections/c/points:count', {}],
+      ['POST', '/v1/collections/c/points:fetch', { limit: 7 }],
+      ['GET', '/v1/collections/missing'],
+      ['POST', '/v1/collections/c/query', { vector: [1, 2], k: 5 }],
+    ];
+    for (const [method, path, body] of reads) {
+      const answers = [...(await onEveryLoop(base, LOOPS, method, path, body)).values()];
+      for (const a of answers.slice(1)) expect({ path, status: a.status, body: a.body }).toEqual({ path, status: answers[0].status, body: answers[0].body });
+    }
+    // A write on each loop lands in the one engine: every loop then reads every write.
+    const written = await onEveryLoop(base, LOOPS, 'PUT', '/v1/collections/c/points', { points: [{ id: 'w', vector: [0, 0, 0] }] });
+    expect([...written.values()].map((a) => a.status)).toEqual([200, 200]);
+    const counts = await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/c/points:count', {});
+    expect([...counts.values()].map((a) => a.body)).toEqual([{ count: 41 }, { count: 41 }]);
+
+    // gRPC: separate connections until both loops answered; they give the same hits as REST.
+    const rest = (await fresh(base, 'POST', '/v1/collections/c/query', { vector: [5, 5, 1], k: 3 })).body as { hits: { id: string }[] };
+    const ids = new Set<string>();
+    for (let i = 0; i < 20; i++) {
+      const client = new SvcClient(`127.0.0.1:${server.grpcPort}`, credentials.createInsecure(), { 'grpc.use_local_subchannel_pool': 1 });
+      const got = await grpcCall<{ hits: { id: string }[] }>(client, 'search', { collection: 'c', vector: [5, 5, 1], k: 3 });
+      client.close();
+      expect(got.err).toBeUndefined();
+      ids.add(got.res!.hits.map((h) => h.id).join(','));
+    }
+    expect([...ids]).toEqual([rest.hits.map((h) => h.id).join(',')]);
+  });
+
+  it('the audit chain and /metrics are the process\'s, not each loop\'s', async () => {
+    const before = await metricValue(base, 'svc_http_requests_total{method="GET",route="/v1/collections/{name}"}');
+    const answers = await Promise.all(Array.from({ length: 30 }, () => fresh(base, 'GET', '/v1/collections/c')));
+    const loops = new Set(answers.map((a) => a.loop));
+    expect(loops.size).toBe(LOOPS);
+    // Counted by whichever loop answered; /metrics (from any loop) shows all of them.
+    expect(await metricValue(base, 'svc_http_requests_total{method="GET",route="/v1/collections/{name}"}')).toBe(before + 30);
+    expect(await metricValue(base, 'svc_points')).toBe(41);
+
+    // One chain, written by the engine thread, holds the writes answered on every loop.
+    const text = readFileSync(join(dir, 'audit.jsonl'), 'utf8');
+    expect(verifyAuditChain(text, auditMacKey(Buffer.from(MASTER, 'hex')))).toMatchObject({ ok: true });
+    expect(text.split('\n').filter((l) => l.includes('"action":"upsert"')).length).toBeGreaterThanOrEqual(3);
+  });
+
+  it('a second server on the same ports is refused, not given a share of the connections', async () => {
+    const other = mkdtempSync(join(tmpdir(), 'svc-loops-'));
+    try {
+      const cfg = loadConfig({
+        SVC_DATA_DIR: join(other, 'data'), SVC_REST_ADDR: `127.0.0.1:${server.restPort}`, SVC_GRPC_ADDR: '127.0.0.1:0', SVC_ENCRYPTION_KEY: MASTER,
+        SVC_API_KEYS: KEY, RUST_LOG: 'error', SVC_HTTP_LOOPS: '2',
+      }, { defaultFile: null, cwd: other });
+      await expect(startServer(cfg, logs)).rejects.toMatchObject({ code: 'EADDRINUSE' });
+    } finally {
+      rmSync(other, { recursive: true, force: true });
+    }
+  });
+
+  it('a loop that dies is replaced on the same ports; requests go on', async () => {
+    await server.loops!.terminate(0);
+    // The other loop answers meanwhile; the replacement joins the port and answers too.
+    await expect.poll(() => server.loops!.replaced).toBe(1);
+    const answers = await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/c/points:count', {});
+    expect([...answers.values()].map((a) => a.body)).toEqual([{ count: 41 }, { count: 41 }]);
+  });
+
+  it('close lets a request in flight on every loop finish, then refuses connections', async () => {
+    // Upserts whose bodies are half sent on several connections: both loops hold one in flight.
+    const inflight: { socket: Socket; rest: string; answer: Promise<string> }[] = [];
+    for (let i = 0; i < 8; i++) {
+      const body = JSON.stringify({ points: [{ id: `late${i}`, vector: [9, 9, i] }] });
+      const socket = connect(server.restPort, '127.0.0.1');
+      await new Promise((r) => socket.once('connect', r));
+      socket.write(`PUT /v1/collections/c/points HTTP/1.1\r\nhost: x\r\nconnection: close\r\nauthorization: Bearer ${KEY}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body.slice(0, 10)}`);
+      let got = '';
+      const answer = new Promise<string>((resolve) => {
+        socket.on('data', (b: Buffer) => { got += b.toString(); });
+        socket.on('close', () => resolve(got));
+      });
+      inflight.push({ socket, rest: body.slice(10), answer });
+    }
+    await new Promise((r) => setTimeout(r, 200));
+    const closing = server.close();
+    await new Promise((r) => setTimeout(r, 200));
+    for (const f of inflight) f.socket.write(f.rest);
+    const answers = await Promise.all(inflight.map((f) => f.answer));
+    for (const a of answers) expect(a).toMatch(/^HTTP\/1.1 200/);
+    const loops = new Set(answers.map((a) => /x-svc-loop: (\d+)/.exec(a)?.[1]));
+    expect(loops.size).toBe(LOOPS);
+    await closing;
+    await expect(fetch(`${base}/healthz`)).rejects.toThrow();
+    // What they wrote is durable: a fresh single-loop server on the directory reads it.
+    const again = await startServer(config(dir, { SVC_HTTP_LOOPS: '1' }), logs);
+    try {
+      const r = await fetch(`http://127.0.0.1:${again.restPort}/v1/collections/c/points:count`, {
+        method: 'POST', headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' }, body: '{}',
+      });
+      expect(await r.json()).toEqual({ count: 49 });
+    } finally {
+      await again.close();
+    }
+  });
+});
+
+describe.runIf(support.ok)('the rate limit of a multi-loop server', () => {
+  it('is the process\'s: a key\'s burst is shared by every loop, not granted per loop', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'svc-loops-'));
+    const server = await startServer(config(dir, { SVC_HTTP_LOOPS: '2', SVC_RATE_LIMIT_REQUESTS_PER_SECOND: '0.01', SVC_RATE_LIMIT_BURST: '12' }), logs);
+    try {
+      const base = `http://127.0.0.1:${server.restPort}`;
+      const answers: Answer[] = [];
+      for (let i = 0; i < 30; i++) answers.push(await fresh(base, 'GET', '/v1/collections'));
+      expect(answers.filter((a) => a.status === 200)).toHaveLength(12);
+      const refused = answers.filter((a) => a.status === 429);
+      expect(refused).toHaveLength(18);
+      expect(new Set(refused.map((a) => a.loop)).size).toBe(2);
+    } finally {
+      await server.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
+async function metricValue(base: string, series: string): Promise<number> {
+  const text = await (await fetch(`${base}/metrics`)).text();
+  const line = text.split('\n').find((l) => l.startsWith(`${series} `));
+  return line === undefined ? 0 : Number(line.slice(series.length + 1));
+}

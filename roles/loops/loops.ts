@@ -1,0 +1,194 @@
+import { createServer } from 'node:net';
+import { Worker } from 'node:worker_threads';
+import { AggregatorRegistry } from 'prom-client';
+import { workerEntry } from '../../core/index/worker-url.js';
+import { SharedTokenBuckets, type RateLimiter } from '../../core/service/rate-limit.js';
+import type { EngineApi } from '../../core/service/api.js';
+import type { AuditRecord } from '../../core/service/audit.js';
+import { INSECURE_PRINCIPAL } from '../../core/service/service.js';
+import { ConfigError, type SvcConfig } from '../config.js';
+import type { Logs } from '../log.js';
+import type { RaftView } from '../raft/member-host.js';
+import type { PromMetrics } from '../rest/metrics.js';
+import type { ReusePortSupport } from '../reuse-port.js';
+import { serveEngine } from './engine-link.js';
+import { Link, type LinkPort } from './link.js';
+import type { LoopData, LoopListening } from './loop-worker.js';
+
+/**
+ * Several event loops answering REST and gRPC in one process (issue 20, docs/server.md "Several event
+ * loops"): each loop is a worker thread (loop-worker.ts) listening on the same REST and gRPC ports with
+ * SO_REUSEPORT, so the kernel hands each new connection to one of them; the engine stays on the main
+ * thread, which now only runs engine calls, the search pool's hand-offs and the database's own work.
+ * A loop does what a request costs on the wire (TLS, HTTP parsing, JSON, auth, validation, answer
+ * writing); the main thread does what must be done once.
+ *
+ * A loop that dies (an uncaught error, the thread terminated) is replaced with a fresh one on the same
+ * ports; its connections are lost (clients reconnect and land on a live loop), nothing stored is.
+ */
+export interface Loops {
+  readonly count: number;
+  readonly restPort: number;
+  readonly grpcPort: number;
+  /** Loops started to replace one that died. */
+  readonly replaced: number;
+  /** The loops' per-key buckets, for a service on this thread: a key's rate is the process's. */
+  readonly rateLimiter: RateLimiter;
+  /** The engine is open and indexed: every loop serves /v1 from now on (and every replacement). */
+  ready(): void;
+  /** Stop every loop: no new connection, requests in flight finished, then the threads end. */
+  close(): Promise<void>;
+  /** Ends loop `index`'s thread as a crash would (tests); it is replaced. */
+  terminate(index: number): Promise<void>;
+}
+
+export interface LoopsOptions {
+  config: SvcConfig;
+  count: number;
+  logs: Logs;
+  /** The main thread's registry (the engine's gauges); /metrics is it plus every loop's, added up. */
+  metrics: PromMetrics;
+  engine: () => EngineApi | null;
+  busy: () => string | null;
+  raftView: (() => RaftView | null) | null;
+  /** Into the audit file (SVC_AUDIT_LOG), which the main thread alone writes: its chain has one writer. */
+  audit: ((record: AuditRecord) => void) | null;
+  /** A free port when a configured one is taken (demo). */
+  fallbackToFreePort?: boolean;
+}
+
+/** SVC_HTTP_LOOPS=auto on this many cores, where the runtime can share a port. */
+export function autoHttpLoops(cores: number): number {
+  return Math.max(2, Math.min(16, Math.round(cores / 4)));
+}
+
+/**
+ * How many loops to run: SVC_HTTP_LOOPS, or auto. Above 1 needs a runtime that shares a port
+ * (`probe`); an explicit count above 1 without one is refused (never served by one loop in silence),
+ * auto falls back to 1 with the probe's reason to log.
+ */
+export function httpLoopsFor(configured: number | null, cores: number, probe: ReusePortSupport): { count: number; why: string | null } {
+  if (configured !== null) {
+    if (configured > 1 && !probe.ok) {
+      throw new ConfigError('SVC_HTTP_LOOPS', `${configured} loops need listeners that share a port, and this runtime cannot: ${probe.reason}. Fix: Node.js 22.12 or later on Linux, or SVC_HTTP_LOOPS=1`);
+    }
+    return { count: configured, why: null };
+  }
+  if (cores <= 1) return { count: 1, why: 'one core' };
+  if (!probe.ok) return { count: 1, why: probe.reason };
+  return { count: autoHttpLoops(cores), why: null };
+}
+
+/** Binds `port` without SO_REUSEPORT and lets it go: EADDRINUSE when any listener holds it. */
+async function assertPortFree(host: string, port: number): Promise<void> {
+  if (port === 0) return;
+  const probe = createServer();
+  await new Promise<void>((resolve, reject) => {
+    probe.once('error', reject);
+    probe.listen({ host, port, exclusive: true }, () => resolve());
+  });
+  await new Promise<void>((resolve) => probe.close(() => resolve()));
+}
+
+interface LoopHandle { worker: Worker; link: Link; index: number; exited: Promise<void>; ports: LoopListening | null }
+
+export async function startLoops(o: LoopsOptions): Promise<Loops> {
+  const log = o.logs.target('svc::loops');
+  const keys = [...new Set([...o.config.apiKeys.map((k) => k.name), INSECURE_PRINCIPAL.keyName])];
+  const buckets = SharedTokenBuckets.allocate(keys, o.config.rateLimit);
+  const loops: (LoopHandle | null)[] = new Array<LoopHandle | null>(o.count).fill(null);
+  let restPort = o.config.restAddr.port;
+  let grpcPort = o.config.grpcAddr.port;
+  let isReady = false;
+  let closing = false;
+  let replaced = 0;
+
+  const exposition = async (): Promise<string> => {
+    const parts = await Promise.all(loops.map((l) => (l === null ? Promise.resolve([]) : l.link.call('metricsJson').catch(() => []) as Promise<object[]>)));
+    const own = await o.metrics.registry.getMetricsAsJSON();
+    return AggregatorRegistry.aggregate([own, ...parts]).metrics();
+  };
+
+  const spawn = async (index: number): Promise<LoopHandle> => {
+    const entry = workerEntry(import.meta.url, 'loop-worker');
+    const data: LoopData = {
+      index, config: o.config, restPort, grpcPort, buckets, bucketKeys: keys, auditFile: o.audit !== null, raft: o.raftView !== null,
+    };
+    const worker = new Worker(entry.filename, { eval: entry.eval, workerData: data, name: `svc-loop-${index}` });
+    const link = new Link(worker as unknown as LinkPort);
+    serveEngine(link, o.engine);
+    link.handle('busy', () => o.busy());
+    link.handle('raftView', () => o.raftView?.() ?? null);
+    link.handle('metrics', exposition);
+    link.handle('audit', (r) => o.audit?.(r as AuditRecord));
+    const handle: LoopHandle = {
+      worker, link, index, ports: null,
+      exited: new Promise((resolve) => worker.once('exit', (code) => {
+        link.close(`request loop ${index} ended`);
+        if (loops[index] === handle) loops[index] = null;
+        if (!closing) {
+          log.error({ loop: index, exit_code: code }, 'a request loop ended; starting another on the same ports');
+          replaced++;
+          void spawn(index).then((h) => { loops[index] = h; }, (e: unknown) => log.error({ loop: index, err: (e as Error).message }, 'a replacement request loop failed to start'));
+        }
+        resolve();
+      })),
+    };
+    worker.on('error', (e) => log.error({ loop: index, err: e.message }, 'a request loop failed'));
+    handle.ports = await link.call('listen') as LoopListening;
+    if (isReady) await link.call('ready');
+    return handle;
+  };
+
+  // SO_REUSEPORT lets any process of this user join a port whose listeners all set it: a second svc
+  // started on these ports by mistake would silently take a share of the connections. A plain bind
+  // first (refused while anyone holds the port) makes that an EADDRINUSE, as it is for one loop.
+  try {
+    await assertPortFree(o.config.restAddr.host, restPort);
+    await assertPortFree(o.config.grpcAddr.host, grpcPort);
+  } catch (e) {
+    if (!o.fallbackToFreePort || (e as NodeJS.ErrnoException).code !== 'EADDRINUSE') throw e;
+    restPort = 0;
+    grpcPort = 0;
+  }
+  try {
+    // The first loop binds the ports (or free ones); the others join it on what it got.
+    const first = await spawn(0);
+    loops[0] = first;
+    restPort = first.ports!.restPort;
+    grpcPort = first.ports!.grpcPort;
+    for (let i = 1; i < o.count; i++) loops[i] = await spawn(i);
+  } catch (e) {
+    closing = true;
+    await Promise.all(loops.map(async (l) => { if (l !== null) await l.worker.terminate(); }));
+    throw e;
+  }
+  log.info({ loops: o.count, rest_port: restPort, grpc_port: grpcPort }, 'request loops listening');
+
+  return {
+    count: o.count,
+    get restPort() { return restPort; },
+    get grpcPort() { return grpcPort; },
+    get replaced() { return replaced; },
+    rateLimiter: new SharedTokenBuckets(buckets, keys, o.config.rateLimit),
+    ready() {
+      isReady = true;
+      for (const l of loops) void l?.link.call('ready').catch(() => undefined);
+    },
+    async close() {
+      closing = true;
+      await Promise.all(loops.map(async (l) => {
+        if (l === null) return;
+        await l.link.call('close').catch(() => undefined);
+        await l.worker.terminate();
+        await l.exited;
+      }));
+    },
+    async terminate(index) {
+      const l = loops[index];
+      if (l === null) return;
+      await l.worker.terminate();
+      await l.exited;
+    },
+  };
+}
