@@ -38,7 +38,10 @@ export async function freePort(): Promise<number> {
 
 /** Only what the server needs: no inherited SVC_* from the developer's shell. */
 export function cleanEnv(extra: Record<string, string>): Record<string, string> {
-  return { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', RUST_LOG: 'warn', ...extra };
+  // SVC_HTTP_LOOPS from the test run's own environment: `npm run test:node24` runs end-to-end suites
+  // against servers with several request loops.
+  const loops = process.env.SVC_HTTP_LOOPS;
+  return { PATH: process.env.PATH ?? '', HOME: process.env.HOME ?? '/tmp', RUST_LOG: 'warn', ...(loops ? { SVC_HTTP_LOOPS: loops } : {}), ...extra };
 }
 
 export interface Proc {

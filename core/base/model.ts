@@ -120,6 +120,12 @@ export function collectionExisted(info: CollectionInfo): boolean {
   return (info as { [COLLECTION_EXISTED]?: boolean })[COLLECTION_EXISTED] === true;
 }
 
+/** Marks `info` as the answer of exist_ok for a collection already there (a symbol: never serialized). */
+export function markCollectionExisted<T extends object>(info: T): T {
+  Object.defineProperty(info, COLLECTION_EXISTED, { value: true, enumerable: false });
+  return info;
+}
+
 /** Reserved payload keys (spec, Point). */
 export const TEXT_KEY = '__svc_text__';
 export const SPARSE_KEY = '__svc_sparse__';

@@ -5,7 +5,7 @@ import { sleep, systemClock, type Clock } from '../base/clock.js';
 import { invalidArgument, limitExceeded, notFound, SvcError } from '../base/errors.js';
 import { checkLimit, resolveLimits, type Limits } from '../base/limits.js';
 import {
-  COLLECTION_EXISTED,
+  markCollectionExisted,
   type BulkUpsertBody, type CollectionParams, type GetOptions, type SnapshotBody, type UpsertBody, type UpsertDocumentsBody, type UpsertTextBody,
   type CollectionInfo, type CountQuery, type DatabaseStats, type DeletePointsBody, type Embedder, type FetchQuery,
   type Hit, type HybridQuery, type MultiVectorQuery, type PointOutput, type ReplicaResume, type ReplicateRequest, type ReplicationEvent,
@@ -400,9 +400,7 @@ export class Database {
     if (!sameShape(have.spec, spec)) {
       throw new SvcError('already_exists', `collection '${spec.name}' already exists with another shape (dim, metric, index or fields differ)`);
     }
-    const info = this.infoOf(have);
-    Object.defineProperty(info, COLLECTION_EXISTED, { value: true, enumerable: false });
-    return info;
+    return markCollectionExisted(this.infoOf(have));
   }
 
   async deleteCollection(name: string): Promise<{ existed: boolean }> {

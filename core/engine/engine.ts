@@ -2,7 +2,7 @@ import { BODIES, bodyKeys } from '../base/bodies.js';
 import { invalidArgument, notFound, SvcError } from '../base/errors.js';
 import type { Limits } from '../base/limits.js';
 import {
-  COLLECTION_EXISTED, collectionExisted,
+  collectionExisted, markCollectionExisted,
   type CollectionInfo, type CountQuery, type DatabaseStats, type DeletePointsBody, type DocumentInput, type Embedder, type FetchQuery,
   type Hit, type HybridQuery, type MultiVectorQuery, type Payload, type PointOutput, type Reranker, type SearchQuery, type SetPayloadBody,
   type SnapshotResult, type TextPointInput, type TextQuery,
@@ -282,8 +282,7 @@ export class Engine implements EngineApi {
     const existed = infos.every((i) => collectionExisted(i));
     if (existed && !existOk) throw new SvcError('already_exists', `collection '${spec.name}' already exists`);
     const info = infos.reduce<CollectionInfo | undefined>((acc, c) => combine(acc, c), undefined)!;
-    if (existed) Object.defineProperty(info, COLLECTION_EXISTED, { value: true, enumerable: false });
-    return info;
+    return existed ? markCollectionExisted(info) : info;
   }
 
   async deleteCollection(name: string): Promise<{ existed: boolean }> {

@@ -1,4 +1,5 @@
 import { SvcError } from '../../core/base/errors.js';
+import { collectionExisted, markCollectionExisted, type CollectionInfo } from '../../core/base/model.js';
 import type { EngineApi, OperationName } from '../../core/service/api.js';
 import type { Link } from './link.js';
 
@@ -25,6 +26,11 @@ const CALL_SET: ReadonlySet<string> = new Set(CALLS);
 export function engineOverLink(link: Link): EngineApi {
   const engine: Record<string, unknown> = {};
   for (const op of CALLS) engine[op] = (...args: unknown[]) => link.call('engine', op, args);
+  // exist_ok's answer is marked with a symbol, which a structured clone drops: it travels beside it.
+  engine.createCollection = async (params: unknown) => {
+    const { info, existed } = await link.call('engine', 'createCollection', [params]) as { info: CollectionInfo; existed: boolean };
+    return existed ? markCollectionExisted(info) : info;
+  };
   engine.replicate = (body: unknown, signal?: AbortSignal) => link.stream('replicate', [body], signal);
   engine.close = () => Promise.resolve();
   return engine as unknown as EngineApi;
@@ -42,6 +48,9 @@ export function serveEngine(link: Link, engine: () => EngineApi | null): void {
       throw new SvcError('internal', 'internal error', { cause: `no engine operation ${String(op)}` });
     }
     const e = current() as unknown as Record<string, (...a: unknown[]) => unknown>;
+    if (op === 'createCollection') {
+      return (e[op](...args) as Promise<CollectionInfo>).then((info) => ({ info, existed: collectionExisted(info) }));
+    }
     return e[op](...args);
   });
   link.handleStream('replicate', (signal, body) => current().replicate(body as never, signal));

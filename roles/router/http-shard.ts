@@ -1,7 +1,7 @@
 import { setTimeout as delay } from 'node:timers/promises';
 import { Agent, type Dispatcher } from 'undici';
 import { ERROR_CODES, SvcError, type ErrorCode } from '../../core/base/errors.js';
-import { COLLECTION_EXISTED, type CollectionInfo } from '../../core/base/model.js';
+import { markCollectionExisted, type CollectionInfo } from '../../core/base/model.js';
 import type { DataShard } from '../../core/engine/shard.js';
 
 /**
@@ -110,8 +110,7 @@ export class HttpShard implements DataShard {
   async createCollection(params: Parameters<DataShard['createCollection']>[0]): Promise<CollectionInfo> {
     const a = await this.call('write', 'POST', '/v1/collections', params);
     const info = a.body as CollectionInfo;
-    if (a.status === 200) Object.defineProperty(info, COLLECTION_EXISTED, { value: true, enumerable: false });
-    return info;
+    return a.status === 200 ? markCollectionExisted(info) : info;
   }
 
   async deleteCollection(name: string): Promise<{ existed: boolean }> {

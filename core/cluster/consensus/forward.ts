@@ -1,5 +1,5 @@
 import { ERROR_CODES, SvcError, type ErrorCode } from '../../base/errors.js';
-import { COLLECTION_EXISTED, collectionExisted, type CollectionInfo } from '../../base/model.js';
+import { collectionExisted, markCollectionExisted, type CollectionInfo } from '../../base/model.js';
 
 /**
  * A follower member hands a write to its leader (CONTRACT section 11: every member takes writes), over
@@ -133,7 +133,7 @@ export class WriteForwarder {
     this.waiting.delete(m.id as number);
     if (m.ok === true) {
       const value = m.value;
-      if (m.existed === true && value !== null && typeof value === 'object') Object.defineProperty(value, COLLECTION_EXISTED, { value: true, enumerable: false });
+      if (m.existed === true && value !== null && typeof value === 'object') markCollectionExisted(value);
       w.resolve({ value, index: typeof m.index === 'number' ? m.index : 0 });
       return;
     }
