@@ -6,7 +6,7 @@
  * generator beside it took: on a 2-core box that, more than QPS, says what more cores would give.
  */
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 
 let ticks: number | null | undefined;
 function clockTicks(): number | null {
@@ -91,4 +91,29 @@ export function cpuPressure(): number | null {
   } catch {
     return null;
   }
+}
+
+/** CPU seconds so far of each thread of `pid`, by thread name (`comm`: MainThread, svc-loop-0, ...), summed per name; null off Linux. */
+export function threadCpu(pid: number): Map<string, number> | null {
+  const hz = clockTicks();
+  if (hz === null) return null;
+  let tids: string[];
+  try {
+    tids = readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return null;
+  }
+  const out = new Map<string, number>();
+  for (const tid of tids) {
+    let comm: string;
+    try {
+      comm = readFileSync(`/proc/${pid}/task/${tid}/comm`, 'utf8').trim();
+    } catch {
+      continue; // the thread ended meanwhile
+    }
+    const f = statFields(`/proc/${pid}/task/${tid}/stat`);
+    if (f === null) continue;
+    out.set(comm, (out.get(comm) ?? 0) + (Number(f[11]) + Number(f[12])) / hz);
+  }
+  return out;
 }

@@ -39,16 +39,18 @@ export interface SvcServer {
  * `opts.cpus` (Linux `taskset -c` syntax, e.g. "1") pins the server to those cores, its threads included;
  * `opts.nodeArgs` go to node before the script (`--cpu-prof`, say).
  */
-export async function startSvc(env: Record<string, string> = {}, readyMs = 120_000, opts: { cpus?: string; nodeArgs?: readonly string[] } = {}): Promise<SvcServer> {
+export async function startSvc(env: Record<string, string> = {}, readyMs = 120_000, opts: { cpus?: string; nodeArgs?: readonly string[]; node?: string } = {}): Promise<SvcServer> {
   // A data directory given in `env` is the caller's: used as it is and kept at stop (a restart reopens it).
   const own = env.SVC_DATA_DIR === undefined;
   const dir = own ? mkdtempSync(join(tmpdir(), 'svc-bench-server-')) : env.SVC_DATA_DIR;
   const restPort = await freePort();
   const grpcPort = await freePort();
   const { cpus, nodeArgs = [] } = opts;
+  // `opts.node`: another Node.js binary (Node 24 from scripts/node24.sh, for several request loops).
+  const node = opts.node ?? process.execPath;
   const args = [...profile(restPort), ...nodeArgs, '--import', 'tsx', join(ROOT_DIR, 'roles', 'cli', 'main.ts'), 'serve'];
   // taskset execs node in its place: the pid stays the server's.
-  const child: ChildProcess = spawn(cpus === undefined ? process.execPath : 'taskset', cpus === undefined ? args : ['-c', cpus, process.execPath, ...args], {
+  const child: ChildProcess = spawn(cpus === undefined ? node : 'taskset', cpus === undefined ? args : ['-c', cpus, node, ...args], {
     cwd: ROOT_DIR,
     env: {
       PATH: process.env.PATH, SVC_API_KEYS: BENCH_API_KEY, SVC_ENCRYPTION_KEY: BENCH_MASTER_KEY, SVC_DATA_DIR: join(dir, 'data'),

@@ -5,7 +5,9 @@
  * and CPU per query from /proc: the whole process and its calling thread alone (the hand-off's cost,
  * which caps the pool when it fills one core). Then build time against build workers. Rounds alternate
  * the W order, so a machine shared with other work skews every W alike; compare within one run.
- * Writes bench/results/scaling.json and scaling.svg (QPS and calling-thread CPU per query against W).
+ * Then the server against its request loops (scaling-server.ts: SVC_HTTP_LOOPS on Node 24, wrk).
+ * Writes bench/results/scaling.json, scaling.svg (QPS and calling-thread CPU per query against W) and
+ * scaling-loops.svg (server QPS and CPU per request by thread against loops).
  */
 import { spawn } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
@@ -15,6 +17,7 @@ import * as vega from 'vega';
 import * as vl from 'vega-lite';
 import { BENCH_DIR } from '../lib/on-demand.js';
 import type { ChildArgs, ChildResult } from './scaling-child.js';
+import { runServerLoops, type LoopsMeasured, type LoopsResult } from './scaling-server.js';
 
 export interface ScalingResult {
   machine: { node: string; cpus: number; cpu_model: string; load_avg_at_start: number[]; load_avg_at_end?: number[] };
@@ -25,6 +28,8 @@ export interface ScalingResult {
   search_median: { w: number; qps: number; main_us_per_query: number | null; cpu_us_per_query: number | null; p99_ms: number }[];
   /** Build time per build-worker count (searchWorkers 0). */
   build: { bw: number; build_s: number }[];
+  /** `svc serve` against request loops (scaling-server.ts). */
+  server_loops?: LoopsResult;
   note: string;
 }
 
@@ -100,6 +105,7 @@ export async function runScaling(mode: 'tiny' | 'quick' | 'full', log: (l: strin
     const b = await child({ ...base, nBase: z.buildBase, w: 0, bw, secs: 0, warmSecs: 0 });
     r.build.push({ bw, build_s: b.build_s });
   }
+  r.server_loops = await runServerLoops(mode, log);
   r.machine.load_avg_at_end = loadavg();
   return r;
 }
@@ -135,9 +141,41 @@ export async function scalingSvg(r: ScalingResult): Promise<string> {
   }
 }
 
-/** Writes scaling.json and scaling.svg into `dir`. */
+export async function loopsSvg(r: LoopsMeasured): Promise<string> {
+  const values = r.median.flatMap((m) => [
+    { loops: m.loops, what: 'queries/s', value: m.qps },
+    { loops: m.loops, what: 'p99 ms', value: m.p99_ms },
+    ...(['main', 'loops', 'other'] as const).map((t) => ({ loops: m.loops, what: `CPU µs/request: ${t}`, value: m.cpu_us_per_request?.[t] ?? null })),
+  ]);
+  const spec: vl.TopLevelSpec = {
+    $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
+    title: `svc serve against request loops (${r.node}, ${r.cores} CPUs, MNIST ${r.n_base}, ef ${r.ef}, wrk ${r.clients} connections)`,
+    data: { values },
+    facet: { field: 'what', type: 'nominal', title: null },
+    columns: 3,
+    resolve: { scale: { y: 'independent' } },
+    spec: {
+      width: 220,
+      height: 180,
+      mark: { type: 'line', point: true },
+      encoding: {
+        x: { field: 'loops', type: 'quantitative', title: 'SVC_HTTP_LOOPS' },
+        y: { field: 'value', type: 'quantitative', title: null },
+      },
+    },
+  };
+  const view = new vega.View(vega.parse(vl.compile(spec).spec), { renderer: 'none' });
+  try {
+    return await view.toSVG();
+  } finally {
+    view.finalize();
+  }
+}
+
+/** Writes scaling.json, scaling.svg and (when the server part ran) scaling-loops.svg into `dir`. */
 export async function writeScaling(r: ScalingResult, dir: string): Promise<void> {
   mkdirSync(dir, { recursive: true });
   writeFileSync(join(dir, 'scaling.json'), `${JSON.stringify(r, null, 2)}\n`);
   writeFileSync(join(dir, 'scaling.svg'), await scalingSvg(r));
+  if (r.server_loops !== undefined && 'median' in r.server_loops) writeFileSync(join(dir, 'scaling-loops.svg'), await loopsSvg(r.server_loops));
 }

@@ -1,0 +1,130 @@
+/**
+ * The server half of `npm run bench -- --suites scaling` (issue 20): `svc serve` with 1, 2, 4, ... request
+ * loops (SVC_HTTP_LOOPS, up to the cores) on Node.js 24 (scripts/node24.sh: several loops need a
+ * runtime that shares a port), MNIST over REST, every query in turn from wrk (C, a process of its own),
+ * 32 connections. Per loop count: QPS, p50/p99, and the server's CPU per request split by thread: the
+ * main thread (the engine, the search pool's hand-offs), the request loops together, and the rest
+ * (search workers, GC helpers, libuv). Rounds alternate the order of the loop counts; compare within a
+ * run. On a 2-core machine the client, the loops, the engine thread and a search worker share two
+ * cores: there the CPU per request says more than QPS about what more cores give.
+ */
+import { execFileSync } from 'node:child_process';
+import { availableParallelism } from 'node:os';
+import { join } from 'node:path';
+import { mnist, row } from '../lib/data.js';
+import { ROOT_DIR } from '../lib/on-demand.js';
+import { tool, wrk } from '../lib/native-load.js';
+import { threadCpu } from '../lib/proc-cpu.js';
+import { BENCH_API_KEY, startSvc } from '../lib/server-proc.js';
+
+export interface LoopsRun {
+  loops: number;
+  round: number;
+  qps: number;
+  p50_ms: number;
+  p99_ms: number;
+  errors: number;
+  /** Server CPU per request, µs: every thread, the main thread, the request loops together, the rest. */
+  cpu_us_per_request: { total: number; main: number; loops: number; other: number } | null;
+}
+
+export interface LoopsMeasured { node: string; cores: number; clients: number; n_base: number; ef: number; runs: LoopsRun[]; median: Omit<LoopsRun, 'round'>[] }
+
+export type LoopsResult = LoopsMeasured | { skipped: string };
+
+const SIZES = {
+  tiny: { nBase: 2000, nQ: 100, secs: 2, rounds: 1 },
+  quick: { nBase: 5000, nQ: 200, secs: 5, rounds: 2 },
+  full: { nBase: 60_000, nQ: 1000, secs: 10, rounds: 3 },
+} as const;
+
+const CLIENTS = 32;
+const EF = 16;
+
+/** 1, 2, 4, ... up to the cores (at least 1 and 2). */
+export function loopCounts(cores: number): number[] {
+  const out = [1, 2];
+  for (let l = 4; l <= cores; l *= 2) out.push(l);
+  return out;
+}
+
+function node24(): string | null {
+  try {
+    return execFileSync('bash', [join(ROOT_DIR, 'scripts', 'node24.sh')], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim() || null;
+  } catch {
+    return null;
+  }
+}
+
+const median = (xs: number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = s.length >>> 1;
+  return s.length % 2 === 1 ? s[mid] : (s[mid - 1] + s[mid]) / 2;
+};
+const r1 = (x: number) => Math.round(x * 10) / 10;
+
+async function one(node: string, loops: number, round: number, z: (typeof SIZES)[keyof typeof SIZES], d: ReturnType<typeof mnist>): Promise<LoopsRun> {
+  const srv = await startSvc({ SVC_HTTP_LOOPS: String(loops) }, 120_000, { node });
+  try {
+    await srv.call('POST', '/v1/collections', { name: 'm', dim: d.dim, metric: d.metric, index_params: { ef_search: EF } });
+    for (let i = 0; i < d.n; i += 500) {
+      const points = [];
+      for (let j = i; j < Math.min(d.n, i + 500); j++) points.push({ id: `p${j}`, vector: Array.from(row(d.base, d.dim, j)) });
+      await srv.call('PUT', '/v1/collections/m/points', { points });
+    }
+    // A strong read waits for the index to hold every point: the load then measures searches, not a build.
+    await srv.call('POST', '/v1/collections/m/query', { vector: Array.from(row(d.queries, d.dim, 0)), k: 10, consistency: 'strong' });
+    const bodies = Array.from({ length: d.nq }, (_, q) => JSON.stringify({ vector: Array.from(row(d.queries, d.dim, q)), k: 10 }));
+    const before = threadCpu(srv.pid);
+    const t0 = performance.now();
+    const w = await wrk({
+      url: `${srv.rest}/v1/collections/m/query`, bodies, clients: CLIENTS, seconds: z.secs,
+      headers: { authorization: `Bearer ${BENCH_API_KEY}`, 'content-type': 'application/json' },
+    });
+    const wall = (performance.now() - t0) / 1000;
+    const after = threadCpu(srv.pid);
+    let cpu: LoopsRun['cpu_us_per_request'] = null;
+    if (before !== null && after !== null && w.qps > 0) {
+      // wrk warms up for a second before it counts: the whole wall time's CPU at the counted rate.
+      const perReq = (names: (n: string) => boolean) => {
+        let s = 0;
+        for (const [n, v] of after) if (names(n)) s += v - (before.get(n) ?? 0);
+        return r1((s / wall / w.qps) * 1e6);
+      };
+      const isLoop = (n: string) => n.startsWith('svc-loop');
+      cpu = { total: perReq(() => true), main: perReq((n) => n === 'MainThread'), loops: perReq(isLoop), other: perReq((n) => n !== 'MainThread' && !isLoop(n)) };
+    }
+    return { loops, round, qps: w.qps, p50_ms: w.p50_ms, p99_ms: w.p99_ms, errors: w.errors, cpu_us_per_request: cpu };
+  } finally {
+    await srv.stop();
+  }
+}
+
+export async function runServerLoops(mode: keyof typeof SIZES, log: (l: string) => void): Promise<LoopsResult> {
+  if (tool('wrk') === null) return { skipped: 'wrk is not installed (Debian: wrk)' };
+  const node = node24();
+  if (node === null) return { skipped: 'Node.js 24 could not be installed from npm (scripts/node24.sh): several loops need it' };
+  const version = execFileSync(node, ['--version'], { encoding: 'utf8' }).trim();
+  const z = SIZES[mode];
+  const cores = availableParallelism();
+  const counts = loopCounts(cores);
+  const d = mnist(z.nBase, z.nQ, 10);
+  const runs: LoopsRun[] = [];
+  for (let round = 0; round < z.rounds; round++) {
+    for (const loops of round % 2 === 0 ? counts : [...counts].reverse()) {
+      log(`scaling: server, round ${round + 1}, ${loops} request loop(s) on ${version}`);
+      runs.push(await one(node, loops, round, z, d));
+    }
+  }
+  const med = counts.map((loops) => {
+    const xs = runs.filter((r) => r.loops === loops);
+    const cpus = xs.map((x) => x.cpu_us_per_request).filter((c): c is NonNullable<typeof c> => c !== null);
+    const m = (f: (c: NonNullable<LoopsRun['cpu_us_per_request']>) => number) => r1(median(cpus.map(f)));
+    return {
+      loops, qps: Math.round(median(xs.map((x) => x.qps))), p50_ms: median(xs.map((x) => x.p50_ms)), p99_ms: median(xs.map((x) => x.p99_ms)),
+      errors: xs.reduce((s, x) => s + x.errors, 0),
+      cpu_us_per_request: cpus.length === 0 ? null : { total: m((c) => c.total), main: m((c) => c.main), loops: m((c) => c.loops), other: m((c) => c.other) },
+    };
+  });
+  return { node: version, cores, clients: CLIENTS, n_base: z.nBase, ef: EF, runs, median: med };
+}
