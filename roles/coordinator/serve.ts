@@ -31,6 +31,7 @@ export async function startCoordinator(config: SvcConfig, logs: Logs): Promise<R
   const c = config.coordinator!;
   const log = logs.target('svc::coordinator');
   for (const w of config.warnings) (w.includes('SVC_INSECURE') ? log.error.bind(log) : log.warn.bind(log))({ warning: true }, w);
+  if (config.httpLoops !== null && config.httpLoops > 1) log.warn({ warning: true }, 'SVC_HTTP_LOOPS: a coordinator serves on one event loop in this build; the variable is not acted on');
 
   const store: CoordinatorStore = c.stateFile === null ? new MemoryStore() : await FileStore.open(new NodeFileSystem(), c.stateFile);
   let coordinator: Coordinator;

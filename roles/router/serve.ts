@@ -49,6 +49,7 @@ export async function startRouter(config: SvcConfig, logs: Logs, opts: { env?: R
   const r = config.router!;
   const log = logs.target('svc::router');
   for (const w of config.warnings) (w.includes('SVC_INSECURE') ? log.error.bind(log) : log.warn.bind(log))({ warning: true }, w);
+  if (config.httpLoops !== null && config.httpLoops > 1) log.warn({ warning: true }, 'SVC_HTTP_LOOPS: a router serves on one event loop in this build; the variable is not acted on');
   // Text is embedded and reranked here, once, so the router holds the provider tables (api_key_env read now).
   const { embedders, rerankers } = buildProviders(providersFromConfig(config, opts.env ?? process.env));
 
