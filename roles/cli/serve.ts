@@ -1,8 +1,6 @@
 import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
-import { availableParallelism } from 'node:os';
 import type { FastifyInstance } from 'fastify';
-import type { Logger } from 'pino';
 import { systemClock } from '../../core/base/clock.js';
 import { Follower } from '../../core/cluster/replication/follower.js';
 import { followerEngine } from '../../core/cluster/replication/follower-engine.js';
@@ -15,8 +13,7 @@ import { grpcReplicationSource } from '../grpc/replicate-client.js';
 import { startGrpcServer } from '../grpc/server.js';
 import { FileAuditSink } from '../log-audit.js';
 import { createLogs, type Logs } from '../log.js';
-import { httpLoopsFor, startLoops, type Loops } from '../loops/loops.js';
-import { probeReusePort } from '../reuse-port.js';
+import { httpLoopCount, startLoops, type Loops } from '../loops/loops.js';
 import { serviceParts } from '../service-parts.js';
 import { providersFromConfig } from '../providers.js';
 import { startCoordinator } from '../coordinator/serve.js';
@@ -83,7 +80,7 @@ export async function startServer(
     restPort = (rest.server.address() as AddressInfo).port;
   } else {
     loops = await startLoops({
-      config, count: loopCount, logs, metrics, engine: () => refs.engine,
+      role: 'node', config, count: loopCount, logs, metrics, engine: () => refs.engine,
       busy: () => (state.service === null ? null : state.busy?.() ?? null) as string | null,
       raftView: raft === null ? null : () => consensus?.view() ?? null,
       audit: config.auditLog === null ? null : (r) => refs.audit?.append(r),
@@ -120,18 +117,6 @@ export async function startServer(
       return closing;
     },
   };
-}
-
-/**
- * SVC_HTTP_LOOPS, or auto from the cores (roles/loops/loops.ts httpLoopsFor): the runtime is asked
- * once whether listeners can share a port, unless one loop is asked for.
- */
-async function httpLoopCount(config: SvcConfig, log: Logger): Promise<number> {
-  if (config.httpLoops === 1) return 1;
-  const probe = await probeReusePort(config.restAddr.host);
-  const { count, why } = httpLoopsFor(config.httpLoops, availableParallelism(), probe);
-  if (why !== null) log.info({ http_loops: 1, why }, 'one request loop: SVC_HTTP_LOOPS=auto found no way to share a port');
-  return count;
 }
 
 async function openAndServe(

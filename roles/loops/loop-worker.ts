@@ -10,9 +10,8 @@ import { parentPort, workerData } from 'node:worker_threads';
 import type { AddressInfo } from 'node:net';
 import { readFileSync } from 'node:fs';
 import type { AuditRecord } from '../../core/service/audit.js';
-import { createService } from '../../core/service/service.js';
+import { createService, type Service } from '../../core/service/service.js';
 import { SharedTokenBuckets } from '../../core/service/rate-limit.js';
-import type { SvcConfig } from '../config.js';
 import { startGrpcServer } from '../grpc/server.js';
 import { createLogs } from '../log.js';
 import { addClusterRaftRoute } from '../raft/rest.js';
@@ -20,42 +19,48 @@ import type { RaftView } from '../raft/member-host.js';
 import { createPromMetrics } from '../rest/metrics.js';
 import { buildRestApp, type RestState } from '../rest/server.js';
 import { serviceParts } from '../service-parts.js';
+import type { ClosableTracer } from '../otel.js';
+import { addClusterMapRoute } from '../router/rest.js';
+import { ROUTER_NOT_READY, routerCore } from '../router/serve.js';
 import { engineOverLink } from './engine-link.js';
 import { Link, type LinkPort } from './link.js';
+import type { LoopData, LoopListening } from './loop-data.js';
 
-export interface LoopData {
-  index: number;
-  config: SvcConfig;
-  restPort: number;
-  grpcPort: number;
-  /** The per-key token buckets (core/service/rate-limit.ts SharedTokenBuckets) and their key order. */
-  buckets: SharedArrayBuffer;
-  bucketKeys: string[];
-  /** SVC_AUDIT_LOG is set: records go to the main thread's file sink. */
-  auditFile: boolean;
-  /** This node is a consensus member: GET /cluster/raft is served. */
-  raft: boolean;
-}
-
-export interface LoopListening { restPort: number; grpcPort: number }
 
 const data = workerData as LoopData;
 const link = new Link(parentPort as unknown as LinkPort);
 const config = data.config;
 const logs = createLogs(config.logFilter);
 const metrics = createPromMetrics();
-const state: RestState = { service: null, busy: () => link.call('busy') as Promise<string | null> };
+const state: RestState = { service: null, ...(data.role === 'node' ? { busy: () => link.call('busy') as Promise<string | null> } : {}) };
 const app = buildRestApp(state, {
   limits: config.limits, metrics, log: logs.target('svc::rest'), tls: config.tls, connections: config.connections,
   loop: { index: data.index, exposition: () => link.call('metrics') as Promise<string> },
 });
-if (data.raft) addClusterRaftRoute(app, state, () => link.call('raftView') as Promise<RaftView | null>, metrics);
-
 const audit = data.auditFile ? { append: (r: AuditRecord) => link.notify('audit', r) } : { append: () => undefined };
-const { tracer, options } = serviceParts(config, logs, metrics, { audit });
-const service = createService(engineOverLink(link), {
-  ...options, rateLimiter: new SharedTokenBuckets(data.buckets, data.bucketKeys, config.rateLimit),
-});
+const rateLimiter = new SharedTokenBuckets(data.buckets, data.bucketKeys, config.rateLimit);
+const waiting = new AbortController();
+let service: Service;
+let tracer: ClosableTracer;
+let release = async (): Promise<void> => { await tracer.shutdown(); };
+if (data.role === 'router') {
+  // The first loop's metrics ask the shards for the cluster's gauges; the others' would repeat it.
+  const core = routerCore(config, logs, metrics, { audit, rateLimiter, statsSource: data.index === 0 });
+  ({ service, tracer } = core);
+  state.notReady = ROUTER_NOT_READY;
+  addClusterMapRoute(app, service, () => core.map.current(), metrics);
+  void core.ready(waiting.signal).then(() => { state.service = service; }, () => undefined);
+  release = () => core.release();
+} else {
+  const parts = serviceParts(config, logs, metrics, { audit });
+  tracer = parts.tracer;
+  service = createService(engineOverLink(link), { ...parts.options, rateLimiter });
+  if (data.raft) addClusterRaftRoute(app, state, () => link.call('raftView') as Promise<RaftView | null>, metrics);
+  // The engine is open and indexed: /v1 answers from here on (readyz too, unless the engine is busy).
+  link.handle('ready', () => {
+    state.service = service;
+  });
+}
 
 let grpc: { port: number; close(): Promise<void> } | null = null;
 
@@ -74,15 +79,11 @@ link.handle('listen', async (): Promise<LoopListening> => {
   return { restPort: (app.server.address() as AddressInfo).port, grpcPort: grpc.port };
 });
 
-// The engine is open and indexed: /v1 answers from here on (readyz too, unless the engine is busy).
-link.handle('ready', () => {
-  state.service = service;
-});
-
 link.handle('metricsJson', () => metrics.registry.getMetricsAsJSON());
 
 // Stop accepting, finish what is in flight (fastify's close, the gRPC grace), flush spans.
 link.handle('close', async () => {
+  waiting.abort();
   await Promise.all([app.close(), grpc?.close()]);
-  await tracer.shutdown();
+  await release();
 });

@@ -1,4 +1,6 @@
 import { createServer } from 'node:net';
+import { availableParallelism } from 'node:os';
+import type { Logger } from 'pino';
 import { Worker } from 'node:worker_threads';
 import { AggregatorRegistry } from 'prom-client';
 import { workerEntry } from '../../core/index/worker-url.js';
@@ -10,10 +12,10 @@ import { ConfigError, type SvcConfig } from '../config.js';
 import type { Logs } from '../log.js';
 import type { RaftView } from '../raft/member-host.js';
 import type { PromMetrics } from '../rest/metrics.js';
-import type { ReusePortSupport } from '../reuse-port.js';
+import { probeReusePort, type ReusePortSupport } from '../reuse-port.js';
 import { serveEngine } from './engine-link.js';
 import { Link, type LinkPort } from './link.js';
-import type { LoopData, LoopListening } from './loop-worker.js';
+import type { LoopData, LoopListening } from './loop-data.js';
 
 /**
  * Several event loops answering REST and gRPC in one process (issue 20, docs/server.md "Several event
@@ -34,7 +36,7 @@ export interface Loops {
   readonly replaced: number;
   /** The loops' per-key buckets, for a service on this thread: a key's rate is the process's. */
   readonly rateLimiter: RateLimiter;
-  /** The engine is open and indexed: every loop serves /v1 from now on (and every replacement). */
+  /** The engine is open and indexed: every loop serves /v1 from now on (and every replacement). A router's loops each become ready on their own. */
   ready(): void;
   /** Stop every loop: no new connection, requests in flight finished, then the threads end. */
   close(): Promise<void>;
@@ -43,6 +45,8 @@ export interface Loops {
 }
 
 export interface LoopsOptions {
+  /** `node`: loops over this thread's engine. `router`: each loop routes on its own (loop-worker.ts). */
+  role: 'node' | 'router';
   config: SvcConfig;
   count: number;
   logs: Logs;
@@ -90,6 +94,18 @@ async function assertPortFree(host: string, port: number): Promise<void> {
   await new Promise<void>((resolve) => probe.close(() => resolve()));
 }
 
+/**
+ * SVC_HTTP_LOOPS, or auto from the cores (httpLoopsFor): the runtime is asked once whether listeners
+ * can share a port, unless one loop is asked for.
+ */
+export async function httpLoopCount(config: SvcConfig, log: Logger): Promise<number> {
+  if (config.httpLoops === 1) return 1;
+  const probe = await probeReusePort(config.restAddr.host);
+  const { count, why } = httpLoopsFor(config.httpLoops, availableParallelism(), probe);
+  if (why !== null) log.info({ http_loops: 1, why }, 'one request loop: SVC_HTTP_LOOPS=auto found no way to share a port');
+  return count;
+}
+
 interface LoopHandle { worker: Worker; link: Link; index: number; exited: Promise<void>; ports: LoopListening | null }
 
 export async function startLoops(o: LoopsOptions): Promise<Loops> {
@@ -112,11 +128,11 @@ export async function startLoops(o: LoopsOptions): Promise<Loops> {
   const spawn = async (index: number): Promise<LoopHandle> => {
     const entry = workerEntry(import.meta.url, 'loop-worker');
     const data: LoopData = {
-      index, config: o.config, restPort, grpcPort, buckets, bucketKeys: keys, auditFile: o.audit !== null, raft: o.raftView !== null,
+      index, role: o.role, config: o.config, restPort, grpcPort, buckets, bucketKeys: keys, auditFile: o.audit !== null, raft: o.raftView !== null,
     };
     const worker = new Worker(entry.filename, { eval: entry.eval, workerData: data, name: `svc-loop-${index}` });
     const link = new Link(worker as unknown as LinkPort);
-    serveEngine(link, o.engine);
+    if (o.role === 'node') serveEngine(link, o.engine);
     link.handle('busy', () => o.busy());
     link.handle('raftView', () => o.raftView?.() ?? null);
     link.handle('metrics', exposition);
@@ -136,7 +152,7 @@ export async function startLoops(o: LoopsOptions): Promise<Loops> {
     };
     worker.on('error', (e) => log.error({ loop: index, err: e.message }, 'a request loop failed'));
     handle.ports = await link.call('listen') as LoopListening;
-    if (isReady) await link.call('ready');
+    if (isReady && o.role === 'node') await link.call('ready');
     return handle;
   };
 
@@ -173,7 +189,7 @@ export async function startLoops(o: LoopsOptions): Promise<Loops> {
     rateLimiter: new SharedTokenBuckets(buckets, keys, o.config.rateLimit),
     ready() {
       isReady = true;
-      for (const l of loops) void l?.link.call('ready').catch(() => undefined);
+      if (o.role === 'node') for (const l of loops) void l?.link.call('ready').catch(() => undefined);
     },
     async close() {
       closing = true;

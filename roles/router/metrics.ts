@@ -22,12 +22,15 @@ const BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5
 
 export function routerMetrics(metrics: PromMetrics, map: RouterMap): RouterMetrics {
   const registers = [metrics.registry];
+  // A router on several request loops has these per loop; /metrics adds the loops up (roles/loops/),
+  // so each gauge says how: the newest map and the most shards any loop routes by, and a replica
+  // usable only where every loop uses it. Counters and histograms are summed.
   new Gauge({
-    name: 'svc_cluster_map_version', help: 'Version of the shard map routed by (0: the router\'s own SVC_CLUSTER_SHARDS)', registers,
+    name: 'svc_cluster_map_version', help: 'Version of the shard map routed by (0: the router\'s own SVC_CLUSTER_SHARDS)', registers, aggregator: 'max',
     collect() { this.set(map.current().version); },
   });
   new Gauge({
-    name: 'svc_router_shards', help: 'Shards requests are routed to', registers,
+    name: 'svc_router_shards', help: 'Shards requests are routed to', registers, aggregator: 'max',
     collect() { this.set(map.routed().length); },
   });
   const calls = new Counter({
@@ -53,7 +56,7 @@ export function routerMetrics(metrics: PromMetrics, map: RouterMap): RouterMetri
   });
   new Gauge({
     name: 'svc_router_replica_usable', help: 'Each read replica: 1 when reads go to it (ready, a follower, within SVC_CLUSTER_REPLICA_MAX_LAG_SECS)',
-    labelNames: ['shard', 'replica'], registers,
+    labelNames: ['shard', 'replica'], registers, aggregator: 'min',
     collect() {
       this.reset();
       for (const r of map.replicas()) this.set({ shard: String(r.shard), replica: String(r.index) }, r.usable ? 1 : 0);

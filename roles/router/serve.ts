@@ -3,20 +3,23 @@ import type { AddressInfo } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
 import { Engine } from '../../core/engine/engine.js';
 import { buildProviders } from '../../core/embedded.js';
-import type { EngineApi } from '../../core/service/api.js';
+import type { AuditSink } from '../../core/service/audit.js';
+import type { RateLimiter } from '../../core/service/rate-limit.js';
 import { createService, type Service } from '../../core/service/service.js';
 import type { SvcConfig } from '../config.js';
 import { startGrpcServer } from '../grpc/server.js';
 import type { Logs } from '../log.js';
 import { serviceParts } from '../service-parts.js';
 import { providersFromConfig } from '../providers.js';
-import { createPromMetrics } from '../rest/metrics.js';
+import { createPromMetrics, type PromMetrics } from '../rest/metrics.js';
+import type { ClosableTracer } from '../otel.js';
 import { buildRestApp, type RestState } from '../rest/server.js';
 import { HttpShard, shardPool } from './http-shard.js';
 import { RouterMap, startMapRefresh } from './map.js';
 import { routerMetrics } from './metrics.js';
 import { startReplicaProbe } from './replica-set.js';
 import { addClusterMapRoute } from './rest.js';
+import { httpLoopCount, startLoops, type Loops } from '../loops/loops.js';
 
 /**
  * `svc serve` with SVC_CLUSTER_SHARDS (or SVC_COORDINATOR_URL): a stateless router. No data directory:
@@ -32,8 +35,8 @@ import { addClusterMapRoute } from './rest.js';
 export interface RunningRouter {
   restPort: number;
   grpcPort: number;
-  service: Service;
-  engine: EngineApi;
+  /** The request loops when SVC_HTTP_LOOPS is above 1 (each routes on its own), else null. */
+  loops: Loops | null;
   close(): Promise<void>;
 }
 
@@ -45,16 +48,34 @@ const REPLICA_PROBE_TIMEOUT_MS = 2_000;
 const READY_POLL_MS = 200;
 const READY_TELL_MS = 5_000;
 
-export async function startRouter(config: SvcConfig, logs: Logs, opts: { env?: Readonly<Record<string, string | undefined>> } = {}): Promise<RunningRouter> {
+/** What serving as a router needs, on whichever thread serves: the map, the engine over it, the service. */
+export interface RouterCore {
+  engine: Engine;
+  service: Service;
+  map: RouterMap;
+  /** Resolves once the router can serve (becomeReady); rejects when `signal` aborts. */
+  ready(signal: AbortSignal): Promise<void>;
+  /** Stops the map refresh and replica probe, closes the engine, the shard connections and the audit file. */
+  release(): Promise<void>;
+  tracer: ClosableTracer;
+}
+
+/**
+ * The router's parts over `metrics`: one set in a single-loop router, one per request loop in a
+ * multi-loop one (roles/loops/: a router holds no state a loop must share but the rate limit and the
+ * audit file, which `over` brings from the main thread). `statsSource`: whether these metrics' engine
+ * gauges ask the shards (one loop does; the others' would repeat the same fan-out at every scrape).
+ */
+export function routerCore(
+  config: SvcConfig, logs: Logs, metrics: PromMetrics,
+  over: { audit?: AuditSink; rateLimiter?: RateLimiter; statsSource?: boolean; env?: Readonly<Record<string, string | undefined>> } = {},
+): RouterCore {
   const r = config.router!;
   const log = logs.target('svc::router');
-  for (const w of config.warnings) (w.includes('SVC_INSECURE') ? log.error.bind(log) : log.warn.bind(log))({ warning: true }, w);
-  if (config.httpLoops !== null && config.httpLoops > 1) log.warn({ warning: true }, 'SVC_HTTP_LOOPS: a router serves on one event loop in this build; the variable is not acted on');
   // Text is embedded and reranked here, once, so the router holds the provider tables (api_key_env read now).
-  const { embedders, rerankers } = buildProviders(providersFromConfig(config, opts.env ?? process.env));
+  const { embedders, rerankers } = buildProviders(providersFromConfig(config, over.env ?? process.env));
 
   const pool = shardPool();
-  const metrics = createPromMetrics();
   let series: ReturnType<typeof routerMetrics> | null = null;
   const map = new RouterMap({
     client: (id, url, replica) => new HttpShard({
@@ -81,26 +102,45 @@ export async function startRouter(config: SvcConfig, logs: Logs, opts: { env?: R
     shards: () => map.routed(), present: () => map.present(), moving: () => map.moving(), mapStale: async () => refresh?.now(),
     limits: config.limits, embedders, rerankers, monotonicMs: () => performance.now(),
   });
-  const { fileSink, tracer, options } = serviceParts(config, logs, metrics);
-  const service = createService(engine, options);
+  const { fileSink, tracer, options } = serviceParts(config, logs, metrics, over.audit !== undefined ? { audit: over.audit } : {});
+  const service = createService(engine, { ...options, ...(over.rateLimiter !== undefined ? { rateLimiter: over.rateLimiter } : {}) });
   // The engine gauges (svc_points...) are the cluster's: every shard's stats, summed, at each scrape.
-  metrics.setStatsSource(() => engine.stats());
-
-  const state: RestState = { service: null, notReady: 'the router is waiting for its shards to answer /readyz' };
-  const app = buildRestApp(state, { limits: config.limits, metrics, log: logs.target('svc::rest'), tls: config.tls, connections: config.connections });
-  addClusterMapRoute(app, service, () => map.current(), metrics);
+  if (over.statsSource ?? true) metrics.setStatsSource(() => engine.stats());
 
   refresh = r.coordinatorUrl === null ? null : startMapRefresh(map, {
     coordinatorUrl: r.coordinatorUrl, key: r.shardKey, timeoutMs: r.timeoutMs, intervalMs: r.mapRefreshMs, dispatcher: pool, log,
   });
-  const release = async (): Promise<void> => {
-    await refresh?.stop();
-    await probe.stop();
-    await engine.close();
-    await pool.close();
-    fileSink?.close();
-    await tracer.shutdown();
+  return {
+    engine, service, map, tracer,
+    ready: (signal) => becomeReady(map, log, signal),
+    async release() {
+      await refresh?.stop();
+      await probe.stop();
+      await engine.close();
+      await pool.close();
+      fileSink?.close();
+      await tracer.shutdown();
+    },
   };
+}
+
+/** What /readyz and /v1 say until the router is ready. */
+export const ROUTER_NOT_READY = 'the router is waiting for its shards to answer /readyz';
+
+export async function startRouter(config: SvcConfig, logs: Logs, opts: { env?: Readonly<Record<string, string | undefined>> } = {}): Promise<RunningRouter> {
+  const r = config.router!;
+  const log = logs.target('svc::router');
+  for (const w of config.warnings) (w.includes('SVC_INSECURE') ? log.error.bind(log) : log.warn.bind(log))({ warning: true }, w);
+  const loopCount = await httpLoopCount(config, log);
+  if (loopCount > 1) return startRouterLoops(config, logs, loopCount);
+
+  const metrics = createPromMetrics();
+  const core = routerCore(config, logs, metrics, opts);
+  const { service, map } = core;
+
+  const state: RestState = { service: null, notReady: ROUTER_NOT_READY };
+  const app = buildRestApp(state, { limits: config.limits, metrics, log: logs.target('svc::rest'), tls: config.tls, connections: config.connections });
+  addClusterMapRoute(app, service, () => map.current(), metrics);
 
   let grpc: { port: number; close(): Promise<void> };
   try {
@@ -115,7 +155,7 @@ export async function startRouter(config: SvcConfig, logs: Logs, opts: { env?: R
     });
   } catch (e) {
     await app.close();
-    await release();
+    await core.release();
     throw e;
   }
   const restPort = (app.server.address() as AddressInfo).port;
@@ -125,20 +165,55 @@ export async function startRouter(config: SvcConfig, logs: Logs, opts: { env?: R
   }, 'svc router listening; waiting for its shards');
 
   const waiting = new AbortController();
-  const readiness = becomeReady(map, log, waiting.signal).then(() => {
+  const readiness = core.ready(waiting.signal).then(() => {
     state.service = service;
     log.info({ routed: map.routed().map((s) => s.id), version: map.current().version, from: map.source() }, 'svc router ready');
   }, () => undefined);
 
   let closing: Promise<void> | null = null;
   return {
-    restPort, grpcPort: grpc.port, service, engine,
+    restPort, grpcPort: grpc.port, loops: null,
     close() {
       closing ??= (async () => {
         waiting.abort();
         await readiness;
         await Promise.all([app.close(), grpc.close()]);
-        await release();
+        await core.release();
+      })();
+      return closing;
+    },
+  };
+}
+
+/**
+ * A router on several request loops: each loop is a whole router (routerCore) with its own map, engine
+ * and shard connections, so no one thread carries every request's scatter-gather. This thread holds the
+ * audit file, adds up /metrics and replaces a loop that dies (roles/loops/loops.ts).
+ */
+async function startRouterLoops(config: SvcConfig, logs: Logs, count: number): Promise<RunningRouter> {
+  const metrics = createPromMetrics();
+  const { fileSink, tracer } = serviceParts(config, logs, metrics);
+  let loops: Loops;
+  try {
+    loops = await startLoops({
+      role: 'router', config, count, logs, metrics, engine: () => null, busy: () => null, raftView: null,
+      audit: fileSink === null ? null : (r) => fileSink.append(r),
+    });
+  } catch (e) {
+    fileSink?.close();
+    await tracer.shutdown();
+    throw e;
+  }
+  logs.target('svc::router').info({ rest_port: loops.restPort, grpc_port: loops.grpcPort, http_loops: count, shards: config.router!.shards },
+    'svc router listening on its request loops; each waits for its shards');
+  let closing: Promise<void> | null = null;
+  return {
+    restPort: loops.restPort, grpcPort: loops.grpcPort, loops,
+    close() {
+      closing ??= (async () => {
+        await loops.close();
+        fileSink?.close();
+        await tracer.shutdown();
       })();
       return closing;
     },

@@ -1,0 +1,24 @@
+import type { SvcConfig } from '../config.js';
+
+/** What a request loop (loop-worker.ts) is started with, and what it answers once listening. */
+export interface LoopData {
+  index: number;
+  /**
+   * `node`: the engine is the main thread's (a database, a follower, a consensus member), reached over
+   * the link. `router`: each loop routes on its own (a router holds no state the loops must share but
+   * the rate limit and the audit file): its own map, engine and shard connections.
+   */
+  role: 'node' | 'router';
+  config: SvcConfig;
+  restPort: number;
+  grpcPort: number;
+  /** The per-key token buckets (core/service/rate-limit.ts SharedTokenBuckets) and their key order. */
+  buckets: SharedArrayBuffer;
+  bucketKeys: string[];
+  /** SVC_AUDIT_LOG is set: records go to the main thread's file sink. */
+  auditFile: boolean;
+  /** This node is a consensus member: GET /cluster/raft is served. */
+  raft: boolean;
+}
+
+export interface LoopListening { restPort: number; grpcPort: number }
