@@ -116,7 +116,7 @@ async function openAndServe(
     log: (level, message, detail) => logs.target('svc::db')[level](detail ?? {}, message),
   });
   const store = config.leader === null ? null : await ReplicaStore.open({
-    dataDir: config.dataDir, openDb: open,
+    dataDir: config.dataDir, openDb: open, monotonicMs: () => performance.now(),
     log: (message, detail) => logs.target('svc::replication').info(detail ?? {}, message),
   });
   const current = (): Database => store?.current ?? leaderDb!;
