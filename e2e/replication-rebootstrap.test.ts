@@ -1,8 +1,9 @@
 /**
  * A re-bootstrap as real processes (issue 15): a replica whose leader no longer holds the log after its
  * position (here: it is pointed at another leader, whose history is shorter) streams a full snapshot into
- * a side directory while it goes on answering reads from its last state, then swaps it in. Every read
- * meanwhile answers with the old state or the new one, never an error and never a part of either.
+ * a side directory while it goes on answering reads from its last state, builds the new graph there,
+ * then swaps it in (which reads the graph back from its file). Every read meanwhile answers with the
+ * old state or the new one, never an error and never a part of either.
  */
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
@@ -45,7 +46,7 @@ describe('a replica re-bootstraps while it answers reads', () => {
     await r.stop();
 
     // Pointed at b, whose log ends before the replica's position: b sends a full snapshot.
-    r = await node(replicaDir, env(b), master);
+    r = await node(replicaDir, { ...env(b), RUST_LOG: 'info' }, master);
     const seen = new Map<string, number>();
     for (;;) {
       const q = await call(r)('POST', '/v1/collections/c/query', { vector: vec(3), k: 3 });
@@ -64,6 +65,22 @@ describe('a replica re-bootstraps while it answers reads', () => {
     const metrics = await (await fetch(`${r.base}/metrics`)).text();
     expect(metrics).toMatch(/^svc_replication_bootstraps_total 1$/m);
     expect(existsSync(`${replicaDir}.bootstrap`) || existsSync(`${replicaDir}.old`)).toBe(false);
+    // The new graph was built in the side directory before the swap, and the directory swapped in read it
+    // back from its graph file rather than building it again: the log says which.
+    const logged = async (msg: string) => {
+      for (let i = 0; i < 600; i++) {
+        const line = r.stderr().split('\n').find((l) => l.includes(msg));
+        if (line !== undefined) return JSON.parse(line) as Record<string, unknown>;
+        await new Promise((res) => setTimeout(res, 100));
+      }
+      throw new Error(`no log line with '${msg}'`);
+    };
+    const built = await logged('graphs before swapping it in');
+    expect(built).toMatchObject({ collections: 1, points: 30_000 });
+    expect(await logged('graphs of the swapped-in directory ready')).toMatchObject({ loaded: ['c'], rebuilt: [] });
+    const order = ['graphs before swapping it in', 'swapped in the re-bootstrapped directory'].map((m) => r.stderr().indexOf(m));
+    expect(order[0]).toBeGreaterThanOrEqual(0);
+    expect(order[0]).toBeLessThan(order[1]);
 
     // kill -9 and a restart: the swapped-in directory is the one opened, and it resumes on b.
     r.child.kill('SIGKILL');

@@ -16,6 +16,14 @@ export class Prng {
     for (let i = 0; i < 15; i++) this.nextU32();
   }
 
+  /** Continues from `other`'s state: both draw the same numbers from here. */
+  copyFrom(other: Prng): void {
+    this.a = other.a;
+    this.b = other.b;
+    this.c = other.c;
+    this.d = other.d;
+  }
+
   nextU32(): number {
     const t = (((this.a + this.b) | 0) + this.d) | 0;
     this.d = (this.d + 1) | 0;

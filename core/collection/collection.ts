@@ -28,6 +28,13 @@ import type { CollectionSpec } from './params.js';
  */
 export type IndexBuilder = (store: VectorStore, slots: Int32Array, opts: HnswOptions, signal?: AbortSignal, from?: Hnsw) => Promise<Hnsw>;
 
+/**
+ * Inserts `slots` at `levels` (drawn by `graph.drawLevels`, one per slot) into a copy of `graph`, which
+ * keeps serving searches meanwhile unchanged, and resolves to the copy: the graph that `graph.insert` of
+ * each slot in turn would have made (rebuild.ts: in a build worker, or inline for tests).
+ */
+export type GraphExtender = (store: VectorStore, graph: Hnsw, slots: Int32Array, levels: Int8Array, signal?: AbortSignal) => Promise<Hnsw>;
+
 /** Where a collection's graph is kept between opens (DataDir: collections/<uid>/graph). */
 export interface GraphFiles {
   /** Null when there is none; throws when it is damaged. */
@@ -46,6 +53,12 @@ export interface CollectionOptions {
   absorbSliceMs?: number;
   /** A tail of unindexed slots longer than this is rebuilt in a worker rather than inserted on the main thread. */
   absorbMax?: number;
+  /**
+   * Absorbs of more than ABSORB_INLINE_MAX slots insert into a copy of the graph off the main thread
+   * (a read replica: its event loop applies the leader's records first). The graph is the one main-thread
+   * inserts make: the same slots in the same order at the same levels. Absent: every absorb is inline.
+   */
+  extendGraph?: GraphExtender;
   onIndexError?: (e: unknown) => void;
   /** Absent: the graph is never written, and an open always rebuilds it. */
   graphFiles?: GraphFiles;
@@ -54,6 +67,10 @@ export interface CollectionOptions {
 }
 
 const EMPTY: SearchResult = { slots: new Int32Array(0), dists: new Float32Array(0) };
+/** With `extendGraph`: a tail up to this many slots is inserted on the main thread (a worker round trip costs more). */
+export const ABSORB_INLINE_MAX = 32;
+/** With `extendGraph`: most slots one off-thread absorb inserts before the graph is swapped (and copied again). */
+export const ABSORB_BATCH_MAX = 4096;
 /**
  * Scalar quantization learns each dimension's range once a collection holds this many live vectors
  * (searches traverse the float vectors before), and again from every rebuild's slots.
@@ -106,6 +123,10 @@ export class Collection {
   private writeCounter = 0;
   private rebuilding: Promise<void> | null = null;
   private absorbing = false;
+  /** The off-thread absorb in flight (extendGraph), if any: a rebuild waits for it (one build thread at a time). */
+  private absorbBatch: Promise<void> | null = null;
+  /** Slots off-thread absorbs inserted (a metric: read replicas). */
+  absorbedOffThread = 0;
   private dropped = false;
   /** Aborted at drop (a close or a collection drop): a build in flight stops rather than run on unseen. */
   private readonly builds = new AbortController();
@@ -384,6 +405,9 @@ export class Collection {
     const opts: HnswOptions = { m: o.m, efConstruction: o.ef_construction, kind: this.kind, seed: this.opts.seed };
     this.rebuilding = (async () => {
       try {
+        // An off-thread absorb in flight ends first (its graph is dropped: this one replaces it), so a
+        // rebuild's workers never run beside it and take more of the store's scratch lanes.
+        if (this.absorbBatch !== null) await this.absorbBatch;
         const loaded = this.loadPending ? await this.graphFromFile(slots, opts) : null;
         this.loadPending = false;
         const built = this.opts.buildIndex(this.store, slots, opts, this.builds.signal, loaded?.graph);
@@ -550,7 +574,11 @@ export class Collection {
     return this.opts.absorbMax ?? 5000;
   }
 
-  /** Inserts the small unindexed tail into the graph on the main thread, in bounded slices. */
+  /**
+   * Inserts the small unindexed tail into the graph on the main thread, in bounded slices (or, with
+   * extendGraph, in batches off it). Once started, an absorb goes on until the graph holds every slot,
+   * whatever the tail grows to meanwhile.
+   */
   private scheduleAbsorb(): void {
     if (this.dropped) return;
     // Every slot a graph may take has its codes first (a running absorb takes slots appended since it
@@ -564,37 +592,87 @@ export class Collection {
     }
     if (tail > this.absorbMax() || (this.graph === null && this.indexedUpTo > 0)) return; // a rebuild's job
     this.absorbing = true;
-    const sliceMs = this.opts.absorbSliceMs ?? 4;
-    const step = (): void => {
-      if (this.dropped || this.rebuilding !== null) {
-        this.absorbing = false;
-        return;
+    setImmediate(this.absorbStep);
+  }
+
+  /** One slice of an absorb (absorbing is set), then the next one, until the tail is empty. */
+  private readonly absorbStep = (): void => {
+    if (this.dropped || this.rebuilding !== null) {
+      this.absorbing = false;
+      return;
+    }
+    if (this.graph === null) {
+      const o = this.spec.index_params;
+      this.graph = new Hnsw(this.store, { m: o.m, efConstruction: o.ef_construction, kind: this.kind, seed: this.opts.seed });
+      this.graph.attachCodes(this.codes);
+    }
+    const extend = this.opts.extendGraph;
+    if (extend !== undefined && this.graph.size > 0 && this.store.count - this.indexedUpTo > ABSORB_INLINE_MAX) {
+      this.absorbBatch = this.absorbOffThread(extend, this.graph).finally(() => {
+        this.absorbBatch = null;
+      });
+      return;
+    }
+    const until = this.opts.clock.monotonicMs() + (this.opts.absorbSliceMs ?? 4);
+    while (this.indexedUpTo < this.store.count) {
+      const slot = this.indexedUpTo;
+      if (this.live.has(slot)) {
+        this.graph.insert(slot);
+        this.graphChanges++;
       }
-      if (this.graph === null) {
-        const o = this.spec.index_params;
-        this.graph = new Hnsw(this.store, { m: o.m, efConstruction: o.ef_construction, kind: this.kind, seed: this.opts.seed });
-        this.graph.attachCodes(this.codes);
-      }
-      const until = this.opts.clock.monotonicMs() + sliceMs;
-      while (this.indexedUpTo < this.store.count) {
-        const slot = this.indexedUpTo;
-        if (this.live.has(slot)) {
-          this.graph.insert(slot);
-          this.graphChanges++;
-        }
-        this.indexedUpTo++;
-        // Checked after every insert: one insert of a high-dimensional point can take a millisecond or
-        // more on a busy machine, and sixteen of them were enough to stall a replication stream's sends.
-        if (this.opts.clock.monotonicMs() >= until) break;
-      }
-      if (this.indexedUpTo < this.store.count) setImmediate(step);
-      else {
-        this.absorbing = false;
-        this.wake();
-        this.maybePersist();
-      }
-    };
-    setImmediate(step);
+      this.indexedUpTo++;
+      // Checked after every insert: one insert of a high-dimensional point can take a millisecond or
+      // more on a busy machine, and sixteen of them were enough to stall a replication stream's sends.
+      if (this.opts.clock.monotonicMs() >= until) break;
+    }
+    this.absorbNext();
+  };
+
+  /** After a slice or a batch: the next one, or the absorb is done (waiters woken, the file maybe written). */
+  private absorbNext(): void {
+    if (this.indexedUpTo < this.store.count) {
+      setImmediate(this.absorbStep);
+    } else {
+      this.absorbing = false;
+      this.wake();
+      this.maybePersist();
+    }
+  }
+
+  /**
+   * One batch of the tail inserted into a copy of `graph` off the main thread, then swapped in, and the
+   * absorb goes on. The levels are drawn here from `graph`'s stream, in slot order, as inline inserts
+   * draw them: both make the same graph. A rebuild started meanwhile supersedes the copy (and absorbs
+   * again when it ends); a failure leaves the collection stale (the next read rebuilds it), reported.
+   * Never rejects.
+   */
+  private async absorbOffThread(extend: GraphExtender, graph: Hnsw): Promise<void> {
+    const from = this.indexedUpTo;
+    const to = Math.min(this.store.count, from + ABSORB_BATCH_MAX);
+    const slots = this.live.slotsIn(from, to);
+    const levels = graph.drawLevels(slots.length);
+    let next: Hnsw;
+    try {
+      next = await extend(this.store, graph, slots, levels, this.builds.signal);
+    } catch (e) {
+      this.absorbing = false;
+      if (this.dropped) return;
+      this.stale = true;
+      this.opts.onIndexError?.(e);
+      this.wake(); // a strong read waiting on this absorb starts the rebuild instead
+      return;
+    }
+    if (this.dropped || this.rebuilding !== null || this.graph !== graph) {
+      this.absorbing = false;
+      return;
+    }
+    // The swap, a few assignments. Every slot below `to` had its codes before the batch began.
+    next.attachCodes(this.codes);
+    this.graph = next;
+    this.indexedUpTo = to;
+    this.graphChanges += slots.length;
+    this.absorbedOffThread += slots.length;
+    this.absorbNext();
   }
 
   private wake(): void {

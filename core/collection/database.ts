@@ -32,7 +32,7 @@ import {
 import {
   checkObject, decodeCursor, encodeCursor, parseBool, parseConsistency, parseDepth, parseEf, fusionDepth, parseFetchLimit, parseK, parseRerankPool, parseRrfK0,
 } from './queries.js';
-import { defaultBuildWorkers, indexBuilderInWorkers, prewarmIndexBuilds } from './rebuild.js';
+import { defaultBuildWorkers, extendGraphInline, extendGraphInWorker, indexBuilderInWorkers, prewarmIndexBuilds } from './rebuild.js';
 import { SearchDispatch } from './search-dispatch.js';
 import { SearchPool, type SearchPoolStats } from './search-pool.js';
 import { replicationStream, type ReplicationView } from './replication.js';
@@ -65,6 +65,12 @@ export interface DatabaseOptions {
   buildIndex?: IndexBuilder;
   /** Longest unindexed tail inserted in place on the main thread; longer ones are a rebuild's (default 5,000). */
   absorbMax?: number;
+  /**
+   * Graphs take large tails of new points in a build worker, on a copy of the graph, instead of in
+   * slices of the event loop (Collection's extendGraph): a read replica, whose loop applies its leader's
+   * records first. The graph is the same either way. Default false.
+   */
+  absorbOffThread?: boolean;
   /** Dirty points that trigger a checkpoint of a collection into a segment. */
   checkpointPoints?: number;
   /** Delta segments a collection may have before a checkpoint compacts them into one (default 8). */
@@ -294,6 +300,7 @@ export class Database {
       seed: this.opts.seed ?? 0x5eed,
       buildIndex: this.opts.buildIndex ?? this.buildIndex,
       ...(this.opts.absorbMax !== undefined ? { absorbMax: this.opts.absorbMax } : {}),
+      ...(this.opts.absorbOffThread === true ? { extendGraph: this.opts.buildIndex === undefined ? extendGraphInWorker : extendGraphInline } : {}),
       onIndexError: (e) => this.log('error', 'index build failed; the prior index stays in use', {
         collection: spec.name, error: e instanceof Error ? e.message : String(e),
       }),

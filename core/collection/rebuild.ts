@@ -1,9 +1,9 @@
 import { availableParallelism } from 'node:os';
 import { SvcError } from '../base/errors.js';
 import { Hnsw, type HnswOptions } from '../index/hnsw/hnsw.js';
-import { buildInWorker, buildParallel, extendInWorker, prewarmBuildWorker } from '../index/hnsw/build-worker.js';
+import { buildInWorker, buildParallel, extendCopyInWorker, extendInWorker, prewarmBuildWorker } from '../index/hnsw/build-worker.js';
 import { LANES_PER_MEMORY, type VectorStore } from '../index/vector-store.js';
-import type { IndexBuilder } from './collection.js';
+import type { GraphExtender, IndexBuilder } from './collection.js';
 
 /**
  * Below this many slots a graph is built by one worker. Two workers are faster from about 4,000 slots
@@ -69,4 +69,15 @@ export const buildIndexInline: IndexBuilder = async (store, slots, opts, _signal
   if (from === undefined) return Hnsw.build(store, slots, opts);
   for (const s of missingFrom(from, slots)) from.insert(s);
   return from;
+};
+
+/** Off-thread absorbs (a read replica's): a build worker extends a copy of the graph. */
+export const extendGraphInWorker: GraphExtender = (store, graph, slots, levels, signal) => extendCopyInWorker(store, graph, slots, levels, signal);
+
+/** The same on the calling thread, for tests with inline builds: a copy extended, the original unchanged. */
+export const extendGraphInline: GraphExtender = async (store, graph, slots, levels) => {
+  const next = Hnsw.deserialize(store, Hnsw.copyData(graph.serialize()));
+  next.continueLevelsOf(graph);
+  for (let i = 0; i < slots.length; i++) next.insertAtLevel(slots[i], levels[i]);
+  return next;
 };

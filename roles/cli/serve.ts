@@ -136,11 +136,14 @@ async function openAndServe(
     replicationRetainBytes: config.replicationRetainBytes,
     // Server reads never wait for a rebuild unless they ask for strong (the spec's freshness states).
     waitForBulkBuild: false,
+    // A read replica's graphs take new points in a build worker: its event loop applies the leader's
+    // records instead of queueing them behind main-thread inserts (bench:replication's lag).
+    absorbOffThread: config.leader !== null,
     // Storage and index warnings (a torn WAL tail, a graph file not used): the operator's to see.
     log: (level, message, detail) => logs.target('svc::db')[level](detail ?? {}, message),
   });
   const store = config.leader === null ? null : await ReplicaStore.open({
-    dataDir: config.dataDir, openDb: open,
+    dataDir: config.dataDir, openDb: open, monotonicMs: () => performance.now(),
     log: (message, detail) => logs.target('svc::replication').info(detail ?? {}, message),
   });
   const current = (): Database => store?.current ?? leaderDb!;

@@ -147,6 +147,49 @@ describe('a read replica re-bootstraps into a side directory', () => {
     await leader.close();
   });
 
+  it('builds the new graphs before the swap, and the swapped-in directory reads them back instead of building again', async () => {
+    const root = tempRoot();
+    const leader = await openLeader(root);
+    await leader.deleteCollection('c');
+    await leader.createCollection({ name: 'g', dim: 8, metric: 'l2' });
+    const vec8 = (i: number) => Array.from({ length: 8 }, (_, d) => Math.sin(i * (d + 1)));
+    const put = (from: number, n: number) => leader.upsert('g', { points: Array.from({ length: n }, (_, i) => ({ id: `g${from + i}`, vector: vec8(from + i) })) });
+    for (let b = 0; b < 3; b++) await put(b * 500, 500);
+    const logs: { message: string; detail?: Record<string, unknown> }[] = [];
+    const dataDir = join(root, 'replica');
+    const store = await ReplicaStore.open({
+      dataDir, log: (message, detail) => logs.push({ message, detail }),
+      openDb: (path) => Database.open({ dataDir: path, masterKey: FOLLOWER_KEY, buildIndex: buildIndexInline }),
+    });
+    const source: ReplicationSource = (resume, signal) => leader.replicate(resume === undefined ? {} : { after_seq: resume.seq, history: resume.history }, signal);
+    const leaderSeq = async () => ((await leader.stats()).replication as { commit_seq: number }).commit_seq;
+    let f = follow(store, source);
+    await until('the first bootstrap', async () => f.stats().appliedSeq === (await leaderSeq()));
+    await f.stop();
+    // The leader rewrites the collection and drops its log behind the replica.
+    const position = store.replicaSeq!.seq;
+    for (let b = 0; b < 4 || leader.replicationView().log.firstRetainedSeq <= position + 1; b++) {
+      expect(b, 'the leader drops its log behind the replica').toBeLessThan(100);
+      await put((b * 500) % 2000, 500);
+    }
+    f = follow(store, source);
+    await until('the re-bootstrap swaps in', () => logs.some((l) => l.message.startsWith('replica: graphs of the swapped-in directory ready')));
+    expect(f.stats().bootstraps).toBe(1);
+    const built = logs.findIndex((l) => l.message.startsWith('replica: built the re-bootstrapped directory\'s graphs before swapping it in'));
+    const swapped = logs.findIndex((l) => l.message === 'replica: swapped in the re-bootstrapped directory');
+    expect(built).toBeGreaterThanOrEqual(0);
+    expect(swapped).toBeGreaterThan(built);
+    expect(logs.find((l) => l.message.startsWith('replica: graphs of the swapped-in'))!.detail).toEqual({ loaded: ['g'], rebuilt: [] });
+    // Searches on the swapped-in directory run on the graph read back from its file, not a rebuild.
+    const g = store.current.indexStates().find((c) => c.name === 'g')!;
+    expect(g).toMatchObject({ count: 2000, graphLoads: 1, rebuilds: 0, stale: false });
+    const hits = await store.read((db) => db.search('g', { vector: vec8(1234), k: 1 }));
+    expect(hits.hits[0].id).toBe('g1234');
+    await f.stop();
+    await store.close();
+    await leader.close();
+  });
+
   it('finishes a swap a crash stopped between its renames, and drops a side directory left unswapped', async () => {
     const root = tempRoot();
     const dataDir = join(root, 'replica');

@@ -1,6 +1,6 @@
 // Build worker thread. Each request re-opens the shared vector store (its own scratch lane) and either
 // builds a whole graph and posts it back, inserts slots into a graph it is given (a graph read back from
-// a file) and posts that back, or takes its share of a parallel build into a graph shared
+// a file), or into a copy of one (a read replica's absorb), and posts that back, or takes its share of a parallel build into a graph shared
 // with the other threads. Graph arrays are SharedArrayBuffer-backed, so posting them copies nothing.
 // The thread stays for the next request (build-worker.ts keeps idle workers for a while).
 import { readlinkSync } from 'node:fs';
@@ -18,8 +18,10 @@ function handle(req: WorkerRequest): unknown {
       return { ok: true, data: h.serialize() };
     }
     if (req.type === 'extend') {
-      const h = Hnsw.deserialize(store, req.data);
-      for (let i = 0; i < req.slots.length; i++) h.insert(req.slots[i]);
+      const h = Hnsw.deserialize(store, req.copy === true ? Hnsw.copyData(req.data) : req.data);
+      const levels = req.levels;
+      if (levels === undefined) for (let i = 0; i < req.slots.length; i++) h.insert(req.slots[i]);
+      else for (let i = 0; i < req.slots.length; i++) h.insertAtLevel(req.slots[i], levels[i]);
       return { ok: true, data: h.serialize() };
     }
     const h = Hnsw.deserialize(store, req.data);

@@ -6,7 +6,8 @@ import { Hnsw, type HnswData, type HnswOptions, type SharedSync } from './hnsw.j
 
 export type WorkerRequest =
   | { type: 'build'; store: VectorStoreHandle; slots: Int32Array; opts: HnswOptions }
-  | { type: 'extend'; store: VectorStoreHandle; data: HnswData; slots: Int32Array }
+  /** `levels`: drawn by the caller, one per slot; `copy`: extend a copy of `data`, which readers still use. */
+  | { type: 'extend'; store: VectorStoreHandle; data: HnswData; slots: Int32Array; levels?: Int8Array; copy?: boolean }
   | {
       type: 'insert';
       store: VectorStoreHandle;
@@ -174,6 +175,20 @@ export async function extendInWorker(store: VectorStore, graph: Hnsw, slots: Int
   if (slots.length === 0) return graph;
   const data = await runWorker({ type: 'extend', store: store.handle(), data: graph.serialize(), slots }, signal);
   return Hnsw.deserialize(store, data!);
+}
+
+/**
+ * Inserts `slots` (none of them in it yet) into a copy of `graph` made in a worker thread, at `levels`
+ * (graph.drawLevels: one per slot, in order): the graph that inserting them here would make, while this
+ * thread goes on searching (and the search pool reading) `graph` itself, unchanged. The copy continues
+ * `graph`'s level stream. Nothing may change `graph` meanwhile.
+ */
+export async function extendCopyInWorker(store: VectorStore, graph: Hnsw, slots: Int32Array, levels: Int8Array, signal?: AbortSignal): Promise<Hnsw> {
+  if (slots.length !== levels.length) throw new SvcError('internal', `extend: ${slots.length} slots with ${levels.length} levels`);
+  const data = await runWorker({ type: 'extend', store: store.handle(), data: graph.serialize(), slots, levels, copy: true }, signal);
+  const next = Hnsw.deserialize(store, data!);
+  next.continueLevelsOf(graph);
+  return next;
 }
 
 /** Inserts done on the calling thread before the workers start, so they begin from a connected core. */

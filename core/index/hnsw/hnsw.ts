@@ -223,10 +223,18 @@ export class Hnsw implements VectorIndex {
   }
 
   insert(slot: number): void {
+    this.insertAtLevel(slot, this.drawLevel());
+  }
+
+  /**
+   * `insert` with the level drawn beforehand (`drawLevels`): what a thread extending a copy of this
+   * graph does, so that the copy becomes the graph `insert` would have made here.
+   */
+  insertAtLevel(slot: number, level: number): void {
     assert(slot >= 0 && slot < this.store.count, `slot ${slot} is not in the store`);
+    assert(Number.isInteger(level) && level >= 0 && level <= MAX_LEVEL, `level ${level} out of range`);
     this.ensureCapacity(slot + 1);
     assert(this.levels[slot] < 0, `slot ${slot} is already in the graph`);
-    const level = this.drawLevel();
     this.allocUpper(slot, level);
     this.levels[slot] = level;
     this.level0[slot * this.l0Stride] = 0;
@@ -475,6 +483,24 @@ export class Hnsw implements VectorIndex {
       upper: this.upper,
       codes: this.codes?.handle() ?? null,
     };
+  }
+
+  /**
+   * The level stream continues where `from`'s is (a graph that replaces `from`, extended from a copy of
+   * it with levels `from` drew): later inserts draw what they would have drawn in `from`.
+   */
+  continueLevelsOf(from: Hnsw): void {
+    this.prng.copyFrom(from.prng);
+  }
+
+  /** Copies of the arrays (a thread may extend them while readers keep the originals). */
+  static copyData(data: HnswData): HnswData {
+    const copy = <T extends Int32Array | Int8Array>(a: T): T => {
+      const out = new (a.constructor as new (b: SharedArrayBuffer) => T)(new SharedArrayBuffer(a.byteLength));
+      out.set(a);
+      return out;
+    };
+    return { ...data, level0: copy(data.level0), levels: copy(data.levels), upperOffset: copy(data.upperOffset), upper: copy(data.upper) };
   }
 
   /** Wraps serialized arrays without copying; later inserts continue with a fresh seeded level stream. */
