@@ -15,6 +15,8 @@ export interface LoopData {
   /** The per-key token buckets (core/service/rate-limit.ts SharedTokenBuckets) and their key order. */
   buckets: SharedArrayBuffer;
   bucketKeys: string[];
+  /** The process's open connections per transport (roles/listener-cap.ts shareConnectionCounts). */
+  connections: SharedArrayBuffer;
   /** SVC_AUDIT_LOG is set: records go to the main thread's file sink. */
   auditFile: boolean;
   /** This node is a consensus member: GET /cluster/raft is served. */

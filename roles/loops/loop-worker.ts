@@ -13,6 +13,7 @@ import type { AuditRecord } from '../../core/service/audit.js';
 import { createService, type Service } from '../../core/service/service.js';
 import { SharedTokenBuckets } from '../../core/service/rate-limit.js';
 import { startGrpcServer } from '../grpc/server.js';
+import { shareConnectionCounts } from '../listener-cap.js';
 import { createLogs } from '../log.js';
 import { addClusterRaftRoute } from '../raft/rest.js';
 import type { RaftView } from '../raft/member-host.js';
@@ -28,6 +29,8 @@ import type { LoopData, LoopListening } from './loop-data.js';
 
 
 const data = workerData as LoopData;
+// Before any server is made: SVC_MAX_CONNECTIONS and SVC_GRPC_MAX_CONNECTIONS are the process's.
+shareConnectionCounts(data.connections, data.index);
 const link = new Link(parentPort as unknown as LinkPort);
 const config = data.config;
 const logs = createLogs(config.logFilter);

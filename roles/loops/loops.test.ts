@@ -184,7 +184,8 @@ describe.runIf(support.ok)(`two request loops on Node ${process.versions.node}`,
     // The other loop answers meanwhile; the replacement joins the port and answers too.
     await expect.poll(() => server.loops!.replaced).toBe(1);
     const answers = await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/c/points:count', {});
-    expect([...answers.values()].map((a) => a.body)).toEqual([{ count: 41 }, { count: 41 }]);
+    expect([...answers.values()].map((a) => a.body)).toEqual([{ count: 41 }, { count: 41 }]);    expect(await metricValue(base, 'svc_http_loops')).toBe(2);
+    expect(await metricValue(base, 'svc_http_loop_restarts_total')).toBe(1);
   });
 
   it('close lets a request in flight on every loop finish, then refuses connections', async () => {
@@ -244,8 +245,53 @@ describe.runIf(support.ok)('the rate limit of a multi-loop server', () => {
   });
 });
 
+describe.runIf(support.ok)('the connection caps of a multi-loop server', () => {
+  const made: Socket[] = [];
+  /** Opens `n` idle sockets and resolves, after a moment, to those the server left open. */
+  async function idle(port: number, n: number): Promise<Socket[]> {
+    const all = await Promise.all(Array.from({ length: n }, () => new Promise<{ s: Socket; closed: () => boolean }>((resolve) => {
+      const s = connect(port, '127.0.0.1');
+      made.push(s);
+      let closed = false;
+      s.on('error', () => undefined);
+      s.on('close', () => { closed = true; });
+      s.once('connect', () => resolve({ s, closed: () => closed }));
+    })));
+    await new Promise((r) => setTimeout(r, 500));
+    for (const x of all) if (x.closed()) x.s.destroy();
+    return all.filter((x) => !x.closed()).map((x) => x.s);
+  }
+
+  it('are the process\'s: SVC_MAX_CONNECTIONS open across every loop, and a dead loop\'s connections given back', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'svc-loops-'));
+    const server = await startServer(config(dir, { SVC_HTTP_LOOPS: '2', SVC_MAX_CONNECTIONS: '10', SVC_HEADERS_TIMEOUT_SECS: '25' }), logs);
+    try {
+      let open = await idle(server.restPort, 30);
+      expect(open).toHaveLength(10);
+      for (const s of open) s.destroy();
+      await new Promise((r) => setTimeout(r, 300));
+      // Refused by whichever loop accepted them, and counted there: 20 in the process's /metrics.
+      expect(await metricValue(`http://127.0.0.1:${server.restPort}`, 'svc_connections_refused_total{transport="rest",reason="limit"}')).toBe(20);
+      await new Promise((r) => setTimeout(r, 300));
+      open = await idle(server.restPort, 10);
+      expect(open).toHaveLength(10);
+      // A loop killed while it holds some of them: what it held no longer counts once it is gone.
+      await server.loops!.terminate(0);
+      await expect.poll(() => server.loops!.replaced).toBe(1);
+      for (const s of open) s.destroy();
+      await new Promise((r) => setTimeout(r, 300));
+      open = await idle(server.restPort, 12);
+      expect(open).toHaveLength(10);
+    } finally {
+      for (const s of made) s.destroy();
+      await server.close();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 async function metricValue(base: string, series: string): Promise<number> {
-  const text = await (await fetch(`${base}/metrics`)).text();
+  const text = await (await fetch(`${base}/metrics`, { headers: { connection: 'close' } })).text();
   const line = text.split('\n').find((l) => l.startsWith(`${series} `));
   return line === undefined ? 0 : Number(line.slice(series.length + 1));
 }

@@ -2,13 +2,14 @@ import { createServer } from 'node:net';
 import { availableParallelism } from 'node:os';
 import type { Logger } from 'pino';
 import { Worker } from 'node:worker_threads';
-import { AggregatorRegistry } from 'prom-client';
+import { AggregatorRegistry, Counter, Gauge } from 'prom-client';
 import { workerEntry } from '../../core/index/worker-url.js';
 import { SharedTokenBuckets, type RateLimiter } from '../../core/service/rate-limit.js';
 import type { EngineApi } from '../../core/service/api.js';
 import type { AuditRecord } from '../../core/service/audit.js';
 import { INSECURE_PRINCIPAL } from '../../core/service/service.js';
 import { ConfigError, type SvcConfig } from '../config.js';
+import { connectionCountsBuffer, releaseLoopConnections } from '../listener-cap.js';
 import type { Logs } from '../log.js';
 import type { RaftView } from '../raft/member-host.js';
 import type { PromMetrics } from '../rest/metrics.js';
@@ -112,12 +113,21 @@ export async function startLoops(o: LoopsOptions): Promise<Loops> {
   const log = o.logs.target('svc::loops');
   const keys = [...new Set([...o.config.apiKeys.map((k) => k.name), INSECURE_PRINCIPAL.keyName])];
   const buckets = SharedTokenBuckets.allocate(keys, o.config.rateLimit);
+  const connections = connectionCountsBuffer(o.count);
   const loops: (LoopHandle | null)[] = new Array<LoopHandle | null>(o.count).fill(null);
   let restPort = o.config.restAddr.port;
   let grpcPort = o.config.grpcAddr.port;
   let isReady = false;
   let closing = false;
   let replaced = 0;
+  new Gauge({
+    name: 'svc_http_loops', help: 'Request loops (SVC_HTTP_LOOPS) listening now', registers: [o.metrics.registry],
+    collect() { this.set(loops.filter((l) => l?.ports != null).length); },
+  });
+  new Counter({
+    name: 'svc_http_loop_restarts_total', help: 'Request loops started to replace one that ended', registers: [o.metrics.registry],
+    collect() { this.reset(); this.inc(replaced); },
+  });
 
   const exposition = async (): Promise<string> => {
     const parts = await Promise.all(loops.map((l) => (l === null ? Promise.resolve([]) : l.link.call('metricsJson').catch(() => []) as Promise<object[]>)));
@@ -128,7 +138,7 @@ export async function startLoops(o: LoopsOptions): Promise<Loops> {
   const spawn = async (index: number): Promise<LoopHandle> => {
     const entry = workerEntry(import.meta.url, 'loop-worker');
     const data: LoopData = {
-      index, role: o.role, config: o.config, restPort, grpcPort, buckets, bucketKeys: keys, auditFile: o.audit !== null, raft: o.raftView !== null,
+      index, role: o.role, config: o.config, restPort, grpcPort, buckets, bucketKeys: keys, connections, auditFile: o.audit !== null, raft: o.raftView !== null,
     };
     const worker = new Worker(entry.filename, { eval: entry.eval, workerData: data, name: `svc-loop-${index}` });
     const link = new Link(worker as unknown as LinkPort);
@@ -141,6 +151,7 @@ export async function startLoops(o: LoopsOptions): Promise<Loops> {
       worker, link, index, ports: null,
       exited: new Promise((resolve) => worker.once('exit', (code) => {
         link.close(`request loop ${index} ended`);
+        releaseLoopConnections(connections, index);
         if (loops[index] === handle) loops[index] = null;
         if (!closing) {
           log.error({ loop: index, exit_code: code }, 'a request loop ended; starting another on the same ports');
