@@ -110,25 +110,21 @@ export async function runScaling(mode: 'tiny' | 'quick' | 'full', log: (l: strin
   return r;
 }
 
-export async function scalingSvg(r: ScalingResult): Promise<string> {
-  const values = r.search_median.flatMap((m) => [
-    { w: m.w, what: 'queries/s', value: m.qps },
-    { w: m.w, what: 'calling thread µs/query', value: m.main_us_per_query },
-    { w: m.w, what: 'process CPU µs/query', value: m.cpu_us_per_query },
-  ]);
+/** Small multiples, one line per measure (`what`) against `x`, each with its own y scale. */
+async function facetedLines(title: string, x: { field: string; title: string }, values: { what: string; value: number | null }[]): Promise<string> {
   const spec: vl.TopLevelSpec = {
     $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
-    title: `embedded search against search workers (${r.machine.cpus} CPUs, MNIST ${r.config.nBase}, ef 16, 64 in flight)`,
+    title,
     data: { values },
     facet: { field: 'what', type: 'nominal', title: null },
     columns: 3,
     resolve: { scale: { y: 'independent' } },
     spec: {
-      width: 260,
-      height: 200,
+      width: 240,
+      height: 190,
       mark: { type: 'line', point: true },
       encoding: {
-        x: { field: 'w', type: 'quantitative', title: 'search workers' },
+        x: { field: x.field, type: 'quantitative', title: x.title },
         y: { field: 'value', type: 'quantitative', title: null },
       },
     },
@@ -141,35 +137,22 @@ export async function scalingSvg(r: ScalingResult): Promise<string> {
   }
 }
 
-export async function loopsSvg(r: LoopsMeasured): Promise<string> {
-  const values = r.median.flatMap((m) => [
-    { loops: m.loops, what: 'queries/s', value: m.qps },
-    { loops: m.loops, what: 'p99 ms', value: m.p99_ms },
-    ...(['main', 'loops', 'other'] as const).map((t) => ({ loops: m.loops, what: `CPU µs/request: ${t}`, value: m.cpu_us_per_request?.[t] ?? null })),
-  ]);
-  const spec: vl.TopLevelSpec = {
-    $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
-    title: `svc serve against request loops (${r.node}, ${r.cores} CPUs, MNIST ${r.n_base}, ef ${r.ef}, wrk ${r.clients} connections)`,
-    data: { values },
-    facet: { field: 'what', type: 'nominal', title: null },
-    columns: 3,
-    resolve: { scale: { y: 'independent' } },
-    spec: {
-      width: 220,
-      height: 180,
-      mark: { type: 'line', point: true },
-      encoding: {
-        x: { field: 'loops', type: 'quantitative', title: 'SVC_HTTP_LOOPS' },
-        y: { field: 'value', type: 'quantitative', title: null },
-      },
-    },
-  };
-  const view = new vega.View(vega.parse(vl.compile(spec).spec), { renderer: 'none' });
-  try {
-    return await view.toSVG();
-  } finally {
-    view.finalize();
-  }
+export function scalingSvg(r: ScalingResult): Promise<string> {
+  return facetedLines(`embedded search against search workers (${r.machine.cpus} CPUs, MNIST ${r.config.nBase}, ef 16, 64 in flight)`,
+    { field: 'w', title: 'search workers' }, r.search_median.flatMap((m) => [
+      { w: m.w, what: 'queries/s', value: m.qps },
+      { w: m.w, what: 'calling thread µs/query', value: m.main_us_per_query },
+      { w: m.w, what: 'process CPU µs/query', value: m.cpu_us_per_query },
+    ]));
+}
+
+export function loopsSvg(r: LoopsMeasured): Promise<string> {
+  return facetedLines(`svc serve against request loops (${r.node}, ${r.cores} CPUs, MNIST ${r.n_base}, ef ${r.ef}, wrk ${r.clients} connections)`,
+    { field: 'loops', title: 'SVC_HTTP_LOOPS' }, r.median.flatMap((m) => [
+      { loops: m.loops, what: 'queries/s', value: m.qps },
+      { loops: m.loops, what: 'p99 ms', value: m.p99_ms },
+      ...(['main', 'loops', 'other'] as const).map((t) => ({ loops: m.loops, what: `CPU µs/request: ${t}`, value: m.cpu_us_per_request?.[t] ?? null })),
+    ]));
 }
 
 /** Writes scaling.json, scaling.svg and (when the server part ran) scaling-loops.svg into `dir`. */
