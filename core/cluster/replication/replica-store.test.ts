@@ -31,6 +31,14 @@ function storeAt(dataDir: string): Promise<ReplicaStore> {
   });
 }
 
+/** The leader's Replicate stream as a follower's source, and the leader's commit seq now. */
+function sourceOf(leader: Database): { source: ReplicationSource; leaderSeq(): Promise<number> } {
+  return {
+    source: (resume, signal) => leader.replicate(resume === undefined ? {} : { after_seq: resume.seq, history: resume.history }, signal),
+    leaderSeq: async () => ((await leader.stats()).replication as { commit_seq: number }).commit_seq,
+  };
+}
+
 function follow(store: ReplicaStore, source: ReplicationSource): Follower {
   const f = new Follower({
     source, target: store, clock: systemClock, random: () => 0.5, log: () => undefined,
@@ -161,8 +169,7 @@ describe('a read replica re-bootstraps into a side directory', () => {
       dataDir, log: (message, detail) => logs.push({ message, detail }),
       openDb: (path) => Database.open({ dataDir: path, masterKey: FOLLOWER_KEY, buildIndex: buildIndexInline }),
     });
-    const source: ReplicationSource = (resume, signal) => leader.replicate(resume === undefined ? {} : { after_seq: resume.seq, history: resume.history }, signal);
-    const leaderSeq = async () => ((await leader.stats()).replication as { commit_seq: number }).commit_seq;
+    const { source, leaderSeq } = sourceOf(leader);
     let f = follow(store, source);
     await until('the first bootstrap', async () => f.stats().appliedSeq === (await leaderSeq()));
     await f.stop();
@@ -237,8 +244,7 @@ describe('a read replica re-bootstraps into a side directory', () => {
       dataDir, fs, log: () => undefined,
       openDb: (path) => Database.open({ dataDir: path, masterKey: FOLLOWER_KEY, buildIndex: buildIndexInline }),
     });
-    const source: ReplicationSource = (resume, signal) => leader.replicate(resume === undefined ? {} : { after_seq: resume.seq, history: resume.history }, signal);
-    const leaderSeq = async () => ((await leader.stats()).replication as { commit_seq: number }).commit_seq;
+    const { source, leaderSeq } = sourceOf(leader);
     let f = follow(store, source);
     await until('the first bootstrap', async () => f.stats().appliedSeq === (await leaderSeq()));
     await f.stop();
