@@ -294,6 +294,28 @@ describe('Wal under simulated power loss', () => {
     expect(lostUnsynced).toBeGreaterThan(20);
   });
 
+  it('sync() is served while unsynced appends keep arriving behind it (it never waits for a quiet log)', async () => {
+    const fs = new FaultyFileSystem(8);
+    const wal = await Wal.open(fs, '/db/wal', { keyring: new TestKeyring(), log: quiet });
+    let stop = false;
+    let n = 0;
+    const pump = async (): Promise<void> => {
+      while (!stop) await Promise.all([0, 1, 2].map(() => wal.append('c1', enc(`x${n++}`), { sync: false })));
+    };
+    const pumps = [pump(), pump(), pump(), pump()];
+    await new Promise((r) => setTimeout(r, 20));
+    const issued = n;
+    const synced = await Promise.race([wal.sync().then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 3000))]);
+    const during = n;
+    stop = true;
+    await Promise.all(pumps);
+    expect(synced).toBe(true);
+    expect(wal.lastSeq).toBeGreaterThanOrEqual(issued);
+    expect(n).toBeGreaterThan(issued);
+    expect(during).toBeGreaterThan(issued);
+    await wal.close();
+  });
+
   it('a clean close makes unsynced appends durable', async () => {
     const fs = new FaultyFileSystem(7);
     const opts = { keyring: new TestKeyring(), log: quiet };

@@ -247,8 +247,8 @@ export class Wal implements CommitLog {
   private writtenSeq = 0;
   /** The active file holds written records not yet fsynced. */
   private unsynced = false;
-  /** sync() calls waiting for the next fsync after everything queued before them is written. */
-  private syncWaiters: { resolve: () => void; reject: (e: unknown) => void }[] = [];
+  /** sync() calls, each waiting for an fsync once every record through `seq` (the last issued before it) is written. */
+  private syncWaiters: { seq: number; resolve: () => void; reject: (e: unknown) => void }[] = [];
   private queue: Pending[] = [];
   private flushing = false;
   private idleWaiters: (() => void)[] = [];
@@ -389,9 +389,10 @@ export class Wal implements CommitLog {
   sync(): Promise<void> {
     if (this.closed) return Promise.reject(new SvcError('not_ready', 'the write-ahead log is closed'));
     if (this.failed !== null) return Promise.reject(this.failed);
-    if (!this.unsynced && !this.flushing && this.queue.length === 0) return Promise.resolve();
+    const seq = this.nextSeq - 1;
+    if (seq <= this.durableSeq) return Promise.resolve();
     return new Promise<void>((resolve, reject) => {
-      this.syncWaiters.push({ resolve, reject });
+      this.syncWaiters.push({ seq, resolve, reject });
       this.kick();
     });
   }
@@ -416,19 +417,20 @@ export class Wal implements CommitLog {
           n++;
         }
         const group = this.queue.splice(0, n);
-        // A sync() waits for the fsync after every record queued before it is written: this group's
-        // when nothing is queued behind it (a sync() called meanwhile is served by the next round).
-        const covered = this.queue.length === 0 ? this.syncWaiters.splice(0) : [];
+        const through = group.length > 0 ? group[group.length - 1].seq : this.writtenSeq;
+        // A sync() is served by the first group that writes the last record issued before it (or by an
+        // fsync alone when that is written already), however many appends keep arriving behind it.
+        const covered = this.syncWaiters.some((w) => w.seq <= through);
         // While a reader holds the log every group is fsynced: readers see durable records only.
-        const mustSync = covered.length > 0 || this.holds.size > 0 || group.some((p) => p.sync);
+        const mustSync = covered || this.holds.size > 0 || group.some((p) => p.sync);
         try {
           if (group.length > 0) await this.writeGroup(group, bytes, mustSync);
           else if (this.unsynced) await this.syncActive();
-          for (const w of covered) w.resolve();
+          this.settleSyncs();
         } catch (e) {
           this.failed = e;
           for (const p of [...group, ...this.queue.splice(0)]) p.reject(e);
-          for (const w of [...covered, ...this.syncWaiters.splice(0)]) w.reject(e);
+          for (const w of this.syncWaiters.splice(0)) w.reject(e);
           for (const w of this.waiters) w.settle(e);
         }
       }
@@ -474,6 +476,15 @@ export class Wal implements CommitLog {
     }
     for (const p of group) p.resolve(p.seq);
     if (mustSync) for (const w of this.waiters) if (w.seq <= this.durableSeq) w.settle();
+  }
+
+  /** Resolves the sync() calls whose records are durable now. */
+  private settleSyncs(): void {
+    if (this.syncWaiters.length === 0) return;
+    const done = this.syncWaiters.filter((w) => w.seq <= this.durableSeq);
+    if (done.length === 0) return;
+    this.syncWaiters = this.syncWaiters.filter((w) => w.seq > this.durableSeq);
+    for (const w of done) w.resolve();
   }
 
   /** Fsyncs the active file's unsynced records: durable from now on, and readers may see them. */
