@@ -1,4 +1,4 @@
-import { readdirSync, readFileSync, rmSync } from 'node:fs';
+import { readdirSync, readFileSync, rmSync, statSync, truncateSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { allPoints, call, eventually, KEY, raftLeader, raftView, restartMember, startNode, startRaftGroup, type RaftMember } from './cluster-harness.js';
@@ -137,6 +137,59 @@ describe('a consensus group of three svc processes', () => {
       await stopAll(members);
     }
   }, 120_000);
+
+  it('loses no acknowledged write when every member is SIGKILLed right after the ack and its database lost every write it had not fsynced: the consensus log brings them back', async () => {
+    // No snapshot in this test: a restarted member gets the writes from its own log, not from a peer's image.
+    const { members, links } = await startRaftGroup(['k1', 'k2', 'k3'], (id) => join(root, `k-${id}`), { ...TIMING, SVC_RAFT_SNAPSHOT_ENTRIES: '100000' });
+    const lastWal = (m: RaftMember): string => {
+      const dir = join(m.dataDir, 'wal');
+      return join(dir, readdirSync(dir).filter((n) => n.endsWith('.wal')).sort().at(-1)!);
+    };
+    try {
+      const leader = await raftLeader(members);
+      expect((await call(leader.server)('POST', '/v1/collections', { name: COLL, dim: 4, metric: 'cosine' })).status).toBe(201);
+      const index = (await raftView(leader)).commit_index;
+      await eventually('every member applied the create', async () => {
+        const views = await Promise.all(members.map(raftView));
+        return views.every((v) => v.applied_index >= index) ? true : `applied ${views.map((v) => v.applied_index).join(', ')}`;
+      });
+      // A create is fsynced in each member's database WAL: everything up to here survives any crash.
+      const durable = new Map(members.map((m) => [m.id, statSync(lastWal(m)).size]));
+      const acked = new Map<string, unknown>();
+      for (let b = 0; b < 12; b++) {
+        const ids = [b * 3, b * 3 + 1, b * 3 + 2];
+        const r = await upsert(members[b % 3], ids, 'kept');
+        expect(r.status, JSON.stringify(r.json)).toBe(200);
+        for (const i of ids) acked.set(`p${i}`, { tag: 'kept', i });
+      }
+      const del = await call(members[1].server)('DELETE', `/v1/collections/${COLL}/points/p4`);
+      expect(del.json).toEqual({ deleted: true });
+      acked.delete('p4');
+      const set = await call(members[2].server)('POST', `/v1/collections/${COLL}/points:payload`, { points: [{ id: 'p5', payload: { seen: true } }], mode: 'merge' });
+      expect(set.status, JSON.stringify(set.json)).toBe(200);
+      acked.set('p5', { tag: 'kept', i: 5, seen: true });
+      // Every member is SIGKILLed right after the last acknowledgement, and its database WAL loses every
+      // record written since the create: all of them unsynced (a consensus member's applied writes are
+      // durable in its log only), as if the machine had lost power, not only the process.
+      await stopAll(members);
+      for (const m of members) {
+        const path = lastWal(m);
+        expect(statSync(path).size, `${m.id} wrote its applied commands to its WAL`).toBeGreaterThan(durable.get(m.id)!);
+        truncateSync(path, durable.get(m.id)!);
+      }
+      for (const m of members) await restartMember(m);
+      await raftLeader(members);
+      for (const m of members) {
+        const ids = await retried(() => strongIds(m));
+        expect(ids, m.id).toEqual([...acked.keys()].sort());
+        const got = new Map((await allPoints(m.server, COLL)).map((p) => [p.id, p.payload]));
+        for (const [id, payload] of acked) expect(got.get(id), `${m.id} ${id}`).toEqual(payload);
+      }
+      for (const l of links.values()) await l.close();
+    } finally {
+      await stopAll(members);
+    }
+  }, 90_000);
 
   it('answers 503 unavailable, never acknowledging, when no quorum can be reached, and recovers when it can', async () => {
     const { members, links } = await startRaftGroup(['a', 'b', 'c'], (id) => join(root, `b-${id}`), TIMING);

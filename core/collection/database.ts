@@ -207,6 +207,11 @@ export class Database {
   private readonly buildIndex: IndexBuilder;
   /** A consensus member's: every write is proposed through it and applied by applyCommand (issue 17). */
   private proposer: CommandProposer | null = null;
+  /**
+   * A consensus member's point writes and applied positions go to the WAL unsynced: their durable record
+   * is the consensus log, which a restarted member replays after the position it finds (syncApplied).
+   */
+  private deferSync = false;
   /** A create or drop being applied: commands after it start once it is done (applyCommand). */
   private applyTail: Promise<void> | null = null;
   /** The last point command applyCommand issued, settled. */
@@ -548,6 +553,7 @@ export class Database {
    */
   useProposer(p: CommandProposer): void {
     this.proposer = p;
+    this.deferSync = true;
   }
 
   private async proposeCreate(spec: CollectionSpec, existOk: boolean): Promise<CollectionInfo> {
@@ -600,12 +606,24 @@ export class Database {
 
   /**
    * Every command through `index` has been applied: the position, in the WAL behind their records (it
-   * waits for a create or drop in progress), so after a crash this node resumes right after the
-   * last command whose records are all durable.
+   * waits for a create or drop in progress). Written, not fsynced, like the point writes before it: the
+   * consensus log holds them durably, and after a crash this node resumes right after the last position
+   * the WAL kept (the WAL is a prefix, so every record before it was kept too). Records after it may have
+   * been kept as well; the member applies them again (every command is idempotent: consensusApplied).
    */
   appliedThrough(index: number): Promise<void> {
     const tail = this.applyTail;
-    return tail === null ? this.dir.appendReplicaPosition(index) : tail.then(() => this.dir.appendReplicaPosition(index));
+    const write = (): Promise<void> => this.dir.appendReplicaPosition(index, { sync: !this.deferSync });
+    return tail === null ? write() : tail.then(write);
+  }
+
+  /**
+   * Every applied position written so far is durable once it resolves (one WAL fsync). A consensus
+   * member calls it before a snapshot marker lets its log drop the entries it applied: the database must
+   * not need them again after any crash.
+   */
+  syncApplied(): Promise<void> {
+    return this.dir.sync();
   }
 
   /**
@@ -942,7 +960,8 @@ export class Database {
    * `encoded`: op's encoding as received (a follower's leader record), written as it is.
    */
   private async writeHere(col: Collection, op: Op, bulk: boolean, encoded?: Uint8Array): Promise<number> {
-    const seq = await this.dir.append(col.uid, op, encoded);
+    // A consensus member's write is durable in its consensus log already (deferSync).
+    const seq = await this.dir.append(col.uid, op, encoded, { sync: !this.deferSync });
     if (this.byUid.get(col.uid) !== col) return 0; // dropped while the record was being made durable
     const changed = col.apply(op, seq, bulk);
     this.maybeCheckpoint(col);

@@ -452,10 +452,19 @@ export class DataDir implements Keyring {
    * crash, so a position that survived means every record before it did). Replay and the manifest
    * (saved at every checkpoint) give it back at open.
    */
-  async appendReplicaPosition(leaderSeq: number): Promise<void> {
+  async appendReplicaPosition(leaderSeq: number, opts: { sync?: boolean } = {}): Promise<void> {
     if (this.closed) throw new SvcError('not_ready', 'the data directory is closed');
-    await this.wal.append('db', encodeOp({ t: 'replica_position', leader_seq: leaderSeq }));
+    await this.wal.append('db', encodeOp({ t: 'replica_position', leader_seq: leaderSeq }), opts);
     this.replicaPosition = leaderSeq;
+  }
+
+  /**
+   * Every WAL record appended before the call is durable once it resolves (the unsynced appends of a
+   * consensus member: `append(..., { sync: false })`).
+   */
+  sync(): Promise<void> {
+    if (this.closed) return Promise.reject(new SvcError('not_ready', 'the data directory is closed'));
+    return this.wal.sync();
   }
 
   /**
@@ -559,10 +568,12 @@ export class DataDir implements Keyring {
   /**
    * Durable (group-committed with concurrent appends) before it resolves; returns the record's seq.
    * `encoded`: `op` already encoded (a follower's record as its leader sent it), written as it is.
+   * `sync: false`: written, not fsynced (Wal.append): a consensus member's applied command, durable in
+   * its consensus log already.
    */
-  append(uid: string, op: Op, encoded?: Uint8Array): Promise<number> {
+  append(uid: string, op: Op, encoded?: Uint8Array, opts: { sync?: boolean } = {}): Promise<number> {
     if (!this.sealers.has(uid)) return Promise.reject(new SvcError('not_found', `no collection with uid ${uid}`));
-    return this.wal.append(uid, encoded ?? encodeOp(op));
+    return this.wal.append(uid, encoded ?? encodeOp(op), opts);
   }
 
   /**
@@ -571,6 +582,9 @@ export class DataDir implements Keyring {
    */
   checkpoint(uid: string, ops: AsyncIterable<Op> | Iterable<Op>, uptoSeq: number, options: { replaceAll: boolean }): Promise<void> {
     return this.serial(async () => {
+      // The manifest never names a seq the WAL might lose (an unsynced record): after a power loss the
+      // WAL would reuse it for another record, which replay would then skip as checkpointed.
+      await this.wal.sync();
       const c = this.entry(uid);
       assert(uptoSeq >= c.checkpoint_seq && uptoSeq <= this.wal.lastSeq, `checkpoint seq ${uptoSeq} within [${c.checkpoint_seq}, ${this.wal.lastSeq}]`);
       const dir = this.p(COLLECTIONS_DIR, uid);

@@ -15,6 +15,13 @@ import { joinPath, mkdirDurable, type FileHandle, type FileSystem } from './fs.j
  * committed: those issued in one synchronous run go out together, and whatever arrives while an fsync
  * is in flight goes out in the next single write + fsync.
  *
+ * An append may be unsynced (`{ sync: false }`: a consensus member's applied writes, whose durable record
+ * is the consensus log): written with its group but not fsynced, it resolves once written. It becomes
+ * durable with the next fsync, of a synced append's group or of `sync()`; until then a power loss may
+ * take it, and with it every record after it (the file is a prefix after any crash: recovery cuts at the
+ * first frame that does not check). A process crash (kill -9) loses nothing written. Readers (`readFrom`,
+ * `waitFor`, `lastSeq`) see durable records only; while a reader holds the log every group is fsynced.
+ *
  * Readers (replication) see it as a CommitLog (commit-log.ts): `readFrom` finds the file by its name and
  * the position in it from a sparse in-memory index (one mark every WAL_INDEX_STRIDE_BYTES, made as
  * records are appended and as files are scanned at open); `waitFor` is woken by the group commit; a
@@ -163,7 +170,7 @@ interface IndexMark {
 interface LogFile {
   name: string;
   firstSeq: number;
-  /** Durable bytes (fsynced). */
+  /** Bytes written (durable, except the active file's unsynced tail: Wal.unsynced). */
   bytes: number;
   /**
    * Sparse index, in seq order: the frame offsets of some records, at least WAL_INDEX_STRIDE_BYTES apart
@@ -225,6 +232,8 @@ interface Pending {
   /** The record's plaintext, kept for the tail a connected reader is about to read (see `recent`). */
   body: Uint8Array;
   frame: Uint8Array;
+  /** Durable before it resolves (false: written, fsynced by a later group or sync()). */
+  sync: boolean;
   resolve: (seq: number) => void;
   reject: (e: unknown) => void;
 }
@@ -234,6 +243,12 @@ export class Wal implements CommitLog {
   private active!: FileHandle;
   private nextSeq = 1;
   private durableSeq = 0;
+  /** The last seq written to the active file (durableSeq, or past it while `unsynced`). */
+  private writtenSeq = 0;
+  /** The active file holds written records not yet fsynced. */
+  private unsynced = false;
+  /** sync() calls, each waiting for an fsync once every record through `seq` (the last issued before it) is written. */
+  private syncWaiters: { seq: number; resolve: () => void; reject: (e: unknown) => void }[] = [];
   private queue: Pending[] = [];
   private flushing = false;
   private idleWaiters: (() => void)[] = [];
@@ -337,6 +352,7 @@ export class Wal implements CommitLog {
       else await h.close();
     }
     this.durableSeq = this.nextSeq - 1;
+    this.writtenSeq = this.durableSeq;
   }
 
   private async createFile(firstSeq: number): Promise<void> {
@@ -352,11 +368,11 @@ export class Wal implements CommitLog {
   }
 
   /**
-   * Seals and appends one record; resolves with its seq once it is durable. Seqs follow call order and
-   * promises resolve in seq order. After a failed write or fsync the log refuses further appends (the
-   * state on disk is unknown; reopen to recover).
+   * Seals and appends one record; resolves with its seq once it is durable (`sync: false`: once it is
+   * written; see the class comment). Seqs follow call order and promises resolve in seq order. After a
+   * failed write or fsync the log refuses further appends (the state on disk is unknown; reopen to recover).
    */
-  append(keyId: string, body: Uint8Array): Promise<number> {
+  append(keyId: string, body: Uint8Array, opts: { sync?: boolean } = {}): Promise<number> {
     if (this.closed) return Promise.reject(new SvcError('not_ready', 'the write-ahead log is closed'));
     if (this.failed !== null) return Promise.reject(this.failed);
     const sealer = this.opts.keyring.sealerFor(keyId);
@@ -364,7 +380,19 @@ export class Wal implements CommitLog {
     const seq = this.nextSeq++;
     const frame = encodeFrame(seq, keyId, sealer.seal(body, recordAad(keyId, seq)));
     return new Promise<number>((resolve, reject) => {
-      this.queue.push({ seq, keyId, body, frame, resolve, reject });
+      this.queue.push({ seq, keyId, body, frame, sync: opts.sync ?? true, resolve, reject });
+      this.kick();
+    });
+  }
+
+  /** Resolves once every record appended before the call is durable (one fsync, none when it already is). */
+  sync(): Promise<void> {
+    if (this.closed) return Promise.reject(new SvcError('not_ready', 'the write-ahead log is closed'));
+    if (this.failed !== null) return Promise.reject(this.failed);
+    const seq = this.nextSeq - 1;
+    if (seq <= this.durableSeq) return Promise.resolve();
+    return new Promise<void>((resolve, reject) => {
+      this.syncWaiters.push({ seq, resolve, reject });
       this.kick();
     });
   }
@@ -381,7 +409,7 @@ export class Wal implements CommitLog {
 
   private async flushLoop(): Promise<void> {
     try {
-      while (this.queue.length > 0 && this.failed === null) {
+      while ((this.queue.length > 0 || this.syncWaiters.length > 0) && this.failed === null) {
         let n = 0;
         let bytes = 0;
         while (n < this.queue.length && n < GROUP_RECORDS_MAX && (n === 0 || bytes + this.queue[n].frame.length <= GROUP_BYTES_MAX)) {
@@ -389,11 +417,20 @@ export class Wal implements CommitLog {
           n++;
         }
         const group = this.queue.splice(0, n);
+        const through = group.length > 0 ? group[group.length - 1].seq : this.writtenSeq;
+        // A sync() is served by the first group that writes the last record issued before it (or by an
+        // fsync alone when that is written already), however many appends keep arriving behind it.
+        const covered = this.syncWaiters.some((w) => w.seq <= through);
+        // While a reader holds the log every group is fsynced: readers see durable records only.
+        const mustSync = covered || this.holds.size > 0 || group.some((p) => p.sync);
         try {
-          await this.writeGroup(group, bytes);
+          if (group.length > 0) await this.writeGroup(group, bytes, mustSync);
+          else if (this.unsynced) await this.syncActive();
+          this.settleSyncs();
         } catch (e) {
           this.failed = e;
           for (const p of [...group, ...this.queue.splice(0)]) p.reject(e);
+          for (const w of this.syncWaiters.splice(0)) w.reject(e);
           for (const w of this.waiters) w.settle(e);
         }
       }
@@ -403,9 +440,11 @@ export class Wal implements CommitLog {
     }
   }
 
-  private async writeGroup(group: Pending[], bytes: number): Promise<void> {
+  private async writeGroup(group: Pending[], bytes: number, mustSync: boolean): Promise<void> {
     let file = this.files[this.files.length - 1];
     if (file.bytes >= this.segmentBytesMax && file.bytes > FILE_HEADER_BYTES) {
+      // The file being left is durable before the next starts: a hole in the middle is never possible.
+      if (this.unsynced) await this.syncActive();
       const old = this.active;
       await this.createFile(group[0].seq);
       await old.close();
@@ -418,16 +457,41 @@ export class Wal implements CommitLog {
       at += p.frame.length;
     }
     await this.active.write(buf, file.bytes);
-    await this.active.sync();
+    if (mustSync) await this.active.sync();
     let offset = file.bytes;
     for (const p of group) {
       indexFrame(file, p.seq, offset);
       offset += p.frame.length;
     }
     file.bytes += bytes;
-    this.durableSeq = group[group.length - 1].seq;
-    this.remember(group);
+    this.writtenSeq = group[group.length - 1].seq;
+    if (mustSync) {
+      this.unsynced = false;
+      this.durableSeq = this.writtenSeq;
+      this.remember(group);
+    } else {
+      // No reader holds the log (else the group is fsynced): nothing is kept for one (`recent` stays gapless).
+      this.unsynced = true;
+      this.forgetRecent();
+    }
     for (const p of group) p.resolve(p.seq);
+    if (mustSync) for (const w of this.waiters) if (w.seq <= this.durableSeq) w.settle();
+  }
+
+  /** Resolves the sync() calls whose records are durable now. */
+  private settleSyncs(): void {
+    if (this.syncWaiters.length === 0) return;
+    const done = this.syncWaiters.filter((w) => w.seq <= this.durableSeq);
+    if (done.length === 0) return;
+    this.syncWaiters = this.syncWaiters.filter((w) => w.seq > this.durableSeq);
+    for (const w of done) w.resolve();
+  }
+
+  /** Fsyncs the active file's unsynced records: durable from now on, and readers may see them. */
+  private async syncActive(): Promise<void> {
+    await this.active.sync();
+    this.unsynced = false;
+    this.durableSeq = this.writtenSeq;
     for (const w of this.waiters) if (w.seq <= this.durableSeq) w.settle();
   }
 
@@ -608,6 +672,8 @@ export class Wal implements CommitLog {
     if (this.closed) return;
     this.closed = true;
     while (this.flushing) await new Promise<void>((r) => this.idleWaiters.push(r));
+    // A clean close leaves every record durable.
+    if (this.unsynced && this.failed === null) await this.syncActive();
     for (const w of this.waiters) w.settle();
     await this.active.close();
   }

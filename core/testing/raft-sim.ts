@@ -1,7 +1,7 @@
 import { assert } from '../base/assert.js';
 import { Prng } from '../base/prng.js';
-import { MemoryStorage, RaftNode, formatMessage, type Entry, type Message, type NodeId, type Ready, type Snapshot } from '../cluster/raft/index.js';
-import { RaftChecker } from './raft-sim-checker.js';
+import { MemoryStorage, RaftNode, formatMessage, type Entry, type HardState, type Message, type NodeId, type Ready, type Snapshot } from '../cluster/raft/index.js';
+import { InvariantViolation, RaftChecker } from './raft-sim-checker.js';
 import { SyncFileRaftStorage } from './raft-file-storage.js';
 import { InsecureSealer } from '../crypto/sealer.js';
 
@@ -18,6 +18,13 @@ import { InsecureSealer } from '../crypto/sealer.js';
  * With `filesDir` its disk is instead the durable consensus log (core/storage/raft-log-core.ts) on real
  * files: a torn persist cuts the Ready's one write at a seeded byte offset, and a restart recovers the
  * member from its files alone.
+ *
+ * The state machine is durable on its own, lagging, as a member's database is (issue 17: it applies
+ * without an fsync of its own): it syncs now and then, and always before its log records a snapshot (a
+ * member's own snapshot is a marker there: the log must never drop what the state machine would need
+ * again). A crash keeps what it synced plus a seeded prefix of the rest, and a position (the last one
+ * it kept) at or before the entries kept; the member restarts at that position and applies the log
+ * after it again, entries it still holds included (they must be the same: state machine safety).
  */
 
 /** Simulated time: a member ticks every TICK_UNITS units (unless its clock skips); messages take 1+ units. */
@@ -123,6 +130,8 @@ export interface RaftSimStats {
   duplicated: number;
   partitions: number;
   slowApplies: number;
+  /** Entries applied again after a restart that the state machine had kept past its position. */
+  reapplied: number;
 }
 
 export class RaftSimFailure extends Error {
@@ -143,8 +152,17 @@ interface PendingWrite {
 class Host {
   node: RaftNode | null = null;
   storage: MemoryStorage | SyncFileRaftStorage;
-  /** The state machine: the data of entries 1..applied. */
+  /** The state machine: the data of entries 1..applied (more after a restart, until they are applied again). */
   values: number[] = [];
+  /** The state machine's durable position: every entry through it survives a crash. */
+  smDurable = 0;
+  /** What the state machine kept at its last crash (entries 1..length) and the position it kept. */
+  smKept: number[] = [];
+  smPosition = 0;
+  /** The hard state as of the last fsynced Ready (one that moves only the commit index is not fsynced). */
+  syncedHard: HardState | null = null;
+  /** Indexes of the snapshots this member recorded itself (markers: its state machine must hold them). */
+  readonly markers = new Set<number>();
   restartAt = 0;
   /** Until when its state machine is slow (0: it is not). */
   slowUntil = 0;
@@ -193,7 +211,7 @@ export class RaftSim {
     this.trace = options.trace;
     this.stats = {
       seed, members: this.ids.length, units: 0, leaders: 0, maxTerm: 0, writes: 0, acked: 0, overwritten: 0, reads: 0,
-      readsAnswered: 0, crashes: 0, tornPersists: 0, compactions: 0, snapshotsInstalled: 0, sent: 0, lost: 0, duplicated: 0, partitions: 0, slowApplies: 0,
+      readsAnswered: 0, crashes: 0, tornPersists: 0, compactions: 0, snapshotsInstalled: 0, sent: 0, lost: 0, duplicated: 0, partitions: 0, slowApplies: 0, reapplied: 0,
     };
   }
 
@@ -317,6 +335,13 @@ export class RaftSim {
 
   private crash(h: Host, why: string): void {
     this.stats.crashes++;
+    // The state machine keeps its durable part and a prefix of the rest; its kept position lies between.
+    const applied = h.node?.status().applied ?? h.smPosition;
+    const kept = h.smDurable + this.prng.int(h.values.length - h.smDurable + 1);
+    h.smKept = h.values.slice(0, kept);
+    h.smPosition = h.smDurable + this.prng.int(Math.min(kept, applied) - h.smDurable + 1);
+    // A hard state that only moved the commit index was written without an fsync: it may be lost.
+    if (h.storage instanceof MemoryStorage && h.syncedHard !== null && this.chance(0.5)) h.storage.setHardState(h.syncedHard);
     h.node = null;
     h.slowUntil = 0;
     h.role = 'down';
@@ -333,11 +358,24 @@ export class RaftSim {
       h.storage = SyncFileRaftStorage.open(h.dir!, SIM_SEALER);
     }
     const snap = h.storage.snapshot();
-    h.values = decodeValues(snap);
+    let applied: number;
+    if (h.smPosition >= snap.meta.index) {
+      // From the state machine's own position (its kept tail past it is applied again).
+      h.values = h.smKept;
+      applied = h.smPosition;
+    } else {
+      // A snapshot installed from a leader whose restore the crash cut short: restored again. Never a
+      // member's own marker: it recorded one only once its state machine held the index durably.
+      if (h.markers.has(snap.meta.index)) throw new InvariantViolation('compaction', `${h.id}'s log dropped entries through its marker ${snap.meta.index}, but its state machine kept only ${h.smPosition}`);
+      h.values = decodeValues(snap);
+      applied = snap.meta.index;
+    }
+    h.smDurable = applied;
+    h.smPosition = applied;
     h.role = 'follower';
     h.node = new RaftNode({
       id: h.id, members: this.ids, storage: h.storage, prng: new Prng(this.prng.nextU32()),
-      electionTicks: ELECTION_TICKS, heartbeatTicks: HEARTBEAT_TICKS, applied: snap.meta.index,
+      electionTicks: ELECTION_TICKS, heartbeatTicks: HEARTBEAT_TICKS, applied,
       maxEntriesPerMsg: this.profile.maxEntriesPerMsg, maxInflightMsgs: this.profile.maxInflightMsgs,
       preVote: this.profile.preVote, checkQuorum: this.profile.checkQuorum,
     });
@@ -348,9 +386,12 @@ export class RaftSim {
   private compact(h: Host): void {
     if (!h.node) return;
     const snapIndex = h.storage.snapshot().meta.index;
-    const applied = h.values.length;
+    const applied = h.node.status().applied;
     if (applied <= snapIndex) return;
     const index = applied - this.prng.int(Math.min(3, applied - snapIndex));
+    // The state machine's position is made durable first (ConsensusMember: StateMachine.syncApplied).
+    h.smDurable = Math.max(h.smDurable, applied);
+    h.markers.add(index);
     h.storage.createSnapshot(index, encodeValues(h.values.slice(0, index)));
     h.storage.compact(Math.max(h.storage.firstIndex() - 1, index - this.prng.int(4)));
     this.stats.compactions++;
@@ -451,12 +492,15 @@ export class RaftSim {
     }
     this.appendEntries(h, rd.entries);
     if (rd.hardState) s.setHardState(rd.hardState);
+    if (rd.mustSync) h.syncedHard = s.hardState();
   }
 
   private installSnapshot(h: Host, snap: Snapshot): void {
     const values = decodeValues(snap);
     this.checker.snapshotInstalled(h.id, values);
     h.values = values;
+    // A restore ends durable (Database.restoreConsensusImage's last record is fsynced).
+    h.smDurable = snap.meta.index;
     for (const index of h.writes.keys()) if (index <= snap.meta.index) h.writes.delete(index); // outcome unknown to it
     this.stats.snapshotsInstalled++;
     this.log(`${h.id} installs snapshot ${snap.meta.index}/${snap.meta.term}`);
@@ -499,10 +543,16 @@ export class RaftSim {
 
   private apply(h: Host, rd: Ready): void {
     for (const e of rd.committedEntries) {
-      assert(e.index === h.values.length + 1, `${h.id} applies ${e.index} after ${h.values.length}`);
       const data = decodeId(e.data);
       this.checker.appliedEntry(h.id, e.index, e.term, data);
-      h.values.push(data);
+      if (e.index <= h.values.length) {
+        // Kept past its position at a crash: applied again, which must change nothing.
+        assert(h.values[e.index - 1] === data, `${h.id} applies ${data} at ${e.index} again, but its state machine kept ${h.values[e.index - 1]} there`);
+        this.stats.reapplied++;
+      } else {
+        assert(e.index === h.values.length + 1, `${h.id} applies ${e.index} after ${h.values.length}`);
+        h.values.push(data);
+      }
       const w = h.writes.get(e.index);
       if (!w) continue;
       h.writes.delete(e.index);
@@ -513,6 +563,9 @@ export class RaftSim {
       this.checker.ack({ ...w, member: h.id }, data);
       this.log(`${h.id} acknowledges write ${w.id} at ${w.index}/${w.term}`);
     }
+    // Now and then the state machine syncs (a database's checkpoint, a create): durable through here.
+    const last = rd.committedEntries[rd.committedEntries.length - 1];
+    if (last !== undefined && this.chance(0.1)) h.smDurable = Math.max(h.smDurable, last.index);
     for (const rs of rd.readStates) {
       const ackedBefore = h.reads.get(rs.ctx);
       if (ackedBefore === undefined) continue; // a duplicated answer

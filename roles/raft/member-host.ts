@@ -200,7 +200,9 @@ export async function startConsensusMember(
     raft: { amnesiaTicks: 2 * electionTicks },
     stateMachine: {
       apply: (e) => (e.data.length === 0 ? undefined : db.applyCommand(decodeCommand(e.data), e.index)),
+      // Positions unsynced (the log is the durable record), made durable before a marker compacts the log.
       appliedThrough: (index) => db.appliedThrough(index),
+      syncApplied: () => db.syncApplied(),
       restore: async (s) => {
         log('info', 'consensus: restoring a snapshot from the leader', { index: s.meta.index });
         await db.restoreConsensusImage(imageOf(s), s.meta.index);

@@ -58,8 +58,19 @@ export interface Proposer {
  */
 export interface StateMachine {
   apply(entry: Entry): unknown;
-  /** Every entry up to `index` has been given to apply (a durable position, say). */
+  /**
+   * Every entry up to `index` has been given to apply: a position the state machine records with them,
+   * which need not be durable yet (the log is the durable record of the entries: a restarted member is
+   * given `applied`, the last position the state machine kept, and applies the entries after it again,
+   * so applying an entry twice must change nothing).
+   */
   appliedThrough?(index: number): void | Promise<void>;
+  /**
+   * Every position given to appliedThrough so far is durable once it resolves. Called before a snapshot
+   * marker (no image: Compaction without `image`) lets the log drop entries: the state machine must never
+   * need them again. Without it, appliedThrough must be durable when it resolves.
+   */
+  syncApplied?(): Promise<void>;
   /** Replaces the whole state with a snapshot received from the leader. */
   restore(snapshot: Snapshot): void | Promise<void>;
 }
@@ -406,7 +417,10 @@ export class ConsensusMember implements Proposer {
     if (c === undefined || st.createSnapshot === undefined || st.compact === undefined) return;
     if (this.applied - this.snapshotIndex < c.everyEntries) return;
     const index = this.applied;
-    await st.createSnapshot(index, c.image?.() ?? new Uint8Array(0));
+    const image = c.image?.();
+    // A marker says the state machine holds everything through `index` by itself: durably, first.
+    if (image === undefined) await this.o.stateMachine.syncApplied?.();
+    await st.createSnapshot(index, image ?? new Uint8Array(0));
     this.snapshotIndex = index;
     const to = index - c.retainEntries;
     if (to >= st.firstIndex()) await st.compact(to);

@@ -38,6 +38,10 @@ export class RaftLog {
     // after it was lost in a crash.
     this.committed = Math.max(committed, storage.firstIndex() - 1);
     this.applied = Math.max(applied, storage.firstIndex() - 1);
+    // So is what the state machine applied: a hard state written only to move the commit index is not
+    // fsynced (Ready.mustSync), so a power loss may take it while the state machine kept the entries it
+    // led to. The log holds them (entries are durable before they are applied).
+    if (this.applied > this.committed && this.applied <= this.lastIndex()) this.committed = this.applied;
     assert(this.committed <= this.lastIndex(), `commit ${committed} beyond the last index ${this.lastIndex()}`);
     assert(this.applied <= this.committed, `applied ${applied} beyond the commit ${committed}`);
   }

@@ -35,6 +35,16 @@ describe('RaftNode', () => {
     expect(handle(n, storage).readStates).toEqual([{ ctx: 'r', index: 2 }]);
   });
 
+  it('a restart whose state machine applied past the durable commit index (a commit-only hard state, unsynced, lost) counts those entries committed', () => {
+    const storage = new MemoryStorage();
+    storage.append([1, 2, 3, 4].map((index) => ({ index, term: 1, data: new Uint8Array([index]) })));
+    storage.setHardState({ term: 1, vote: 'a', commit: 2 });
+    const n = node('a', ['a', 'b', 'c'], storage, { applied: 3 });
+    expect(n.status()).toMatchObject({ commit: 3, applied: 3 });
+    // Past the log it holds is no commit it knows of: refused.
+    expect(() => node('a', ['a', 'b', 'c'], storage, { applied: 5 })).toThrow(AssertionError);
+  });
+
   it('a follower refuses a proposal and names the leader it knows (none at first)', () => {
     const n = node('b', ['a', 'b', 'c']);
     expect(n.propose(new Uint8Array(1))).toEqual({ ok: false, reason: 'not_leader', leaderId: null });
