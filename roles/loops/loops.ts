@@ -62,8 +62,14 @@ export interface LoopsOptions {
   fallbackToFreePort?: boolean;
 }
 
-/** SVC_HTTP_LOOPS=auto on this many cores, where the runtime can share a port. */
+/**
+ * SVC_HTTP_LOOPS=auto on this many cores, where the runtime can share a port: a quarter of them, at
+ * least 2 and at most 16; one below 4 cores. On 2 cores two loops were slower than one (bench scaling:
+ * 0.80x the queries/s on MNIST, more CPU per request): the loops, the engine thread, a search worker
+ * and the clients already share the two.
+ */
 export function autoHttpLoops(cores: number): number {
+  if (cores < 4) return 1;
   return Math.max(2, Math.min(16, Math.round(cores / 4)));
 }
 
@@ -79,7 +85,7 @@ export function httpLoopsFor(configured: number | null, cores: number, probe: Re
     }
     return { count: configured, why: null };
   }
-  if (cores <= 1) return { count: 1, why: 'one core' };
+  if (cores < 4) return { count: 1, why: `${cores} core${cores === 1 ? '' : 's'}: more loops than one only pay from 4 cores on` };
   if (!probe.ok) return { count: 1, why: probe.reason };
   return { count: autoHttpLoops(cores), why: null };
 }
@@ -103,7 +109,7 @@ export async function httpLoopCount(config: SvcConfig, log: Logger): Promise<num
   if (config.httpLoops === 1) return 1;
   const probe = await probeReusePort(config.restAddr.host);
   const { count, why } = httpLoopsFor(config.httpLoops, availableParallelism(), probe);
-  if (why !== null) log.info({ http_loops: 1, why }, 'one request loop: SVC_HTTP_LOOPS=auto found no way to share a port');
+  if (why !== null) log.info({ http_loops: 1, why }, 'one request loop (SVC_HTTP_LOOPS=auto)');
   return count;
 }
 
