@@ -39,6 +39,15 @@ function sourceOf(leader: Database): { source: ReplicationSource; leaderSeq(): P
   };
 }
 
+/** Follows `leader` until the replica holds all it has, then stops: the source to follow it again. */
+async function firstBootstrap(store: ReplicaStore, leader: Database): Promise<ReturnType<typeof sourceOf>> {
+  const src = sourceOf(leader);
+  const f = follow(store, src.source);
+  await until('the first bootstrap', async () => f.stats().appliedSeq === (await src.leaderSeq()));
+  await f.stop();
+  return src;
+}
+
 function follow(store: ReplicaStore, source: ReplicationSource): Follower {
   const f = new Follower({
     source, target: store, clock: systemClock, random: () => 0.5, log: () => undefined,
@@ -169,17 +178,14 @@ describe('a read replica re-bootstraps into a side directory', () => {
       dataDir, log: (message, detail) => logs.push({ message, detail }),
       openDb: (path) => Database.open({ dataDir: path, masterKey: FOLLOWER_KEY, buildIndex: buildIndexInline }),
     });
-    const { source, leaderSeq } = sourceOf(leader);
-    let f = follow(store, source);
-    await until('the first bootstrap', async () => f.stats().appliedSeq === (await leaderSeq()));
-    await f.stop();
+    const { source } = await firstBootstrap(store, leader);
     // The leader rewrites the collection and drops its log behind the replica.
     const position = store.replicaSeq!.seq;
     for (let b = 0; b < 4 || leader.replicationView().log.firstRetainedSeq <= position + 1; b++) {
       expect(b, 'the leader drops its log behind the replica').toBeLessThan(100);
       await put((b * 500) % 2000, 500);
     }
-    f = follow(store, source);
+    const f = follow(store, source);
     await until('the re-bootstrap swaps in', () => logs.some((l) => l.message.startsWith('replica: graphs of the swapped-in directory ready')));
     expect(f.stats().bootstraps).toBe(1);
     const built = logs.findIndex((l) => l.message.startsWith('replica: built the re-bootstrapped directory\'s graphs before swapping it in'));
@@ -244,15 +250,12 @@ describe('a read replica re-bootstraps into a side directory', () => {
       dataDir, fs, log: () => undefined,
       openDb: (path) => Database.open({ dataDir: path, masterKey: FOLLOWER_KEY, buildIndex: buildIndexInline }),
     });
-    const { source, leaderSeq } = sourceOf(leader);
-    let f = follow(store, source);
-    await until('the first bootstrap', async () => f.stats().appliedSeq === (await leaderSeq()));
-    await f.stop();
+    const { source, leaderSeq } = await firstBootstrap(store, leader);
     const position = store.replicaSeq!.seq;
     for (let b = 0; b < 3 || leader.replicationView().log.firstRetainedSeq <= position + 1; b++) {
       await leader.upsert('c', { points: Array.from({ length: 100 }, (_, i) => ({ id: `n${b}-${i}`, vector: vec(i) })) });
     }
-    f = follow(store, source);
+    const f = follow(store, source);
     await until('the replica converges in place', async () => f.stats().appliedSeq === (await leaderSeq()) && f.stats().state === 'streaming');
     expect(await store.read((db) => ids(db))).toEqual(await ids(leader));
     expect(f.stats().bootstraps).toBeGreaterThanOrEqual(2);
