@@ -20,6 +20,8 @@ import { allPoints, call, eventually, KEY, raftLeader, raftView, restartMember, 
 import { api, MASTER, serve, tempDir, type Server } from './harness.js';
 import { countOn, fetchAll, LoadModel as Model, seededRandom, startLoad, type Client } from './load-harness.js';
 
+/** A rebalance batch's lease on the group's gate (the coordinator's): a write waits at most this long for it. */
+const BATCH_LEASE_MS = 5_000;
 const ROUTER_KEY = 'consensus-rebalance-router-key';
 const TIMING = { SVC_RAFT_HEARTBEAT_MS: '50', SVC_RAFT_ELECTION_MS: '500', SVC_RAFT_WRITE_TIMEOUT_SECS: '5' };
 const running = new Set<Server>();
@@ -295,10 +297,14 @@ describe('rebalancing with a consensus group as a move\'s source and target', ()
     // A 503 (asked again) only in the windows of the kills that outlast the lease: the group electing a
     // new leader (or the member the map names starting again), or a write that waited out the whole
     // lease (5 s) at the group's gate, reaching the test's 5 s SVC_RAFT_WRITE_TIMEOUT_SECS (10 s by
-    // default): not taken.
+    // default): not taken. The second and third are away past it by design; the first (back at once)
+    // only when the coordinator was slow to start again, so long that a write reached its timeout
+    // behind a batch taken just before the kill: back after more than half the lease (5.5 s was seen
+    // on a busy machine).
     const retried = unavailable.slice(retriedBefore);
     console.log(`${notes.join('; ')}; writes ${writes}, reads ${reads}; 503s retried at ${retried.map((t) => t - t0).join(', ')} ms`);
-    for (const t of retried) expect(windows.slice(1).some(([a, b]) => t >= a && t <= b + 1000), `a 503 at ${t - t0} ms`).toBe(true);
+    const pastLease = windows.filter(([a, b], i) => i > 0 || b - a > BATCH_LEASE_MS / 2);
+    for (const t of retried) expect(pastLease.some(([a, b]) => t >= a && t <= b + 1000), `a 503 at ${t - t0} ms`).toBe(true);
 
     await checkEverything(viaRouter, ref, model);
     expect(await countOn(reference)).toBe(model.live().length);
