@@ -43,6 +43,32 @@ describe('Link', () => {
     expect(await p.a.call('fn').catch((e: unknown) => (e as SvcError).code)).toBe('internal');
   });
 
+  it('sends the messages of one turn in one postMessage, in order; an argument that cannot be cloned fails only its call', async () => {
+    const { port1, port2 } = new MessageChannel();
+    let posts = 0;
+    const counting: LinkPort = {
+      postMessage: (v) => { posts++; port1.postMessage(v); },
+      on: (e, l) => port1.on(e, l),
+      off: (e, l) => port1.off(e, l),
+    };
+    const a = new Link(counting);
+    const b = new Link(port2 as unknown as LinkPort);
+    open = { close: () => { port1.close(); port2.close(); } };
+    const order: number[] = [];
+    b.handle('note', (i) => { order.push(i as number); return i; });
+    const calls = Array.from({ length: 20 }, (_, i) => a.call('note', i));
+    const bad = a.call('note', { f: () => 1 }).catch((e: unknown) => (e as SvcError).code);
+    const after = a.call('note', 20);
+    expect(await Promise.all(calls)).toEqual(Array.from({ length: 20 }, (_, i) => i));
+    expect(await after).toBe(20);
+    // The batch could not be cloned whole: it went again one message at a time, the bad one refused.
+    expect(await bad).toBe('internal');
+    expect(order).toEqual(Array.from({ length: 21 }, (_, i) => i));
+    posts = 0;
+    await Promise.all(Array.from({ length: 20 }, (_, i) => a.call('note', i)));
+    expect(posts).toBe(1);
+  });
+
   it('streams every item in order, and the producer never runs more than a window ahead of a slow reader', async () => {
     const p = pair();
     open = p;

@@ -7,6 +7,11 @@ import { SvcError, toSvcError, type ErrorCode } from '../../core/base/errors.js'
  * never floods a slow reader's heap), or `notify` (no answer). Values travel by structured clone; an
  * error travels as its contract code, message and detail, so an SvcError thrown on one thread is the
  * same SvcError on the other, and anything else arrives as `internal`.
+ *
+ * Messages are sent once per turn of the event loop (setImmediate), all of that turn's in one
+ * postMessage: each postMessage costs a clone and a wake-up of the other thread (an eventfd write, an
+ * epoll return), which under load cost a loop more than the message itself (issue 20). Order is kept;
+ * the wait is at most the rest of the current turn.
  */
 export interface LinkPort {
   postMessage(value: unknown): void;
@@ -24,6 +29,9 @@ type Msg =
   | { t: 'end'; id: number }
   | { t: 'credit'; id: number; n: number }
   | { t: 'cancel'; id: number; error: WireError };
+
+/** What crosses the port: one message, or every message one turn of the event loop produced. */
+type Frame = Msg | { t: 'batch'; msgs: Msg[] };
 
 interface WireError { code: ErrorCode; message: string; detail: Record<string, unknown> }
 
@@ -58,9 +66,19 @@ export class Link {
   private readonly incoming = new Map<number, Incoming>();
   private readonly outgoing = new Map<number, Outgoing>();
   private closed: SvcError | null = null;
-  private readonly listener = (m: unknown): void => this.receive(m as Msg);
+  private outbox: Msg[] = [];
+  private flushing: NodeJS.Immediate | null = null;
+  private readonly listener = (f: unknown): void => {
+    const frame = f as Frame;
+    if (frame.t !== 'batch') {
+      this.receive(frame);
+      return;
+    }
+    for (const m of frame.msgs) this.receive(m);
+  };
 
-  constructor(private readonly port: LinkPort) {
+  /** `batch: false` posts each message at once (bench/link.ts compares the two). */
+  constructor(private readonly port: LinkPort, private readonly opts: { batch?: boolean } = {}) {
     port.on('message', this.listener);
   }
 
@@ -143,6 +161,31 @@ export class Link {
   }
 
   private post(m: Msg): void {
+    if (this.opts.batch === false) {
+      this.send(m);
+      return;
+    }
+    this.outbox.push(m);
+    this.flushing ??= setImmediate(() => this.flush());
+  }
+
+  /** Sends this turn's messages: in one frame, or (a value in it cannot be cloned) one by one. */
+  private flush(): void {
+    this.flushing = null;
+    const msgs = this.outbox;
+    this.outbox = [];
+    if (msgs.length === 1) {
+      this.send(msgs[0]);
+      return;
+    }
+    try {
+      this.port.postMessage({ t: 'batch', msgs } satisfies Frame);
+    } catch {
+      for (const m of msgs) this.send(m);
+    }
+  }
+
+  private send(m: Msg): void {
     try {
       this.port.postMessage(m);
     } catch (e) {
@@ -155,7 +198,18 @@ export class Link {
         this.port.postMessage({ t: 'err', id: m.id, error: { ...m.error, detail: {} } } satisfies Msg);
         return;
       }
-      throw e;
+      // A call's or a stream's own arguments: its caller or reader gets the error. Nothing else can fail
+      // to clone (ids, counts, wire errors): a notification's arguments are dropped.
+      if (m.t === 'call') {
+        this.pending.get(m.id)?.reject(toSvcError(e));
+        this.pending.delete(m.id);
+      } else if (m.t === 'open') {
+        const s = this.incoming.get(m.id);
+        if (s !== undefined) {
+          s.error = toSvcError(e);
+          s.wake?.();
+        }
+      }
     }
   }
 
