@@ -22,8 +22,11 @@ import { isLoopback } from '../config.js';
  *   count and bytes; past it they are dropped and counted (`dropped.queueFull`), and Raft sends again.
  *   While a peer is in reconnect backoff its messages are dropped (`dropped.notConnected`).
  * - Reconnect with full-jitter exponential backoff (`backoffBaseMs` doubling up to `backoffMaxMs`).
- * - Authentication, both ways: mutual TLS when `tls` has a CA (SVC_TLS_CERT, SVC_TLS_KEY,
- *   SVC_TLS_CLIENT_CA), each side's certificate valid for that member's address in SVC_RAFT_MEMBERS; and the HMAC challenge-response of raft-wire/handshake.ts whenever a cluster
+ * - Authentication, both ways: mutual TLS when `tls` has a CA (SVC_TLS_CERT, SVC_TLS_KEY, and
+ *   SVC_RAFT_TLS_CA or SVC_TLS_CLIENT_CA), each side's certificate valid for that member's address in
+ *   SVC_RAFT_MEMBERS by Node's host name check (tls.checkServerIdentity: a wildcard SAN stands for exactly
+ *   one leftmost label, so one `*.<headless service>.<ns>.svc.<domain>` certificate serves every member of
+ *   a StatefulSet); and the HMAC challenge-response of raft-wire/handshake.ts whenever a cluster
  *   secret is set (SVC_RAFT_SECRET), which also binds both member ids. The secret is never sent or logged.
  * - A non-loopback listen address needs TLS unless `insecure` (SVC_INSECURE=true), as for REST and gRPC.
  * - A malformed or oversize frame, a failed handshake, a message naming other members: the connection
@@ -88,6 +91,8 @@ export interface RaftTransportOptions {
   readonly limits?: Partial<RaftTransportLimits>;
   /** [0, 1): the backoff's jitter. */
   readonly random?: () => number;
+  /** How a peer's host name resolves when dialing it: dns.lookup unless given (tests map cluster DNS names to loopback). */
+  readonly lookup?: net.LookupFunction;
 }
 
 export interface RaftTransportStats {
@@ -392,9 +397,10 @@ class PeerLink {
     this.state = 'connecting';
     const { host, port } = this.peer;
     const o = this.t.options;
+    const lookup = o.lookup === undefined ? {} : { lookup: o.lookup };
     const socket = o.tls === null
-      ? net.connect({ host, port })
-      : tls.connect({ host, port, cert: o.tls.cert, key: o.tls.key, ca: o.tls.ca ?? undefined, rejectUnauthorized: o.tls.ca !== null, servername: net.isIP(host) ? undefined : host });
+      ? net.connect({ host, port, ...lookup })
+      : tls.connect({ host, port, ...lookup, cert: o.tls.cert, key: o.tls.key, ca: o.tls.ca ?? undefined, rejectUnauthorized: o.tls.ca !== null, servername: net.isIP(host) ? undefined : host });
     this.socket = socket;
     socket.setNoDelay(true);
     // The peer called only ever sends its challenge.

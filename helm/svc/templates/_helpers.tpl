@@ -50,6 +50,29 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "%s-%v.%s.%s.svc.%s" $group (index . 2) $group $.Release.Namespace $.Values.clusterDomain -}}
 {{- end -}}
 
+{{/* The DNS names the TLS Secret's certificate must be valid for, comma-separated: a wildcard for each
+headless Service (every pod of a shard group, and the standby, is one label under it: a member's address
+in SVC_RAFT_MEMBERS, a leader's in SVC_LEADER_URL), each consensus group's -any Service, the coordinator's
+and the routers' Services. */}}
+{{- define "svc.tlsNames" -}}
+{{- $ := . -}}
+{{- $suffix := printf "%s.svc.%s" .Release.Namespace .Values.clusterDomain -}}
+{{- $full := include "svc.fullname" . -}}
+{{- $names := list -}}
+{{- range .Values.shards -}}
+{{- $names = append $names (printf "*.%s-%s.%s" $full .name $suffix) -}}
+{{- if gt (int (.members | default 0)) 0 -}}
+{{- $names = append $names (printf "%s-%s-any.%s" $full .name $suffix) -}}
+{{- end -}}
+{{- end -}}
+{{- if gt (int .Values.standby.count) 0 -}}
+{{- $names = append $names (printf "*.%s-standby.%s" $full $suffix) -}}
+{{- end -}}
+{{- $names = append $names (printf "%s-coordinator.%s" $full $suffix) -}}
+{{- $names = append $names (printf "%s-router.%s" $full $suffix) -}}
+{{ join "," $names }}
+{{- end -}}
+
 {{/* A replica pod's StatefulSet is <group>-replica, under the group's Service. Call with (list $ group ordinal). */}}
 {{- define "svc.replicaHost" -}}
 {{- $ := index . 0 -}}
