@@ -33,11 +33,13 @@ const F32_MAX = 3.4028234663852886e38;
  */
 function packed(v: unknown): unknown {
   if (!Array.isArray(v) || v.length === 0) return v;
+  const out = new Float32Array(v.length);
   for (let i = 0; i < v.length; i++) {
     const x: unknown = v[i];
     if (typeof x !== 'number' || !(Math.abs(x) <= F32_MAX)) return v;
+    out[i] = x;
   }
-  return Float32Array.from(v as number[]);
+  return out;
 }
 
 /** `body` with its `vector` packed (a search), when it is an object with one. */
