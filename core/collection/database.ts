@@ -71,6 +71,12 @@ export interface DatabaseOptions {
    * records first. The graph is the same either way. Default false.
    */
   absorbOffThread?: boolean;
+  /**
+   * A consensus member's database (issue 17; the member then calls useProposer): its WAL's unsynced tail
+   * is a copy of its consensus log, so damage a power loss left there is cut at open and replayed from
+   * the log, not refused (DataDirOptions.consensus). Default false: a single node refuses it.
+   */
+  consensus?: boolean;
   /** Dirty points that trigger a checkpoint of a collection into a segment. */
   checkpointPoints?: number;
   /** Delta segments a collection may have before a checkpoint compacts them into one (default 8). */
@@ -242,6 +248,7 @@ export class Database {
       log: (message, detail) => log('warn', message, detail),
       segmentBytesMax: opts.walFileBytesMax,
       replicationRetainBytes: opts.replicationRetainBytes,
+      consensus: opts.consensus === true,
     });
     const db = new Database(dir, opts);
     try {

@@ -27,6 +27,23 @@ export interface DataDirOptions {
   segmentBytesMax?: number;
   /** Most bytes of WAL files kept only for replication readers (WalOptions.retainBytesMax; default 1 GiB). */
   replicationRetainBytes?: number;
+  /**
+   * A consensus member's directory (issue 17): its WAL's unsynced tail is a copy of what its consensus
+   * log holds, so damage there is cut at open rather than refused (WalOptions.damagedTailAfterSeq, past
+   * the last seq the manifest names: `durableSeqFloor`). Known before the WAL is opened: recovery decides.
+   */
+  consensus?: boolean;
+}
+
+/**
+ * The last WAL seq a manifest shows to be durable: every seq it names (a collection's checkpoint or create,
+ * a move's state) was fsynced before the manifest was saved (checkpoint() syncs the WAL first; a create's
+ * record is a synced append; a move's seq is the WAL's durable lastSeq). A consensus member's WAL cuts
+ * damage only past it: below it, segments and the manifest already count those seqs, and a WAL that
+ * reused them would have its new records skipped at replay as checkpointed.
+ */
+function durableSeqFloor(m: Manifest): number {
+  return Math.max(0, m.move?.seq ?? 0, ...m.collections.map((c) => c.checkpoint_seq));
 }
 
 export interface CollectionSummary {
@@ -161,6 +178,7 @@ export class DataDir implements Keyring {
     for (const c of this.manifest.collections) this.sealers.set(c.uid, this.sealerOf(c));
     this.wal = await Wal.open(this.fs, this.p(WAL_DIR), {
       keyring: this, log: this.opts.log, segmentBytesMax: this.opts.segmentBytesMax, retainBytesMax: this.opts.replicationRetainBytes,
+      ...(this.opts.consensus === true ? { damagedTailAfterSeq: durableSeqFloor(this.manifest) } : {}),
     });
     await this.finishInterrupted();
     await this.removeOrphans();
