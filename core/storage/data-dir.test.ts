@@ -359,3 +359,35 @@ describe('DataDir has one owner', () => {
     await after.close();
   });
 });
+
+describe('a consensus member\'s data directory (unsynced appends and positions)', () => {
+  const open = (fs: FaultyFileSystem) => DataDir.open(fs, '/d', { masterKey: KEY, log: quiet, consensus: true });
+
+  it('a checkpoint\'s manifest names only a position whose record is durable: a power loss then never skips entries whose records it took', async () => {
+    const fs = new FaultyFileSystem(70);
+    const d = await open(fs);
+    await d.appendReplicaOrigin('consensus', 0);
+    const { uid } = await d.createCollection('c', { dim: 3 });
+    await all(d.replay());
+    await d.append(uid, up('a'), undefined, { sync: false });
+    await d.appendReplicaPosition(1, { sync: false });
+    // Durable through position 1, and checkpointed through it: no position record is left to replay.
+    await d.sync();
+    // Entry 2 is applied while the checkpoint writes its segment (after the checkpoint's WAL sync).
+    async function* ops(): AsyncIterable<Op> {
+      await d.append(uid, up('b'), undefined, { sync: false });
+      await d.appendReplicaPosition(2, { sync: false });
+      yield up('a');
+    }
+    await d.checkpoint(uid, ops(), d.lastSeq, { replaceAll: true });
+    fs.crash({ writes: 'drop' });
+    fs.restart();
+    const again = await open(fs);
+    const replay = await all(again.replay());
+    // The position claims entry 2 only if its record survived (here it did: the manifest save synced it).
+    const ids = await idsOf(again, uid, replay);
+    const position = again.replicaSeq!.seq;
+    expect({ position, b: ids.has('b') }).toEqual({ position, b: position >= 2 });
+    await again.close();
+  });
+});

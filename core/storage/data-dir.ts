@@ -118,6 +118,11 @@ export class DataDir implements Keyring {
   private readonly graphBytes = new Map<string, number>();
   /** A follower's applied leader seq (the manifest's, then every replica_position record since); null on a leader. */
   private replicaPosition: number | null = null;
+  /**
+   * The WAL seq of the record that set replicaPosition (0: the manifest's, durable). A consensus member
+   * writes its positions unsynced: a manifest saves one only once its record is durable (saveManifest).
+   */
+  private positionSeq = 0;
   /** The leader history that position counts in ('' while a bootstrap runs); null when none is known. */
   private replicaHistory: string | null = null;
   /** A follower's bootstrap (or a consensus member's snapshot restore) began and has not ended. */
@@ -303,6 +308,11 @@ export class DataDir implements Keyring {
     const m: Manifest = { ...next, manifest_version: this.manifest.manifest_version + 1 };
     if (this.replicaPosition !== null) m.replica_position = this.replicaPosition;
     if (this.replicaHistory !== null) m.replica_history = this.replicaHistory;
+    // A position written unsynced (a consensus member's) is made durable before a manifest names it: a
+    // power loss that took its record, and the records of the entries before it, would otherwise leave a
+    // manifest claiming them, and the member would never apply them again (replay finds no later record
+    // when the checkpoints are past every durable one).
+    if (this.positionSeq > (this.wal?.lastSeq ?? 0)) await this.wal.sync();
     // Move records are appended in `serial`, as this save runs: every one up to lastSeq is in it.
     const mv = this.moveProgress;
     if (!this.moveReplayed) {
@@ -397,12 +407,14 @@ export class DataDir implements Keyring {
         if (op.t === 'replica_position') {
           // The last one written wins.
           this.replicaPosition = op.leader_seq;
+          this.positionSeq = r.seq;
           continue;
         }
         if (op.t === 'replica_origin') {
           // A bootstrap's start ('': nothing applied yet) or its end (the leader's history and seq).
           this.replicaHistory = op.history;
           this.replicaPosition = op.leader_seq;
+          this.positionSeq = r.seq;
           continue;
         }
         if (op.t === 'move_state') {
@@ -472,8 +484,9 @@ export class DataDir implements Keyring {
    */
   async appendReplicaPosition(leaderSeq: number, opts: { sync?: boolean } = {}): Promise<void> {
     if (this.closed) throw new SvcError('not_ready', 'the data directory is closed');
-    await this.wal.append('db', encodeOp({ t: 'replica_position', leader_seq: leaderSeq }), opts);
+    const seq = await this.wal.append('db', encodeOp({ t: 'replica_position', leader_seq: leaderSeq }), opts);
     this.replicaPosition = leaderSeq;
+    this.positionSeq = seq;
   }
 
   /**
@@ -491,9 +504,10 @@ export class DataDir implements Keyring {
    */
   async appendReplicaOrigin(history: string, leaderSeq: number): Promise<void> {
     if (this.closed) throw new SvcError('not_ready', 'the data directory is closed');
-    await this.wal.append('db', encodeOp({ t: 'replica_origin', history, leader_seq: leaderSeq }));
+    const seq = await this.wal.append('db', encodeOp({ t: 'replica_origin', history, leader_seq: leaderSeq }));
     this.replicaHistory = history;
     this.replicaPosition = leaderSeq;
+    this.positionSeq = seq;
   }
 
   /**
