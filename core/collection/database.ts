@@ -248,7 +248,7 @@ export class Database {
       log: (message, detail) => log('warn', message, detail),
       segmentBytesMax: opts.walFileBytesMax,
       replicationRetainBytes: opts.replicationRetainBytes,
-      consensus: opts.consensus === true,
+      ...(opts.consensus === true ? { consensusHistory: CONSENSUS_HISTORY } : {}),
     });
     const db = new Database(dir, opts);
     try {

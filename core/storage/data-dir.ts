@@ -28,11 +28,24 @@ export interface DataDirOptions {
   /** Most bytes of WAL files kept only for replication readers (WalOptions.retainBytesMax; default 1 GiB). */
   replicationRetainBytes?: number;
   /**
-   * A consensus member's directory (issue 17): its WAL's unsynced tail is a copy of what its consensus
-   * log holds, so damage there is cut at open rather than refused (WalOptions.damagedTailAfterSeq, past
-   * the last seq the manifest names: `durableSeqFloor`). Known before the WAL is opened: recovery decides.
+   * Opened as a consensus member's directory (issue 17), whose positions count in this history: its WAL's
+   * unsynced tail is a copy of what its consensus log holds, so damage there is cut at open rather than
+   * refused (WalOptions.damagedTailAfterSeq, past the last seq the manifest names: `durableSeqFloor`).
+   * Known before the WAL is opened: recovery decides. Only where the manifest shows no other kind of
+   * directory (`cutsDamagedTail`): a single node's records are nowhere else, and stay refused.
    */
-  consensus?: boolean;
+  consensusHistory?: string;
+}
+
+/**
+ * Whether a directory opened as a consensus member's may have its WAL's damaged tail cut: its manifest
+ * names that member's history, or a restore in progress (its state is replaced again), or holds nothing
+ * yet (a new member; no single node's collection is in it).
+ */
+function cutsDamagedTail(m: Manifest, consensusHistory: string | undefined): boolean {
+  if (consensusHistory === undefined) return false;
+  const h = m.replica_history;
+  return h === consensusHistory || h === '' || (h === undefined && m.collections.length === 0 && m.move === undefined);
 }
 
 /**
@@ -183,7 +196,7 @@ export class DataDir implements Keyring {
     for (const c of this.manifest.collections) this.sealers.set(c.uid, this.sealerOf(c));
     this.wal = await Wal.open(this.fs, this.p(WAL_DIR), {
       keyring: this, log: this.opts.log, segmentBytesMax: this.opts.segmentBytesMax, retainBytesMax: this.opts.replicationRetainBytes,
-      ...(this.opts.consensus === true ? { damagedTailAfterSeq: durableSeqFloor(this.manifest) } : {}),
+      ...(cutsDamagedTail(this.manifest, this.opts.consensusHistory) ? { damagedTailAfterSeq: durableSeqFloor(this.manifest) } : {}),
     });
     await this.finishInterrupted();
     await this.removeOrphans();
