@@ -53,6 +53,12 @@ export interface OpenOptions {
    * passes true, so its loop applies the leader's records first. The graph is the same either way.
    */
   absorbOffThread?: boolean;
+  /**
+   * Whether this is a consensus member's directory (`svc serve` with SVC_RAFT_MEMBERS passes true): damage
+   * a power loss left in the WAL's unsynced tail is cut at open, for the member to replay from its
+   * consensus log, instead of refused. Default false.
+   */
+  consensus?: boolean;
   /** Server-side embedding and reranking per collection (the `[embedding.<c>]` / `[rerank.<c>]` tables). */
   providers?: ProvidersOptions;
   /**
@@ -116,6 +122,7 @@ export async function openDatabase(options: OpenOptions): Promise<Database> {
     replicationRetainBytes: options.replicationRetainBytes,
     waitForBulkBuild: options.waitForBulkBuild,
     absorbOffThread: options.absorbOffThread,
+    consensus: options.consensus,
     ...(options.log !== undefined ? { log: options.log } : {}),
   });
   try {

@@ -165,6 +165,39 @@ describe('Database as a consensus state machine', () => {
     }
   }, 120_000);
 
+  it('a restore cut short by a close (its signal) stops between records; the directory then asks for it again, and a second restore ends whole', async () => {
+    const rnd = new Prng(40);
+    const a = await open(tmp());
+    await a.consensusApplied();
+    await a.applyCommand({ uid: '', bulk: false, op: { t: 'create_collection', uid: UID_A, name: 'x', params: { name: 'x', dim: 3, metric: 'l2' } } }, 1);
+    for (let i = 0; i < 6; i++) await a.applyCommand({ uid: UID_A, bulk: true, op: { t: 'upsert', points: points(`p${i}-`, 200, rnd) } }, 2 + i);
+    const image = Buffer.concat(await collect(a.consensusImage()));
+    const dir = tmp();
+    const b = await open(dir);
+    expect(await b.consensusApplied()).toBe(0);
+    await b.appliedThrough(3);
+    const stop = new AbortController();
+    let read = 0;
+    async function* slow(): AsyncGenerator<Uint8Array> {
+      for await (const piece of pieces(image, 4096)) {
+        // The member closes a few records in.
+        if (++read === 3) stop.abort();
+        yield piece;
+      }
+    }
+    await expect(b.restoreConsensusImage(slow(), 7, stop.signal)).rejects.toMatchObject({ code: 'unavailable' });
+    expect(read).toBeLessThan(image.length / 4096);
+    await b.close();
+    // As after a kill -9 mid-restore: no position holds (not 3, not 7), so the member restores again.
+    const again = await open(dir);
+    expect(await again.consensusApplied()).toBe(0);
+    await again.restoreConsensusImage(pieces(image, 65_536), 7);
+    expect(await again.consensusApplied()).toBe(7);
+    expect(await ids(again, 'x')).toEqual(await ids(a, 'x'));
+    await again.close();
+    await a.close();
+  }, 60_000);
+
   it('refuses to become a member over a single node\'s data', async () => {
     const dir = tmp();
     const db = await open(dir);

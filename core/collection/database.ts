@@ -71,6 +71,12 @@ export interface DatabaseOptions {
    * records first. The graph is the same either way. Default false.
    */
   absorbOffThread?: boolean;
+  /**
+   * A consensus member's database (issue 17; the member then calls useProposer): its WAL's unsynced tail
+   * is a copy of its consensus log, so damage a power loss left there is cut at open and replayed from
+   * the log, not refused (DataDirOptions.consensus). Default false: a single node refuses it.
+   */
+  consensus?: boolean;
   /** Dirty points that trigger a checkpoint of a collection into a segment. */
   checkpointPoints?: number;
   /** Delta segments a collection may have before a checkpoint compacts them into one (default 8). */
@@ -242,6 +248,7 @@ export class Database {
       log: (message, detail) => log('warn', message, detail),
       segmentBytesMax: opts.walFileBytesMax,
       replicationRetainBytes: opts.replicationRetainBytes,
+      ...(opts.consensus === true ? { consensusHistory: CONSENSUS_HISTORY } : {}),
     });
     const db = new Database(dir, opts);
     try {
@@ -678,9 +685,11 @@ export class Database {
   /**
    * Replaces the whole state with a consensus snapshot taken at `index` (consensusImage, its bytes in
    * any chunking): as a read replica's bootstrap does (the collections it names are kept by uid and
-   * refilled, the others dropped), and the position is `index` once it is all durable.
+   * refilled, the others dropped), and the position is `index` once it is all durable. `signal` (a
+   * member closing) stops it between records: the directory is then left mid-restore (consensusApplied
+   * answers 0 until a restore ends), as a kill -9 would leave it, and the member restores again at start.
    */
-  async restoreConsensusImage(chunks: AsyncIterable<Uint8Array>, index: number): Promise<void> {
+  async restoreConsensusImage(chunks: AsyncIterable<Uint8Array>, index: number, signal?: AbortSignal): Promise<void> {
     const it = chunks[Symbol.asyncIterator]();
     let buf: Buffer = Buffer.alloc(0);
     /** At least `n` bytes buffered, or false at the end of the image. */
@@ -706,6 +715,7 @@ export class Database {
       buf = buf.subarray(m);
       await this.replicaReset();
       for (;;) {
+        if (signal?.aborted === true) throw new SvcError('unavailable', `the restore of the consensus snapshot at ${index} was cut short by a close; it runs again at the next start`);
         if (!(await fill(4))) {
           if (buf.length > 0) throw new SvcError('internal', 'a consensus snapshot ends inside a record length');
           break;

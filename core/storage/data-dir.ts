@@ -27,6 +27,36 @@ export interface DataDirOptions {
   segmentBytesMax?: number;
   /** Most bytes of WAL files kept only for replication readers (WalOptions.retainBytesMax; default 1 GiB). */
   replicationRetainBytes?: number;
+  /**
+   * Opened as a consensus member's directory (issue 17), whose positions count in this history: its WAL's
+   * unsynced tail is a copy of what its consensus log holds, so damage there is cut at open rather than
+   * refused (WalOptions.damagedTailAfterSeq, past the last seq the manifest names: `durableSeqFloor`).
+   * Known before the WAL is opened: recovery decides. Only where the manifest shows no other kind of
+   * directory (`cutsDamagedTail`): a single node's records are nowhere else, and stay refused.
+   */
+  consensusHistory?: string;
+}
+
+/**
+ * Whether a directory opened as a consensus member's may have its WAL's damaged tail cut: its manifest
+ * names that member's history, or a restore in progress (its state is replaced again), or holds nothing
+ * yet (a new member; no single node's collection is in it).
+ */
+function cutsDamagedTail(m: Manifest, consensusHistory: string | undefined): boolean {
+  if (consensusHistory === undefined) return false;
+  const h = m.replica_history;
+  return h === consensusHistory || h === '' || (h === undefined && m.collections.length === 0 && m.move === undefined);
+}
+
+/**
+ * The last WAL seq a manifest shows to be durable: every seq it names (a collection's checkpoint or create,
+ * a move's state) was fsynced before the manifest was saved (checkpoint() syncs the WAL first; a create's
+ * record is a synced append; a move's seq is the WAL's durable lastSeq). A consensus member's WAL cuts
+ * damage only past it: below it, segments and the manifest already count those seqs, and a WAL that
+ * reused them would have its new records skipped at replay as checkpointed.
+ */
+function durableSeqFloor(m: Manifest): number {
+  return Math.max(0, m.move?.seq ?? 0, ...m.collections.map((c) => c.checkpoint_seq));
 }
 
 export interface CollectionSummary {
@@ -101,6 +131,11 @@ export class DataDir implements Keyring {
   private readonly graphBytes = new Map<string, number>();
   /** A follower's applied leader seq (the manifest's, then every replica_position record since); null on a leader. */
   private replicaPosition: number | null = null;
+  /**
+   * The WAL seq of the record that set replicaPosition (0: the manifest's, durable). A consensus member
+   * writes its positions unsynced: a manifest saves one only once its record is durable (saveManifest).
+   */
+  private positionSeq = 0;
   /** The leader history that position counts in ('' while a bootstrap runs); null when none is known. */
   private replicaHistory: string | null = null;
   /** A follower's bootstrap (or a consensus member's snapshot restore) began and has not ended. */
@@ -161,6 +196,7 @@ export class DataDir implements Keyring {
     for (const c of this.manifest.collections) this.sealers.set(c.uid, this.sealerOf(c));
     this.wal = await Wal.open(this.fs, this.p(WAL_DIR), {
       keyring: this, log: this.opts.log, segmentBytesMax: this.opts.segmentBytesMax, retainBytesMax: this.opts.replicationRetainBytes,
+      ...(cutsDamagedTail(this.manifest, this.opts.consensusHistory) ? { damagedTailAfterSeq: durableSeqFloor(this.manifest) } : {}),
     });
     await this.finishInterrupted();
     await this.removeOrphans();
@@ -285,6 +321,11 @@ export class DataDir implements Keyring {
     const m: Manifest = { ...next, manifest_version: this.manifest.manifest_version + 1 };
     if (this.replicaPosition !== null) m.replica_position = this.replicaPosition;
     if (this.replicaHistory !== null) m.replica_history = this.replicaHistory;
+    // A position written unsynced (a consensus member's) is made durable before a manifest names it: a
+    // power loss that took its record, and the records of the entries before it, would otherwise leave a
+    // manifest claiming them, and the member would never apply them again (replay finds no later record
+    // when the checkpoints are past every durable one).
+    if (this.positionSeq > (this.wal?.lastSeq ?? 0)) await this.wal.sync();
     // Move records are appended in `serial`, as this save runs: every one up to lastSeq is in it.
     const mv = this.moveProgress;
     if (!this.moveReplayed) {
@@ -379,12 +420,14 @@ export class DataDir implements Keyring {
         if (op.t === 'replica_position') {
           // The last one written wins.
           this.replicaPosition = op.leader_seq;
+          this.positionSeq = r.seq;
           continue;
         }
         if (op.t === 'replica_origin') {
           // A bootstrap's start ('': nothing applied yet) or its end (the leader's history and seq).
           this.replicaHistory = op.history;
           this.replicaPosition = op.leader_seq;
+          this.positionSeq = r.seq;
           continue;
         }
         if (op.t === 'move_state') {
@@ -454,8 +497,9 @@ export class DataDir implements Keyring {
    */
   async appendReplicaPosition(leaderSeq: number, opts: { sync?: boolean } = {}): Promise<void> {
     if (this.closed) throw new SvcError('not_ready', 'the data directory is closed');
-    await this.wal.append('db', encodeOp({ t: 'replica_position', leader_seq: leaderSeq }), opts);
+    const seq = await this.wal.append('db', encodeOp({ t: 'replica_position', leader_seq: leaderSeq }), opts);
     this.replicaPosition = leaderSeq;
+    this.positionSeq = seq;
   }
 
   /**
@@ -473,9 +517,10 @@ export class DataDir implements Keyring {
    */
   async appendReplicaOrigin(history: string, leaderSeq: number): Promise<void> {
     if (this.closed) throw new SvcError('not_ready', 'the data directory is closed');
-    await this.wal.append('db', encodeOp({ t: 'replica_origin', history, leader_seq: leaderSeq }));
+    const seq = await this.wal.append('db', encodeOp({ t: 'replica_origin', history, leader_seq: leaderSeq }));
     this.replicaHistory = history;
     this.replicaPosition = leaderSeq;
+    this.positionSeq = seq;
   }
 
   /**

@@ -161,6 +161,87 @@ describe('Wal recovery', () => {
     expect(err.code).toBe('internal');
   });
 
+  /** Records 1..n, all synced, then `tail` appended unsynced: the file and each record's frame offset. */
+  async function unsyncedTail(fs: FaultyFileSystem, keyring: TestKeyring, n: number, tail: number): Promise<{ file: string; at: number[] }> {
+    const wal = await Wal.open(fs, '/wal', { keyring, log: quiet });
+    for (let i = 1; i <= n; i++) await wal.append('c1', enc(`body-${i}`));
+    await Promise.all(Array.from({ length: tail }, (_, i) => wal.append('c1', enc(`body-${n + i + 1}`), { sync: false })));
+    const file = fs.listFiles()[0];
+    const bytes = Buffer.from(fs.peek(file));
+    // Every frame is its 24-byte header, the key id and the sealed body (read from the length field).
+    const at: number[] = [];
+    for (let o = 16; o < bytes.length; o += 24 + bytes.readUInt16LE(o + 20) + bytes.readUInt32LE(o + 4)) at.push(o);
+    expect(at).toHaveLength(n + tail);
+    // A process crash: nothing closes the log, nothing more is fsynced.
+    fs.crash({ writes: 'keep' });
+    fs.restart();
+    return { file, at };
+  }
+
+  /** The three shapes a power loss leaves in an unsynced tail, at the record `k` (0-based) of `at`. */
+  const damages: [string, (fs: FaultyFileSystem, file: string, at: number[], k: number) => void][] = [
+    ['bytes flipped in the middle of a record', (fs, file, at, k) => fs.poke(file, at[k] + 30, enc('garbage!'))],
+    ['a hole of zeros before more records', (fs, file, at, k) => fs.poke(file, at[k], new Uint8Array(at[k + 1] - at[k]))],
+    ['a record cut short before more records', (fs, file, at, k) => {
+      // The record's header is kept, its body replaced from its middle on by the next record's bytes.
+      const bytes = fs.peek(file);
+      const mid = at[k] + Math.floor((at[k + 1] - at[k]) / 2);
+      fs.poke(file, mid, bytes.slice(at[k + 1], at[k + 1] + (at[k + 1] - mid)));
+    }],
+  ];
+
+  it('a consensus member\'s log (damagedTailAfterSeq) cuts damage past the durable seq, with every record after it, and logs what it cut', async () => {
+    for (const [what, damage] of damages) {
+      const fs = new FaultyFileSystem(40);
+      const keyring = new TestKeyring();
+      const { file, at } = await unsyncedTail(fs, keyring, 3, 4);
+      const size = fs.peek(file).length;
+      damage(fs, file, at, 4);
+      const logs: [string, Record<string, unknown> | undefined][] = [];
+      const wal = await Wal.open(fs, '/wal', { keyring, log: (m, d) => logs.push([m, d]), damagedTailAfterSeq: 3 });
+      expect(wal.lastSeq, what).toBe(4);
+      expect((await collect(wal.readFrom(1))).map((r) => dec(r.body)), what).toEqual(['body-1', 'body-2', 'body-3', 'body-4']);
+      expect(logs, what).toHaveLength(1);
+      expect(logs[0][0], what).toMatch(/cutting a damaged unsynced tail/);
+      expect(logs[0][1], what).toMatchObject({ file, offset: at[4], bytes: size - at[4], from_seq: 5 });
+      expect(await wal.append('c1', enc('after')), what).toBe(5);
+      await wal.close();
+      // The cut is durable: the next open finds a clean log.
+      const again = await Wal.open(fs, '/wal', { keyring, log: (m) => { throw new Error(`logged ${m}`); }, damagedTailAfterSeq: 3 });
+      expect((await collect(again.readFrom(1))).map((r) => dec(r.body)), what).toEqual(['body-1', 'body-2', 'body-3', 'body-4', 'after']);
+      await again.close();
+    }
+  });
+
+  it('a single node refuses the same damage (not a torn last record), and so does a consensus member\'s at or below its durable seq', async () => {
+    for (const [what, damage] of damages) {
+      for (const cutAfter of [undefined, 5, 8]) {
+        const fs = new FaultyFileSystem(41);
+        const keyring = new TestKeyring();
+        const { file, at } = await unsyncedTail(fs, keyring, 3, 4);
+        damage(fs, file, at, 4);
+        const err = await Wal.open(fs, '/wal', { keyring, log: quiet, ...(cutAfter !== undefined ? { damagedTailAfterSeq: cutAfter } : {}) }).catch((e) => e);
+        expect(err, `${what}, after ${cutAfter}`).toBeInstanceOf(StorageCorruption);
+        expect(err.offset, `${what}, after ${cutAfter}`).toBe(at[4]);
+      }
+    }
+  });
+
+  it('a consensus member\'s log still refuses damage in a file before the last (fsynced whole before the next began)', async () => {
+    const fs = new FaultyFileSystem(42);
+    const keyring = new TestKeyring();
+    const wal = await Wal.open(fs, '/wal', { keyring, log: quiet, segmentBytesMax: 200 });
+    for (let i = 1; i <= 12; i++) await wal.append('c1', enc(`body-${i}`), { sync: false });
+    await wal.close();
+    const files = fs.listFiles();
+    expect(files.length).toBeGreaterThan(2);
+    const first = Buffer.from(fs.peek(files[0]));
+    fs.poke(files[0], first.length - 10, enc('xx'));
+    const err = await Wal.open(fs, '/wal', { keyring, log: quiet, segmentBytesMax: 200, damagedTailAfterSeq: 0 }).catch((e) => e);
+    expect(err).toBeInstanceOf(StorageCorruption);
+    expect(err.file).toBe(files[0]);
+  });
+
   it('detects every single-bit flip of a small log file', async () => {
     const fs = new FaultyFileSystem(5);
     fs.yieldEachOp = false;

@@ -22,6 +22,14 @@ import { joinPath, mkdirDurable, type FileHandle, type FileSystem } from './fs.j
  * first frame that does not check). A process crash (kill -9) loses nothing written. Readers (`readFrom`,
  * `waitFor`, `lastSeq`) see durable records only; while a reader holds the log every group is fsynced.
  *
+ * Damage at open: a record cut short by the end of the last file, or a zero-filled end of it, is a torn
+ * write and cut off (the last group's write, never acknowledged as durable). Any other damage refuses to
+ * open: where every record was fsynced before it was acknowledged, it is a lost acknowledged write.
+ * A consensus member's log (`damagedTailAfterSeq`) instead cuts damage of any kind (garbage, a hole of
+ * zeros before more records) in its last file past the last seq its data directory knows durable: a power
+ * loss leaves such damage in an unsynced tail, and every record there is in the consensus log, which the
+ * member replays after the position its database kept.
+ *
  * Readers (replication) see it as a CommitLog (commit-log.ts): `readFrom` finds the file by its name and
  * the position in it from a sparse in-memory index (one mark every WAL_INDEX_STRIDE_BYTES, made as
  * records are appended and as files are scanned at open); `waitFor` is woken by the group commit; a
@@ -49,6 +57,14 @@ export interface WalOptions {
    * 64 MiB; 0 turns it off). Nothing is kept while no reader holds the log.
    */
   tailCacheBytes?: number;
+  /**
+   * A consensus member's (issue 17): damage of any kind in the last file at a record past this seq is cut
+   * off at open, with every record after it, instead of refused (a warning names the bytes and the first
+   * seq cut). The caller passes the last seq it knows durable (its manifest names only fsynced seqs) and
+   * holds every record past it elsewhere (the consensus log). Files before the last are always whole:
+   * each was fsynced before the next began, so damage there still refuses. Default: refuse (a single node).
+   */
+  damagedTailAfterSeq?: number;
 }
 
 export type WalRecord = LogRecord;
@@ -115,14 +131,15 @@ interface ScannedRecord {
   offset: number;
 }
 
-type ScanEnd = { kind: 'clean'; end: number } | { kind: 'torn'; end: number; reason: string };
+type ScanEnd = { kind: 'clean'; end: number } | { kind: 'torn' | 'damaged'; end: number; reason: string };
 
 /**
  * Walks the frames of one file, checking both checksums and the seq chain. A frame cut short by the end
- * of the last file is a torn write (returned); any other damage throws StorageCorruption.
+ * of the last file is a torn write (returned); any other damage throws StorageCorruption, except in the
+ * last file at a record past `cutAfterSeq` (WalOptions.damagedTailAfterSeq), where it is returned too.
  */
 async function* scanFrames(
-  handle: FileHandle, path: string, firstSeq: number, isLast: boolean, limitBytes?: number, from?: IndexMark,
+  handle: FileHandle, path: string, firstSeq: number, isLast: boolean, limitBytes?: number, from?: IndexMark, cutAfterSeq?: number,
 ): AsyncGenerator<ScannedRecord, ScanEnd & { nextSeq: number }> {
   const bytes = limitBytes ?? (await handle.size());
   const reader = new ChunkReader((p, l) => handle.read(p, l), bytes);
@@ -139,6 +156,11 @@ async function* scanFrames(
     if (!isLast) throw new StorageCorruption(path, offset, `${reason} before the end of a finished log file`);
     return { kind: 'torn', end: offset, reason, nextSeq: seq };
   };
+  /** Damage other than a torn write: refused, but in a consensus member's unsynced tail (cutAfterSeq). */
+  const damaged = (reason: string): ScanEnd & { nextSeq: number } => {
+    if (!isLast || cutAfterSeq === undefined || seq <= cutAfterSeq) throw new StorageCorruption(path, offset, reason);
+    return { kind: 'damaged', end: offset, reason, nextSeq: seq };
+  };
   while (offset < bytes) {
     const h = await reader.get(offset, FRAME_HEADER_BYTES);
     if (h.length < FRAME_HEADER_BYTES) return torn('frame header cut short');
@@ -146,14 +168,14 @@ async function* scanFrames(
     if (fh === null) {
       const rest = await reader.get(offset, bytes - offset);
       if (isLast && rest.length === bytes - offset && rest.every((x) => x === 0)) return torn('zero-filled tail');
-      throw new StorageCorruption(path, offset, 'frame header checksum mismatch');
+      return damaged('frame header checksum mismatch');
     }
-    if (fh.sealedLen > RECORD_BYTES_MAX) throw new StorageCorruption(path, offset, 'frame length out of range');
-    if (fh.seq !== seq) throw new StorageCorruption(path, offset, `expected seq ${seq}, found ${fh.seq}`);
+    if (fh.sealedLen > RECORD_BYTES_MAX) return damaged('frame length out of range');
+    if (fh.seq !== seq) return damaged(`expected seq ${seq}, found ${fh.seq}`);
     const restLen = fh.keyIdLen + fh.sealedLen;
     const rest = await reader.get(offset + FRAME_HEADER_BYTES, restLen);
     if (rest.length < restLen) return torn('frame body cut short');
-    if (crc(rest) !== fh.bodyCrc) throw new StorageCorruption(path, offset, 'frame body checksum mismatch');
+    if (crc(rest) !== fh.bodyCrc) return damaged('frame body checksum mismatch');
     const keyId = Buffer.from(rest.subarray(0, fh.keyIdLen)).toString('utf8');
     yield { seq, keyId, sealed: rest.subarray(fh.keyIdLen), offset };
     offset += FRAME_HEADER_BYTES + restLen;
@@ -275,7 +297,10 @@ export class Wal implements CommitLog {
     assert(Number.isSafeInteger(this.retainBytesMax) && this.retainBytesMax >= 0, 'retainBytesMax is a non-negative integer');
   }
 
-  /** Opens (creating when empty) and recovers: a torn final record is cut off and logged; damage refuses. */
+  /**
+   * Opens (creating when empty) and recovers: a torn final record is cut off and logged; other damage
+   * refuses, but a consensus member's in its unsynced tail (WalOptions.damagedTailAfterSeq) is cut too.
+   */
   static async open(fs: FileSystem, dir: string, opts: WalOptions): Promise<Wal> {
     const wal = new Wal(fs, dir, opts);
     await wal.recover();
@@ -321,7 +346,7 @@ export class Wal implements CommitLog {
       const file: LogFile = { name, firstSeq, bytes: 0, marks: [] };
       let end: ScanEnd & { nextSeq: number };
       try {
-        const it = scanFrames(h, path, firstSeq, isLast);
+        const it = scanFrames(h, path, firstSeq, isLast, undefined, undefined, this.opts.damagedTailAfterSeq);
         for (;;) {
           const r = await it.next();
           if (r.done) {
@@ -335,8 +360,15 @@ export class Wal implements CommitLog {
         throw e;
       }
       this.nextSeq = end.nextSeq;
-      if (end.kind === 'torn') {
+      if (end.kind === 'damaged') {
+        const size = await h.size();
+        this.opts.log('wal: cutting a damaged unsynced tail (a consensus member\'s: its consensus log holds these records and replays them)', {
+          file: path, offset: end.end, bytes: size - end.end, from_seq: end.nextSeq, reason: end.reason,
+        });
+      } else if (end.kind === 'torn') {
         this.opts.log('wal: truncating a torn final record', { file: path, offset: end.end, reason: end.reason });
+      }
+      if (end.kind !== 'clean') {
         if (end.end < FILE_HEADER_BYTES) {
           await h.truncate(0);
           await h.write(walHeader(), 0);

@@ -11,11 +11,16 @@ import type { FileHandle, FileStat, FileSystem, LockResult, OpenMode } from '../
  * every call fails with SimulatedCrash until `restart()`. Every choice comes from one seed: print it.
  */
 
-export type WriteFate = 'keep' | 'drop' | 'tear' | 'random';
+export type WriteFate = 'keep' | 'drop' | 'tear' | 'random' | 'garble';
 export type NamespaceFate = 'keep' | 'drop' | 'random';
 export interface CrashOptions {
-  /** What happens to unsynced writes of each file: `tear` keeps all but the last and a prefix of the last. */
-  writes?: WriteFate;
+  /**
+   * What happens to unsynced writes of each file: `tear` keeps all but the last and a prefix of the last;
+   * `garble` keeps each one whole, as zeros (its pages lost, the file's length kept: a hole) or with a
+   * seeded span of garbage, independently and in any order (a page cache written back out of order).
+   * A function chooses by path (a file with several names, or none any more, gets the fate of '').
+   */
+  writes?: WriteFate | ((path: string) => WriteFate);
   /** What happens to unsynced creates/renames/unlinks: `random` keeps a random prefix of them in order. */
   namespace?: NamespaceFate;
 }
@@ -168,14 +173,22 @@ export class FaultyFileSystem implements FileSystem {
   /** Power loss now: keeps the durable state and a seeded share of the rest; open handles die. */
   crash(options: CrashOptions = {}): void {
     const nsFate = options.namespace ?? 'random';
-    const writeFate = options.writes ?? 'random';
+    const writesOption = options.writes ?? 'random';
     const keepNs = nsFate === 'keep' ? this.nsPending.length : nsFate === 'drop' ? 0 : this.prng.int(this.nsPending.length + 1);
     const next = this.durable.clone();
     for (const op of this.nsPending.slice(0, keepNs)) next.apply(op);
     const inodes = new Set<Inode>([...this.current.files.values(), ...next.files.values()]);
+    const pathOf = new Map<Inode, string>();
+    for (const [path, inode] of this.current.files) pathOf.set(inode, pathOf.has(inode) ? '' : path);
     for (const inode of inodes) {
       const survivor = new Inode();
       survivor.apply({ k: 'write', pos: 0, bytes: inode.durable });
+      const writeFate = typeof writesOption === 'function' ? writesOption(pathOf.get(inode) ?? '') : writesOption;
+      if (writeFate === 'garble') {
+        for (const op of inode.pending) survivor.apply(this.garbled(op));
+        inode.reset(survivor.contents());
+        continue;
+      }
       const n = inode.pending.length;
       let keep = n;
       let tearLast = false;
@@ -194,6 +207,19 @@ export class FaultyFileSystem implements FileSystem {
     this.nsPending = [];
     this.generation++;
     this.locks.clear();
+  }
+
+  /** An unsynced write as a `garble` crash leaves it: whole (half the time), zeros, or a span of garbage. */
+  private garbled(op: PendingWrite): PendingWrite {
+    if (op.k !== 'write' || op.bytes.length === 0) return op;
+    const fate = this.prng.int(4);
+    if (fate < 2) return op;
+    if (fate === 2) return { k: 'write', pos: op.pos, bytes: new Uint8Array(op.bytes.length) };
+    const bytes = Uint8Array.from(op.bytes);
+    const from = this.prng.int(bytes.length);
+    const to = from + 1 + this.prng.int(Math.min(512, bytes.length - from));
+    for (let i = from; i < to; i++) bytes[i] = this.prng.int(256);
+    return { k: 'write', pos: op.pos, bytes };
   }
 
   /** The machine comes back: operations work again on what survived the crash. */

@@ -17,7 +17,7 @@ const FILE_SEEDS = Number(process.env.SVC_RAFT_SIM_FILE_SEEDS ?? 30);
 
 describe('raft simulation', () => {
   it(`${SEEDS} seeds from ${FIRST}: safe under faults, converged after the heal`, () => {
-    const totals = { acked: 0, leaders: 0, crashes: 0, snapshotsInstalled: 0, readsAnswered: 0, lost: 0, duplicated: 0, partitions: 0 };
+    const totals = { acked: 0, leaders: 0, crashes: 0, snapshotsInstalled: 0, readsAnswered: 0, lost: 0, duplicated: 0, partitions: 0, garbledTails: 0 };
     for (let seed = FIRST; seed < FIRST + SEEDS; seed++) {
       const stats = runRaftSim(seed);
       for (const k of Object.keys(totals) as (keyof typeof totals)[]) totals[k] += stats[k];

@@ -24,7 +24,10 @@ import { InsecureSealer } from '../crypto/sealer.js';
  * member's own snapshot is a marker there: the log must never drop what the state machine would need
  * again). A crash keeps what it synced plus a seeded prefix of the rest, and a position (the last one
  * it kept) at or before the entries kept; the member restarts at that position and applies the log
- * after it again, entries it still holds included (they must be the same: state machine safety).
+ * after it again, entries it still holds included (they must be the same: state machine safety). The
+ * unsynced rest may also come back garbled (pages lost out of order, torn sectors): the state machine's
+ * recovery cuts at the first damaged entry, which lies past its durable part and may lie before entries
+ * that survived, and before the position it wrote last (its WAL in a consensus member: wal.ts).
  */
 
 /** Simulated time: a member ticks every TICK_UNITS units (unless its clock skips); messages take 1+ units. */
@@ -132,6 +135,8 @@ export interface RaftSimStats {
   slowApplies: number;
   /** Entries applied again after a restart that the state machine had kept past its position. */
   reapplied: number;
+  /** Crashes whose state machine's unsynced tail came back garbled and was cut at the damage. */
+  garbledTails: number;
 }
 
 export class RaftSimFailure extends Error {
@@ -211,7 +216,7 @@ export class RaftSim {
     this.trace = options.trace;
     this.stats = {
       seed, members: this.ids.length, units: 0, leaders: 0, maxTerm: 0, writes: 0, acked: 0, overwritten: 0, reads: 0,
-      readsAnswered: 0, crashes: 0, tornPersists: 0, compactions: 0, snapshotsInstalled: 0, sent: 0, lost: 0, duplicated: 0, partitions: 0, slowApplies: 0, reapplied: 0,
+      readsAnswered: 0, crashes: 0, tornPersists: 0, compactions: 0, snapshotsInstalled: 0, sent: 0, lost: 0, duplicated: 0, partitions: 0, slowApplies: 0, reapplied: 0, garbledTails: 0,
     };
   }
 
@@ -337,7 +342,14 @@ export class RaftSim {
     this.stats.crashes++;
     // The state machine keeps its durable part and a prefix of the rest; its kept position lies between.
     const applied = h.node?.status().applied ?? h.smPosition;
-    const kept = h.smDurable + this.prng.int(h.values.length - h.smDurable + 1);
+    let kept = h.smDurable + this.prng.int(h.values.length - h.smDurable + 1);
+    // Or garbage past the durable part: recovery cuts at the first damaged entry, whatever follows it.
+    if (kept > h.smDurable && this.chance(0.25)) {
+      const damaged = h.smDurable + 1 + this.prng.int(kept - h.smDurable);
+      this.stats.garbledTails++;
+      this.log(`${h.id}'s state machine tail is garbled at entry ${damaged} (kept ${kept}): cut there`);
+      kept = damaged - 1;
+    }
     h.smKept = h.values.slice(0, kept);
     h.smPosition = h.smDurable + this.prng.int(Math.min(kept, applied) - h.smDurable + 1);
     // A hard state that only moved the commit index was written without an fsync: it may be lost.

@@ -139,6 +139,9 @@ async function openAndServe(
     // A read replica's graphs take new points in a build worker: its event loop applies the leader's
     // records instead of queueing them behind main-thread inserts (bench:replication's lag).
     absorbOffThread: config.leader !== null,
+    // A consensus member's WAL tail is a copy of its consensus log: damage a power loss left there is
+    // cut at open and replayed from the log (decided here, before the WAL's recovery runs).
+    consensus: raft !== null,
     // Storage and index warnings (a torn WAL tail, a graph file not used): the operator's to see.
     log: (level, message, detail) => logs.target('svc::db')[level](detail ?? {}, message),
   });

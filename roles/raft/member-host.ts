@@ -203,9 +203,10 @@ export async function startConsensusMember(
       // Positions unsynced (the log is the durable record), made durable before a marker compacts the log.
       appliedThrough: (index) => db.appliedThrough(index),
       syncApplied: () => db.syncApplied(),
-      restore: async (s) => {
+      restore: async (s, signal) => {
         log('info', 'consensus: restoring a snapshot from the leader', { index: s.meta.index });
-        await db.restoreConsensusImage(imageOf(s), s.meta.index);
+        // A close cuts it short (it runs again at the next start, as after a kill -9).
+        await db.restoreConsensusImage(imageOf(s), s.meta.index, signal);
         await removeStaleImages();
       },
     },

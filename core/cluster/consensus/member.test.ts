@@ -266,3 +266,47 @@ describe('ConsensusMember sends a leader\'s appends while it persists them', () 
     expect(answers.filter((m) => m.names > m.durable)).toEqual([]);
   });
 });
+
+describe('ConsensusMember close() during a snapshot restore', () => {
+  it('cuts the restore short instead of waiting for it; the next start restores the same snapshot again', async () => {
+    const store = new MemStore();
+    store.applySnapshot({ meta: { index: 5, term: 1 }, data: Buffer.from('image') });
+    const restores: { index: number; signal?: AbortSignal }[] = [];
+    let finish = false;
+    const logged: string[] = [];
+    const start = (): ConsensusMember => new ConsensusMember({
+      id: 'n1', members: ['n1'], storage: store, prng: new Prng(3), electionTicks: 10, heartbeatTicks: 1, log: (m) => logged.push(m),
+      // The state machine's position: a restore cut short never reached the snapshot's index.
+      applied: 0,
+      transport: { send: () => undefined },
+      stateMachine: {
+        apply: () => undefined,
+        restore: async (s: Snapshot, signal?: AbortSignal) => {
+          restores.push({ index: s.meta.index, signal });
+          if (finish) return;
+          // A large image: it would take as long as it takes, but stops when the member closes.
+          await new Promise<void>((_, reject) => signal?.addEventListener('abort', () => reject(new Error('cut short')), { once: true }));
+        },
+      },
+    });
+    const member = start();
+    await new Promise((r) => setTimeout(r, 5));
+    expect(member.restoring).toBe(true);
+    expect(restores).toHaveLength(1);
+    const t0 = performance.now();
+    await member.close();
+    expect(performance.now() - t0).toBeLessThan(1000);
+    expect(restores[0].signal?.aborted).toBe(true);
+    // Not applied, and nothing failed (a close is no fault).
+    expect(member.appliedIndex).toBe(0);
+    expect(logged).toEqual([]);
+    expect(member.restoring).toBe(false);
+    // The log still names the snapshot: the next start restores it, and this time it ends.
+    finish = true;
+    const again = start();
+    for (let i = 0; i < 50 && again.appliedIndex < 5; i++) await new Promise((r) => setTimeout(r, 1));
+    expect(restores.map((r) => r.index)).toEqual([5, 5]);
+    expect(again.appliedIndex).toBe(5);
+    await again.close();
+  });
+});

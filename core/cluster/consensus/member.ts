@@ -71,8 +71,13 @@ export interface StateMachine {
    * need them again. Without it, appliedThrough must be durable when it resolves.
    */
   syncApplied?(): Promise<void>;
-  /** Replaces the whole state with a snapshot received from the leader. */
-  restore(snapshot: Snapshot): void | Promise<void>;
+  /**
+   * Replaces the whole state with a snapshot received from the leader. `signal` is aborted by close():
+   * the state machine may then stop part way (rejecting), as a kill -9 would stop it. It must then not
+   * report the snapshot's index as applied at the next start, which restores it again (the log keeps
+   * naming it: `applied` below its index).
+   */
+  restore(snapshot: Snapshot, signal: AbortSignal): void | Promise<void>;
 }
 
 export interface ConsensusMemberOptions {
@@ -115,6 +120,8 @@ export class ConsensusMember implements Proposer {
   private running = false;
   private failed: unknown = null;
   private closed = false;
+  /** Aborted by close(): a restore running then stops part way (StateMachine.restore). */
+  private readonly closing = new AbortController();
   private idle: (() => void)[] = [];
   /** The term whose first entry (the leader's no-op) this member has applied: a leader then holds every acknowledged write. */
   private termApplied = 0;
@@ -257,9 +264,14 @@ export class ConsensusMember implements Proposer {
     return this.pending.size;
   }
 
-  /** Stops taking input and waits for the Ready in progress; pending proposals fail as not acknowledged. */
+  /**
+   * Stops taking input, cuts a running snapshot restore short (StateMachine.restore's signal), and waits
+   * for the Ready and the applies in progress; pending proposals fail as not acknowledged.
+   */
   async close(): Promise<void> {
     this.closed = true;
+    // A restore of a large image could take minutes: it stops part way, and runs again at the next start.
+    this.closing.abort();
     while (this.running) await new Promise<void>((r) => this.idle.push(r));
     await this.applyChain;
     this.failAll(notAcknowledged('the consensus member closed before the write committed'));
@@ -354,8 +366,12 @@ export class ConsensusMember implements Proposer {
     this.node.holdCampaign(true);
     this.enqueue(async () => {
       try {
-        if (this.failed !== null) return;
-        await this.o.stateMachine.restore(snap);
+        if (this.failed !== null || this.closing.signal.aborted) return;
+        await this.o.stateMachine.restore(snap, this.closing.signal);
+      } catch (e) {
+        // Cut short by close(): not applied; the next start restores it again (the log names it).
+        if (this.closing.signal.aborted) return;
+        throw e;
       } finally {
         this.restores--;
         if (this.restores === 0) this.node.holdCampaign(false);
