@@ -360,6 +360,11 @@ export class Database {
     return this.infoOf(this.collection(name));
   }
 
+  /** A collection's parameters as they are now (its engine's parsing reads them: node.ts); not to be changed. */
+  collectionSpec(name: string): CollectionSpec {
+    return this.collection(name).spec;
+  }
+
   private infoOf(col: Collection): CollectionInfo {
     return infoOf(col.spec, col.count, col.indexState === 'stale');
   }

@@ -61,6 +61,11 @@ export interface EngineOptions {
   rerankers?: ReadonlyMap<string, Reranker>;
   /** How long a collection's parameters are reused before they are asked again (default 1 s). */
   specTtlMs?: number;
+  /**
+   * A collection's parameters as the node that holds them has them now (NodeEngine: its own database),
+   * instead of asked of a shard and kept specTtlMs.
+   */
+  specOf?(name: string): CollectionSpec;
   monotonicMs(): number;
 }
 
@@ -228,6 +233,7 @@ export class Engine implements EngineApi {
    * question instead of each asking.
    */
   private async spec(name: string): Promise<CollectionSpec> {
+    if (this.opts.specOf !== undefined) return this.opts.specOf(name);
     const now = this.opts.monotonicMs();
     const have = this.specs.get(name);
     if (have !== undefined && now - have.at < (this.opts.specTtlMs ?? 1000)) return have.spec;
@@ -554,8 +560,9 @@ export class Engine implements EngineApi {
     }
     // One body for every shard (its JSON is written once).
     const ask = { ...body, depth, ...(textStats === undefined ? {} : { text_stats: textStats }) };
+    // One shard's rankings are the collection's (each best first, ties by id, `depth` deep): as they are.
+    if (shards.length === 1 && shards[0].state !== 'joining') return shards[0].shard.rankings(name, ask);
     const parts = await this.each(shards, (s) => s.shard.rankings(name, ask));
-    // One shard's rankings are the collection's: it answers each best first, ties by id, `depth` deep.
     if (parts.length === 1) return parts[0];
     const merge = (lists: (Ranked[] | undefined)[], order: ScoreOrder): Ranked[] | undefined => {
       if (lists.every((l) => l === undefined)) return undefined;

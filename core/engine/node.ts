@@ -1,5 +1,4 @@
 import { systemClock } from '../base/clock.js';
-import type { Limits } from '../base/limits.js';
 import type { CollectionInfo, Embedder, Reranker } from '../base/model.js';
 import { parseCollectionParams, splitExistOk } from '../collection/params.js';
 import type { EngineApi } from '../service/api.js';
@@ -24,15 +23,14 @@ export interface NodeEngineOptions {
  * rankings, stats, snapshots, moves, the replication stream) goes straight to it: no spec lookup, no
  * routing, no merge of one list, so a dense search costs what the database's own does.
  */
-export class NodeEngine<N extends NodeShard & { readonly limits: Limits } = NodeShard & { readonly limits: Limits }> extends Engine {
+export class NodeEngine<N extends NodeShard = NodeShard> extends Engine {
   constructor(readonly node: N, opts: NodeEngineOptions = {}) {
     super({
       shards: () => [{ id: 0, name: 'this node', shard: node }],
       limits: node.limits,
       ...opts,
-      // The node's own parameters, asked each time (cheap here): a collection dropped and made again
-      // with another shape is never parsed with the old one.
-      specTtlMs: 0,
+      // The node's own parameters as they are now: no copy, no parse, never an old shape.
+      specOf: (name) => node.collectionSpec(name),
       monotonicMs: () => systemClock.monotonicMs(),
     });
   }

@@ -1,3 +1,5 @@
+import type { Limits } from '../base/limits.js';
+import type { CollectionSpec } from '../collection/params.js';
 import type { EngineApi } from '../service/api.js';
 
 /**
@@ -20,11 +22,17 @@ export type DataShard = Pick<EngineApi,
 
 /**
  * A node's own storage as its engine sees it (core/engine/node.ts): a shard, plus what only a node has
- * and a client may still ask of it (a coordinator's move steps, the replication stream), and close.
+ * and a client may still ask of it (a coordinator's move steps, the replication stream), and close;
+ * its limits and its collections' parameters, read in place.
  * core/collection/database.ts is one. What it lacks of EngineApi is orchestration: hybridSearch,
  * searchText and upsertText, which the engine does over its shards' rankings and upserts.
  */
-export type NodeShard = DataShard & Pick<EngineApi, 'moveBatch' | 'moveCommit' | 'moveApply' | 'replicate' | 'close'>;
+export type NodeShard = DataShard & Pick<EngineApi, 'moveBatch' | 'moveCommit' | 'moveApply' | 'replicate' | 'close'> & {
+  /** The limits it enforces (the engine's parsing enforces the same). */
+  readonly limits: Limits;
+  /** A collection's parameters as they are now (not_found as collectionInfo): read, never changed. */
+  collectionSpec(name: string): CollectionSpec;
+};
 
 /** A shard of the map: its id (what rendezvous hashing ranks) and how to reach it. */
 export interface ShardRef {
