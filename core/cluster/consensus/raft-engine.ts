@@ -5,9 +5,9 @@ import { leaderIndexOf, type ForwardedWrite } from './forward.js';
 import type { ConsensusMember } from './member.js';
 
 /**
- * A consensus member's engine (issue 17): the member's database behind the consensus group's rules, for
- * every transport alike (behind the service layer: the caller is authenticated, authorized, limited and
- * audited once, on the member it called).
+ * A consensus member's engine (issue 17): the member's own engine (core/engine/node.ts, over its
+ * database) behind the consensus group's rules, for every transport alike (behind the service layer: the
+ * caller is authenticated, authorized, limited and audited once, on the member it called).
  *
  * - A write on the leader runs once the leader holds every acknowledged write (its term's first entry
  *   applied): its checks see the whole history, and the database proposes what it resolved; the answer
