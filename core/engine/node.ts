@@ -42,97 +42,29 @@ export class NodeEngine<N extends NodeShard = NodeShard> extends Engine {
     return this.node.createCollection(params as never);
   }
 
-  override listCollections(...a: Parameters<EngineApi['listCollections']>): ReturnType<EngineApi['listCollections']> {
-    return this.node.listCollections(...a);
-  }
-
-  override collectionInfo(...a: Parameters<EngineApi['collectionInfo']>): ReturnType<EngineApi['collectionInfo']> {
-    return this.node.collectionInfo(...a);
-  }
-
-  override deleteCollection(...a: Parameters<EngineApi['deleteCollection']>): ReturnType<EngineApi['deleteCollection']> {
-    return this.node.deleteCollection(...a);
-  }
-
-  override upsert(...a: Parameters<EngineApi['upsert']>): ReturnType<EngineApi['upsert']> {
-    return this.node.upsert(...a);
-  }
-
-  override bulkUpsert(...a: Parameters<EngineApi['bulkUpsert']>): ReturnType<EngineApi['bulkUpsert']> {
-    return this.node.bulkUpsert(...a);
-  }
-
-  override get(...a: Parameters<EngineApi['get']>): ReturnType<EngineApi['get']> {
-    return this.node.get(...a);
-  }
-
-  override delete(...a: Parameters<EngineApi['delete']>): ReturnType<EngineApi['delete']> {
-    return this.node.delete(...a);
-  }
-
-  override fetch(...a: Parameters<EngineApi['fetch']>): ReturnType<EngineApi['fetch']> {
-    return this.node.fetch(...a);
-  }
-
-  override count(...a: Parameters<EngineApi['count']>): ReturnType<EngineApi['count']> {
-    return this.node.count(...a);
-  }
-
-  override setPayload(...a: Parameters<EngineApi['setPayload']>): ReturnType<EngineApi['setPayload']> {
-    return this.node.setPayload(...a);
-  }
-
-  override deletePoints(...a: Parameters<EngineApi['deletePoints']>): ReturnType<EngineApi['deletePoints']> {
-    return this.node.deletePoints(...a);
-  }
-
-  override search(...a: Parameters<EngineApi['search']>): ReturnType<EngineApi['search']> {
-    return this.node.search(...a);
-  }
-
-  override searchMultiVector(...a: Parameters<EngineApi['searchMultiVector']>): ReturnType<EngineApi['searchMultiVector']> {
-    return this.node.searchMultiVector(...a);
-  }
-
-  override upsertDocuments(...a: Parameters<EngineApi['upsertDocuments']>): ReturnType<EngineApi['upsertDocuments']> {
-    return this.node.upsertDocuments(...a);
-  }
-
-  override deleteDocument(...a: Parameters<EngineApi['deleteDocument']>): ReturnType<EngineApi['deleteDocument']> {
-    return this.node.deleteDocument(...a);
-  }
-
-  override rankings(...a: Parameters<EngineApi['rankings']>): ReturnType<EngineApi['rankings']> {
-    return this.node.rankings(...a);
-  }
-
-  override textStats(...a: Parameters<EngineApi['textStats']>): ReturnType<EngineApi['textStats']> {
-    return this.node.textStats(...a);
-  }
-
-  override stats(...a: Parameters<EngineApi['stats']>): ReturnType<EngineApi['stats']> {
-    return this.node.stats(...a);
-  }
-
-  override snapshot(...a: Parameters<EngineApi['snapshot']>): ReturnType<EngineApi['snapshot']> {
-    return this.node.snapshot(...a);
-  }
-
-  override moveBatch(...a: Parameters<EngineApi['moveBatch']>): ReturnType<EngineApi['moveBatch']> {
-    return this.node.moveBatch(...a);
-  }
-
-  override moveCommit(...a: Parameters<EngineApi['moveCommit']>): ReturnType<EngineApi['moveCommit']> {
-    return this.node.moveCommit(...a);
-  }
-
-  override moveApply(...a: Parameters<EngineApi['moveApply']>): ReturnType<EngineApi['moveApply']> {
-    return this.node.moveApply(...a);
-  }
-
-  override replicate(...a: Parameters<EngineApi['replicate']>): ReturnType<EngineApi['replicate']> {
-    return this.node.replicate(...a);
-  }
+  override listCollections(...a: Parameters<EngineApi['listCollections']>) { return this.node.listCollections(...a); }
+  override collectionInfo(...a: Parameters<EngineApi['collectionInfo']>) { return this.node.collectionInfo(...a); }
+  override deleteCollection(...a: Parameters<EngineApi['deleteCollection']>) { return this.node.deleteCollection(...a); }
+  override upsert(...a: Parameters<EngineApi['upsert']>) { return this.node.upsert(...a); }
+  override bulkUpsert(...a: Parameters<EngineApi['bulkUpsert']>) { return this.node.bulkUpsert(...a); }
+  override get(...a: Parameters<EngineApi['get']>) { return this.node.get(...a); }
+  override delete(...a: Parameters<EngineApi['delete']>) { return this.node.delete(...a); }
+  override fetch(...a: Parameters<EngineApi['fetch']>) { return this.node.fetch(...a); }
+  override count(...a: Parameters<EngineApi['count']>) { return this.node.count(...a); }
+  override setPayload(...a: Parameters<EngineApi['setPayload']>) { return this.node.setPayload(...a); }
+  override deletePoints(...a: Parameters<EngineApi['deletePoints']>) { return this.node.deletePoints(...a); }
+  override search(...a: Parameters<EngineApi['search']>) { return this.node.search(...a); }
+  override searchMultiVector(...a: Parameters<EngineApi['searchMultiVector']>) { return this.node.searchMultiVector(...a); }
+  override upsertDocuments(...a: Parameters<EngineApi['upsertDocuments']>) { return this.node.upsertDocuments(...a); }
+  override deleteDocument(...a: Parameters<EngineApi['deleteDocument']>) { return this.node.deleteDocument(...a); }
+  override rankings(...a: Parameters<EngineApi['rankings']>) { return this.node.rankings(...a); }
+  override textStats(...a: Parameters<EngineApi['textStats']>) { return this.node.textStats(...a); }
+  override stats(...a: Parameters<EngineApi['stats']>) { return this.node.stats(...a); }
+  override snapshot(...a: Parameters<EngineApi['snapshot']>) { return this.node.snapshot(...a); }
+  override moveBatch(...a: Parameters<EngineApi['moveBatch']>) { return this.node.moveBatch(...a); }
+  override moveCommit(...a: Parameters<EngineApi['moveCommit']>) { return this.node.moveCommit(...a); }
+  override moveApply(...a: Parameters<EngineApi['moveApply']>) { return this.node.moveApply(...a); }
+  override replicate(...a: Parameters<EngineApi['replicate']>) { return this.node.replicate(...a); }
 
   override async close(): Promise<void> {
     await super.close();
