@@ -1,6 +1,9 @@
 /**
  * The embedded API (CONTRACT.md section 7): `openDatabase(options)` resolves to a database whose methods
- * are the MCP tools in camelCase, taking the REST bodies and resolving to the REST responses. The bodies'
+ * are the MCP tools in camelCase, taking the REST bodies and resolving to the REST responses. It is the
+ * engine over this process's data directory (core/engine/node.ts), as `svc serve`'s single node is: the
+ * storage (core/collection/database.ts) is its `node`, and text, hybrid fusion and reranking are the
+ * engine's, the same code a router runs. The bodies'
  * types (CollectionParams, SearchQuery, ...) are inferred from the one schema of each body
  * (core/base/bodies.ts) that REST, MCP and the proto check are held to, so an editor completes them and a
  * wrong body does not compile (core/testing/embedded-types.fixture.ts).
@@ -8,15 +11,21 @@
 import { invalidArgument, SvcError } from './base/errors.js';
 import { LIMIT_VARIABLES, type Limits } from './base/limits.js';
 import type { Embedder, Reranker } from './base/model.js';
-import { Database } from './collection/database.js';
+import { Database as Storage } from './collection/database.js';
 import { parseMasterKeyHex } from './crypto/keys.js';
+import { NodeEngine } from './engine/node.js';
 import { createEmbedder, createReranker, type ProviderOptions } from './providers/index.js';
 import type { EngineApi } from './service/api.js';
 
 export { SvcError, ERROR_CODES, type ErrorCode } from './base/errors.js';
 export type * from './base/model.js';
 export type { Limits } from './base/limits.js';
-export type { Database };
+
+/**
+ * What openDatabase resolves to: the engine over the data directory's storage (core/engine/node.ts),
+ * which is its `node`, with the limits it enforces.
+ */
+export type Database = EngineApi & { readonly node: Storage; readonly limits: Limits };
 
 export interface OpenOptions {
   dataDir: string;
@@ -99,6 +108,21 @@ export const DEFAULT_PROVIDER_RETRIES = 2;
 
 /** Opens (creating if needed) a data directory in this process. */
 export async function openDatabase(options: OpenOptions): Promise<Database> {
+  const { storage, embedders, rerankers } = await openStorage(options);
+  const db: Database = new NodeEngine(storage, { embedders, rerankers });
+  return options.limitsFrom === 'environment' ? db : namingLimitOptions(db);
+}
+
+/**
+ * A data directory's storage, opened and checked as openDatabase opens it, with its provider adapters:
+ * for the server roles, which put the node's engine (core/engine/node.ts) around it themselves, inside
+ * a read replica's or a consensus member's rules.
+ */
+export async function openStorage(options: OpenOptions): Promise<{
+  storage: Storage;
+  embedders: Map<string, Embedder>;
+  rerankers: Map<string, Reranker>;
+}> {
   if (typeof options !== 'object' || options === null) throw invalidArgument('openDatabase needs an options object');
   if (typeof options.dataDir !== 'string' || options.dataDir.length === 0) throw invalidArgument('dataDir must be a path');
   const insecure = options.insecure === true;
@@ -110,13 +134,11 @@ export async function openDatabase(options: OpenOptions): Promise<Database> {
   }
   const masterKey = insecure ? null : parseMasterKeyHex(String(options.encryptionKey));
   const { embedders, rerankers } = buildProviders(options.providers);
-  const db = await Database.open({
+  const storage = await Storage.open({
     dataDir: options.dataDir,
     masterKey,
     limits: options.limits,
     snapshotDir: options.snapshotDir,
-    embedders,
-    rerankers,
     searchWorkers: options.searchWorkers,
     buildWorkers: options.buildWorkers,
     replicationRetainBytes: options.replicationRetainBytes,
@@ -126,13 +148,12 @@ export async function openDatabase(options: OpenOptions): Promise<Database> {
     ...(options.log !== undefined ? { log: options.log } : {}),
   });
   try {
-    await checkProviderDims(db, embedders);
+    await checkProviderDims(storage, embedders);
   } catch (e) {
-    await db.close();
+    await storage.close();
     throw e;
   }
-  db satisfies EngineApi;
-  return options.limitsFrom === 'environment' ? db : namingLimitOptions(db);
+  return { storage, embedders, rerankers };
 }
 
 /** SVC_MAX_BATCH_SIZE -> maxBatchSize. */
@@ -154,7 +175,7 @@ export function inOptionTerms(e: unknown): unknown {
 
 /**
  * The database with every method's limit errors rewritten by inOptionTerms. A proxy, so the object is
- * still the Database (instanceof, every method); each method is wrapped once.
+ * still the engine (instanceof, every method, `node`); each method is wrapped once.
  */
 function namingLimitOptions(db: Database): Database {
   const wrapped = new Map<PropertyKey, unknown>();
@@ -214,7 +235,7 @@ function named<T>(table: string, make: () => T): T {
 }
 
 /** An existing collection whose provider gives another dim cannot be served: refuse to open. */
-async function checkProviderDims(db: Database, embedders: ReadonlyMap<string, Embedder>): Promise<void> {
+async function checkProviderDims(db: Storage, embedders: ReadonlyMap<string, Embedder>): Promise<void> {
   if (embedders.size === 0) return;
   const { collections } = await db.listCollections();
   for (const c of collections) {

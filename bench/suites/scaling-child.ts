@@ -109,7 +109,7 @@ async function main(a: ChildArgs): Promise<ChildResult> {
     lat.sort((x, y) => x - y);
     const n = lat.length;
     const per = (x: number) => r1((x / n) * 1e6);
-    const stats = db.searchPoolStats();
+    const stats = db.node.searchPoolStats();
     return {
       w: a.w, bw: a.bw ?? null, n_base: d.n, build_s: Math.round(buildS * 1000) / 1000, recall_at_10: Math.round((recall / d.nq) * 1000) / 1000,
       qps: Math.round(n / secs), queries: n, secs: Math.round(secs * 100) / 100, errors,

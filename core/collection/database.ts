@@ -2,35 +2,33 @@ import { randomBytes, randomInt } from 'node:crypto';
 import { availableParallelism } from 'node:os';
 import { BODIES, bodyKeys } from '../base/bodies.js';
 import { sleep, systemClock, type Clock } from '../base/clock.js';
-import { invalidArgument, limitExceeded, notFound, SvcError } from '../base/errors.js';
+import { invalidArgument, notFound, SvcError } from '../base/errors.js';
 import { checkLimit, resolveLimits, type Limits } from '../base/limits.js';
 import {
   markCollectionExisted,
-  type BulkUpsertBody, type CollectionParams, type GetOptions, type SnapshotBody, type UpsertBody, type UpsertDocumentsBody, type UpsertTextBody,
-  type CollectionInfo, type CountQuery, type DatabaseStats, type DeletePointsBody, type Embedder, type FetchQuery,
-  type Hit, type HybridQuery, type MultiVectorQuery, type PointOutput, type ReplicaResume, type ReplicateRequest, type ReplicationEvent,
-  type Reranker, type SearchQuery, type SetPayloadBody, type SnapshotResult, type TextQuery,
+  type BulkUpsertBody, type CollectionParams, type GetOptions, type SnapshotBody, type UpsertBody, type UpsertDocumentsBody,
+  type CollectionInfo, type CountQuery, type DatabaseStats, type DeletePointsBody, type FetchQuery,
+  type Hit, type MultiVectorQuery, type PointOutput, type ReplicaResume, type ReplicateRequest, type ReplicationEvent,
+  type SearchQuery, type SetPayloadBody, type SnapshotResult,
 } from '../base/model.js';
 import { compareIdsUtf8 } from '../base/id-order.js';
 import { checkName, checkPointId } from '../base/names.js';
 import type { SearchResult } from '../index/flat.js';
 import { compileFilter, type CompiledFilter } from '../query/filter.js';
 import {
-  checkTextStats, corpusOf, fuseRankings, type Ranked, type Rankings, type RankingsBody, type TextStats, type TextStatsBody,
+  checkTextStats, corpusOf, type Ranked, type Rankings, type RankingsBody, type TextStats, type TextStatsBody,
 } from '../query/ranking.js';
-import { DEFAULT_RRF_K0 } from '../query/rrf.js';
 import { CodecError, decodeOp, encodeOp, type MoveStateRecord, type Op } from '../storage/codec.js';
 import { DataDir } from '../storage/data-dir.js';
 import { NodeFileSystem, joinPath, type FileSystem } from '../storage/fs.js';
-import { queryTermIds, distinctCount } from '../text/tokenizer.js';
 import { validateSparse, type Bm25Corpus, type ScoredSlots } from '../text/sparse-index.js';
 import { Collection, type IndexBuilder } from './collection.js';
 import { infoOf, parseCollectionParams, sameShape, splitExistOk, type CollectionSpec } from './params.js';
 import {
-  checkPayloadResults, parseDocuments, parsePayloadUpdate, parsePoints, parseTextPoints, parseTokens, parseVector,
+  checkPayloadResults, parseDocuments, parsePayloadUpdate, parsePoints, parseTokens, parseVector,
 } from './points.js';
 import {
-  checkObject, decodeCursor, encodeCursor, parseBool, parseConsistency, parseDepth, parseEf, fusionDepth, parseFetchLimit, parseK, parseRerankPool, parseRrfK0,
+  checkObject, decodeCursor, encodeCursor, parseBool, parseConsistency, parseDepth, parseEf, parseFetchLimit, parseK, parseQueryTerms,
 } from './queries.js';
 import { defaultBuildWorkers, extendGraphInline, extendGraphInWorker, indexBuilderInWorkers, prewarmIndexBuilds } from './rebuild.js';
 import { SearchDispatch } from './search-dispatch.js';
@@ -89,8 +87,6 @@ export interface DatabaseOptions {
    * (SVC_REPLICATION_RETAIN_BYTES).
    */
   replicationRetainBytes?: number;
-  embedders?: ReadonlyMap<string, Embedder>;
-  rerankers?: ReadonlyMap<string, Reranker>;
   /**
    * Worker threads that run dense searches over the shared vectors and graphs (search-pool.ts). 0, the
    * default, searches on the calling thread (the embedded API); `svc serve` uses one per core.
@@ -121,8 +117,6 @@ export interface DatabaseOptions {
 
 /** The fields each body may have: from the one schema of each body (core/base/bodies.ts). */
 const SEARCH_KEYS = bodyKeys(BODIES.search);
-const HYBRID_KEYS = bodyKeys(BODIES.hybridSearch);
-const TEXT_QUERY_KEYS = bodyKeys(BODIES.searchText);
 const FETCH_KEYS = bodyKeys(BODIES.fetch);
 const MULTI_QUERY_KEYS = bodyKeys(BODIES.searchMultiVector);
 /** What a shard's rankings take (a hybrid body's query fields, without k and rrf_k0, plus depth and text_stats). */
@@ -183,8 +177,12 @@ export interface CommandProposer {
 }
 
 /**
- * The database: a DataDir (WAL, segments, manifest) and the collections in memory. It implements the
- * engine surface every transport shares, validates every argument and enforces every per-request limit.
+ * The database: a DataDir (WAL, segments, manifest) and the collections in memory, one node's storage.
+ * It is the node's shard (core/engine/shard.ts NodeShard): point reads and writes, dense and
+ * multi-vector search, a hybrid or text query's rankings and BM25 statistics, moves, the replication
+ * stream. It validates every argument and enforces every per-request limit of what it answers. What is
+ * orchestration and not storage (embedding text, fusing rankings, reranking) is the engine's, once, for a
+ * single node and a router alike (core/engine/node.ts, core/engine/engine.ts).
  */
 export class Database {
   readonly limits: Limits;
@@ -369,6 +367,11 @@ export class Database {
     return this.infoOf(this.collection(name));
   }
 
+  /** A collection's parameters as they are now (its engine's parsing reads them: node.ts); not to be changed. */
+  collectionSpec(name: string): CollectionSpec {
+    return this.collection(name).spec;
+  }
+
   private infoOf(col: Collection): CollectionInfo {
     return infoOf(col.spec, col.count, col.indexState === 'stale');
   }
@@ -379,10 +382,6 @@ export class Database {
     const spec = parseCollectionParams(rest, this.limits);
     const existing = this.existingFor(spec, existOk);
     if (existing !== null) return existing;
-    const embedder = this.opts.embedders?.get(spec.name);
-    if (embedder !== undefined && embedder.dim !== spec.dim) {
-      throw invalidArgument(`collection '${spec.name}' has dim ${spec.dim} but its embedding provider gives ${embedder.dim}`);
-    }
     if (this.proposer !== null) return this.proposeCreate(spec, existOk);
     let made: { uid: string; createdSeq: number };
     try {
@@ -1136,15 +1135,6 @@ export class Database {
     return h;
   }
 
-  async hybridSearch(name: string, query: HybridQuery): Promise<{ hits: Hit[] }> {
-    const col = this.pointCollection(name);
-    const q = checkObject(query, 'hybrid body', HYBRID_KEYS);
-    const k = parseK(q.k, this.limits);
-    const k0 = parseRrfK0(q.rrf_k0);
-    const r = await this.rankingsOf(col, q, fusionDepth(k, this.limits), undefined);
-    return { hits: fuseRankings([r.dense, r.sparse, r.text].filter((l) => l !== undefined), k, k0) };
-  }
-
   /**
    * A shard's part of a hybrid or text query (core/query/ranking.ts): each ranking the body asks for,
    * `depth` deep, best first, equal scores in id order. BM25 scores against `corpus` when given (the
@@ -1210,83 +1200,9 @@ export class Database {
   }
 
   private queryTerms(text: unknown): Uint32Array {
-    if (typeof text !== 'string') throw invalidArgument('query text must be a string');
-    const terms = queryTermIds(text);
-    const n = distinctCount(terms);
-    if (n > this.limits.maxSparseTerms) throw limitExceeded('SVC_MAX_SPARSE_TERMS', this.limits.maxSparseTerms, n, 'query term count');
-    return terms;
+    return parseQueryTerms(text, this.limits);
   }
 
-  // ---------------------------------------------------------------- text (server-side embedding)
-
-  private embedderFor(col: Collection): Embedder {
-    const e = this.opts.embedders?.get(col.spec.name);
-    if (e === undefined) {
-      throw invalidArgument(`collection '${col.spec.name}' has no embedding provider: configure [embedding.${col.spec.name}] in svc.toml`);
-    }
-    if (e.dim !== col.spec.dim) {
-      throw invalidArgument(`collection '${col.spec.name}' has dim ${col.spec.dim} but its embedding provider gives ${e.dim}`);
-    }
-    return e;
-  }
-
-  async upsertText(name: string, body: UpsertTextBody): Promise<{ upserted: number }> {
-    const col = this.pointCollection(name);
-    const embedder = this.embedderFor(col);
-    const items = parseTextPoints(body, this.limits);
-    if (items.length === 0) return { upserted: 0 };
-    // Embed everything first: a provider failure stores nothing of the batch.
-    const vectors = await embedder.embed(items.map((x) => x.text), 'document');
-    const points = parsePoints(items.map((x, i) => ({ id: x.id, vector: Array.from(vectors[i]), payload: x.payload })),
-      col.spec, this.limits, 'maxBatchSize');
-    await this.gated(col, points.map((p) => p.id), () => this.write(col, { t: 'upsert', points }, false));
-    return { upserted: points.length };
-  }
-
-  async searchText(name: string, query: TextQuery): Promise<{ hits: Hit[] }> {
-    const col = this.pointCollection(name);
-    const q = checkObject(query, 'text query body', TEXT_QUERY_KEYS);
-    if (typeof q.text !== 'string' || q.text.length === 0) throw invalidArgument('text must be a non-empty string');
-    const k = parseK(q.k, this.limits);
-    // Checked before the provider is called: a bad filter or text costs no embedding.
-    this.compile(col, q.filter);
-    const rerank = parseBool(q.rerank, 'rerank', false);
-    const pool = parseRerankPool(q.rerank_pool, k, this.limits);
-    const withPayload = parseBool(q.with_payload, 'with_payload', true);
-    const withVector = parseBool(q.with_vector, 'with_vector', false);
-    this.queryTerms(q.text);
-    const embedder = this.embedderFor(col);
-    const reranker = rerank ? this.opts.rerankers?.get(col.spec.name) : undefined;
-    if (rerank && reranker === undefined) {
-      throw invalidArgument(`collection '${col.spec.name}' has no rerank provider: configure [rerank.${col.spec.name}] in svc.toml`);
-    }
-    const [qv] = await embedder.embed([q.text], 'query');
-    const want = reranker === undefined ? k : pool;
-    const depth = fusionDepth(want, this.limits);
-    // The reranker reads each candidate's text, which is in its payload.
-    const r = await this.rankingsOf(col, {
-      // ef_search: the collection's, at least `depth` (rankingsOf raises it).
-      vector: Array.from(qv), query_text: q.text, filter: q.filter,
-      with_payload: withPayload || reranker !== undefined, with_vector: withVector, consistency: q.consistency,
-    }, depth, undefined);
-    const fused = fuseRankings([r.dense!, r.text!].filter((l) => l.length > 0), want, DEFAULT_RRF_K0);
-    if (reranker === undefined) return { hits: fused };
-    if (fused.length === 0) return { hits: [] };
-    const docs = fused.map((h) => {
-      const t = h.payload?.__svc_text__;
-      return typeof t === 'string' ? t : '';
-    });
-    const order = await reranker.rerank(q.text, docs, Math.min(k, docs.length));
-    return {
-      hits: order.slice(0, k).map((o, rank) => {
-        const { id, payload, vector } = fused[o.index];
-        const h: Hit = { id, rank, score: o.score };
-        if (withPayload) h.payload = payload;
-        if (vector !== undefined) h.vector = vector;
-        return h;
-      }),
-    };
-  }
 
   // ---------------------------------------------------------------- multi-vector
 

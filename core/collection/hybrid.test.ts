@@ -1,5 +1,6 @@
 /**
- * Hybrid, text and sparse search through the Database, against oracles written here from the spec's
+ * Hybrid, text and sparse search on one node (the Database's rankings, fused, embedded and reranked by
+ * its engine, core/engine/node.ts), against oracles written here from the spec's
  * formulas: RRF (`1 / (k0 + r + 1)` summed over lists), Okapi BM25 (docs/text-search.md: Lucene's idf,
  * k1 0.9, b 0.4) and the sparse dot product. The rankings fed to the RRF oracle are produced
  * independently: the dense one by `search()`, the sparse and BM25 ones by the oracles.
@@ -13,6 +14,7 @@ import { SvcError } from '../base/errors.js';
 import type { Embedder, Hit, Reranker } from '../base/model.js';
 import { Prng } from '../base/prng.js';
 import { openDatabase } from '../embedded.js';
+import { NodeEngine, type NodeEngineOptions } from '../engine/node.js';
 import { FakeEmbedder } from '../providers/fake.js';
 import { termId } from '../text/tokenizer.js';
 import { Database } from './database.js';
@@ -29,8 +31,10 @@ afterEach(() => {
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
 
-async function open(extra: Partial<Parameters<typeof Database.open>[0]> = {}): Promise<Database> {
-  return Database.open({ dataDir: tempDir(), masterKey: KEY, buildIndex: buildIndexInline, ...extra });
+/** A node's engine over a Database (what a single node and the embedded API serve): the providers are the engine's. */
+async function open(extra: Partial<Parameters<typeof Database.open>[0]> & NodeEngineOptions = {}): Promise<NodeEngine<Database>> {
+  const { embedders, rerankers, ...rest } = extra;
+  return new NodeEngine(await Database.open({ dataDir: tempDir(), masterKey: KEY, buildIndex: buildIndexInline, ...rest }), { embedders, rerankers });
 }
 
 async function codeOf(p: Promise<unknown>): Promise<string> {
@@ -148,7 +152,7 @@ interface Corpus {
 }
 
 /** 400 points: dense vectors, a keyword `group`, and either a text or (one in five) an explicit sparse vector. */
-async function loadCorpus(db: Database, name: string, seed: number): Promise<Corpus> {
+async function loadCorpus(db: NodeEngine<Database>, name: string, seed: number): Promise<Corpus> {
   await db.createCollection({ name, dim: 8, metric: 'cosine', filterable: [{ path: 'group', field_type: 'keyword' }] });
   const prng = new Prng(seed);
   const order: string[] = [];
@@ -255,9 +259,9 @@ describe('hybrid search: RRF of independently produced rankings', () => {
   });
 });
 
-describe('BM25 through the Database matches the formula, before and after deletes and updates', () => {
+describe('BM25 on one node matches the formula, before and after deletes and updates', () => {
   /** The BM25-only hybrid ranking carries the BM25 order; the oracle's scores of its ids must be the top scores. */
-  async function expectBm25(db: Database, docs: Map<string, Doc>, words: string[], k: number): Promise<void> {
+  async function expectBm25(db: NodeEngine<Database>, docs: Map<string, Doc>, words: string[], k: number): Promise<void> {
     const hits = (await db.hybridSearch('t', { query_text: words.join(' '), k, with_payload: false })).hits;
     const scores = bm25Scores(docs, words);
     const best = [...scores.values()].sort((a, b) => b - a).slice(0, k);
@@ -354,7 +358,7 @@ const SENTENCES = [
 ];
 
 describe('text points and text queries', () => {
-  async function textDb(opts: { maxK?: number } = {}): Promise<{ db: Database; emb: ScriptedEmbedder; rr: RecordingReranker }> {
+  async function textDb(opts: { maxK?: number } = {}): Promise<{ db: NodeEngine<Database>; emb: ScriptedEmbedder; rr: RecordingReranker }> {
     const emb = new ScriptedEmbedder(16);
     const rr = new RecordingReranker();
     const db = await open({

@@ -4,6 +4,7 @@ import { SvcError } from '../base/errors.js';
 import type { Filter, Hit, Payload, PointOutput } from '../base/model.js';
 import { FaultyFileSystem, type WriteFate } from '../testing/faulty-fs.js';
 import { Database } from './database.js';
+import { NodeEngine } from '../engine/node.js';
 import { buildIndexInline } from './rebuild.js';
 
 /*
@@ -228,15 +229,17 @@ async function checkAll(db: Database, m: Model, rnd: () => number): Promise<void
 /** The sparse and BM25 rankings hold exactly the live points whose current payload has a query term. */
 async function checkSparse(db: Database, c: MCol, rnd: () => number): Promise<void> {
   const n = c.spec.name;
+  // The database ranks; the node's engine fuses (core/engine/node.ts).
+  const engine = new NodeEngine(db);
   const first = Math.floor(rnd() * 51);
   const idx = [first, (first + 1 + Math.floor(rnd() * 50)) % 51];
-  const sparse = (await db.hybridSearch(n, { sparse_indices: idx, sparse_values: [1, 1], k: IDS.length })).hits.map((h) => h.id);
+  const sparse = (await engine.hybridSearch(n, { sparse_indices: idx, sparse_values: [1, 1], k: IDS.length })).hits.map((h) => h.id);
   const wantSparse = [...c.points].filter(([, p]) => {
     const sp = p.payload.__svc_sparse__ as { indices: number[] } | undefined;
     return sp !== undefined && sp.indices.some((i) => idx.includes(i));
   }).map(([i]) => i);
   expect(sparse.sort(), `sparse ${n} ${JSON.stringify(idx)}`).toEqual(wantSparse.sort());
-  const text = (await db.hybridSearch(n, { query_text: 'fox', k: IDS.length })).hits.map((h) => h.id);
+  const text = (await engine.hybridSearch(n, { query_text: 'fox', k: IDS.length })).hits.map((h) => h.id);
   const wantText = [...c.points].filter(([, p]) => p.payload.__svc_sparse__ === undefined
     && typeof p.payload.__svc_text__ === 'string' && p.payload.__svc_text__.includes('fox')).map(([i]) => i);
   expect(text.sort(), `text ${n}`).toEqual(wantText.sort());

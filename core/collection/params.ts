@@ -92,6 +92,16 @@ export function parseCollectionParams(body: unknown, limits: Limits): Collection
   };
 }
 
+/**
+ * A collection's spec back from its info, as a shard answers it: checked as a create's parameters, but
+ * under no per-request limits, since the shard accepted it under its own (a reader's limits may be
+ * lower, or lowered since: SVC_MAX_EF_SEARCH below a collection's ef_search must not make it unreadable).
+ */
+export function specOfInfo(info: CollectionInfo, limits: Limits): CollectionSpec {
+  const { count: _c, index_state: _s, ...params } = info;
+  return parseCollectionParams(params, { ...limits, maxEfSearch: Number.MAX_SAFE_INTEGER, maxVectorDim: Number.MAX_SAFE_INTEGER });
+}
+
 export function infoOf(spec: CollectionSpec, count: number, stale: boolean): CollectionInfo {
   return {
     name: spec.name,

@@ -6,6 +6,7 @@ import { SvcError } from '../base/errors.js';
 import { collectionExisted, type Filter, type Payload } from '../base/model.js';
 import { Prng } from '../base/prng.js';
 import { Database } from './database.js';
+import { NodeEngine } from '../engine/node.js';
 import { buildIndexInline } from './rebuild.js';
 
 /**
@@ -140,7 +141,9 @@ describe('setPayload', () => {
       { id: 'a', vector: [1, 0], payload: { __svc_text__: 'a heron over the marsh' } },
       { id: 'b', vector: [0, 1], payload: { __svc_text__: 'an engine in the shed' } },
     ] });
-    const words = async (q: string) => (await db.hybridSearch('t', { query_text: q, k: 5 })).hits.map((h) => h.id);
+    // BM25 ranks in the database; the node's engine fuses (core/engine/node.ts).
+    const engine = new NodeEngine(db);
+    const words = async (q: string) => (await engine.hybridSearch('t', { query_text: q, k: 5 })).hits.map((h) => h.id);
     expect(await words('heron')).toEqual(['a']);
     await db.setPayload('t', { points: [{ id: 'a', payload: { __svc_text__: 'a turbine in the yard' } }] });
     expect(await words('heron')).toEqual([]);

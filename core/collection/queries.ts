@@ -1,6 +1,7 @@
-import { invalidArgument } from '../base/errors.js';
+import { invalidArgument, limitExceeded } from '../base/errors.js';
 import { checkLimit, type Limits } from '../base/limits.js';
 import type { Consistency } from '../base/model.js';
+import { distinctCount, queryTermIds } from '../text/tokenizer.js';
 
 /** Parsing of query bodies shared by every read operation: one place, so every transport gets the same rules. */
 
@@ -84,4 +85,16 @@ export function parseRerankPool(v: unknown, k: number, limits: Limits): number {
   if (typeof v !== 'number' || !Number.isInteger(v) || v < 1) throw invalidArgument('rerank_pool must be a positive integer');
   checkLimit(limits, 'maxK', v, 'rerank_pool');
   return Math.max(k, v);
+}
+
+/**
+ * A query text's term ids, at most `maxSparseTerms` distinct ones: what BM25 scores on a shard, and
+ * what an engine checks before it pays for an embedding of the same text.
+ */
+export function parseQueryTerms(text: unknown, limits: Limits): Uint32Array {
+  if (typeof text !== 'string') throw invalidArgument('query text must be a string');
+  const terms = queryTermIds(text);
+  const n = distinctCount(terms);
+  if (n > limits.maxSparseTerms) throw limitExceeded('SVC_MAX_SPARSE_TERMS', limits.maxSparseTerms, n, 'query term count');
+  return terms;
 }

@@ -11,6 +11,7 @@ import { VectorStore } from '../index/vector-store.js';
 import { compileFilter } from '../query/filter.js';
 import { Collection, type IndexBuilder } from './collection.js';
 import { Database } from './database.js';
+import { NodeEngine } from '../engine/node.js';
 import { parseCollectionParams } from './params.js';
 import { buildIndexInline, buildIndexInWorker } from './rebuild.js';
 import { SearchPool } from './search-pool.js';
@@ -282,7 +283,7 @@ describe('Database with search workers', () => {
     for (const q of clustered(prng, 5)) {
       for (const filter of [undefined, { lt: { field: 'r', value: 100 } }]) {
         const body = { vector: Array.from(q), query_text: 'word3', k: 10, filter, consistency: 'eventual' as const };
-        expect(await pooled.hybridSearch('c', body)).toEqual(await plain.hybridSearch('c', body));
+        expect(await new NodeEngine(pooled).hybridSearch('c', body)).toEqual(await new NodeEngine(plain).hybridSearch('c', body));
       }
     }
     expect(pooled.searchPoolStats()!.dispatched - before).toBe(10);

@@ -8,11 +8,12 @@ import { Database } from '../collection/database.js';
 import { buildIndexInline } from '../collection/rebuild.js';
 import { FakeEmbedder, FakeReranker } from '../providers/fake.js';
 import { Engine } from './engine.js';
+import { NodeEngine } from './node.js';
 import type { ShardRef } from './shard.js';
 
 /**
- * The engine over three shards against one node holding every point (issue 16): the same writes go to
- * both, and every query kind answers the same (hits, ranks, scores; ties by id), every page of a fetch,
+ * The engine over three shards against one node holding every point (issue 16), itself the engine over
+ * its one local shard (node.ts): the same writes go to both, and every query kind answers the same (hits, ranks, scores; ties by id), every page of a fetch,
  * every count. Seeded: a failure names its seed.
  */
 
@@ -27,7 +28,7 @@ const rerankers = new Map([['t', new FakeReranker()]]);
 async function open(): Promise<Database> {
   const d = mkdtempSync(join(tmpdir(), 'svc-engine-'));
   dirs.push(d);
-  return Database.open({ dataDir: d, masterKey: null, buildIndex: buildIndexInline, embedders, rerankers });
+  return Database.open({ dataDir: d, masterKey: null, buildIndex: buildIndexInline });
 }
 
 async function cluster(n: number): Promise<{ engine: Engine; shards: Database[] }> {
@@ -47,10 +48,11 @@ const vec = (rng: Prng, dim: number) => Array.from({ length: dim }, () => rng.in
 
 async function runSeed(seed: number): Promise<void> {
   const rng = new Prng(seed);
-  const single = await open();
+  // One node holding everything: its engine over its own database, as `svc serve` and openDatabase serve it.
+  const single = new NodeEngine(await open(), { embedders, rerankers });
   const { engine, shards } = await cluster(3);
-  const both = async <T>(f: (e: Database | Engine) => Promise<T>): Promise<[T, T]> => [await f(single), await f(engine)];
-  const same = async <T>(what: string, f: (e: Database | Engine) => Promise<T>): Promise<T> => {
+  const both = async <T>(f: (e: Engine) => Promise<T>): Promise<[T, T]> => [await f(single), await f(engine)];
+  const same = async <T>(what: string, f: (e: Engine) => Promise<T>): Promise<T> => {
     const [a, b] = await both(f);
     expect(b, `seed ${seed}: ${what}`).toEqual(a);
     return a;
@@ -118,7 +120,7 @@ async function runSeed(seed: number): Promise<void> {
     await same(`count ${q}`, (e) => e.count('c', filter === undefined ? {} : { filter }));
   }
   for (const limit of [1, 7, 50]) {
-    const pages = async (e: Database | Engine) => {
+    const pages = async (e: Engine) => {
       const all: string[] = [];
       let cursor: string | null = null;
       do {

@@ -9,13 +9,14 @@ import {
 } from '../base/model.js';
 import { checkPointId } from '../base/names.js';
 import { owner } from '../cluster/routing/hrw.js';
-import { parseCollectionParams, splitExistOk, type CollectionSpec } from '../collection/params.js';
+import { parseCollectionParams, specOfInfo, splitExistOk, type CollectionSpec } from '../collection/params.js';
 import {
-  checkPayloadResults, parseDocuments, parsePayloadUpdate, parsePoints, parseTextPoints, parseVector,
+  checkPayloadResults, parseDocuments, parsePayloadUpdate, parsePoints, parseTextPoints,
 } from '../collection/points.js';
 import {
-  checkObject, encodeCursor, fusionDepth, parseBool, parseDepth, parseFetchLimit, parseK, parseRerankPool, parseRrfK0,
+  checkObject, encodeCursor, fusionDepth, parseBool, parseDepth, parseFetchLimit, parseK, parseQueryTerms, parseRerankPool, parseRrfK0,
 } from '../collection/queries.js';
+import { compileFilter } from '../query/filter.js';
 import { mergeTopK, scoreOrder, type ScoreOrder } from '../query/merge.js';
 import {
   checkTextStats, fuseRankings, sumTextStats, type Ranked, type Rankings, type RankingsBody, type TextStats, type TextStatsBody,
@@ -25,7 +26,10 @@ import type { EngineApi, ReplicateRequest, ReplicationEvent } from '../service/a
 import type { DataShard, ShardRef } from './shard.js';
 
 /**
- * The engine over a set of shards (issue 16): what a router serves. It parses each request as a single
+ * The engine over a set of shards (issue 16): what a router serves over remote shards, and what a
+ * single node, a read replica, a consensus member and the embedded API serve over their one local shard
+ * (NodeEngine, node.ts: the node's Database). The orchestration that is not storage lives here once:
+ * embedding text, fusing rankings, reranking. It parses each request as a single
  * node would (so a bad batch is refused whole, before any shard sees it), sends each point write to the
  * rendezvous-hash owner of its id (core/cluster/routing/hrw.ts, ranked by shard id), and answers reads by
  * scatter-gather: each shard's top k, merged into the global top k (core/query/merge.ts); hybrid and
@@ -57,6 +61,11 @@ export interface EngineOptions {
   rerankers?: ReadonlyMap<string, Reranker>;
   /** How long a collection's parameters are reused before they are asked again (default 1 s). */
   specTtlMs?: number;
+  /**
+   * A collection's parameters as the node that holds them has them now (NodeEngine: its own database),
+   * instead of asked of a shard and kept specTtlMs.
+   */
+  specOf?(name: string): CollectionSpec;
   monotonicMs(): number;
 }
 
@@ -75,7 +84,7 @@ export class Engine implements EngineApi {
 
   constructor(private readonly opts: EngineOptions) {}
 
-  private get limits(): Limits {
+  get limits(): Limits {
     return this.opts.limits;
   }
 
@@ -224,6 +233,7 @@ export class Engine implements EngineApi {
    * question instead of each asking.
    */
   private async spec(name: string): Promise<CollectionSpec> {
+    if (this.opts.specOf !== undefined) return this.opts.specOf(name);
     const now = this.opts.monotonicMs();
     const have = this.specs.get(name);
     if (have !== undefined && now - have.at < (this.opts.specTtlMs ?? 1000)) return have.spec;
@@ -231,8 +241,7 @@ export class Engine implements EngineApi {
     if (asking === undefined) {
       const first = this.shards()[0];
       asking = (first.primary ?? first.shard).collectionInfo(name).then((info) => {
-        const { count: _c, index_state: _s, ...params } = info;
-        const spec = parseCollectionParams(params, this.limits);
+        const spec = specOfInfo(info, this.limits);
         this.specs.set(name, { spec, at: now });
         return spec;
       }).finally(() => this.asking.delete(name));
@@ -276,6 +285,7 @@ export class Engine implements EngineApi {
   async createCollection(params: unknown): Promise<CollectionInfo> {
     const { existOk, rest } = splitExistOk(params);
     const spec = parseCollectionParams(rest, this.limits);
+    await this.checkEmbedderDim(spec);
     const shape = rest as object;
     const infos = await this.everyShard(`create collection '${spec.name}'`, (s) => s.shard.createCollection({ ...shape, exist_ok: true } as never));
     this.specs.delete(spec.name);
@@ -428,8 +438,7 @@ export class Engine implements EngineApi {
     if (items.length === 0) return { upserted: 0 };
     // Embedded once, here, before any shard stores anything: a provider failure stores nothing.
     const vectors = await embedder.embed(items.map((x) => x.text), 'document');
-    const points = items.map((x, i) => ({ id: x.id, vector: Array.from(vectors[i]), payload: x.payload }));
-    return this.pointWrite(name, { points }, 'text upsert body', 'maxBatchSize', (s, part) => s.shard.upsert(name, { points: part } as never));
+    return this.upsert(name, { points: items.map((x, i) => ({ id: x.id, vector: Array.from(vectors[i]), payload: x.payload })) });
   }
 
   async upsertDocuments(name: string, body: { documents: DocumentInput[] }): Promise<{ upserted: number }> {
@@ -499,20 +508,25 @@ export class Engine implements EngineApi {
     const q = checkObject(query, 'text query body', bodyKeys(BODIES.searchText));
     if (typeof q.text !== 'string' || q.text.length === 0) throw invalidArgument('text must be a non-empty string');
     const k = parseK(q.k, this.limits);
+    // Checked before the provider is called: a bad filter or text costs no embedding (the shards check
+    // them again, as they check everything they answer).
+    if (q.filter !== undefined && q.filter !== null) compileFilter(q.filter, spec.filterable);
     const rerank = parseBool(q.rerank, 'rerank', false);
     const pool = parseRerankPool(q.rerank_pool, k, this.limits);
     const withPayload = parseBool(q.with_payload, 'with_payload', true);
     const withVector = parseBool(q.with_vector, 'with_vector', false);
+    parseQueryTerms(q.text, this.limits);
     const embedder = this.embedderFor(spec);
     const reranker = rerank ? this.opts.rerankers?.get(spec.name) : undefined;
     if (rerank && reranker === undefined) {
       throw invalidArgument(`collection '${spec.name}' has no rerank provider: configure [rerank.${spec.name}] in svc.toml`);
     }
     const [qv] = await embedder.embed([q.text], 'query');
-    const vector = Array.from(parseVector(Array.from(qv), spec.dim, spec.metric, this.limits, 'embedded query'));
     const want = reranker === undefined ? k : pool;
+    // The vector as the provider gave it: each shard checks and normalizes it once, as it does a query's.
+    // The reranker reads each candidate's text, which is in its payload.
     const r = await this.gather(name, spec, {
-      vector, query_text: q.text, filter: q.filter, with_payload: withPayload || reranker !== undefined, with_vector: withVector, consistency: q.consistency,
+      vector: Array.from(qv), query_text: q.text, filter: q.filter, with_payload: withPayload || reranker !== undefined, with_vector: withVector, consistency: q.consistency,
     }, fusionDepth(want, this.limits), undefined);
     const fused = fuseRankings([r.dense!, r.text!].filter((l) => l.length > 0), want, DEFAULT_RRF_K0);
     if (reranker === undefined) return { hits: fused };
@@ -546,7 +560,10 @@ export class Engine implements EngineApi {
     }
     // One body for every shard (its JSON is written once).
     const ask = { ...body, depth, ...(textStats === undefined ? {} : { text_stats: textStats }) };
+    // One shard's rankings are the collection's (each best first, ties by id, `depth` deep): as they are.
+    if (shards.length === 1 && shards[0].state !== 'joining') return shards[0].shard.rankings(name, ask);
     const parts = await this.each(shards, (s) => s.shard.rankings(name, ask));
+    if (parts.length === 1) return parts[0];
     const merge = (lists: (Ranked[] | undefined)[], order: ScoreOrder): Ranked[] | undefined => {
       if (lists.every((l) => l === undefined)) return undefined;
       return mergeTopK(lists.map((l) => (l ?? []).map((r) => ({ ...r, rank: 0 }))), depth, order).map(({ rank: _, ...r }) => r);
@@ -575,6 +592,20 @@ export class Engine implements EngineApi {
     await this.pointSpec(name);
     const b = checkObject(body, 'text stats body', bodyKeys(BODIES.textStats));
     return sumTextStats(await this.all((s) => s.shard.textStats(name, b)));
+  }
+
+  /**
+   * A new collection whose embedding provider gives another dim could never take text: refused. One
+   * that exists already is answered as the shards answer it (already_exists, or exist_ok's answer).
+   */
+  protected async checkEmbedderDim(spec: CollectionSpec): Promise<void> {
+    const e = this.opts.embedders?.get(spec.name);
+    if (e === undefined || e.dim === spec.dim) return;
+    const exists = await this.collectionInfo(spec.name).then(() => true, (x: unknown) => {
+      if (x instanceof SvcError && x.code === 'not_found') return false;
+      throw x;
+    });
+    if (!exists) throw invalidArgument(`collection '${spec.name}' has dim ${spec.dim} but its embedding provider gives ${e.dim}`);
   }
 
   private embedderFor(spec: CollectionSpec): Embedder {
@@ -621,20 +652,20 @@ export class Engine implements EngineApi {
     };
   }
 
-  async moveBatch(): Promise<unknown> {
+  async moveBatch(_body?: unknown): Promise<unknown> {
     throw invalidArgument('a router holds no points to move: a coordinator moves them between the shards themselves');
   }
 
-  async moveCommit(): Promise<unknown> {
+  async moveCommit(_body?: unknown): Promise<unknown> {
     return this.moveBatch();
   }
 
-  async moveApply(): Promise<unknown> {
+  async moveApply(_body?: unknown): Promise<unknown> {
     return this.moveBatch();
   }
 
   // eslint-disable-next-line require-yield
-  async *replicate(_body?: ReplicateRequest, _signal?: AbortSignal): AsyncGenerator<ReplicationEvent> {
+  async *replicate(_body?: ReplicateRequest, _signal?: AbortSignal): AsyncIterable<ReplicationEvent> {
     throw invalidArgument('a router has no replication stream of its own: replicate each shard from its node');
   }
 

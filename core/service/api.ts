@@ -86,9 +86,11 @@ export type OperationName = keyof SvcApi;
 type DropFirst<T extends unknown[]> = T extends [unknown, ...infer R] ? R : never;
 
 /**
- * The engine's surface: the same operations without a caller context. `core/collection/database.ts`
- * implements it (and is the embedded API); it validates every argument and enforces every per-request
- * limit itself, so no transport can skip one. The service layer wraps it with auth, audit and metrics.
+ * The engine's surface: the same operations without a caller context. `core/engine/engine.ts`
+ * implements it: over remote shards (a router), or as NodeEngine over a node's own Database (a single
+ * node and the embedded API, core/engine/node.ts). Engine and Database validate every argument and
+ * enforce every per-request limit themselves, so no transport can skip one. The service layer wraps it
+ * with auth, audit and metrics.
  */
 export type EngineApi = {
   [K in OperationName]: (...args: DropFirst<Parameters<SvcApi[K]>>) => ReturnType<SvcApi[K]>;

@@ -5,7 +5,9 @@ import { systemClock } from '../../core/base/clock.js';
 import { Follower } from '../../core/cluster/replication/follower.js';
 import { followerEngine } from '../../core/cluster/replication/follower-engine.js';
 import { ReplicaStore } from '../../core/cluster/replication/replica-store.js';
-import { openDatabase, type Database, type ProvidersOptions } from '../../core/embedded.js';
+import type { Database } from '../../core/collection/database.js';
+import { openStorage, type ProvidersOptions } from '../../core/embedded.js';
+import { NodeEngine } from '../../core/engine/node.js';
 import type { EngineApi } from '../../core/service/api.js';
 import { createService, type Service } from '../../core/service/service.js';
 import { ConfigError, loadConfig, type LeaderConfig, type SvcConfig } from '../config.js';
@@ -123,11 +125,24 @@ async function openAndServe(
   config: SvcConfig, providers: ProvidersOptions, logs: Logs, metrics: ReturnType<typeof createPromMetrics>, state: RestState, fallback: boolean,
   raft: RaftNetConfig | null, loops: Loops | null, onConsensus: (h: ConsensusHost) => void, onOpen: (engine: EngineApi, fileSink: FileAuditSink | null) => void,
 ) {
-  const open = (dataDir: string, side = false) => openDatabase({
+  // The node's engine over each database it serves (a read replica's re-bootstrap swaps in a new one):
+  // text, fusion and reranking there, with the providers of the config; the rest is the database's own.
+  const engines = new WeakMap<Database, NodeEngine<Database>>();
+  let built: Omit<Awaited<ReturnType<typeof openStorage>>, 'storage'> | null = null;
+  const engineOf = (db: Database): NodeEngine<Database> => {
+    let e = engines.get(db);
+    if (e === undefined) engines.set(db, e = new NodeEngine(db, built!));
+    return e;
+  };
+  const open = async (dataDir: string, side = false): Promise<Database> => {
+    const { storage, ...providers } = await openStorage(openOptions(dataDir, side));
+    built ??= providers;
+    return storage;
+  };
+  const openOptions = (dataDir: string, side: boolean): Parameters<typeof openStorage>[0] => ({
     dataDir,
     ...(config.encryptionKey !== null ? { encryptionKey: config.encryptionKey } : { insecure: true }),
     limits: config.limits,
-    limitsFrom: 'environment',
     ...(config.snapshotDir !== null ? { snapshotDir: config.snapshotDir } : {}),
     providers,
     // A re-bootstrap's side directory is written, not searched, until it is swapped in (and reopened).
@@ -156,7 +171,7 @@ async function openAndServe(
   if (raft !== null) {
     const rlog = logs.target('svc::raft');
     try {
-      consensus = await startConsensusMember(raft, leaderDb!, config.dataDir, config.encryptionKey, (level, message, detail) => rlog[level](detail ?? {}, message));
+      consensus = await startConsensusMember(raft, leaderDb!, engineOf(leaderDb!), config.dataDir, config.encryptionKey, (level, message, detail) => rlog[level](detail ?? {}, message));
     } catch (e) {
       await leaderDb!.close().catch(() => undefined);
       throw e;
@@ -167,8 +182,9 @@ async function openAndServe(
     // Its reads answer 503 while it refills its database from a leader's snapshot: not ready meanwhile.
     state.busy = () => (c.view().restoring ? 'this consensus member is restoring a snapshot from its leader' : null);
   }
-  const engine: EngineApi = consensus !== null ? consensus.engine : follower === null ? leaderDb! : followerEngine({
-    current, read: (fn) => store!.read(fn), follower, leaderUrl: config.leader!.url, close: () => store!.close(),
+  // A single node serves its engine; a consensus member's and a read replica's rules wrap theirs.
+  const engine: EngineApi = consensus !== null ? consensus.engine : follower === null ? engineOf(leaderDb!) : followerEngine({
+    current: () => engineOf(current()), read: (fn) => store!.read((db) => fn(engineOf(db))), follower, leaderUrl: config.leader!.url, close: () => store!.close(),
   });
   const { fileSink, tracer, options } = serviceParts(config, logs, metrics);
   // With several loops this thread's service (the demo's, an embedding caller's) draws on their buckets.

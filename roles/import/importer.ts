@@ -3,7 +3,7 @@
  * batches of at most SVC_MAX_BATCH_SIZE through the embedded API. A batch is one WAL record, so a
  * point is stored whole or not at all; a row that fails validation is reported and never written.
  */
-import type { Database } from '../../core/collection/database.js';
+import type { Database } from '../../core/embedded.js';
 import { parsePoints } from '../../core/collection/points.js';
 import { SvcError } from '../../core/base/errors.js';
 import type { CollectionInfo, FilterableField, Metric } from '../../core/base/model.js';

@@ -10,7 +10,8 @@ import { decodeImageRef, isStreamRequest, SnapshotInbox, SnapshotStreams, STREAM
 import { raftEngine, type RaftEngine } from '../../core/cluster/consensus/raft-engine.js';
 import { deriveKey, parseMasterKeyHex } from '../../core/crypto/keys.js';
 import { InsecureSealer, XChaChaSealer } from '../../core/crypto/sealer.js';
-import type { Database } from '../../core/embedded.js';
+import type { Database } from '../../core/collection/database.js';
+import type { EngineApi } from '../../core/service/api.js';
 import { NodeFileSystem } from '../../core/storage/fs.js';
 import { RaftLog } from '../../core/storage/raft-log.js';
 import { readSealedChunks, SealedChunkWriter } from '../../core/storage/sealed-chunks.js';
@@ -21,7 +22,8 @@ import { RaftTransport } from './transport.js';
 /**
  * A consensus member in a server process (issue 17): the durable log in `<data dir>/raft/`, the
  * transport on SVC_RAFT_MEMBERS, the member's Ready loop on a timer, the database writing through it,
- * and the engine every transport serves (core/cluster/consensus/raft-engine.ts).
+ * and the engine every transport serves (core/cluster/consensus/raft-engine.ts): the group's rules
+ * around `nodeEngine`, the node's engine over `db` (core/engine/node.ts).
  */
 
 /** `GET /cluster/raft` (CONTRACT section 11). */
@@ -54,7 +56,7 @@ const IMAGE_SUFFIX = '.img';
 const DETERMINISTIC = new Set(['already_exists', 'not_found', 'invalid_argument']);
 
 export async function startConsensusMember(
-  rc: RaftNetConfig, db: Database, dataDir: string, encryptionKey: string | null,
+  rc: RaftNetConfig, db: Database, nodeEngine: EngineApi, dataDir: string, encryptionKey: string | null,
   log: (level: 'info' | 'warn' | 'error', message: string, detail?: Record<string, unknown>) => void,
 ): Promise<ConsensusHost> {
   const applied = await db.consensusApplied();
@@ -242,7 +244,7 @@ export async function startConsensusMember(
   }, tickMs);
   timer.unref();
   const engine = raftEngine({
-    db, member: m, selfId: rc.id,
+    db: nodeEngine, lease: db, member: m, selfId: rc.id,
     forward: (to, w, signal) => forwarder!.request(to, w, signal),
     writeTimeoutMs: timing.writeTimeoutMs,
     readTimeoutMs: timing.writeTimeoutMs,

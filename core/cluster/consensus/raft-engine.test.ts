@@ -65,7 +65,8 @@ describe('raftEngine and rebalancing moves', () => {
     const calls: string[] = [];
     const lease = { held: false, ended: 0 };
     const m: FakeMember = { leaderReady: true, leaderId: 'n1', applied: [] };
-    const engine = raftEngine({ ...opts, db: fakeDb(calls, lease), member: fakeMember(m), selfId: 'n1', forward: async () => ({ value: null, index: 0 }) });
+    const db = fakeDb(calls, lease);
+    const engine = raftEngine({ ...opts, db, lease: db as unknown as { endMoveLease(): void; moveLeaseHeld: boolean }, member: fakeMember(m), selfId: 'n1', forward: async () => ({ value: null, index: 0 }) });
     await (engine as unknown as Record<string, (b: unknown) => Promise<unknown>>).moveBatch({ move: 'm1' });
     expect(lease.held).toBe(true);
     await new Promise((r) => setTimeout(r, 30));

@@ -5,9 +5,9 @@ import { leaderIndexOf, type ForwardedWrite } from './forward.js';
 import type { ConsensusMember } from './member.js';
 
 /**
- * A consensus member's engine (issue 17): the member's database behind the consensus group's rules, for
- * every transport alike (behind the service layer: the caller is authenticated, authorized, limited and
- * audited once, on the member it called).
+ * A consensus member's engine (issue 17): the member's own engine (core/engine/node.ts, over its
+ * database) behind the consensus group's rules, for every transport alike (behind the service layer: the
+ * caller is authenticated, authorized, limited and audited once, on the member it called).
  *
  * - A write on the leader runs once the leader holds every acknowledged write (its term's first entry
  *   applied): its checks see the whole history, and the database proposes what it resolved; the answer
@@ -25,7 +25,13 @@ import type { ConsensusMember } from './member.js';
  */
 
 export interface RaftEngineOptions {
+  /** The member's engine over its database (core/engine/node.ts): what a write on the ready leader and a read run. */
   readonly db: EngineApi;
+  /**
+   * The database's rebalance lease (Database.endMoveLease, moveLeaseHeld), ended at once when this member
+   * stops being the ready leader. Absent: nothing here holds one.
+   */
+  readonly lease?: { endMoveLease(): void; readonly moveLeaseHeld: boolean };
   readonly member: ConsensusMember;
   readonly selfId: string;
   /** A write handed to the leader; resolves with its answer and the leader's applied index after it (forward.ts). */
@@ -118,16 +124,16 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
   // A move batch's lease lives on the leader that gave it: once this member stops being the ready
   // leader its commit cannot be proposed here any more, so the lease ends at once (writes waiting at its
   // gate go on, to the new leader) instead of when it runs out. The coordinator asks the new leader.
-  const lease = db as unknown as { endMoveLease?: () => void; readonly moveLeaseHeld?: boolean };
+  const lease = o.lease;
   let watching: NodeJS.Timeout | null = null;
   const watchLease = (): void => {
-    if (watching !== null || lease.endMoveLease === undefined) return;
+    if (watching !== null || lease === undefined) return;
     watching = setInterval(() => {
-      if (lease.moveLeaseHeld !== true) {
+      if (!lease.moveLeaseHeld) {
         clearInterval(watching!);
         watching = null;
       } else if (!member.leaderReady) {
-        lease.endMoveLease!();
+        lease.endMoveLease();
       }
     }, pollMs);
     watching.unref();

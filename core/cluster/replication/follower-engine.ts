@@ -5,16 +5,17 @@ import { OPERATION_KINDS, type OperationKind } from '../../service/roles.js';
 import type { Follower } from './follower.js';
 
 /**
- * A follower's engine: the database for reads, a refusal for every write. Behind the service layer, so
+ * A follower's engine: the engine over its current database for reads (core/engine/node.ts, so text
+ * and hybrid queries are embedded and fused there as on any node), a refusal for every write. Behind the service layer, so
  * a caller is authenticated and authorized first (a key without the role still gets permission_denied),
  * and a write then gets read_only_replica without touching anything. Reads answer not_ready until the
  * first bootstrap is complete, and while a later one runs.
  */
 
 export interface FollowerEngineOptions {
-  /** Runs a read on the database served now (a re-bootstrap swaps it; a read waits for the swap). */
+  /** Runs a read on the engine over the database served now (a re-bootstrap swaps it; a read waits for the swap). */
   read<T>(fn: (db: EngineApi) => Promise<T>): Promise<T>;
-  /** The database served now, for the replication stream this node serves in turn. */
+  /** The engine over the database served now, for the replication stream this node serves in turn. */
   current(): EngineApi;
   follower: Follower;
   leaderUrl: string;
