@@ -25,7 +25,25 @@ export type { Limits } from './base/limits.js';
  * What openDatabase resolves to: the engine over the data directory's storage (core/engine/node.ts),
  * which is its `node`, with the limits it enforces.
  */
-export type Database = EngineApi & { readonly node: Storage; readonly limits: Limits };
+export type Database = EngineApi & {
+  readonly node: Storage;
+  readonly limits: Limits;
+  /** CONTRACT.md section 7's name for `stats()`: the MCP tool `database_stats`. */
+  databaseStats(): ReturnType<EngineApi['stats']>;
+  /** CONTRACT.md section 7's name for `upsertDocuments`: the MCP tool `upsert_document`, the REST body. */
+  upsertDocument(...a: Parameters<EngineApi['upsertDocuments']>): ReturnType<EngineApi['upsertDocuments']>;
+};
+
+/** The node's engine with the contract's two names that differ from the engine's own. */
+class EmbeddedDatabase extends NodeEngine<Storage> {
+  databaseStats(): ReturnType<EngineApi['stats']> {
+    return this.stats();
+  }
+
+  upsertDocument(...a: Parameters<EngineApi['upsertDocuments']>): ReturnType<EngineApi['upsertDocuments']> {
+    return this.upsertDocuments(...a);
+  }
+}
 
 export interface OpenOptions {
   dataDir: string;
@@ -109,7 +127,7 @@ export const DEFAULT_PROVIDER_RETRIES = 2;
 /** Opens (creating if needed) a data directory in this process. */
 export async function openDatabase(options: OpenOptions): Promise<Database> {
   const { storage, embedders, rerankers } = await openStorage(options);
-  const db: Database = new NodeEngine(storage, { embedders, rerankers });
+  const db: Database = new EmbeddedDatabase(storage, { embedders, rerankers });
   return options.limitsFrom === 'environment' ? db : namingLimitOptions(db);
 }
 
