@@ -69,6 +69,23 @@ describe('Link', () => {
     expect(posts).toBe(1);
   });
 
+  it('a call made in the same turn as a close is refused and never sent', async () => {
+    const { port1, port2 } = new MessageChannel();
+    let posts = 0;
+    const counting: LinkPort = {
+      postMessage: (v) => { posts++; port1.postMessage(v); },
+      on: (e, l) => port1.on(e, l),
+      off: (e, l) => port1.off(e, l),
+    };
+    const a = new Link(counting);
+    open = { close: () => { port1.close(); port2.close(); } };
+    const late = a.call('late');
+    a.close('the loop ended');
+    await expect(late).rejects.toBeInstanceOf(LinkClosed);
+    await new Promise((r) => setImmediate(r));
+    expect(posts).toBe(0);
+  });
+
   it('streams every item in order, and the producer never runs more than a window ahead of a slow reader', async () => {
     const p = pair();
     open = p;

@@ -148,6 +148,10 @@ export class Link {
     if (this.closed !== null) return;
     this.closed = new LinkClosed(why);
     this.port.off('message', this.listener);
+    // What this turn queued goes nowhere: a call failed here must not still run on the other side.
+    this.outbox = [];
+    if (this.flushing !== null) clearImmediate(this.flushing);
+    this.flushing = null;
     for (const p of this.pending.values()) p.reject(this.closed);
     this.pending.clear();
     for (const s of this.incoming.values()) {
