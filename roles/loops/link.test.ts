@@ -11,6 +11,19 @@ function pair(): { a: Link; b: Link; close(): void } {
   return { a, b, close: () => { port1.close(); port2.close(); } };
 }
 
+/** A pair whose `a` end counts its postMessage calls. */
+function countingPair(): { a: Link; b: Link; posts: { n: number } } {
+  const { port1, port2 } = new MessageChannel();
+  const posts = { n: 0 };
+  const counting: LinkPort = {
+    postMessage: (v) => { posts.n++; port1.postMessage(v); },
+    on: (e, l) => port1.on(e, l),
+    off: (e, l) => port1.off(e, l),
+  };
+  open = { close: () => { port1.close(); port2.close(); } };
+  return { a: new Link(counting), b: new Link(port2 as unknown as LinkPort), posts };
+}
+
 let open: { close(): void } | null = null;
 afterEach(() => { open?.close(); open = null; });
 
@@ -44,16 +57,7 @@ describe('Link', () => {
   });
 
   it('sends the messages of one turn in one postMessage, in order; an argument that cannot be cloned fails only its call', async () => {
-    const { port1, port2 } = new MessageChannel();
-    let posts = 0;
-    const counting: LinkPort = {
-      postMessage: (v) => { posts++; port1.postMessage(v); },
-      on: (e, l) => port1.on(e, l),
-      off: (e, l) => port1.off(e, l),
-    };
-    const a = new Link(counting);
-    const b = new Link(port2 as unknown as LinkPort);
-    open = { close: () => { port1.close(); port2.close(); } };
+    const { a, b, posts } = countingPair();
     const order: number[] = [];
     b.handle('note', (i) => { order.push(i as number); return i; });
     const calls = Array.from({ length: 20 }, (_, i) => a.call('note', i));
@@ -64,26 +68,18 @@ describe('Link', () => {
     // The batch could not be cloned whole: it went again one message at a time, the bad one refused.
     expect(await bad).toBe('internal');
     expect(order).toEqual(Array.from({ length: 21 }, (_, i) => i));
-    posts = 0;
+    posts.n = 0;
     await Promise.all(Array.from({ length: 20 }, (_, i) => a.call('note', i)));
-    expect(posts).toBe(1);
+    expect(posts.n).toBe(1);
   });
 
   it('a call made in the same turn as a close is refused and never sent', async () => {
-    const { port1, port2 } = new MessageChannel();
-    let posts = 0;
-    const counting: LinkPort = {
-      postMessage: (v) => { posts++; port1.postMessage(v); },
-      on: (e, l) => port1.on(e, l),
-      off: (e, l) => port1.off(e, l),
-    };
-    const a = new Link(counting);
-    open = { close: () => { port1.close(); port2.close(); } };
+    const { a, posts } = countingPair();
     const late = a.call('late');
     a.close('the loop ended');
     await expect(late).rejects.toBeInstanceOf(LinkClosed);
     await new Promise((r) => setImmediate(r));
-    expect(posts).toBe(0);
+    expect(posts.n).toBe(0);
   });
 
   it('streams every item in order, and the producer never runs more than a window ahead of a slow reader', async () => {
