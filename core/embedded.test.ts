@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import * as pkg from './embedded.js';
 import { openDatabase, type Database } from './embedded.js';
 
 /** CONTRACT.md section 7: the embedded database's methods, the MCP tools in camelCase (roles/mcp/tools.ts). */
@@ -31,5 +32,10 @@ describe('the embedded API', () => {
     expect(hits.hits.map((h) => h.id)).toEqual(['d1']);
     expect(await db.databaseStats()).toEqual(await db.stats());
     expect((await db.databaseStats()).collections).toBe(1);
+  });
+
+  it('exports openDatabase, not the storage opener the server roles use (it has no embedding and internal methods)', () => {
+    expect(typeof pkg.openDatabase).toBe('function');
+    expect('openStorage' in pkg).toBe(false);
   });
 });

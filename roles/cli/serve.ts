@@ -6,7 +6,7 @@ import { Follower } from '../../core/cluster/replication/follower.js';
 import { followerEngine } from '../../core/cluster/replication/follower-engine.js';
 import { ReplicaStore } from '../../core/cluster/replication/replica-store.js';
 import type { Database } from '../../core/collection/database.js';
-import { openStorage, type ProvidersOptions } from '../../core/embedded.js';
+import { openStorage, type ProvidersOptions } from '../../core/open-storage.js';
 import { NodeEngine } from '../../core/engine/node.js';
 import type { EngineApi } from '../../core/service/api.js';
 import { createService, type Service } from '../../core/service/service.js';
