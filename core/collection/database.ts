@@ -33,6 +33,8 @@ import {
 import { defaultBuildWorkers, extendGraphInline, extendGraphInWorker, indexBuilderInWorkers, prewarmIndexBuilds } from './rebuild.js';
 import { SearchDispatch } from './search-dispatch.js';
 import { SearchPool, type SearchPoolStats } from './search-pool.js';
+import { tieAtCut, tiesById, widenTies } from './ties.js';
+import type { ReadGraph, ReadViewHandle } from './shared-reads.js';
 import { replicationStream, type ReplicationView } from './replication.js';
 import { owner } from '../cluster/routing/hrw.js';
 import { decodeCommand, encodeCommand, isMoveCommand, type ShardCommand } from '../cluster/consensus/command.js';
@@ -113,6 +115,11 @@ export interface DatabaseOptions {
    * (default 0). Infinity: always the pool.
    */
   searchPoolIdleMs?: number;
+  /**
+   * Collections keep what a search reads in shared memory too, so request loops on other threads answer
+   * plain dense searches themselves (shared-reads.ts, `readView`): a multi-loop `svc serve`.
+   */
+  sharedReads?: boolean;
 }
 
 /** The fields each body may have: from the one schema of each body (core/base/bodies.ts). */
@@ -308,6 +315,7 @@ export class Database {
       limits: this.limits,
       clock: this.clock,
       seed: this.opts.seed ?? 0x5eed,
+      ...(this.opts.sharedReads === true ? { sharedReads: true } : {}),
       buildIndex: this.opts.buildIndex ?? this.buildIndex,
       ...(this.opts.absorbMax !== undefined ? { absorbMax: this.opts.absorbMax } : {}),
       ...(this.opts.absorbOffThread === true ? { extendGraph: this.opts.buildIndex === undefined ? extendGraphInWorker : extendGraphInline } : {}),
@@ -1068,6 +1076,26 @@ export class Database {
 
   // ---------------------------------------------------------------- search
 
+  /**
+   * A request loop's handle on collection `name`, to search it itself (shared-reads.ts), or null: no
+   * such collection, opts.sharedReads unset, or a multi-vector one (searched here). Ready once open.
+   */
+  readView(name: string): ReadViewHandle | null {
+    if (this.closed) return null;
+    return this.byName.get(name)?.readHandle() ?? null;
+  }
+
+  /** The graph epoch request loops should search collection `uid` with now (ReadView.adoptGraph). */
+  readGraph(uid: string): ReadGraph | null {
+    const col = this.byUid.get(uid);
+    return col?.reads == null ? null : col.reads.currentGraph();
+  }
+
+  /** A request loop searched collection `uid`: what a read here starts (an absorb, a rebuild) starts. */
+  noteRead(uid: string): void {
+    this.byUid.get(uid)?.onRead();
+  }
+
   async search(name: string, query: SearchQuery): Promise<{ hits: Hit[] }> {
     const col = this.pointCollection(name);
     const q = checkObject(query, 'search body', SEARCH_KEYS);
@@ -1120,7 +1148,7 @@ export class Database {
   }
 
   private denseHits(col: Collection, r: SearchResult, k: number, withPayload: boolean, withVector: boolean): Hit[] {
-    const slots = tiesById(col, r);
+    const slots = tiesById((s) => col.idOf(s), r);
     const hits: Hit[] = [];
     for (let i = 0; i < Math.min(k, slots.length); i++) {
       hits.push(this.hit(col, slots[i], i, col.score(r.dists[i]), withPayload, withVector));
@@ -1179,7 +1207,7 @@ export class Database {
       let r = await run(depth + 1);
       if (tieAtCut(r.dists, depth, depth + 1)) r = await widenTies(r, depth, depth + 1, col.liveCount, run);
       const dists = r.dists.subarray(0, Math.min(depth, r.dists.length));
-      const slots = tiesById(col, r).subarray(0, dists.length);
+      const slots = tiesById((s) => col.idOf(s), r).subarray(0, dists.length);
       return Array.from(slots, (slot, i) => {
         const e: Ranked = { id: col.idOf(slot), score: score(dists[i]) };
         if (withPayload) e.payload = col.payloadOf(slot);
@@ -1606,42 +1634,6 @@ export class Database {
     }
     await this.dir.close();
   }
-}
-
-/**
- * Hits of equal distance in id order (CONTRACT.md section 1: by UTF-8 bytes), so an answer never depends
- * on slot numbers, which differ between a leader and its replicas, or after a rebuild. Distances come
- * sorted; only runs of equal ones are touched, and the common case (none) allocates nothing.
- */
-function tiesById(col: Collection, r: SearchResult): Int32Array {
-  let out: Int32Array | null = null;
-  for (let i = 0; i < r.dists.length;) {
-    let j = i + 1;
-    while (j < r.dists.length && r.dists[j] === r.dists[i]) j++;
-    if (j - i > 1) {
-      out ??= Int32Array.from(r.slots);
-      const run = Array.from(out.subarray(i, j)).sort((a, b) => compareIdsUtf8(col.idOf(a), col.idOf(b)));
-      out.set(run, i);
-    }
-    i = j;
-  }
-  return out ?? r.slots;
-}
-
-/** Whether the cut after `k` of `n` asked for may fall inside a run of equal values (more may tie beyond). */
-function tieAtCut(values: ArrayLike<number>, k: number, n: number): boolean {
-  return k > 0 && values.length >= n && values[n - 1] === values[k - 1];
-}
-
-/** Asks for twice as many until the run of values equal to the k-th ends inside what was found. */
-async function widenTies(
-  r: SearchResult, k: number, n: number, most: number, run: (n: number) => SearchResult | Promise<SearchResult>,
-): Promise<SearchResult> {
-  while (tieAtCut(r.dists, k, n) && n <= most) {
-    n *= 2;
-    r = await run(n);
-  }
-  return r;
 }
 
 /** A multi-vector ranking's equal scores in id order, cut to k. */

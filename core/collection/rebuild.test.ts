@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { LANES_PER_MEMORY } from '../index/vector-store.js';
+import { ENGINE_LANES } from '../index/vector-store.js';
 import { buildWorkersMax, defaultBuildWorkers, indexBuilderInWorkers } from './rebuild.js';
 
 describe('build workers', () => {
@@ -7,14 +7,14 @@ describe('build workers', () => {
     expect(defaultBuildWorkers(1, 0)).toBe(1);
     expect(defaultBuildWorkers(2, 0)).toBe(2);
     expect(defaultBuildWorkers(2, 1)).toBe(2);
-    expect(LANES_PER_MEMORY).toBe(16);
+    expect(ENGINE_LANES).toBe(16);
     expect(defaultBuildWorkers(8, 0)).toBe(8);
     expect(defaultBuildWorkers(16, 0)).toBe(15); // the main thread holds a lane too
     expect(defaultBuildWorkers(16, 4)).toBe(11);
     expect(defaultBuildWorkers(16, 8)).toBe(7);
     expect(defaultBuildWorkers(256, 0)).toBe(15);
     for (let cores = 1; cores <= 64; cores++) {
-      for (let w = 0; w <= 8; w++) expect(1 + w + defaultBuildWorkers(cores, w)).toBeLessThanOrEqual(LANES_PER_MEMORY);
+      for (let w = 0; w <= 8; w++) expect(1 + w + defaultBuildWorkers(cores, w)).toBeLessThanOrEqual(ENGINE_LANES);
     }
   });
 

@@ -2,7 +2,7 @@ import { availableParallelism } from 'node:os';
 import { SvcError } from '../base/errors.js';
 import { Hnsw, type HnswOptions } from '../index/hnsw/hnsw.js';
 import { buildInWorker, buildParallel, extendCopyInWorker, extendInWorker, prewarmBuildWorker } from '../index/hnsw/build-worker.js';
-import { LANES_PER_MEMORY, type VectorStore } from '../index/vector-store.js';
+import { ENGINE_LANES, type VectorStore } from '../index/vector-store.js';
 import type { GraphExtender, IndexBuilder } from './collection.js';
 
 /**
@@ -17,10 +17,10 @@ import type { GraphExtender, IndexBuilder } from './collection.js';
 const PARALLEL_BUILD_MIN_SLOTS = 16_000;
 /**
  * Most build workers beside `searchWorkers` search workers: every thread that reads a store holds one of
- * its LANES_PER_MEMORY scratch lanes (the main thread, each search worker, each build worker).
+ * the ENGINE_LANES of its scratch lanes (the main thread, each search worker, each build worker).
  */
 export function buildWorkersMax(searchWorkers: number): number {
-  return Math.max(1, LANES_PER_MEMORY - 1 - searchWorkers);
+  return Math.max(1, ENGINE_LANES - 1 - searchWorkers);
 }
 
 /**
@@ -41,7 +41,7 @@ export function defaultBuildWorkers(cores: number, searchWorkers: number): numbe
 export function indexBuilderInWorkers(workers: number, searchWorkers = 0): IndexBuilder {
   const max = buildWorkersMax(searchWorkers);
   if (!Number.isInteger(workers) || workers < 1 || workers > max) {
-    throw new SvcError('invalid_argument', `build workers must be an integer from 1 to ${max} beside ${searchWorkers} search workers (each holds one of a store's ${LANES_PER_MEMORY} scratch lanes), got ${workers}`);
+    throw new SvcError('invalid_argument', `build workers must be an integer from 1 to ${max} beside ${searchWorkers} search workers (each holds one of the ${ENGINE_LANES} scratch lanes of a store the engine's threads share), got ${workers}`);
   }
   return (store: VectorStore, slots: Int32Array, opts: HnswOptions, signal?: AbortSignal, from?: Hnsw) => {
     if (from !== undefined) return extendInWorker(store, from, missingFrom(from, slots), signal);

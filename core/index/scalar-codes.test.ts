@@ -4,7 +4,7 @@ import { Hnsw } from './hnsw/hnsw.js';
 import { fallbackKernel } from './kernels/kernel.js';
 import { ScalarCodes } from './scalar-codes.js';
 import { clusteredVectors, recallAtK } from './testing-data.js';
-import { VectorStore } from './vector-store.js';
+import { LANES_PER_MEMORY, VectorStore } from './vector-store.js';
 
 const range = (n: number): Int32Array => Int32Array.from({ length: n }, (_, i) => i);
 
@@ -106,7 +106,7 @@ describe('ScalarCodes', () => {
     expect(() => {
       for (;;) views.push(ScalarCodes.open(codes.handle()));
     }).toThrow(/scratch lanes of the scalar codes/);
-    expect(views.length).toBe(14);
+    expect(views.length).toBe(LANES_PER_MEMORY - 2);
     for (const v of views) v.close();
     other.close();
     expect(() => ScalarCodes.open(codes.handle()).close()).not.toThrow();

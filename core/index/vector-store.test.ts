@@ -23,7 +23,7 @@ describe('VectorStore', () => {
   });
 
   it('refuses a vector of the wrong dimension and stops at its declared maximum', () => {
-    const store = VectorStore.create({ dim: 4096, maxBytes: 8 * 65_536, initialSlots: 1 });
+    const store = VectorStore.create({ dim: 4096, maxBytes: 16 * 65_536, initialSlots: 1 });
     expect(() => store.add([1, 2])).toThrow(/dimensions/);
     const v = new Float32Array(4096);
     expect(() => {

@@ -7,8 +7,15 @@ const PAGE_BYTES = 65_536;
 const MAGIC = 0x53564353; // "SVCS"
 /** Most distances one kernel call computes; lanes are sized for it. */
 export const BATCH_MAX = 1024;
-/** Per-thread scratch lanes: one per open view of the store (main thread + workers). */
-const LANES = 16;
+/**
+ * Per-thread scratch lanes: one per open view of the store. ENGINE_LANES of them for the engine's own
+ * threads (main thread, search workers, build workers: rebuild.ts plans within them), the rest for
+ * request loops that search the collection themselves (core/collection/shared-reads.ts); a loop that
+ * finds none free hands its searches to the engine thread. The lane bitmap is one int32 word.
+ */
+const LANES = 32;
+/** Lanes the engine's threads plan their counts within (rebuild.ts buildWorkersMax). */
+export const ENGINE_LANES = 16;
 const HEADER_BYTES = 64;
 // Header words (Int32 index).
 const H_MAGIC = 0;
@@ -206,7 +213,7 @@ export function growMemory(memory: WasmMemory, need: number, maxPages: number, w
   memory.grow(Math.ceil((target - have) / PAGE_BYTES));
 }
 
-/** Scratch lanes per shared memory: one per open view (main thread + workers). */
+/** Scratch lanes per shared memory: one per open view (main thread, workers, request loops). */
 export const LANES_PER_MEMORY = LANES;
 
 /**

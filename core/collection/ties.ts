@@ -1,0 +1,47 @@
+import { compareIdsUtf8 } from '../base/id-order.js';
+import type { SearchResult } from '../index/flat.js';
+
+/**
+ * Hits of equal distance in id order (CONTRACT.md section 1: by UTF-8 bytes), so an answer never depends
+ * on slot numbers, which differ between a leader and its replicas, or after a rebuild. Distances come
+ * sorted; only runs of equal ones are touched, and the common case (none) allocates nothing.
+ */
+export function tiesById(idOf: (slot: number) => string, r: SearchResult): Int32Array {
+  let out: Int32Array | null = null;
+  for (let i = 0; i < r.dists.length;) {
+    let j = i + 1;
+    while (j < r.dists.length && r.dists[j] === r.dists[i]) j++;
+    if (j - i > 1) {
+      out ??= Int32Array.from(r.slots);
+      const run = Array.from(out.subarray(i, j)).sort((a, b) => compareIdsUtf8(idOf(a), idOf(b)));
+      out.set(run, i);
+    }
+    i = j;
+  }
+  return out ?? r.slots;
+}
+
+/** Whether the cut after `k` of `n` asked for may fall inside a run of equal values (more may tie beyond). */
+export function tieAtCut(values: ArrayLike<number>, k: number, n: number): boolean {
+  return k > 0 && values.length >= n && values[n - 1] === values[k - 1];
+}
+
+/** Asks for twice as many until the run of values equal to the k-th ends inside what was found. */
+export async function widenTies(
+  r: SearchResult, k: number, n: number, most: number, run: (n: number) => SearchResult | Promise<SearchResult>,
+): Promise<SearchResult> {
+  while (tieAtCut(r.dists, k, n) && n <= most) {
+    n *= 2;
+    r = await run(n);
+  }
+  return r;
+}
+
+/** widenTies for a search that is never a promise (a request loop's own, core/collection/shared-reads.ts). */
+export function widenTiesNow(r: SearchResult, k: number, n: number, most: number, run: (n: number) => SearchResult): SearchResult {
+  while (tieAtCut(r.dists, k, n) && n <= most) {
+    n *= 2;
+    r = run(n);
+  }
+  return r;
+}
