@@ -53,6 +53,11 @@ export interface OpenOptions {
    * consensus log, instead of refused. Default false.
    */
   consensus?: boolean;
+  /**
+   * Whether collections also keep what a dense search reads in shared memory, for request loops that
+   * search them themselves (`svc serve` with several loops, as a single node). Default false.
+   */
+  sharedReads?: boolean;
   /** Server-side embedding and reranking per collection (the `[embedding.<c>]` / `[rerank.<c>]` tables). */
   providers?: ProvidersOptions;
   /**
@@ -123,6 +128,7 @@ export async function openStorage(options: OpenOptions): Promise<{
     waitForBulkBuild: options.waitForBulkBuild,
     absorbOffThread: options.absorbOffThread,
     consensus: options.consensus,
+    ...(options.sharedReads === true ? { sharedReads: true } : {}),
     ...(options.log !== undefined ? { log: options.log } : {}),
   });
   try {

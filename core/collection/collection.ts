@@ -17,6 +17,7 @@ import {
   GRAPH_PERSIST_CHANGED_SHARE, GRAPH_PERSIST_INTERVAL_MS, GRAPH_PERSIST_NODES_MIN, loadGraph, writeGraph, type GraphParams, type GraphPoints,
 } from './graph-persist.js';
 import { LiveSet } from './live-set.js';
+import { SharedReadState, type ReadViewHandle } from './shared-reads.js';
 import { runDensePlan, type DensePlan } from './search-pool-plan.js';
 import type { CollectionSpec } from './params.js';
 
@@ -64,6 +65,11 @@ export interface CollectionOptions {
   graphFiles?: GraphFiles;
   /** A graph file not used, or not written (the collection rebuilds, and goes on). */
   onGraphFileWarning?: (message: string, detail: Record<string, unknown>) => void;
+  /**
+   * Ids, payloads, live slots and the graph's epoch kept in shared memory too, for request loops that
+   * search the collection themselves (shared-reads.ts; a multi-loop `svc serve`). Absent: none of it.
+   */
+  sharedReads?: boolean;
 }
 
 const EMPTY: SearchResult = { slots: new Int32Array(0), dists: new Float32Array(0) };
@@ -110,7 +116,9 @@ export class Collection {
   private readonly idToSlot = new Map<string, number>();
   /** Multi-vector documents: id -> every token slot, first one first. */
   private readonly docTokens = new Map<string, Int32Array>();
-  private readonly live = new LiveSet();
+  private readonly live: LiveSet;
+  /** What request loops read (opts.sharedReads), or null. */
+  readonly reads: SharedReadState | null;
   /** Multi-vector collections: the live first-token slots, one per document (the filter universe). */
   private readonly heads = new LiveSet();
   private graph: Hnsw | null = null;
@@ -156,6 +164,20 @@ export class Collection {
     this.kind = opts.spec.metric === 'l2' ? 'l2' : 'ip';
     this.store = VectorStore.create({ dim: opts.spec.dim });
     this.payloadIndex = new PayloadIndex(opts.spec.filterable);
+    this.reads = opts.sharedReads === true && !opts.spec.multivector ? new SharedReadState() : null;
+    this.live = this.reads !== null ? LiveSet.shared() : new LiveSet();
+  }
+
+  /** A request loop's handle on this collection (shared-reads.ts), or null without opts.sharedReads. */
+  readHandle(): ReadViewHandle | null {
+    if (this.reads === null || this.dropped) return null;
+    this.publishGraph();
+    return this.reads.handle(this.uid, this.spec, this.opts.limits, this.store.handle(), this.live.handle()!);
+  }
+
+  /** Tells request loops the graph, its arrays or its indexed bound may have moved. */
+  private publishGraph(): void {
+    this.reads?.graphMoved(this.graph, this.indexedUpTo);
   }
 
   /** Points, or documents in a multi-vector collection. */
@@ -207,6 +229,7 @@ export class Collection {
     if (bulk) this.markUnabsorbable();
     if (seq > this.appliedSeq) this.appliedSeq = seq;
     this.scheduleAbsorb();
+    this.publishGraph();
     return changed;
   }
 
@@ -223,6 +246,7 @@ export class Collection {
     const next = mode === 'replace' ? { ...patch } : { ...(old ?? {}), ...patch };
     this.payloadIndex.remove(slot, old ?? undefined);
     this.payloads[slot] = next;
+    this.reads?.payload(slot, next);
     this.payloadIndex.add(slot, next);
     if (!this.spec.multivector) {
       if (this.sparse.has(slot)) this.sparse.remove(slot);
@@ -275,16 +299,19 @@ export class Collection {
 
   private put(p: PointRecord): void {
     const old = this.idToSlot.get(p.id);
+    const slot = this.store.add(p.vector);
+    this.ids[slot] = p.id;
+    this.payloads[slot] = p.payload;
+    this.reads?.put(slot, p.id, p.payload);
+    this.live.add(slot);
+    // The old slot goes after the new one is live: a request loop reading meanwhile finds the point
+    // (twice at most, which it hands to this thread), never not at all.
     if (old !== undefined) {
       this.tombstone(old);
       this.markUnabsorbable();
     } else {
       this.sortedIds = null;
     }
-    const slot = this.store.add(p.vector);
-    this.ids[slot] = p.id;
-    this.payloads[slot] = p.payload;
-    this.live.add(slot);
     this.idToSlot.set(p.id, slot);
     this.payloadIndex.add(slot, p.payload ?? undefined);
     const doc = docFromPayload(p.payload, Number.MAX_SAFE_INTEGER);
@@ -334,6 +361,8 @@ export class Collection {
     this.payloadIndex.remove(slot, this.payloads[slot] ?? undefined);
     if (this.sparse.has(slot)) this.sparse.remove(slot);
     this.payloads[slot] = null;
+    // Its shared id and payload records stay: a request loop that found the slot live just before
+    // reads them after (as the vector stays in the store).
   }
 
   private markUnabsorbable(): void {
@@ -427,6 +456,7 @@ export class Collection {
         }
         this.graph = graph;
         this.indexedUpTo = captured;
+        this.publishGraph();
         this.stale = this.writeCounter !== counterAtStart;
         if (loaded !== null) {
           this.graphLoads++;
@@ -625,6 +655,7 @@ export class Collection {
       // more on a busy machine, and sixteen of them were enough to stall a replication stream's sends.
       if (this.opts.clock.monotonicMs() >= until) break;
     }
+    this.publishGraph();
     this.absorbNext();
   };
 
@@ -670,6 +701,7 @@ export class Collection {
     next.attachCodes(this.codes);
     this.graph = next;
     this.indexedUpTo = to;
+    this.publishGraph();
     this.graphChanges += slots.length;
     this.absorbedOffThread += slots.length;
     this.absorbNext();
@@ -955,6 +987,7 @@ export class Collection {
 
   drop(): void {
     this.dropped = true;
+    this.reads?.retire();
     this.builds.abort();
     this.wake();
     this.store.close();

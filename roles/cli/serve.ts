@@ -16,6 +16,7 @@ import { startGrpcServer } from '../grpc/server.js';
 import { FileAuditSink } from '../log-audit.js';
 import { createLogs, type Logs } from '../log.js';
 import { httpLoopCount, startLoops, type Loops } from '../loops/loops.js';
+import type { LocalReadSource } from '../loops/local-reads.js';
 import { serviceParts } from '../service-parts.js';
 import { providersFromConfig } from '../providers.js';
 import { startCoordinator } from '../coordinator/serve.js';
@@ -64,7 +65,10 @@ export async function startServer(
   let consensus: ConsensusHost | null = null;
   const loopCount = await httpLoopCount(config, log);
   // SVC_HTTP_LOOPS above 1: the loops listen (roles/loops/), this thread keeps the engine.
-  const refs: { engine: EngineApi | null; audit: FileAuditSink | null } = { engine: null, audit: null };
+  const refs: { engine: EngineApi | null; audit: FileAuditSink | null; reads: LocalReadSource | null } = { engine: null, audit: null, reads: null };
+  // A single node's loops search its collections themselves, over shared memory (roles/loops/local-reads.ts);
+  // a read replica's database is swapped by a re-bootstrap and a member's reads pass its rules: theirs go here.
+  const localReads = loopCount > 1 && raft === null && config.leader === null;
   let app: FastifyInstance | null = null;
   let loops: Loops | null = null;
   let restPort: number;
@@ -82,7 +86,7 @@ export async function startServer(
     restPort = (rest.server.address() as AddressInfo).port;
   } else {
     loops = await startLoops({
-      role: 'node', config, count: loopCount, logs, metrics, engine: () => refs.engine,
+      role: 'node', config, count: loopCount, logs, metrics, engine: () => refs.engine, reads: localReads ? () => refs.reads : null,
       busy: () => (state.service === null ? null : state.busy?.() ?? null) as string | null,
       raftView: raft === null ? null : () => consensus?.view() ?? null,
       audit: config.auditLog === null ? null : (r) => refs.audit?.append(r),
@@ -94,9 +98,10 @@ export async function startServer(
 
   let ready: { engine: EngineApi; service: Service; fileSink: FileAuditSink | null; grpc: { port: number; close(): Promise<void> } | null; tracer: ClosableTracer };
   try {
-    ready = await openAndServe(config, providers, logs, metrics, state, opts.fallbackToFreePort ?? false, raft, loops, (h) => { consensus = h; }, (engine, fileSink) => {
+    ready = await openAndServe(config, providers, logs, metrics, state, opts.fallbackToFreePort ?? false, raft, loops, localReads, (h) => { consensus = h; }, (engine, fileSink, db) => {
       refs.engine = engine;
       refs.audit = fileSink;
+      refs.reads = localReads ? db : null;
     });
   } catch (e) {
     await closeListeners();
@@ -123,7 +128,8 @@ export async function startServer(
 
 async function openAndServe(
   config: SvcConfig, providers: ProvidersOptions, logs: Logs, metrics: ReturnType<typeof createPromMetrics>, state: RestState, fallback: boolean,
-  raft: RaftNetConfig | null, loops: Loops | null, onConsensus: (h: ConsensusHost) => void, onOpen: (engine: EngineApi, fileSink: FileAuditSink | null) => void,
+  raft: RaftNetConfig | null, loops: Loops | null, sharedReads: boolean, onConsensus: (h: ConsensusHost) => void,
+  onOpen: (engine: EngineApi, fileSink: FileAuditSink | null, db: Database) => void,
 ) {
   // The node's engine over each database it serves (a read replica's re-bootstrap swaps in a new one):
   // text, fusion and reranking there, with the providers of the config; the rest is the database's own.
@@ -157,6 +163,8 @@ async function openAndServe(
     // A consensus member's WAL tail is a copy of its consensus log: damage a power loss left there is
     // cut at open and replayed from the log (decided here, before the WAL's recovery runs).
     consensus: raft !== null,
+    // Several loops over a single node's database: they read its collections from shared memory.
+    sharedReads: sharedReads && !side,
     // Storage and index warnings (a torn WAL tail, a graph file not used): the operator's to see.
     log: (level, message, detail) => logs.target('svc::db')[level](detail ?? {}, message),
   });
@@ -189,7 +197,7 @@ async function openAndServe(
   const { fileSink, tracer, options } = serviceParts(config, logs, metrics);
   // With several loops this thread's service (the demo's, an embedding caller's) draws on their buckets.
   const service = createService(engine, { ...options, ...(loops !== null ? { rateLimiter: loops.rateLimiter } : {}) });
-  onOpen(engine, fileSink);
+  onOpen(engine, fileSink, current());
   metrics.setStatsSource(() => engine.stats());
   metrics.setSearchPoolSource(() => current().searchPoolStats());
   try {

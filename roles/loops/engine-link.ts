@@ -2,6 +2,7 @@ import { SvcError } from '../../core/base/errors.js';
 import { collectionExisted, markCollectionExisted, type CollectionInfo } from '../../core/base/model.js';
 import type { EngineApi, OperationName } from '../../core/service/api.js';
 import type { Link } from './link.js';
+import type { LocalReads } from './local-reads.js';
 
 /**
  * The engine across a Link: a request loop holds `engineOverLink`, an EngineApi whose every operation
@@ -58,10 +59,14 @@ function withPackedPoints(body: unknown): unknown {
   return { ...body, points: points.map((p) => withPackedVector(p)) };
 }
 
-export function engineOverLink(link: Link): EngineApi {
+export function engineOverLink(link: Link, reads: LocalReads | null = null): EngineApi {
   const engine: Record<string, unknown> = {};
   for (const op of CALLS) engine[op] = (...args: unknown[]) => link.call('engine', op, args);
-  engine.search = (c: unknown, q: unknown) => link.call('engine', 'search', [c, withPackedVector(q)]);
+  // A plain dense search this loop can answer over shared memory never crosses the link.
+  engine.search = (c: unknown, q: unknown) => {
+    const local = reads?.search(c, q) ?? null;
+    return local !== null ? Promise.resolve(local) : link.call('engine', 'search', [c, withPackedVector(q)]);
+  };
   engine.hybridSearch = (c: unknown, q: unknown) => link.call('engine', 'hybridSearch', [c, withPackedVector(q)]);
   engine.upsert = (c: unknown, b: unknown) => link.call('engine', 'upsert', [c, withPackedPoints(b)]);
   engine.bulkUpsert = (c: unknown, b: unknown) => link.call('engine', 'bulkUpsert', [c, withPackedPoints(b)]);

@@ -21,6 +21,8 @@ export interface LoopData {
   auditFile: boolean;
   /** This node is a consensus member: GET /cluster/raft is served. */
   raft: boolean;
+  /** Plain dense searches are answered in the loop, over the database's shared memory (local-reads.ts). */
+  localReads: boolean;
 }
 
 export interface LoopListening { restPort: number; grpcPort: number }

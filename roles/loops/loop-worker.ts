@@ -7,6 +7,7 @@
  * the main thread).
  */
 import { parentPort, workerData } from 'node:worker_threads';
+import { Counter } from 'prom-client';
 import type { AddressInfo } from 'node:net';
 import { readFileSync } from 'node:fs';
 import type { AuditRecord } from '../../core/service/audit.js';
@@ -24,6 +25,7 @@ import type { ClosableTracer } from '../otel.js';
 import { addClusterMapRoute } from '../router/rest.js';
 import { ROUTER_NOT_READY, routerCore } from '../router/serve.js';
 import { engineOverLink } from './engine-link.js';
+import { LocalReads } from './local-reads.js';
 import { Link, type LinkPort } from './link.js';
 import type { LoopData, LoopListening } from './loop-data.js';
 
@@ -44,6 +46,8 @@ const audit = data.auditFile ? { append: (r: AuditRecord) => link.notify('audit'
 const rateLimiter = new SharedTokenBuckets(data.buckets, data.bucketKeys, config.rateLimit);
 const waiting = new AbortController();
 let service: Service;
+/** A single node's loop: its own searches over the engine's shared memory (local-reads.ts). */
+let reads: LocalReads | null = null;
 let tracer: ClosableTracer;
 let release = async (): Promise<void> => { await tracer.shutdown(); };
 if (data.role === 'router') {
@@ -57,7 +61,21 @@ if (data.role === 'router') {
 } else {
   const parts = serviceParts(config, logs, metrics, { audit });
   tracer = parts.tracer;
-  service = createService(engineOverLink(link), { ...parts.options, rateLimiter });
+  const own = data.localReads ? new LocalReads(link) : null;
+  reads = own;
+  service = createService(engineOverLink(link, own), { ...parts.options, rateLimiter });
+  if (own !== null) {
+    new Counter({
+      name: 'svc_loop_searches_total',
+      help: 'Dense searches a request loop answered itself over shared memory (answered="loop"), or handed to the engine thread (answered="engine", with the reason)',
+      labelNames: ['answered', 'reason'], registers: [metrics.registry],
+      collect() {
+        this.reset();
+        this.inc({ answered: 'loop', reason: '' }, own.counts.local);
+        for (const [reason, n] of own.counts.declined) this.inc({ answered: 'engine', reason }, n);
+      },
+    });
+  }
   if (data.raft) addClusterRaftRoute(app, state, () => link.call('raftView') as Promise<RaftView | null>, metrics);
   // The engine is open and indexed: /v1 answers from here on (readyz too, unless the engine is busy).
   link.handle('ready', () => {
@@ -88,5 +106,7 @@ link.handle('metricsJson', () => metrics.registry.getMetricsAsJSON());
 link.handle('close', async () => {
   waiting.abort();
   await Promise.all([app.close(), grpc?.close()]);
+  // The stores' scratch lanes this loop's views hold go back (a loop that dies keeps them: see local-reads.ts).
+  reads?.close();
   await release();
 });

@@ -153,6 +153,50 @@ describe.runIf(support.ok)(`two request loops on Node ${process.versions.node}`,
     expect([...ids]).toEqual([rest.hits.map((h) => h.id).join(',')]);
   });
 
+  it('a loop answers a plain search itself, as the engine would, and sees every write acknowledged on any loop', async () => {
+    const answered = () => metricValue(base, 'svc_loop_searches_total{answered="loop",reason=""}').catch(() => 0);
+    const before = await answered();
+    // A strong read always goes to the engine thread: the reference for each loop's own answer.
+    const q = { vector: [5, 5, 1], k: 6, with_vector: true };
+    const reference = (await fresh(base, 'POST', '/v1/collections/c/query', { ...q, consistency: 'strong' })).body;
+    for (let i = 0; i < 3; i++) {
+      for (const a of (await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/c/query', q)).values()) expect(a.body).toEqual(reference);
+    }
+    expect(await answered()).toBeGreaterThan(before);
+
+    // Written through one connection, read at once through others (either loop): the write is there,
+    // and after its delete it is gone, with its payload as last written.
+    for (let i = 0; i < 6; i++) {
+      const id = `fresh${i}`;
+      const far = [1000 + i, 1000, 1000];
+      expect((await fresh(base, 'PUT', '/v1/collections/c/points', { points: [{ id, vector: far, payload: { n: i } }] })).status).toBe(200);
+      for (const a of (await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/c/query', { vector: far, k: 1 })).values()) {
+        expect((a.body as { hits: unknown[] }).hits).toEqual([{ id, rank: 0, score: 0, payload: { n: i } }]);
+      }
+      expect((await fresh(base, 'POST', '/v1/collections/c/points:payload', { points: [{ id, payload: { m: i } }] })).status).toBe(200);
+      for (const a of (await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/c/query', { vector: far, k: 1 })).values()) {
+        expect((a.body as { hits: { payload: unknown }[] }).hits[0].payload).toEqual({ n: i, m: i });
+      }
+      expect((await fresh(base, 'DELETE', `/v1/collections/c/points/${id}`)).status).toBe(200);
+      for (const a of (await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/c/query', { vector: far, k: 1 })).values()) {
+        expect((a.body as { hits: { id: string }[] }).hits[0].id).not.toBe(id);
+      }
+    }
+
+    // A collection dropped and made again under its name: each loop answers from the new one.
+    for (const [name, id] of [['again', 'first'], ['again', 'second']]) {
+      await fresh(base, 'DELETE', `/v1/collections/${name}`);
+      expect((await fresh(base, 'POST', '/v1/collections', { name, dim: 3, metric: 'l2' })).status).toBe(201);
+      expect((await fresh(base, 'PUT', `/v1/collections/${name}/points`, { points: [{ id, vector: [1, 1, 1] }] })).status).toBe(200);
+      for (let round = 0; round < 2; round++) {
+        for (const a of (await onEveryLoop(base, LOOPS, 'POST', `/v1/collections/${name}/query`, { vector: [1, 1, 1], k: 3 })).values()) {
+          expect((a.body as { hits: { id: string }[] }).hits.map((h) => h.id)).toEqual([id]);
+        }
+      }
+    }
+    await fresh(base, 'DELETE', '/v1/collections/again');
+  });
+
   it('the audit chain and /metrics are the process\'s, not each loop\'s', async () => {
     const before = await metricValue(base, 'svc_http_requests_total{method="GET",route="/v1/collections/{name}"}');
     const answers = await Promise.all(Array.from({ length: 30 }, () => fresh(base, 'GET', '/v1/collections/c')));

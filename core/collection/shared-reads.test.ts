@@ -1,0 +1,210 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Worker } from 'node:worker_threads';
+import { afterEach, describe, expect, it } from 'vitest';
+import { Prng } from '../base/prng.js';
+import type { SearchQuery } from '../base/model.js';
+import { Database } from './database.js';
+import { buildIndexInline } from './rebuild.js';
+import { ReadView, SharedRecords } from './shared-reads.js';
+
+const KEY = Buffer.alloc(32, 7);
+const dirs: string[] = [];
+const dbs: Database[] = [];
+
+afterEach(async () => {
+  for (const db of dbs.splice(0)) await db.close().catch(() => undefined);
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+async function openDb(extra: Partial<Parameters<typeof Database.open>[0]> = {}): Promise<Database> {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-shared-reads-'));
+  dirs.push(dir);
+  const db = await Database.open({ dataDir: dir, masterKey: KEY, buildIndex: buildIndexInline, sharedReads: true, absorbMax: 64, ...extra });
+  dbs.push(db);
+  return db;
+}
+
+/** The view's answer, after it took the graph epoch it was missing (a loop asks for it the same way). */
+function viewSearch(db: Database, v: ReadView, q: SearchQuery): ReturnType<ReadView['search']> {
+  let r = v.search(q);
+  if (r === null && v.declined === 'epoch') {
+    v.adoptGraph(db.readGraph(v.uid)!);
+    r = v.search(q);
+  }
+  return r;
+}
+
+describe('a collection read from shared memory (request loops, issue 20)', () => {
+  it('answers every plain dense search exactly as the engine thread does, through upserts, updates, deletes and payload changes', async () => {
+    const db = await openDb();
+    const dim = 8;
+    await db.createCollection({ name: 'c', dim, metric: 'l2' });
+    await db.createCollection({ name: 'cos', dim, metric: 'cosine', quantization: 'scalar' });
+    const prng = new Prng(20261127);
+    // Few distinct values: equal distances (ties by id) come up often.
+    const vec = (): number[] => Array.from({ length: dim }, () => prng.int(4) - 1.5);
+    const views = new Map<string, ReadView>();
+    let answered = 0;
+    const names = ['c', 'cos'];
+    for (let round = 0; round < 40; round++) {
+      for (const name of names) {
+        const n = 20 + prng.int(120);
+        const points = Array.from({ length: n }, () => {
+          const id = `p${prng.int(1500)}`;
+          return { id, vector: vec(), payload: prng.int(3) === 0 ? null : { id, round, tag: ['a', 'b'][prng.int(2)], nested: { x: prng.int(9) } } };
+        });
+        await db.upsert(name, { points });
+        if (prng.int(3) === 0) await db.deletePoints(name, { ids: Array.from({ length: 10 }, () => `p${prng.int(1500)}`) });
+        if (prng.int(3) === 0) await db.setPayload(name, { points: [{ id: points[0].id, payload: { changed: round } }], mode: prng.int(2) === 0 ? 'merge' : 'replace' });
+        let v = views.get(name);
+        if (v === undefined) {
+          v = new ReadView(db.readView(name)!);
+          views.set(name, v);
+        }
+        for (let i = 0; i < 5; i++) {
+          const q: SearchQuery = { vector: vec(), k: 1 + prng.int(30), ...(prng.int(4) === 0 ? { ef_search: 8 + prng.int(100) } : {}), ...(prng.int(3) === 0 ? { with_vector: true } : {}), ...(prng.int(5) === 0 ? { with_payload: false } : {}) };
+          // The engine's search first: a read there may start an absorb or a rebuild (a new epoch),
+          // which the view then takes, as a loop does when it finds its epoch old.
+          const before = v.epoch;
+          const theirs = await db.search(name, q);
+          const mine = viewSearch(db, v, q);
+          expect(mine, `declined: ${v.declined}`).not.toBeNull();
+          // A graph swapped in between the two answers (a build finishing) may change an approximate
+          // answer: compared only over one epoch (almost always).
+          if (v.epoch !== before) continue;
+          expect(mine).toEqual(theirs);
+          answered++;
+        }
+      }
+      // Now and then the graph catches up (absorbs, rebuilds) between rounds: new epochs.
+      if (round % 7 === 6) for (const name of ['c', 'cos']) await db.search(name, { vector: vec(), consistency: 'strong' });
+    }
+    // About one query a round meets a rebuild its own read started.
+    expect(answered).toBeGreaterThan(names.length * 150);
+    for (const v of views.values()) v.close();
+  });
+
+  it('hands on what only the engine thread answers: filters, strong reads, input it refuses', async () => {
+    const db = await openDb();
+    await db.createCollection({ name: 'c', dim: 2, metric: 'l2', filterable: [{ path: 'r', field_type: 'numeric' }] });
+    await db.upsert('c', { points: [{ id: 'a', vector: [0, 0], payload: { r: 1 } }] });
+    const v = new ReadView(db.readView('c')!);
+    expect(v.search({ vector: [0, 0] })?.hits.map((h) => h.id)).toEqual(['a']);
+    for (const q of [
+      { vector: [0, 0], filter: { eq: { field: 'r', value: 1 } } }, { vector: [0, 0], consistency: 'strong' },
+      { vector: [0, 0, 0] }, { vector: [0, 0], k: 0 }, { vector: [0, 0], k: 1e9 }, { vector: [0, 0], surprise: 1 }, { vector: 'no' }, null,
+    ]) {
+      expect(v.search(q as SearchQuery)).toBeNull();
+      expect(v.declined).toBe('shape');
+    }
+    v.close();
+  });
+
+  it('retires a dropped collection, and a new one of the same name is a new view', async () => {
+    const db = await openDb();
+    await db.createCollection({ name: 'c', dim: 2, metric: 'l2' });
+    await db.upsert('c', { points: [{ id: 'old', vector: [0, 0] }] });
+    const v = new ReadView(db.readView('c')!);
+    await db.deleteCollection('c');
+    expect(v.search({ vector: [0, 0] })).toBeNull();
+    expect(v.declined).toBe('retired');
+    v.close();
+    await db.createCollection({ name: 'c', dim: 2, metric: 'l2' });
+    await db.upsert('c', { points: [{ id: 'new', vector: [0, 0] }] });
+    const w = new ReadView(db.readView('c')!);
+    expect(w.search({ vector: [0, 0] })?.hits.map((h) => h.id)).toEqual(['new']);
+    w.close();
+  });
+
+  it('gives no view of a multi-vector collection, or without sharedReads', async () => {
+    const db = await openDb();
+    await db.createCollection({ name: 'm', dim: 2, metric: 'cosine', multivector: true });
+    expect(db.readView('m')).toBeNull();
+    expect(db.readView('absent')).toBeNull();
+    const plain = await openDb({ sharedReads: false });
+    await plain.createCollection({ name: 'c', dim: 2, metric: 'l2' });
+    expect(plain.readView('c')).toBeNull();
+  });
+
+  it('never shows another thread a hit whose id and payload disagree, or one point twice, while the writer updates', async () => {
+    const db = await openDb();
+    const dim = 4;
+    await db.createCollection({ name: 'c', dim, metric: 'l2' });
+    const prng = new Prng(7);
+    const vec = (): number[] => Array.from({ length: dim }, () => prng.gaussian());
+    await db.upsert('c', { points: Array.from({ length: 400 }, (_, i) => ({ id: `p${i}`, vector: vec(), payload: { id: `p${i}`, v: 0 } })) });
+    const handle = db.readView('c')!;
+    const stop = new Int32Array(new SharedArrayBuffer(4));
+    const worker = new Worker(READER, { eval: true, workerData: {
+      handle, stop: stop.buffer, url: new URL('./shared-reads.ts', import.meta.url).href, tsx: import.meta.resolve('tsx/esm/api'),
+    } });
+    const next = (): Promise<unknown> => new Promise((resolve, reject) => {
+      worker.once('message', resolve);
+      worker.once('error', reject);
+    });
+    expect(await next()).toBe('ready');
+    const result = next() as Promise<{ answered: number; declined: number; bad: string[] }>;
+    for (let v = 1; v <= 600; v++) {
+      const ids = Array.from({ length: 8 }, () => `p${prng.int(400)}`);
+      await db.upsert('c', { points: ids.map((id) => ({ id, vector: vec(), payload: { id, v } })) });
+      if (v % 5 === 0) await db.setPayload('c', { points: [{ id: ids[0], payload: { id: ids[0], v: -v } }] });
+      if (v % 7 === 0) await db.deletePoints('c', { ids: [ids[1]] });
+      if (v % 9 === 0) await db.upsert('c', { points: [{ id: ids[1], vector: vec(), payload: { id: ids[1], v } }] });
+      // The graph the reader should take now (a loop asks for it when it finds its own old).
+      worker.postMessage(db.readGraph(handle.uid));
+    }
+    Atomics.store(stop, 0, 1);
+    const r = await result;
+    await worker.terminate();
+
+    expect(r.bad).toEqual([]);
+    expect(r.answered).toBeGreaterThan(50);
+  });
+
+  it('keeps records readable across growth, from another thread', async () => {
+    const recs = new SharedRecords();
+    const big = new Uint8Array(100_000).fill(9);
+    for (let s = 0; s < 5000; s++) recs.set(s, s % 1000 === 0 ? big : new TextEncoder().encode(`id-${s}`));
+    recs.set(3, null);
+    recs.set(4, new TextEncoder().encode('again'));
+    const reader = new SharedRecords(recs.handle());
+    expect(new TextDecoder().decode(reader.get(4999)!)).toBe('id-4999');
+    expect(reader.get(1000)!.length).toBe(100_000);
+    expect(reader.get(3)).toBeNull();
+    expect(new TextDecoder().decode(reader.get(4)!)).toBe('again');
+    expect(reader.get(5000)).toBeNull();
+    expect(recs.garbageBytes).toBeGreaterThan(0);
+  });
+});
+
+/** A reader thread: searches until told to stop, and reports any hit inconsistent in itself. */
+const READER = `
+const { parentPort, workerData } = require('node:worker_threads');
+(async () => {
+  const { tsImport } = await import(workerData.tsx);
+  const { ReadView } = await tsImport(workerData.url, workerData.url);
+  const stop = new Int32Array(workerData.stop);
+  const v = new ReadView(workerData.handle);
+  let answered = 0, declined = 0, seed = 1;
+  const bad = [];
+  parentPort.on('message', (g) => v.adoptGraph(g));
+  parentPort.postMessage('ready');
+  const rnd = () => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32) * 4 - 2;
+  for (let n = 0; Atomics.load(stop, 0) === 0; n++) {
+    if (n % 16 === 0) await new Promise((resolve) => setImmediate(resolve));
+    const r = v.search({ vector: [rnd(), rnd(), rnd(), rnd()], k: 20 });
+    if (r === null) { declined++; if (v.declined !== 'moved' && v.declined !== 'epoch') bad.push('declined ' + v.declined); continue; }
+    answered++;
+    const seen = new Set();
+    for (const h of r.hits) {
+      if (seen.has(h.id)) bad.push('twice ' + h.id);
+      seen.add(h.id);
+      if (h.payload.id !== h.id) bad.push('payload of ' + h.payload.id + ' on ' + h.id);
+    }
+  }
+  v.close();
+  parentPort.postMessage({ answered, declined, bad: bad.slice(0, 20) });
+})();
+`;

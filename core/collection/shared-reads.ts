@@ -1,0 +1,416 @@
+import { growShared, growableShared } from '../base/growable.js';
+import type { Limits } from '../base/limits.js';
+import type { Hit, SearchQuery } from '../base/model.js';
+import { BODIES, bodyKeys } from '../base/bodies.js';
+import type { SearchResult } from '../index/flat.js';
+import { Hnsw, type HnswData } from '../index/hnsw/hnsw.js';
+import type { DistanceKind } from '../index/kernels/kernel.js';
+import { ScalarCodes } from '../index/scalar-codes.js';
+import { VectorStore, type VectorStoreHandle } from '../index/vector-store.js';
+import { SharedLiveView, type LiveSetHandle } from './live-set.js';
+import type { CollectionSpec } from './params.js';
+import { parseVector } from './points.js';
+import { checkObject, parseBool, parseConsistency, parseEf, parseK } from './queries.js';
+import { runDensePlan, type DensePlan } from './search-pool-plan.js';
+import { tieAtCut, tiesById, widenTiesNow } from './ties.js';
+
+/**
+ * A collection read from another thread (issue 20): a request loop of a multi-loop server answers a plain
+ * dense search itself, over shared memory, instead of handing it to the engine thread and back.
+ *
+ * The engine thread stays the only writer. What a search reads is already shared or is made so here:
+ * - the vectors (VectorStore, a shared WebAssembly memory) and the graph's arrays (HnswData, as the search
+ *   workers get them, search-pool.ts), published per graph epoch;
+ * - the live slots (LiveSet.shared(), atomically written);
+ * - each slot's id and payload as bytes (SharedRecords: an append-only arena and a per-slot index);
+ * - a header: the graph epoch and what a plan needs of it (indexedUpTo, entry, top level, size) under a
+ *   sequence lock, and a retired flag set when the collection is dropped or the database closes.
+ *
+ * Order of publication, per written slot: vector (the store's count), id and payload records (an atomic
+ * index store each), then the live bit (an atomic or). A reader that sees a slot live with an atomic load
+ * therefore sees its id and payload; a hit is taken only if its slot is still live after the search
+ * (else the whole search goes to the engine thread), so no answer holds a deleted or replaced point.
+ * Whatever a view cannot answer exactly as the engine would (a filter, a strong read, a stale epoch, a
+ * retired collection, any input the engine would refuse) is answered by the engine thread instead:
+ * `ReadView.search` returns null.
+ */
+
+/** Bytes the arena and the index may reach; reserved address space, committed as they grow. */
+const ARENA_MAX_BYTES = 2 ** 31 - 2 ** 16;
+const INDEX_MAX_BYTES = 2 ** 31;
+
+/** What another thread needs to read a SharedRecords. */
+export interface RecordsHandle {
+  readonly index: SharedArrayBuffer;
+  readonly arena: SharedArrayBuffer;
+  /** [0]: bytes used in the arena (the writer's end). */
+  readonly used: SharedArrayBuffer;
+}
+
+/**
+ * Per-slot byte records, written by one thread and read by others: an append-only arena of
+ * `len u32 | bytes` (4-aligned) and an index of one int32 per slot, the record's offset + 1 (0: none),
+ * stored atomically after the record's bytes. A replaced record's bytes stay (see `garbageBytes`).
+ */
+export class SharedRecords {
+  private readonly index: Int32Array;
+  private readonly bytes: Uint8Array;
+  private readonly lens: DataView;
+  private readonly usedCell: Int32Array;
+  private readonly h: RecordsHandle;
+  private live = 0;
+
+  constructor(h?: RecordsHandle) {
+    this.h = h ?? {
+      index: growableShared(4096, INDEX_MAX_BYTES),
+      arena: growableShared(1 << 16, ARENA_MAX_BYTES),
+      used: new SharedArrayBuffer(4),
+    };
+    this.index = new Int32Array(this.h.index);
+    this.bytes = new Uint8Array(this.h.arena);
+    this.lens = new DataView(this.h.arena);
+    this.usedCell = new Int32Array(this.h.used);
+  }
+
+  handle(): RecordsHandle {
+    return this.h;
+  }
+
+  /** Bytes the arena holds, live or replaced. */
+  get arenaBytes(): number {
+    return Atomics.load(this.usedCell, 0) >>> 0;
+  }
+
+  /** Arena bytes no slot names any more (replaced payloads, records of dead slots are counted by the caller). */
+  get garbageBytes(): number {
+    return this.arenaBytes - this.live;
+  }
+
+  /** Writer: `slot`'s record is `data` from now on (null: none). */
+  set(slot: number, data: Uint8Array | null): void {
+    const need = (slot + 1) * 4;
+    growShared(this.h.index, need);
+    const prev = Atomics.load(this.index, slot);
+    if (prev !== 0) this.live -= roundUp4(4 + this.lens.getUint32(prev - 1, true));
+    if (data === null) {
+      Atomics.store(this.index, slot, 0);
+      return;
+    }
+    const at = this.arenaBytes;
+    const size = roundUp4(4 + data.length);
+    const end = at + size;
+    growShared(this.h.arena, end);
+    this.lens.setUint32(at, data.length, true);
+    this.bytes.set(data, at + 4);
+    Atomics.store(this.usedCell, 0, end | 0);
+    this.live += size;
+    // Published after its bytes: a reader that loads this offset reads them whole.
+    Atomics.store(this.index, slot, at + 1);
+  }
+
+  /** Reader (or writer): `slot`'s record now, or null. The bytes are a view: copy before keeping them. */
+  get(slot: number): Uint8Array | null {
+    if (slot * 4 >= this.index.byteLength) return null;
+    const at = Atomics.load(this.index, slot);
+    if (at === 0) return null;
+    const len = this.lens.getUint32(at - 1, true);
+    return this.bytes.subarray(at + 3, at + 3 + len);
+  }
+}
+
+const roundUp4 = (n: number): number => (n + 3) & ~3;
+
+/** Header words (int32). */
+const H = {
+  /** Sequence lock over EPOCH..SIZE: odd while the writer changes them. */
+  SEQ: 0,
+  EPOCH: 1,
+  INDEXED_UP_TO: 2,
+  ENTRY: 3,
+  MAX_LEVEL: 4,
+  SIZE: 5,
+  /** 1: dropped or closed; readers answer nothing from this view again. */
+  RETIRED: 6,
+} as const;
+const HEADER_WORDS = 8;
+
+/** Everything a reader needs, posted once per collection (structured-clonable: shared memory only). */
+export interface ReadViewHandle {
+  readonly uid: string;
+  readonly spec: CollectionSpec;
+  readonly limits: Limits;
+  readonly store: VectorStoreHandle;
+  readonly live: LiveSetHandle;
+  readonly ids: RecordsHandle;
+  readonly payloads: RecordsHandle;
+  readonly header: SharedArrayBuffer;
+  /** The graph epoch when the handle was made. */
+  readonly graph: ReadGraph;
+}
+
+/** A graph epoch for readers: its arrays (null: no graph yet). */
+export interface ReadGraph {
+  readonly epoch: number;
+  readonly data: HnswData | null;
+}
+
+const encoder = new TextEncoder();
+
+/**
+ * The writer's side (Collection, on the engine thread): the records and the header. The Collection calls
+ * `put` for every slot it writes (before the slot's live bit), `payload` for an in-place payload change,
+ * `graphMoved` whenever its graph, graph arrays or indexed bound may have changed, `retire` at drop.
+ */
+export class SharedReadState {
+  readonly ids = new SharedRecords();
+  readonly payloads = new SharedRecords();
+  private readonly header = new Int32Array(new SharedArrayBuffer(HEADER_WORDS * 4));
+  private graph: Hnsw | null = null;
+  private graphVersion = -1;
+  private epoch = 0;
+  private top = { indexedUpTo: -1, entry: -1, maxLevel: -1, size: -1 };
+
+  /**
+   * Set when a record could not be written (an arena at its maximum): the view is retired for good, and
+   * every search of the collection goes to the engine thread. A write to the collection never fails here.
+   */
+  private broken = false;
+
+  put(slot: number, id: string, payload: object | null): void {
+    this.guard(() => {
+      this.ids.set(slot, encoder.encode(id));
+      this.payloads.set(slot, payload === null ? null : encoder.encode(JSON.stringify(payload)));
+    });
+  }
+
+  payload(slot: number, payload: object | null): void {
+    this.guard(() => this.payloads.set(slot, payload === null ? null : encoder.encode(JSON.stringify(payload))));
+  }
+
+  private guard(write: () => void): void {
+    if (this.broken) return;
+    try {
+      write();
+    } catch {
+      this.broken = true;
+      this.retire();
+    }
+  }
+
+  /** The graph readers should use: a new epoch when it or its arrays changed; the bound and top always. */
+  graphMoved(graph: Hnsw | null, indexedUpTo: number): void {
+    const version = graph === null ? 0 : graph.arraysVersion;
+    const entry = graph === null ? -1 : graph.entryPoint;
+    const maxLevel = graph === null ? -1 : graph.topLevel;
+    const size = graph === null ? 0 : graph.size;
+    const moved = graph !== this.graph || version !== this.graphVersion;
+    const t = this.top;
+    if (!moved && t.indexedUpTo === indexedUpTo && t.entry === entry && t.maxLevel === maxLevel && t.size === size) return;
+    if (moved) {
+      this.graph = graph;
+      this.graphVersion = version;
+      this.epoch++;
+    }
+    this.top = { indexedUpTo, entry, maxLevel, size };
+    const h = this.header;
+    Atomics.add(h, H.SEQ, 1);
+    Atomics.store(h, H.EPOCH, this.epoch);
+    Atomics.store(h, H.INDEXED_UP_TO, indexedUpTo);
+    Atomics.store(h, H.ENTRY, entry);
+    Atomics.store(h, H.MAX_LEVEL, maxLevel);
+    Atomics.store(h, H.SIZE, size);
+    Atomics.add(h, H.SEQ, 1);
+  }
+
+  /** The current epoch's graph, for a reader that saw a newer epoch than it holds. */
+  currentGraph(): ReadGraph {
+    return { epoch: this.epoch, data: this.graph === null ? null : this.graph.serialize() };
+  }
+
+  retire(): void {
+    Atomics.store(this.header, H.RETIRED, 1);
+  }
+
+  handle(uid: string, spec: CollectionSpec, limits: Limits, store: VectorStoreHandle, live: LiveSetHandle): ReadViewHandle | null {
+    if (this.broken) return null;
+    return {
+      uid, spec, limits, store, live, ids: this.ids.handle(), payloads: this.payloads.handle(), header: this.header.buffer as SharedArrayBuffer,
+      graph: this.currentGraph(),
+    };
+  }
+
+  /** Memory the records hold (live and replaced), for stats. */
+  get bytes(): number {
+    return this.ids.arenaBytes + this.payloads.arenaBytes;
+  }
+}
+
+const SEARCH_KEYS = bodyKeys(BODIES.search);
+const EMPTY: SearchResult = { slots: new Int32Array(0), dists: new Float32Array(0) };
+const decoder = new TextDecoder();
+
+/** Why a view passed a search to the engine thread (a metric: what the loops could not answer). */
+export type Declined = 'shape' | 'retired' | 'epoch' | 'moved' | 'lane';
+
+/**
+ * The reader's side, in a request loop: answers `search` as Database.search would for what it can
+ * answer exactly (see the file's comment), or null.
+ */
+export class ReadView {
+  readonly uid: string;
+  readonly spec: CollectionSpec;
+  private readonly limits: Limits;
+  private readonly store: VectorStore;
+  private readonly kind: DistanceKind;
+  private readonly live: SharedLiveView;
+  private readonly ids: SharedRecords;
+  private readonly payloads: SharedRecords;
+  private readonly header: Int32Array;
+  private graph: Hnsw | null = null;
+  private graphEpoch = -1;
+  /** What the last null answer was for (tests and metrics). */
+  declined: Declined | null = null;
+
+  /** Throws when the store has no scratch lane left for this thread (the caller then keeps no view). */
+  constructor(h: ReadViewHandle) {
+    this.uid = h.uid;
+    this.spec = h.spec;
+    this.limits = h.limits;
+    this.store = VectorStore.open(h.store);
+    this.kind = h.spec.metric === 'l2' ? 'l2' : 'ip';
+    this.live = new SharedLiveView(h.live);
+    this.ids = new SharedRecords(h.ids);
+    this.payloads = new SharedRecords(h.payloads);
+    this.header = new Int32Array(h.header);
+    try {
+      this.adoptGraph(h.graph);
+    } catch (e) {
+      this.store.close();
+      throw e;
+    }
+  }
+
+  get retired(): boolean {
+    return Atomics.load(this.header, H.RETIRED) === 1;
+  }
+
+  /** The epoch the header names (a reader holding another asks the writer for it: ReadGraph). */
+  get epoch(): number {
+    return Atomics.load(this.header, H.EPOCH);
+  }
+
+  get heldEpoch(): number {
+    return this.graphEpoch;
+  }
+
+  adoptGraph(g: ReadGraph): void {
+    if (g.epoch < this.graphEpoch) return;
+    // The codes' lane first: when none is free, the view keeps its graph and declines until it can.
+    const codes = g.data?.codes ? ScalarCodes.open(g.data.codes) : null;
+    this.graph?.scalarCodes?.close();
+    this.graph = g.data === null ? null : Hnsw.deserialize(this.store, g.data);
+    this.graph?.attachCodes(codes);
+    this.graphEpoch = g.epoch;
+  }
+
+  close(): void {
+    this.graph?.scalarCodes?.close();
+    this.graph = null;
+    this.store.close();
+  }
+
+  /** The engine's answer to `query`, or null when the engine thread must give it. */
+  search(query: SearchQuery): { hits: Hit[] } | null {
+    this.declined = null;
+    if (this.retired) return this.decline('retired');
+    if (this.spec.multivector) return this.decline('shape');
+    let k: number;
+    let ef: number;
+    let vector: Float32Array;
+    let withPayload: boolean;
+    let withVector: boolean;
+    try {
+      const q = checkObject(query, 'search body', SEARCH_KEYS);
+      if ((q.filter !== undefined && q.filter !== null) || parseConsistency(q.consistency) !== 'eventual') return this.decline('shape');
+      k = parseK(q.k, this.limits);
+      ef = parseEf(q.ef_search, this.limits, this.spec.index_params.ef_search);
+      vector = parseVector(q.vector, this.spec.dim, this.spec.metric, this.limits, 'query vector');
+      withPayload = parseBool(q.with_payload, 'with_payload', true);
+      withVector = parseBool(q.with_vector, 'with_vector', false);
+    } catch {
+      // The engine thread refuses it, with its message.
+      return this.decline('shape');
+    }
+    const top = this.readTop();
+    if (top === null) return this.decline('epoch');
+    const run = (n: number): SearchResult => this.searchDense(vector, n, ef, top);
+    let r = run(k + 1);
+    if (tieAtCut(r.dists, k, k + 1)) r = widenTiesNow(r, k, k + 1, this.live.count, (n) => run(n));
+    // Every hit still live now: else a write raced the search, and the engine thread answers it.
+    for (const s of r.slots) if (!this.live.has(s)) return this.decline('moved');
+    const slots = tiesById((s) => this.idOf(s), r);
+    // An update publishes the new slot before it tombstones the old (Collection.put): a search between
+    // the two may hold both. Then the engine thread answers, which never sees the two at once.
+    const seen = new Set<string>();
+    for (let i = 0; i < Math.min(k, slots.length); i++) {
+      const id = this.idOf(slots[i]);
+      if (seen.has(id)) return this.decline('moved');
+      seen.add(id);
+    }
+    const hits: Hit[] = [];
+    for (let i = 0; i < Math.min(k, slots.length); i++) {
+      const slot = slots[i];
+      const d = r.dists[i];
+      const h: Hit = { id: this.idOf(slot), rank: i, score: this.kind === 'l2' ? Math.sqrt(Math.max(0, d)) : -d };
+      if (withPayload) {
+        const p = this.payloads.get(slot);
+        h.payload = p === null ? {} : JSON.parse(decoder.decode(p)) as Hit['payload'];
+      }
+      if (withVector) h.vector = Array.from(this.store.view(slot));
+      hits.push(h);
+    }
+    // A payload replaced after the liveness check is newer data for a live point: still an answer.
+    return { hits };
+  }
+
+  private decline(why: Declined): null {
+    this.declined = why;
+    return null;
+  }
+
+  private idOf(slot: number): string {
+    const b = this.ids.get(slot);
+    return b === null ? '' : decoder.decode(b);
+  }
+
+  /** The header's graph bound and top, consistent with each other and with the graph held; else null. */
+  private readTop(): { indexedUpTo: number; entry: number; maxLevel: number; size: number } | null {
+    const h = this.header;
+    for (let tries = 0; tries < 4; tries++) {
+      const s1 = Atomics.load(h, H.SEQ);
+      if ((s1 & 1) === 1) continue;
+      const epoch = Atomics.load(h, H.EPOCH);
+      const top = { indexedUpTo: Atomics.load(h, H.INDEXED_UP_TO), entry: Atomics.load(h, H.ENTRY), maxLevel: Atomics.load(h, H.MAX_LEVEL), size: Atomics.load(h, H.SIZE) };
+      if (Atomics.load(h, H.SEQ) !== s1) continue;
+      return epoch === this.graphEpoch ? top : null;
+    }
+    return null;
+  }
+
+  /** Collection.planDense without a filter, run here (search-pool-plan.ts), as a search worker would. */
+  private searchDense(vector: Float32Array, k: number, ef: number, top: { indexedUpTo: number; entry: number; maxLevel: number; size: number }): SearchResult {
+    const count = this.store.count;
+    const liveCount = this.live.count;
+    if (liveCount === 0 || k === 0) return EMPTY;
+    const graph = this.graph;
+    const base: Omit<DensePlan, 'mode' | 'ef'> = {
+      bits: this.live.bitset(count), acceptAll: liveCount === count, k, want: Math.min(k, liveCount), indexedUpTo: Math.min(top.indexedUpTo, count), count,
+    };
+    let plan: DensePlan;
+    const graphEf = Math.max(ef, k);
+    if (graph === null || this.spec.index === 'flat' || liveCount <= graphEf) plan = { ...base, mode: 'exact', ef: 0 };
+    else plan = { ...base, mode: 'graph', ef: graphEf };
+    if (graph !== null) graph.adoptTop(top.entry, top.maxLevel, top.size);
+    return runDensePlan(this.store, this.kind, graph, vector, plan);
+  }
+}

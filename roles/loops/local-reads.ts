@@ -1,0 +1,95 @@
+import type { Hit } from '../../core/base/model.js';
+import { ReadView, type Declined, type ReadGraph, type ReadViewHandle } from '../../core/collection/shared-reads.js';
+import type { Link } from './link.js';
+
+/** What the engine thread answers a loop's LocalReads with (Database satisfies it). */
+export interface LocalReadSource {
+  readView(name: string): ReadViewHandle | null;
+  readGraph(uid: string): ReadGraph | null;
+  noteRead(uid: string): void;
+}
+
+/** A name the engine thread had no view for is asked again after this long (it may be created meanwhile). */
+const ASK_AGAIN_MS = 1000;
+/** How often at most a loop tells the engine thread it searched a collection (what a read starts there). */
+const NOTE_READ_MS = 50;
+
+type Entry =
+  | { state: 'view'; view: ReadView; graphAsked: boolean; notedAt: number }
+  | { state: 'asking' }
+  | { state: 'none'; at: number };
+
+/**
+ * A request loop's own searches (issue 20): per collection name, a ReadView over the engine thread's
+ * shared memory (core/collection/shared-reads.ts), asked for once over the link. `search` answers a
+ * plain dense search here, or null, and the caller sends it over the link as before: a view not yet
+ * there, a graph epoch not yet received, a dropped collection, a filter, a strong read, input the engine
+ * refuses, a write that raced the search. Everything around the engine (auth, limits, audit, metrics)
+ * is the loop's service layer, as for every other call.
+ */
+export class LocalReads {
+  private readonly views = new Map<string, Entry>();
+  readonly counts = { local: 0, declined: new Map<Declined | 'no_view', number>() };
+
+  constructor(private readonly link: Link, private readonly now: () => number = () => performance.now()) {}
+
+  search(name: unknown, query: unknown): { hits: Hit[] } | null {
+    if (typeof name !== 'string') return null;
+    const e = this.views.get(name);
+    if (e === undefined || (e.state === 'none' && this.now() - e.at >= ASK_AGAIN_MS)) {
+      this.ask(name);
+      return this.declined('no_view');
+    }
+    if (e.state !== 'view') return this.declined('no_view');
+    const v = e.view;
+    const r = v.search(query as never);
+    if (r !== null) {
+      this.counts.local++;
+      const t = this.now();
+      if (t - e.notedAt >= NOTE_READ_MS) {
+        e.notedAt = t;
+        this.link.notify('noteRead', v.uid);
+      }
+      return r;
+    }
+    const why = v.declined ?? 'shape';
+    if (why === 'retired') {
+      // Dropped (or the database closed): the name may name a new collection now.
+      this.views.delete(name);
+      v.close();
+    } else if (why === 'epoch' && !e.graphAsked) {
+      e.graphAsked = true;
+      void (this.link.call('readGraph', v.uid) as Promise<ReadGraph | null>).then((g) => {
+        if (g !== null && this.views.get(name) === e) v.adoptGraph(g);
+      }).catch(() => {
+        // No lane for the codes, or the link closed: the view keeps declining, and asks again.
+      }).finally(() => {
+        e.graphAsked = false;
+      });
+    }
+    return this.declined(why);
+  }
+
+  close(): void {
+    for (const e of this.views.values()) if (e.state === 'view') e.view.close();
+    this.views.clear();
+  }
+
+  private declined(why: Declined | 'no_view'): null {
+    this.counts.declined.set(why, (this.counts.declined.get(why) ?? 0) + 1);
+    return null;
+  }
+
+  private ask(name: string): void {
+    this.views.set(name, { state: 'asking' });
+    const none = (): void => {
+      this.views.set(name, { state: 'none', at: this.now() });
+    };
+    void (this.link.call('readView', name) as Promise<ReadViewHandle | null>).then((h) => {
+      if (h === null) return none();
+      // No scratch lane left in the store for this thread: this loop hands that collection's searches on.
+      const view = new ReadView(h);
+      this.views.set(name, { state: 'view', view, graphAsked: false, notedAt: -Infinity });
+    }).catch(none);
+  }
+}
