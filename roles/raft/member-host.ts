@@ -260,6 +260,9 @@ export async function startConsensusMember(
   });
   forwarder = new WriteForwarder({
     send: (to, payload) => transport.sendForward(to, payload),
+    // A write waits for this member's own link to its leader when that link is reconnecting (it dialled
+    // before the leader listened): the leader's heartbeats come on the leader's connection, not on it.
+    whenConnected: (to, ready) => transport.whenConnected(to, ready),
     handle: (w) => engine.forwarded(w),
     appliedIndex: () => m.appliedIndex,
     log: (msg, d) => log('warn', msg, d),
