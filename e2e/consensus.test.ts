@@ -69,13 +69,26 @@ describe('a consensus group of three svc processes', () => {
       expect((await api(followers[0].server.base, 'nope')('GET', '/cluster/raft')).status).toBe(401);
 
       // A create and writes through followers: forwarded to the leader, acknowledged once committed.
-      // The first try succeeds even when the follower's own link to its leader is still in its reconnect
-      // back-off (it dialled before the leader listened; seen once in CI): the forward waits for the link
-      // within the write's deadline instead of failing with 503 leader_unreachable (docs/consensus.md).
+      // The follower's own link to its leader breaks and is refused for a while, so it reconnects with a
+      // back-off grown to its ceiling (2 s), while the leader's heartbeats still reach it on the leader's
+      // own connection (as when a follower dialled before its leader listened; seen once in CI).
+      const own = links.get(`${followers[0].id}>${leader.id}`)!;
+      own.refuse(true);
+      own.cut();
+      // A write meanwhile waits for the link up to its deadline (3 s), then is 503: never sent, so not applied.
+      const t0 = Date.now();
+      const unsent = await call(followers[0].server)('POST', '/v1/collections', { name: 'never', dim: 4 });
+      expect(unsent.status, JSON.stringify(unsent.json)).toBe(503);
+      expect(unsent.json.error.message).toMatch(/cannot be reached to take this write .*not sent, so it is not applied/);
+      expect(Date.now() - t0).toBeGreaterThan(2500);
+      // The link may be taken again; it is still in its back-off. The first try succeeds at once: the forward
+      // waits for the link (which dials early for it) instead of failing with 503 (docs/consensus.md).
+      own.refuse(false);
       const created = await call(followers[0].server)('POST', '/v1/collections', { name: COLL, dim: 4, metric: 'cosine' });
       expect(created.status, JSON.stringify(created.json)).toBe(201);
       const again = await call(followers[1].server)('POST', '/v1/collections', { name: COLL, dim: 4, metric: 'cosine', exist_ok: true });
       expect(again.status).toBe(200);
+      expect((await call(leader.server)('GET', '/v1/collections/never')).status).toBe(404);
       expect((await call(followers[1].server)('POST', '/v1/collections', { name: COLL, dim: 4 })).json.error.code).toBe('already_exists');
       const acked: number[] = [];
       for (let b = 0; b < 6; b++) {
