@@ -484,10 +484,10 @@ class PeerLink {
     this.mayHurry = true;
     this.t.stats.handshakes++;
     this.flush();
-    const waiters = [...this.waiters];
-    this.waiters.clear();
-    for (const w of waiters) {
+    // A waiter's send may end the connection: those not called yet wait on for the next one.
+    for (const w of [...this.waiters]) {
       if (this.state !== 'ready') break;
+      this.waiters.delete(w);
       try {
         w();
       } catch (e) {
