@@ -1,4 +1,4 @@
-import { closeSync, openSync, readdirSync, readFileSync, rmSync, statSync, truncateSync, writeSync } from 'node:fs';
+import { closeSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, statSync, truncateSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { allPoints, call, eventually, KEY, raftLeader, raftView, restartMember, startNode, startRaftGroup, type RaftMember } from './cluster-harness.js';
@@ -69,17 +69,26 @@ describe('a consensus group of three svc processes', () => {
       expect((await api(followers[0].server.base, 'nope')('GET', '/cluster/raft')).status).toBe(401);
 
       // A create and writes through followers: forwarded to the leader, acknowledged once committed.
-      // A follower's own link to its leader may still be in its reconnect back-off (it dialled before the
-      // leader listened): the forward is then refused at once with 503 leader_unreachable, never sent, and a
-      // client retries shortly, as the message says (seen once in CI on a loaded machine).
-      let created = await call(followers[0].server)('POST', '/v1/collections', { name: COLL, dim: 4, metric: 'cosine' });
-      for (let t = 0; created.status === 503 && t < 50; t++) {
-        await new Promise((r) => setTimeout(r, 100));
-        created = await call(followers[0].server)('POST', '/v1/collections', { name: COLL, dim: 4, metric: 'cosine' });
-      }
+      // The follower's own link to its leader breaks and is refused for a while, so it reconnects with a
+      // back-off grown to its ceiling (2 s), while the leader's heartbeats still reach it on the leader's
+      // own connection (as when a follower dialled before its leader listened; seen once in CI).
+      const own = links.get(`${followers[0].id}>${leader.id}`)!;
+      own.refuse(true);
+      own.cut();
+      // A write meanwhile waits for the link up to its deadline (3 s), then is 503: never sent, so not applied.
+      const t0 = Date.now();
+      const unsent = await call(followers[0].server)('POST', '/v1/collections', { name: 'never', dim: 4 });
+      expect(unsent.status, JSON.stringify(unsent.json)).toBe(503);
+      expect(unsent.json.error.message).toMatch(/cannot be reached to take this write .*not sent, so it is not applied/);
+      expect(Date.now() - t0).toBeGreaterThan(2500);
+      // The link may be taken again; it is still in its back-off. The first try succeeds at once: the forward
+      // waits for the link (which dials early for it) instead of failing with 503 (docs/consensus.md).
+      own.refuse(false);
+      const created = await call(followers[0].server)('POST', '/v1/collections', { name: COLL, dim: 4, metric: 'cosine' });
       expect(created.status, JSON.stringify(created.json)).toBe(201);
       const again = await call(followers[1].server)('POST', '/v1/collections', { name: COLL, dim: 4, metric: 'cosine', exist_ok: true });
       expect(again.status).toBe(200);
+      expect((await call(leader.server)('GET', '/v1/collections/never')).status).toBe(404);
       expect((await call(followers[1].server)('POST', '/v1/collections', { name: COLL, dim: 4 })).json.error.code).toBe('already_exists');
       const acked: number[] = [];
       for (let b = 0; b < 6; b++) {
@@ -204,6 +213,52 @@ describe('a consensus group of three svc processes', () => {
         const got = new Map((await allPoints(m.server, COLL)).map((p) => [p.id, p.payload]));
         for (const [id, payload] of acked) expect(got.get(id), `${m.id} ${id}`).toEqual(payload);
       }
+      for (const l of links.values()) await l.close();
+    } finally {
+      await stopAll(members);
+    }
+  }, 90_000);
+
+  it('refuses to start a member whose consensus log is damaged inside a complete batch, naming the file and the remedy, which works: on an empty data directory it catches up by snapshot', async () => {
+    const { members, links } = await startRaftGroup(['d1', 'd2', 'd3'], (id) => join(root, `d-${id}`), TIMING);
+    try {
+      const leader = await raftLeader(members);
+      expect((await call(leader.server)('POST', '/v1/collections', { name: COLL, dim: 4, metric: 'cosine' })).status).toBe(201);
+      const acked: number[] = [];
+      // Past SVC_RAFT_SNAPSHOT_ENTRIES (40): the leader's log is compacted, so an empty member needs a snapshot.
+      for (let i = 0; i < 60; i++) {
+        const r = await upsert(leader, [i], 'kept');
+        expect(r.status, JSON.stringify(r.json)).toBe(200);
+        acked.push(i);
+      }
+      const damaged = members.find((m) => m !== leader)!;
+      const commit = (await raftView(leader)).commit_index;
+      await eventually('the follower applied every write', async () => ((await raftView(damaged)).applied_index >= commit ? true : 'not yet'));
+      await damaged.server.stop('SIGTERM');
+      // A checksum failing inside a complete batch (the middle of the log: batches follow it), as bit rot
+      // or a power loss under an unsynced batch would leave it; the two cannot be told apart.
+      const raftDir = join(damaged.dataDir, 'raft');
+      const file = join(raftDir, readdirSync(raftDir).filter((n) => n.endsWith('.rlog')).sort()[0]);
+      const bytes = readFileSync(file);
+      const at = Math.floor(bytes.length / 2);
+      bytes[at] ^= 0xff;
+      writeFileSync(file, bytes);
+      const refused = await restartMember(damaged).then(() => null, (e: unknown) => String(e));
+      expect(refused).not.toBeNull();
+      expect(refused).toContain(`storage corruption in ${file} at offset `);
+      expect(refused).toContain(`Fix: stop this member, move its data directory ${damaged.dataDir} aside`);
+      expect(refused).toContain('on an empty data directory at that path: it gets the group\'s data from the leader');
+      // The remedy: the member's whole data directory replaced with an empty one, same id and members.
+      renameSync(damaged.dataDir, `${damaged.dataDir}.damaged`);
+      mkdirSync(damaged.dataDir);
+      await restartMember(damaged);
+      const want = acked.map((i) => `p${i}`).sort();
+      expect(await retried(() => strongIds(damaged))).toEqual(want);
+      // It came back by a snapshot of the leader's database, not by a log the leader no longer holds whole.
+      expect((await raftView(leader)).log_first_index).toBeGreaterThan(1);
+      const received = await (await fetch(`${damaged.server.base}/metrics`)).text();
+      expect(Number(/^svc_raft_snapshot_streams_total\{outcome="received"\} (\d+)/m.exec(received)?.[1])).toBeGreaterThanOrEqual(1);
+      expect(await allPoints(damaged.server, COLL)).toEqual(await allPoints(leader.server, COLL));
       for (const l of links.values()) await l.close();
     } finally {
       await stopAll(members);

@@ -7,11 +7,15 @@ import { SvcError } from '../base/errors.js';
 export class StorageCorruption extends SvcError {
   readonly file: string;
   readonly offset: number;
+  /** What is wrong there, without the file and offset. */
+  readonly what: string;
 
-  constructor(file: string, offset: number, what: string) {
-    super('internal', `storage corruption in ${file} at offset ${offset}: ${what}`, { file, offset });
+  /** `fix`: what the operator does about it, where the caller knows (appended as `Fix: ...`). */
+  constructor(file: string, offset: number, what: string, fix?: string) {
+    super('internal', `storage corruption in ${file} at offset ${offset}: ${what}${fix === undefined ? '' : `. Fix: ${fix}`}`, { file, offset });
     this.name = 'StorageCorruption';
     this.file = file;
     this.offset = offset;
+    this.what = what;
   }
 }

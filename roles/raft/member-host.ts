@@ -13,7 +13,8 @@ import { InsecureSealer, XChaChaSealer } from '../../core/crypto/sealer.js';
 import type { Database } from '../../core/collection/database.js';
 import type { EngineApi } from '../../core/service/api.js';
 import { NodeFileSystem } from '../../core/storage/fs.js';
-import { RaftLog } from '../../core/storage/raft-log.js';
+import { StorageCorruption } from '../../core/storage/errors.js';
+import { RaftLog, type RaftLogOptions } from '../../core/storage/raft-log.js';
 import { readSealedChunks, SealedChunkWriter } from '../../core/storage/sealed-chunks.js';
 import type { RaftNetConfig } from './config.js';
 import type { ConsensusMetricsSource } from '../rest/metrics.js';
@@ -55,6 +56,42 @@ const IMAGE_SUFFIX = '.img';
 /** Codes a command's apply refuses with on every member alike (Database.applyCommand): the write's answer. */
 const DETERMINISTIC = new Set(['already_exists', 'not_found', 'invalid_argument']);
 
+/**
+ * What the operator does when a member's consensus log refuses to open (docs/consensus.md, "A damaged
+ * consensus log"): the member starts again on an empty data directory and gets the group's data from
+ * its leader, as a member whose disk was lost does.
+ */
+export function damagedLogFix(dataDir: string): string {
+  return `stop this member, move its data directory ${dataDir} aside (keep it to diagnose) and start the member again with the same `
+    + `SVC_RAFT_NODE_ID and SVC_RAFT_MEMBERS on an empty data directory at that path: it gets the group's data from the leader `
+    + '(its log, or a snapshot of the database once the log is compacted). Do it only while the other members are up and hold a quorum, '
+    + 'and one member at a time: wait until GET /cluster/raft on it shows applied_index caught up with the leader\'s commit_index before another. '
+    + `Never empty only ${join(dataDir, 'raft')}: the database beside it would be ahead of an empty log (docs/consensus.md, "A damaged consensus log")`;
+}
+
+/**
+ * The member's consensus log in `<dataDir>/raft/`. Damage before its last batch (a checksum or seal failing
+ * inside a complete batch, a missing file, a gap) refuses to open as RaftLog.open decides, never cut: it
+ * may be synced state, a vote or an entry this member acknowledged, and dropping that could lose an
+ * acknowledged write or let two leaders win one term. The refusal (thrown and logged) says why, where,
+ * and what the operator does (damagedLogFix).
+ */
+export async function openMemberLog(
+  fs: NodeFileSystem, dataDir: string, opts: RaftLogOptions,
+  log: (level: 'error', message: string, detail: Record<string, unknown>) => void,
+): Promise<RaftLog> {
+  try {
+    return await RaftLog.open(fs, join(dataDir, 'raft'), opts);
+  } catch (e) {
+    if (!(e instanceof StorageCorruption)) throw e;
+    const fix = damagedLogFix(dataDir);
+    const why = `${e.what}; a consensus member's log is cut only after its last complete batch (a torn write), never here: this damage may be `
+      + 'synced data (a vote, an entry this member acknowledged), and dropping it could lose an acknowledged write or let two leaders win one term';
+    log('error', 'consensus: the log is damaged and this member cannot start', { file: e.file, offset: e.offset, damage: e.what, dataDir, fix });
+    throw new StorageCorruption(e.file, e.offset, why, fix);
+  }
+}
+
 export async function startConsensusMember(
   rc: RaftNetConfig, db: Database, nodeEngine: EngineApi, dataDir: string, encryptionKey: string | null,
   log: (level: 'info' | 'warn' | 'error', message: string, detail?: Record<string, unknown>) => void,
@@ -63,7 +100,7 @@ export async function startConsensusMember(
   const sealer = encryptionKey === null ? new InsecureSealer() : new XChaChaSealer(deriveKey(parseMasterKeyHex(encryptionKey), 'raft'));
   const fs = new NodeFileSystem();
   const raftDir = join(dataDir, 'raft');
-  const raftLog = await RaftLog.open(fs, raftDir, { sealer, log: (m, d) => log('warn', m, d) });
+  const raftLog = await openMemberLog(fs, dataDir, { sealer, log: (m, d) => log('warn', m, d) }, log);
   const imagePath = (id: string): string => join(raftDir, `image-${id}${IMAGE_SUFFIX}`);
   /** A snapshot's data as the database restores it: an image file streamed here, or (older logs) an image in the log. */
   const imageOf = (s: Snapshot): AsyncIterable<Uint8Array> => {
@@ -260,6 +297,9 @@ export async function startConsensusMember(
   });
   forwarder = new WriteForwarder({
     send: (to, payload) => transport.sendForward(to, payload),
+    // A write waits for this member's own link to its leader when that link is reconnecting (it dialled
+    // before the leader listened): the leader's heartbeats come on the leader's connection, not on it.
+    whenConnected: (to, ready) => transport.whenConnected(to, ready),
     handle: (w) => engine.forwarded(w),
     appliedIndex: () => m.appliedIndex,
     log: (msg, d) => log('warn', msg, d),

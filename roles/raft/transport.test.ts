@@ -7,6 +7,7 @@ import { decodeMessages, encodeMessages } from '../../core/cluster/raft-wire/cod
 import { encodeFrame, FrameDecoder, FrameType } from '../../core/cluster/raft-wire/frame.js';
 import { authKey, decodeChallenge, decodeHello, encodeChallenge, encodeHello, proof } from '../../core/cluster/raft-wire/handshake.js';
 import { freePort } from '../testing/free-port.js';
+import { WriteForwarder } from '../../core/cluster/consensus/forward.js';
 import { RaftTransport, type RaftPeer, type RaftTransportOptions } from './transport.js';
 
 const SECRET = Buffer.from('correct horse battery staple, 32+ chars');
@@ -221,6 +222,76 @@ describe('RaftTransport on 127.0.0.1', () => {
     await again.start();
     await sendUntil(members[0].t, () => [hb('n1', 'n2', 3)], () => got.some((m) => m.term === 3));
     expect(members[0].t.stats.reconnects).toBeGreaterThan(0);
+  });
+
+  describe('whenConnected (a forwarded write waits for the link to its leader)', () => {
+    /** n1 and n2 on loopback by name, each dial counted; a back-off of about a minute, so only a hurried dial connects in a test. */
+    async function slowBackoff() {
+      const dials: string[] = [];
+      const lookup = ((host: string, options: { all?: boolean }, cb: (...a: unknown[]) => void) => {
+        dials.push(host);
+        if (options.all === true) cb(null, [{ address: '127.0.0.1', family: 4 }]);
+        else cb(null, '127.0.0.1', 4);
+      }) as unknown as net.LookupFunction;
+      const peers = await Promise.all(['n1', 'n2'].map(async (id) => ({ id, host: `${id}.test`, port: await freePort() })));
+      /** What n1 does with a forward frame and a message (set by a test). */
+      const on1: { forward?: (p: Buffer, from: string) => void; message?: (m: Message) => void } = {};
+      const make = (k: number, onForward?: (p: Buffer, from: string) => void, onMessage?: (m: Message) => void): RaftTransport => {
+        const t = new RaftTransport({
+          id: peers[k].id, listen: { host: '127.0.0.1', port: peers[k].port }, peers, secret: SECRET, tls: null, insecure: false, lookup,
+          onMessage: onMessage ?? (() => undefined), onForward, random: () => 0.99,
+          limits: { backoffBaseMs: 60_000, backoffMaxMs: 60_000, handshakeTimeoutMs: 1000 },
+        });
+        open.push(t);
+        return t;
+      };
+      const n1 = make(0, (p, from) => on1.forward?.(p, from), (m) => on1.message?.(m));
+      await n1.start();
+      // n2 does not listen yet: n1's first dial fails and its link waits out a back-off (messages are dropped).
+      await sendUntil(n1, () => [hb('n1', 'n2', 1)], () => n1.stats.dropped.notConnected > 0);
+      return { n1, on1, make, dialsTo2: () => dials.filter((h) => h === 'n2.test').length };
+    }
+
+    it('a write forwarded while the link to the leader is in its back-off goes once the leader listens, and is answered', async () => {
+      const { n1, on1, make, dialsTo2 } = await slowBackoff();
+      // The two sides wired as member-host.ts wires them: n1 a follower, n2 its leader.
+      const follower = new WriteForwarder({
+        send: (to, p) => n1.sendForward(to, p), whenConnected: (to, ready) => n1.whenConnected(to, ready),
+        handle: () => Promise.reject(new Error('a follower runs no forwarded write')), appliedIndex: () => 0,
+      });
+      const n2 = make(1, (p, from) => leader.receive(p, from));
+      const leader = new WriteForwarder({ send: (to, p) => n2.sendForward(to, p), handle: async (w) => ({ ran: w.op }), appliedIndex: () => 3 });
+      const heard: Message[] = [];
+      on1.forward = (p, from) => follower.receive(p, from);
+      on1.message = (m) => heard.push(m);
+      // n1 hears its leader on the leader's own connection (heartbeats), while its own link waits out the back-off.
+      await n2.start();
+      await sendUntil(n2, () => [hb('n2', 'n1', 1)], () => heard.length > 0);
+      expect(n1.sendForward('n2', Buffer.from('{}'))).toBe(false);
+      expect(await follower.request('n2', { op: 'createCollection', args: [{ name: 'c' }] }, AbortSignal.timeout(3000))).toEqual({ value: { ran: 'createCollection' }, index: 3 });
+      expect(follower.stats.waitedForLink).toBe(1);
+      expect(dialsTo2()).toBe(2);
+    });
+
+    it('cuts a back-off short once: a waiter in the next back-off waits for it, and close drops the waiters', async () => {
+      const { n1, dialsTo2 } = await slowBackoff();
+      let called = 0;
+      const dropped = n1.stats.dropped.notConnected;
+      n1.whenConnected('n2', () => called++);
+      await until('the hurried dial', () => dialsTo2() === 2);
+      // It fails too (n2 is still down), and the link is in its next back-off.
+      await sendUntil(n1, () => [hb('n1', 'n2', 2)], () => n1.stats.dropped.notConnected > dropped);
+      const cancel = n1.whenConnected('n2', () => called++);
+      await new Promise((r) => setTimeout(r, 200));
+      expect(dialsTo2()).toBe(2);
+      cancel();
+      await n1.close();
+      expect(called).toBe(0);
+      // After close nothing waits, and a wait asked for then is never called.
+      n1.whenConnected('n2', () => called++);
+      await new Promise((r) => setTimeout(r, 20));
+      expect(called).toBe(0);
+    });
   });
 
   it('refuses a non-loopback address without TLS, and peers that could not authenticate each other, unless insecure', () => {

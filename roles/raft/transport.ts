@@ -21,7 +21,8 @@ import { isLoopback } from '../config.js';
  *   stops draining (the peer reads slowly or not at all), messages wait in a per-peer queue bounded by
  *   count and bytes; past it they are dropped and counted (`dropped.queueFull`), and Raft sends again.
  *   While a peer is in reconnect backoff its messages are dropped (`dropped.notConnected`).
- * - Reconnect with full-jitter exponential backoff (`backoffBaseMs` doubling up to `backoffMaxMs`).
+ * - Reconnect with full-jitter exponential backoff (`backoffBaseMs` doubling up to `backoffMaxMs`); a
+ *   caller waiting for the connection (`whenConnected`: a forwarded write) cuts one back-off short.
  * - Authentication, both ways: mutual TLS when `tls` has a CA (SVC_TLS_CERT, SVC_TLS_KEY, and
  *   SVC_RAFT_TLS_CA or SVC_TLS_CLIENT_CA), each side's certificate valid for that member's address in
  *   SVC_RAFT_MEMBERS by Node's host name check (tls.checkServerIdentity: a wildcard SAN stands for exactly
@@ -182,6 +183,19 @@ export class RaftTransport implements Transport {
     const link = this.links.get(to);
     if (link === undefined || payload.length + 64 > this.limits.frameBytesMax) return false;
     return link.writeFrame(encodeFrame(FrameType.forward, payload));
+  }
+
+  /**
+   * Calls `ready` once this member's connection to `to` is up (soon after this call when it is up
+   * already); returns what cancels the wait. A link in its reconnect back-off dials at once, cutting the
+   * back-off short, at most once per back-off: a caller waits on it (a write to forward to a leader
+   * this member just heard from, which is alive), and a peer that is down is dialled at most twice as
+   * often. Nothing is called after close; an unknown peer is never connected.
+   */
+  whenConnected(to: NodeId, ready: () => void): () => void {
+    const link = this.links.get(to);
+    if (link === undefined || this.closed) return () => undefined;
+    return link.whenReady(ready);
   }
 
   /**
@@ -362,6 +376,10 @@ class PeerLink {
   private attempts = 0;
   private timer: NodeJS.Timeout | null = null;
   private waitingDrain = false;
+  /** Callers waiting for the connection (whenConnected): called once it is ready, dropped at close. */
+  private readonly waiters = new Set<() => void>();
+  /** Whether a waiter may cut the current back-off short (once per back-off, see whenConnected). */
+  private mayHurry = true;
 
   constructor(private readonly t: RaftTransport, private readonly peer: RaftPeer) {}
 
@@ -440,11 +458,42 @@ class PeerLink {
     });
   }
 
+  /** Calls `ready` once the connection is up; returns what cancels the wait. */
+  whenReady(ready: () => void): () => void {
+    if (this.state === 'closed') return () => undefined;
+    const w = (): void => ready();
+    this.waiters.add(w);
+    if (this.state === 'ready') {
+      queueMicrotask(() => {
+        if (this.waiters.delete(w) && this.state === 'ready') w();
+      });
+    } else if (this.state === 'backoff' && this.timer !== null && this.mayHurry) {
+      // Someone waits: dial now rather than at the end of the back-off, once (the next back-off runs whole).
+      clearTimeout(this.timer);
+      this.timer = null;
+      this.mayHurry = false;
+      this.t.stats.reconnects++;
+      this.connect();
+    }
+    return () => void this.waiters.delete(w);
+  }
+
   private ready(): void {
     this.state = 'ready';
     this.attempts = 0;
+    this.mayHurry = true;
     this.t.stats.handshakes++;
     this.flush();
+    // A waiter's send may end the connection: those not called yet wait on for the next one.
+    for (const w of [...this.waiters]) {
+      if (this.state !== 'ready') break;
+      this.waiters.delete(w);
+      try {
+        w();
+      } catch (e) {
+        this.t.log('raft transport: a connection waiter threw (a bug)', { error: e instanceof Error ? e.stack : String(e), peer: this.peer.id });
+      }
+    }
   }
 
   /** The connection ended: drop what waited for it and dial again after a jittered backoff. */
@@ -462,6 +511,7 @@ class PeerLink {
     this.attempts++;
     this.timer = setTimeout(() => {
       this.timer = null;
+      this.mayHurry = true;
       this.t.stats.reconnects++;
       this.connect();
     }, Math.floor(this.t.random() * ceiling));
@@ -511,6 +561,7 @@ class PeerLink {
 
   close(): void {
     this.state = 'closed';
+    this.waiters.clear();
     if (this.timer !== null) clearTimeout(this.timer);
     this.socket?.destroy();
   }

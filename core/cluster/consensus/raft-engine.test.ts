@@ -101,4 +101,44 @@ describe('raftEngine and rebalancing moves', () => {
     expect(e).toMatchObject({ code: 'moved', detail: { moved: { ids: ['a'] } } });
     expect(leaderIndexOf(e)).toBe(31);
   });
+
+  it('a forward that waits for the link to a member that stops leading goes to the new leader, within the same deadline', async () => {
+    const m: FakeMember = { leaderReady: false, leaderId: 'n1', applied: [] };
+    const up = new Set<string>();
+    const waiters = new Map<string, () => void>();
+    const ran: string[] = [];
+    const leaders = new Map<string, WriteForwarder>();
+    const follower: WriteForwarder = new WriteForwarder({
+      send: (to, p) => { if (up.has(to)) queueMicrotask(() => leaders.get(to)!.receive(p, 'n2')); return up.has(to); },
+      whenConnected: (to, ready) => { waiters.set(to, ready); return () => void waiters.delete(to); },
+      handle: async () => null,
+      appliedIndex: () => 0,
+    });
+    for (const id of ['n1', 'n3']) {
+      leaders.set(id, new WriteForwarder({
+        send: (_to, p) => { queueMicrotask(() => follower.receive(p, id)); return true; },
+        handle: async (w) => { ran.push(`${id} ${w.op}`); return { upserted: 1 }; },
+        appliedIndex: () => 5,
+      }));
+    }
+    const engine = raftEngine({ ...opts, db: fakeDb([], { held: false, ended: 0 }), member: fakeMember(m), selfId: 'n2', forward: (to, w, signal) => follower.request(to, w, signal) });
+    const write = engine.upsert('c', { points: [] } as never);
+    for (let i = 0; i < 100 && !waiters.has('n1'); i++) await new Promise((r) => setTimeout(r, 5));
+    expect(waiters.has('n1')).toBe(true);
+    // n3 is elected while the write waits for the link to n1 (member-host abandons n1 on the change).
+    m.leaderId = 'n3';
+    up.add('n3');
+    follower.abandon('n1', 'stopped leading');
+    expect(await write).toEqual({ upserted: 1 });
+    expect(ran).toEqual(['n3 upsert']);
+    expect(m.applied).toEqual([5]);
+    // With the same leader still named, a write never sent is answered as such, not sent again.
+    m.leaderId = 'n1';
+    const again = engine.upsert('c', { points: [] } as never).catch((e: unknown) => e);
+    for (let i = 0; i < 100 && !waiters.has('n1'); i++) await new Promise((r) => setTimeout(r, 5));
+    follower.abandon('n1', 'went away');
+    expect(await again).toMatchObject({ code: 'unavailable', detail: { reason: 'leader_unreachable', leaderId: 'n1' } });
+    expect(ran).toEqual(['n3 upsert']);
+    await engine.close();
+  });
 });

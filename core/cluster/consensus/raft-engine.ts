@@ -14,7 +14,9 @@ import type { ConsensusMember } from './member.js';
  *   comes once a quorum holds it and this member applied it. On a follower it is forwarded to the leader
  *   (once: a forwarded write is never forwarded again), and answered once this member has applied it
  *   too, so a read on the member a client wrote through sees the write. With no leader known it waits for one, up to
- *   the write's deadline, then answers `unavailable`, never a guess.
+ *   the write's deadline, then answers `unavailable`, never a guess. A forward whose frame waits for this
+ *   member's link to the leader (forward.ts) and is never sent because another member leads meanwhile
+ *   goes to that member (or waits for a leader) within the same deadline.
  * - A read with `consistency: "strong"` waits for ReadIndex (the leader confirms its leadership and this
  *   member applies through the confirmed commit index): it sees every write acknowledged before it, on
  *   any member. Other reads answer from this member's state as it is, except while it restores a
@@ -78,6 +80,9 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
         try {
           forwarded = await o.forward(s.leaderId, { op, args }, signal);
         } catch (e) {
+          // Never sent (it waited for the link to a member that stopped leading meanwhile): certainly not
+          // applied, so it goes to the member that leads now, or waits for one, within the same deadline.
+          if (e instanceof SvcError && e.detail.reason === 'leader_unreachable' && !signal.aborted && member.status().leaderId !== s.leaderId) continue;
           // A write refused as moved follows a move batch's commit: applied here too before the answer,
           // so this member's reads agree (the router writes the ids to their new owner, then may read
           // here: without the commit this member would still show the points it gave away).
