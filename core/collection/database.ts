@@ -1615,11 +1615,20 @@ export class Database {
     // collections they read are dropped.
     await this.pool?.close();
     await Promise.all([...this.checkpoints.values()]);
+    /** By uid, the last seq each collection applied, when all of them are in their segments now. */
+    let applied: Map<string, number> | null = new Map();
     for (const col of this.byName.values()) {
       if (col.dirtyCount > 0) await this.checkpoint(col).catch((e) => this.log('warn', 'checkpoint at close failed', { error: String(e) }));
+      if (col.dirtyCount > 0) applied = null;
+      else applied?.set(col.uid, col.appliedSeq);
       // The graph as it is now, if it changed since its file: the next open reads it instead of rebuilding.
       await col.persistGraphAtClose();
       col.drop();
+    }
+    // A move's records (a batch handed out is one no build before it reads) are left behind the
+    // checkpoints, so that an older build can open this directory once no move runs (docs/deployment.md).
+    if (applied !== null) {
+      await this.dir.sealMoveRecords(applied).catch((e) => this.log('warn', 'moving the checkpoints past the move\'s records at close failed; the WAL keeps them', { error: String(e) }));
     }
     await this.dir.close();
   }
