@@ -191,7 +191,7 @@ export async function restartMember(m: RaftMember): Promise<void> {
 }
 
 /** GET /cluster/raft of a member. */
-export async function raftView(m: RaftMember): Promise<{ id: string; role: string; term: number; leader_id: string | null; commit_index: number; applied_index: number; members: { id: string; url: string }[]; snapshot_index: number; log_first_index: number }> {
+export async function raftView(m: RaftMember): Promise<{ id: string; role: string; term: number; leader_id: string | null; commit_index: number; applied_index: number; members: { id: string; url: string; command_version: number | null; snapshot_stream_version: number | null; advertised: boolean }[]; versions: { command_version: number; snapshot_stream_version: number; not_heard_from: string[] }; snapshot_index: number; log_first_index: number }> {
   const r = await call(m.server)('GET', '/cluster/raft');
   if (r.status !== 200) throw new Error(`GET /cluster/raft on ${m.id}: ${r.status} ${JSON.stringify(r.json)}`);
   return r.json;

@@ -65,6 +65,14 @@ describe('a consensus group of three svc processes', () => {
       const v = await raftView(followers[0]);
       expect(v).toMatchObject({ id: followers[0].id, role: 'follower', leader_id: leader.id });
       expect(v.members.map((x) => x.id)).toEqual(['n1', 'n2', 'n3']);
+      // Every member advertises what its build reads; the group's effective version is the lowest (all the same build here).
+      await eventually('the leader heard every member\'s versions', async () => {
+        const lv = await raftView(leader);
+        return lv.versions.not_heard_from.length === 0 ? true : `not heard from ${lv.versions.not_heard_from.join(', ')}`;
+      });
+      const lv = await raftView(leader);
+      expect(lv.versions).toEqual({ command_version: 3, snapshot_stream_version: 1, not_heard_from: [] });
+      for (const x of lv.members) expect(x).toMatchObject({ command_version: 3, snapshot_stream_version: 1, advertised: true });
       // The view is an admin's: a key without the role is refused, like any admin route.
       expect((await api(followers[0].server.base, 'nope')('GET', '/cluster/raft')).status).toBe(401);
 

@@ -265,6 +265,28 @@ describe('a consensus group as the target of a rebalance move', () => {
     for (const db of g.dbs) expect(await ids(db)).toEqual(want.slice(1));
     for (const db of [...g.dbs, source]) await db.close();
   });
+  it('an image says which command versions it holds, and one for a member that reads fewer stops rather than send them', async () => {
+    const g = await seeded(21);
+    const drain = async (max?: number): Promise<number> => {
+      let n = 0;
+      for await (const p of g.lead.consensusImage(max === undefined ? {} : { commandVersionMax: max })) n += p.length;
+      return n;
+    };
+    expect(g.lead.consensusImageVersion()).toBe(1);
+    const plain = await drain(1);
+    const b = await batch(g.lead);
+    expect(b.done).toBe(false);
+    // A batch handed out: its ids are a move_out (version 3) in the image.
+    expect(g.lead.consensusImageVersion()).toBe(3);
+    await expect(drain(2)).rejects.toMatchObject({ code: 'unavailable', detail: { reason: 'version_skew' } });
+    expect(await drain(3)).toBeGreaterThan(0);
+    if (!b.done) await commit(g.lead, b.token);
+    // Committed: only the move's state and cursor (version 2) remain.
+    expect(g.lead.consensusImageVersion()).toBe(2);
+    await expect(drain(1)).rejects.toMatchObject({ code: 'unavailable' });
+    expect(await drain(2)).toBeLessThan(plain);
+  });
+
   it('a member caught up by an image holds the move\'s state: it leads the move on from the cursor, and answers moved once it ended', async () => {
     const g = await seeded(3);
     const all = await ids(g.lead);

@@ -37,7 +37,7 @@ import { tieAtCut, tiesById, widenTies } from './ties.js';
 import type { ReadGraph, ReadViewHandle } from './shared-reads.js';
 import { replicationStream, type ReplicationView } from './replication.js';
 import { owner } from '../cluster/routing/hrw.js';
-import { decodeCommand, encodeCommand, isMoveCommand, type ShardCommand } from '../cluster/consensus/command.js';
+import { COMMAND_VERSION_MOVE_OUT, COMMAND_VERSION_MOVES, commandVersion, decodeCommand, encodeCommand, isMoveCommand, type ShardCommand } from '../cluster/consensus/command.js';
 import {
   after, MOVE_BATCH_BYTES_MAX, MOVE_BATCH_POINTS_MAX, MOVE_SCAN_IDS_MAX, movedError, movedIds, parseMoveRequest, WriteGate, type MoveBatchAnswer, type MoveRequest,
 } from './move.js';
@@ -649,10 +649,16 @@ export class Database {
    * index the stream names on, which converges (every command is a whole-point upsert, a delete, a
    * create or drop by uid, or a payload update setting or removing whole values). Yields to the event
    * loop as often as its reader waits, so nothing here holds the loop for long.
+   * `commandVersionMax`: the highest command version the member it is for reads (versions.ts); a record
+   * above it (a move started while the image was read) ends the image with `unavailable` rather than
+   * send what that member would stop at.
    */
-  async *consensusImage(): AsyncGenerator<Uint8Array> {
+  async *consensusImage(opts: { commandVersionMax?: number } = {}): AsyncGenerator<Uint8Array> {
     yield CONSENSUS_IMAGE_MAGIC;
+    const max = opts.commandVersionMax ?? Infinity;
     const record = (c: ShardCommand): Uint8Array => {
+      const v = commandVersion(c);
+      if (v > max) throw new SvcError('unavailable', `the image holds a command of version ${v} (${c.op.t}); its member reads up to ${max}`, { reason: 'version_skew' });
       const b = encodeCommand(c);
       const out = Buffer.allocUnsafe(4 + b.length);
       out.writeUInt32LE(b.length, 0);
@@ -687,6 +693,17 @@ export class Database {
         }
       }
     }
+  }
+
+  /**
+   * The highest command version consensusImage's records take now: 3 while a move's batches are handed
+   * out (`move_out`), 2 with a move's state (its start or end, and cursors), else 1.
+   */
+  consensusImageVersion(): number {
+    const mv = this.dir.move;
+    if (mv === null) return 1;
+    for (const [uid, ids] of mv.out) if (ids.size > 0 && this.byUid.has(uid)) return COMMAND_VERSION_MOVE_OUT;
+    return COMMAND_VERSION_MOVES;
   }
 
   /**
@@ -1626,11 +1643,20 @@ export class Database {
     // collections they read are dropped.
     await this.pool?.close();
     await Promise.all([...this.checkpoints.values()]);
+    /** By uid, the last seq each collection applied, when all of them are in their segments now. */
+    let applied: Map<string, number> | null = new Map();
     for (const col of this.byName.values()) {
       if (col.dirtyCount > 0) await this.checkpoint(col).catch((e) => this.log('warn', 'checkpoint at close failed', { error: String(e) }));
+      if (col.dirtyCount > 0) applied = null;
+      else applied?.set(col.uid, col.appliedSeq);
       // The graph as it is now, if it changed since its file: the next open reads it instead of rebuilding.
       await col.persistGraphAtClose();
       col.drop();
+    }
+    // A move's records (a batch handed out is one no build before it reads) are left behind the
+    // checkpoints, so that an older build can open this directory once no move runs (docs/deployment.md).
+    if (applied !== null) {
+      await this.dir.sealMoveRecords(applied).catch((e) => this.log('warn', 'moving the checkpoints past the move\'s records at close failed; the WAL keeps them', { error: String(e) }));
     }
     await this.dir.close();
   }

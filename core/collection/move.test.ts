@@ -1,7 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { SvcError } from '../base/errors.js';
 import { owner } from '../cluster/routing/hrw.js';
-import { decodeOp, encodeOp } from '../storage/codec.js';
+import { decodeOp, encodeOp, type DbOp, type Op } from '../storage/codec.js';
+import { DataDir } from '../storage/data-dir.js';
+import { loadManifest } from '../storage/manifest.js';
+import { XChaChaSealer } from '../crypto/sealer.js';
+import { deriveKey } from '../crypto/keys.js';
 import { FaultyFileSystem } from '../testing/faulty-fs.js';
 import { Database } from './database.js';
 import type { MoveBatchAnswer } from './move.js';
@@ -310,5 +314,47 @@ describe('a node as the source of a rebalance move', () => {
     await expect(db.move('batch', { move: 'm', self: 0, targets: [] })).rejects.toMatchObject({ code: 'invalid_argument' });
     await expect(db.move('other', {})).rejects.toMatchObject({ code: 'invalid_argument' });
     await db.close();
+  });
+
+  it('a clean close once the move ended leaves no move record in the WAL range the next open reads (a build before move_out can open it)', async () => {
+    const fs = new FaultyFileSystem(31);
+    const db = await seeded(fs);
+    // A second collection written before the move and not since (its one point stays here): its
+    // checkpoint is older than every record of the move.
+    const stays = Array.from({ length: 50 }, (_, i) => `x${i}`).find((id) => !leaving(id))!;
+    await db.createCollection({ name: 'idle', dim: 2, metric: 'l2' });
+    await db.upsert('idle', { points: [{ id: stays, vector: [1, 1] }] });
+    const all = await ids(db);
+    for (let i = 0; i < 100; i++) {
+      const b = await batch(db);
+      if (b.done) break;
+      await commit(db, b.token);
+    }
+    await db.close();
+
+    // What an open reads, as every build computes it: from the lowest checkpoint, or the manifest's move state if lower.
+    const m = await loadManifest(fs, '/data/manifest', new XChaChaSealer(deriveKey(KEY, 'manifest')));
+    const from = Math.min(...m.collections.map((c) => c.checkpoint_seq + 1), (m.move?.seq ?? Infinity) + 1);
+    const d = await DataDir.open(fs, '/data', { masterKey: KEY, log: () => undefined });
+    const kinds: string[] = [];
+    try {
+      for await (const r of d.log.readFrom(Math.max(from, d.log.firstRetainedSeq))) {
+        if (r.body === null) continue;
+        const op = decodeOp(r.body) as Op | DbOp;
+        kinds.push(op.t === 'delete' && op.move !== undefined ? 'move_commit' : op.t);
+      }
+    } finally {
+      await d.close();
+    }
+    expect(kinds.filter((k) => k === 'move_out' || k === 'move_state' || k === 'move_commit')).toEqual([]);
+    expect(kinds).toEqual([]);
+    // The move's state is whole in the manifest: reopened, the data and the moved answers are as they were.
+    expect(m.move).toMatchObject({ move: 'm1', finished: true });
+    const again = await openOn(fs);
+    expect(await ids(again)).toEqual(all.filter((id) => !leaving(id)));
+    await expect(again.get('c', all.find(leaving)!)).rejects.toMatchObject({ code: 'moved' });
+    expect((await again.fetch('idle', { limit: 10 })).points.map((p) => p.id)).toEqual([stays]);
+    expect(await batch(again)).toEqual({ done: true, move: 'm1' });
+    await again.close();
   });
 });

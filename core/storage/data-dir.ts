@@ -147,6 +147,10 @@ export class DataDir implements Keyring {
   private moveProgress: MoveProgress | null = null;
   /** Until replay() has read the WAL, the move records in it are not in moveProgress: saves keep the manifest's. */
   private moveReplayed = false;
+  /** The highest WAL seq of a move's record (its state, a batch handed out, a commit's mark) replayed or appended. */
+  private moveRecordSeq = 0;
+  /** By collection uid: the highest seq of its records appended by this process, and appends not yet resolved. */
+  private readonly appended = new Map<string, { seq: number; pending: number }>();
 
   private constructor(private readonly fs: FileSystem, readonly path: string, private readonly opts: DataDirOptions) {
     const mk = opts.masterKey;
@@ -409,10 +413,8 @@ export class DataDir implements Keyring {
     const checkpoints = new Map(this.manifest.collections.map((c) => [c.uid, c.checkpoint_seq]));
     // Move records at or below it are in the manifest's move state already.
     const moveSeq = this.manifest.move?.seq ?? 0;
-    const base = checkpoints.size === 0 ? this.wal.firstRetainedSeq : Math.min(...checkpoints.values()) + 1;
-    // Before `base`, only a move's records are read (when the manifest's move state is older than base).
-    const from = this.manifest.move === undefined ? base : Math.min(base, moveSeq + 1);
-    for await (const r of this.wal.readFrom(Math.max(from, this.wal.firstRetainedSeq))) {
+    const { base, from } = this.replayRange();
+    for await (const r of this.wal.readFrom(from)) {
       if (r.keyId === 'db') {
         const op = this.decode(r.body!, r.seq) as DbOp;
         assert(isDbOp(op), 'db records hold database ops');
@@ -431,10 +433,12 @@ export class DataDir implements Keyring {
           continue;
         }
         if (op.t === 'move_state') {
+          this.moveRecordSeq = Math.max(this.moveRecordSeq, r.seq);
           if (r.seq > moveSeq) this.takeMoveState(op);
           continue;
         }
         if (op.t === 'move_out') {
+          this.moveRecordSeq = Math.max(this.moveRecordSeq, r.seq);
           if (r.seq > moveSeq) this.takeMoveOut(op.move, op.uid, op.ids);
           continue;
         }
@@ -448,11 +452,71 @@ export class DataDir implements Keyring {
       if (r.seq <= cp && !moveMayTell) continue;
       const op = this.decode(r.body, r.seq);
       if (isDbOp(op)) throw new StorageCorruption(this.p(WAL_DIR), 0, `record seq ${r.seq}: a database op under a collection key`);
+      if (op.t === 'delete' && op.move !== undefined) this.moveRecordSeq = Math.max(this.moveRecordSeq, r.seq);
       if (moveMayTell && op.t === 'delete' && op.move !== undefined) this.takeMoveMark(r.keyId, op.move.move, op.move.cursor);
       if (r.seq <= cp) continue;
       yield { seq: r.seq, uid: r.keyId, op };
     }
     this.moveReplayed = true;
+  }
+
+  /**
+   * The WAL records an open reads (replay): from the lowest collection checkpoint on (`base`), and from
+   * just after the manifest's move state when that is lower (only a move's records are taken below
+   * `base`). Builds before this one compute the same range, and decode every record in it: a record of
+   * a kind they do not know (a batch handed out, `move_out`) refuses their open.
+   */
+  private replayRange(): { base: number; from: number } {
+    const cps = this.manifest.collections.map((c) => c.checkpoint_seq);
+    const base = cps.length === 0 ? this.wal.firstRetainedSeq : Math.min(...cps) + 1;
+    const from = this.manifest.move === undefined ? base : Math.min(base, this.manifest.move.seq + 1);
+    return { base, from: Math.max(from, this.wal.firstRetainedSeq) };
+  }
+
+  /**
+   * At a clean close (Database.close, once every collection's changes are in its segments and nothing
+   * is being written): when the WAL holds a move's record that the next open would read, every
+   * collection's checkpoint and the manifest's move state move to the WAL's last seq, so no open reads
+   * it again; the move's state stays whole in the manifest. Then a build older than `move_out` (or than
+   * moves) opens the directory (docs/deployment.md, Upgrades and downgrades). `applied`: by collection
+   * uid, the last seq applied to it in memory; a collection with a record past it, or one still being
+   * appended, leaves everything as it is (false), as does a directory with no collection.
+   */
+  sealMoveRecords(applied: ReadonlyMap<string, number>): Promise<boolean> {
+    return this.serial(async () => {
+      if (!this.moveReplayed || this.moveRecordSeq < this.replayRange().from || this.manifest.collections.length === 0) return false;
+      for (const c of this.manifest.collections) {
+        const a = this.appended.get(c.uid);
+        if (a !== undefined && (a.pending > 0 || a.seq > (applied.get(c.uid) ?? -1))) return false;
+      }
+      // The manifest never names a seq the WAL might lose (checkpoint() does the same).
+      await this.wal.sync();
+      const last = this.wal.lastSeq;
+      await this.saveManifest({
+        ...this.manifest,
+        collections: this.manifest.collections.map((c) => ({ ...c, checkpoint_seq: Math.max(c.checkpoint_seq, last) })),
+      });
+      await this.truncateWal();
+      return true;
+    });
+  }
+
+  /** Records the seq of a collection's record once its append resolves (sealMoveRecords). */
+  private tracked(uid: string, append: Promise<number>): Promise<number> {
+    const a = this.appended.get(uid) ?? { seq: 0, pending: 0 };
+    this.appended.set(uid, a);
+    a.pending++;
+    return append.then(
+      (seq) => {
+        a.pending--;
+        a.seq = Math.max(a.seq, seq);
+        return seq;
+      },
+      (e: unknown) => {
+        a.pending--;
+        throw e;
+      },
+    );
   }
 
   /**
@@ -545,6 +609,7 @@ export class DataDir implements Keyring {
   appendMoveState(state: MoveStateRecord): Promise<number> {
     return this.serial(async () => {
       const seq = await this.wal.append('db', encodeOp({ t: 'move_state', ...state }));
+      this.moveRecordSeq = Math.max(this.moveRecordSeq, seq);
       this.takeMoveState(state);
       return seq;
     });
@@ -557,6 +622,7 @@ export class DataDir implements Keyring {
   appendMoveOut(move: string, uid: string, ids: string[]): Promise<number> {
     return this.serial(async () => {
       const seq = await this.wal.append('db', encodeOp({ t: 'move_out', move, uid, ids }));
+      this.moveRecordSeq = Math.max(this.moveRecordSeq, seq);
       this.takeMoveOut(move, uid, ids);
       return seq;
     });
@@ -571,7 +637,8 @@ export class DataDir implements Keyring {
     const mark = op.move;
     return this.serial(async () => {
       if (!this.sealers.has(uid)) throw new SvcError('not_found', `no collection with uid ${uid}`);
-      const seq = await this.wal.append(uid, encodeOp(op));
+      const seq = await this.tracked(uid, this.wal.append(uid, encodeOp(op)));
+      this.moveRecordSeq = Math.max(this.moveRecordSeq, seq);
       this.takeMoveMark(uid, mark.move, mark.cursor);
       return seq;
     });
@@ -618,7 +685,7 @@ export class DataDir implements Keyring {
    */
   append(uid: string, op: Op, encoded?: Uint8Array, opts: { sync?: boolean } = {}): Promise<number> {
     if (!this.sealers.has(uid)) return Promise.reject(new SvcError('not_found', `no collection with uid ${uid}`));
-    return this.wal.append(uid, encoded ?? encodeOp(op), opts);
+    return this.tracked(uid, this.wal.append(uid, encoded ?? encodeOp(op), opts));
   }
 
   /**

@@ -2,11 +2,12 @@ import { randomInt } from 'node:crypto';
 import { join } from 'node:path';
 import { SvcError } from '../../core/base/errors.js';
 import { Prng } from '../../core/base/prng.js';
-import { decodeCommand, encodeCommand } from '../../core/cluster/consensus/command.js';
+import { COMMAND_VERSION_MAX, commandVersion, decodeCommand, encodeCommand } from '../../core/cluster/consensus/command.js';
 import { WriteForwarder } from '../../core/cluster/consensus/forward.js';
 import { ConsensusMember, type DurableRaftStorage } from '../../core/cluster/consensus/member.js';
 import { EMPTY_SNAPSHOT, type Snapshot, type Transport } from '../../core/cluster/raft/index.js';
-import { decodeImageRef, isStreamRequest, SnapshotInbox, SnapshotStreams, STREAM_REQUEST } from '../../core/cluster/consensus/snapshot-stream.js';
+import { decodeImageRef, isStreamRequest, SNAPSHOT_STREAM_VERSION, SnapshotInbox, SnapshotStreams, STREAM_REQUEST } from '../../core/cluster/consensus/snapshot-stream.js';
+import { GroupVersions, UNVERSIONED, type Advertised } from '../../core/cluster/consensus/versions.js';
 import { raftEngine, type RaftEngine } from '../../core/cluster/consensus/raft-engine.js';
 import { deriveKey, parseMasterKeyHex } from '../../core/crypto/keys.js';
 import { InsecureSealer, XChaChaSealer } from '../../core/crypto/sealer.js';
@@ -35,7 +36,17 @@ export interface RaftView {
   leader_id: string | null;
   commit_index: number;
   applied_index: number;
-  members: { id: string; url: string }[];
+  /**
+   * Beyond the contract's `{id, url}`: the highest command and snapshot-stream versions each member
+   * advertised to this one (this member's own for itself); null when not heard from since it started.
+   * `advertised` is false for a member whose build sends no versions (taken as 1).
+   */
+  members: { id: string; url: string; command_version: number | null; snapshot_stream_version: number | null; advertised: boolean }[];
+  /**
+   * Beyond the contract: the group's effective versions as this member sees them (the lowest over every
+   * member, one not heard from counted as 1): a leader proposes only commands within `command_version`.
+   */
+  versions: { command_version: number; snapshot_stream_version: number; not_heard_from: string[] };
   /** Beyond the contract: the last snapshot's index and the first entry the log still holds. */
   snapshot_index: number;
   log_first_index: number;
@@ -95,6 +106,8 @@ export async function openMemberLog(
 export async function startConsensusMember(
   rc: RaftNetConfig, db: Database, nodeEngine: EngineApi, dataDir: string, encryptionKey: string | null,
   log: (level: 'info' | 'warn' | 'error', message: string, detail?: Record<string, unknown>) => void,
+  /** `versions`: what this member advertises instead of this build's (tests stand in for an older build; null sends none). */
+  testing: { versions?: Advertised | null } = {},
 ): Promise<ConsensusHost> {
   const applied = await db.consensusApplied();
   const sealer = encryptionKey === null ? new InsecureSealer() : new XChaChaSealer(deriveKey(parseMasterKeyHex(encryptionKey), 'raft'));
@@ -139,8 +152,20 @@ export async function startConsensusMember(
   const tickMs = Math.max(1, Math.floor(timing.heartbeatMs / 2));
   let forwarder: WriteForwarder | null = null;
   let member: ConsensusMember | null = null;
+  // What each member reads, from the handshakes (docs/consensus.md, Version skew).
+  const own = testing.versions === undefined ? { command: COMMAND_VERSION_MAX, stream: SNAPSHOT_STREAM_VERSION } : testing.versions ?? UNVERSIONED;
+  const versions = new GroupVersions(rc.id, rc.members.map((x) => x.id), own);
   const transport = new RaftTransport({
     id: rc.id, listen: rc.listen, peers: rc.members, secret: rc.secret, tls: rc.tls, insecure: rc.insecure,
+    versions: testing.versions === undefined ? versions.own : testing.versions,
+    onPeerVersions: (peer, v) => {
+      const before = versions.of(peer);
+      versions.heard(peer, v);
+      const after = versions.of(peer);
+      if (before?.command !== after?.command || before?.stream !== after?.stream) {
+        log('info', 'consensus: a member\'s versions', { peer, command_version: after?.command, snapshot_stream_version: after?.stream, advertised: v !== null });
+      }
+    },
     onMessage: (m) => {
       if (m.type === 'snap') {
         // A snapshot's data on the wire is a stream's token: Raft gets it only with the image here whole.
@@ -173,7 +198,10 @@ export async function startConsensusMember(
     return term === null ? EMPTY_SNAPSHOT : { meta: { index, term }, data: STREAM_REQUEST };
   };
   const streams = new SnapshotStreams({
-    image: () => db.consensusImage(),
+    // Only records the member reads: a move that starts while the image is read ends the stream instead.
+    image: (to) => db.consensusImage({ commandVersionMax: versions.of(to)?.command ?? 1 }),
+    peerVersions: (peer) => versions.of(peer),
+    imageCommandVersion: () => db.consensusImageVersion(),
     sendChunk: (to, payload) => transport.sendSnapshotFrame(to, 'chunk', payload),
     sendSnapshot: (m) => transport.send([m]),
     progress: (peer) => {
@@ -255,7 +283,16 @@ export async function startConsensusMember(
   });
   const m = member;
   db.useProposer({
-    propose: (cmd) => m.propose(encodeCommand(cmd), AbortSignal.timeout(timing.writeTimeoutMs)).then((ack) => ack.result),
+    propose: (cmd) => {
+      // A command some member would stop at is never proposed (the engine refuses move steps before they
+      // start; this holds for any command, should one be reached another way).
+      try {
+        versions.requireCommand(commandVersion(cmd), `a ${cmd.op.t} command`);
+      } catch (e) {
+        return Promise.reject(e);
+      }
+      return m.propose(encodeCommand(cmd), AbortSignal.timeout(timing.writeTimeoutMs)).then((ack) => ack.result);
+    },
   });
   let knownLeader: string | null = null;
   // Election timeouts are wall-clock times: a follower whose timer fired late (its event loop was busy
@@ -285,6 +322,7 @@ export async function startConsensusMember(
     forward: (to, w, signal) => forwarder!.request(to, w, signal),
     writeTimeoutMs: timing.writeTimeoutMs,
     readTimeoutMs: timing.writeTimeoutMs,
+    requireCommandVersion: (version, what) => versions.requireCommand(version, what),
     close: async () => {
       clearInterval(timer);
       forwarder?.close();
@@ -315,6 +353,7 @@ export async function startConsensusMember(
   log('info', 'consensus member started', { id: rc.id, members: rc.members.map((x) => x.id), applied, listen: `${rc.listen.host}:${rc.listen.port}` });
   const view = (): RaftView => {
     const s = m.status();
+    const gv = versions.view();
     return {
       id: s.id,
       role: s.role === 'leader' ? 'leader' : s.role === 'follower' ? 'follower' : 'candidate',
@@ -324,7 +363,11 @@ export async function startConsensusMember(
       // What the database holds (a restore or a batch being applied counts only once it is done), not
       // how far Raft has handed entries out.
       applied_index: m.appliedIndex,
-      members: rc.members.map((x) => ({ id: x.id, url: `${x.host}:${x.port}` })),
+      members: rc.members.map((x) => {
+        const v = gv.members.find((p) => p.id === x.id);
+        return { id: x.id, url: `${x.host}:${x.port}`, command_version: v?.command ?? null, snapshot_stream_version: v?.stream ?? null, advertised: v?.advertised ?? false };
+      }),
+      versions: { command_version: gv.command, snapshot_stream_version: gv.stream, not_heard_from: [...gv.unknown] },
       snapshot_index: raftLog.snapshot().meta.index,
       log_first_index: raftLog.firstIndex(),
       restoring: m.restoring,

@@ -5,7 +5,7 @@ import fc from 'fast-check';
 import type { Message } from '../../core/cluster/raft/index.js';
 import { decodeMessages, encodeMessages } from '../../core/cluster/raft-wire/codec.js';
 import { encodeFrame, FrameDecoder, FrameType } from '../../core/cluster/raft-wire/frame.js';
-import { authKey, decodeChallenge, decodeHello, encodeChallenge, encodeHello, proof } from '../../core/cluster/raft-wire/handshake.js';
+import { authKey, decodeChallenge, decodeHello, decodeProof, encodeChallenge, encodeHello, nonceVersions, proof, proofMatches, type NonceVersions } from '../../core/cluster/raft-wire/handshake.js';
 import { freePort } from '../testing/free-port.js';
 import { WriteForwarder } from '../../core/cluster/consensus/forward.js';
 import { RaftTransport, type RaftPeer, type RaftTransportOptions } from './transport.js';
@@ -299,5 +299,81 @@ describe('RaftTransport on 127.0.0.1', () => {
     expect(() => new RaftTransport({ ...o, listen: { host: '0.0.0.0', port: 7000 } })).toThrow(/not loopback and has no TLS/);
     expect(() => new RaftTransport({ ...o, listen: { host: '0.0.0.0', port: 7000 }, insecure: true })).not.toThrow();
     expect(() => new RaftTransport({ ...o, listen: { host: '127.0.0.1', port: 7000 }, secret: null })).toThrow(/SVC_RAFT_SECRET/);
+  });
+});
+
+describe('RaftTransport: versions in the handshake', () => {
+  /** Members a (versions given) and b (versions given; null stands in for a build before versions). */
+  async function pair(va: NonceVersions | null, vb: NonceVersions | null): Promise<{ heard: Map<string, (NonceVersions | null)[]>; members: Member[] }> {
+    const heard = new Map<string, (NonceVersions | null)[]>();
+    const peers = await Promise.all(['a', 'b'].map(async (id) => ({ id, host: '127.0.0.1', port: await freePort() })));
+    const members = [va, vb].map((versions, k) => {
+      const got: Message[] = [];
+      const id = peers[k].id;
+      const t = new RaftTransport({
+        id, listen: { host: '127.0.0.1', port: peers[k].port }, peers, secret: SECRET, tls: null, insecure: false, versions,
+        onMessage: (m) => got.push(m), limits: { backoffBaseMs: 10, backoffMaxMs: 100, handshakeTimeoutMs: 1000 },
+        onPeerVersions: (peer, v) => heard.set(`${id}<-${peer}`, [...(heard.get(`${id}<-${peer}`) ?? []), v]),
+      });
+      open.push(t);
+      return { t, got };
+    });
+    await Promise.all(members.map((m) => m.t.start()));
+    return { heard, members };
+  }
+
+  it('each member learns what its peer reads, from both directions, before a message goes', async () => {
+    const { heard, members: [a, b] } = await pair({ command: 3, stream: 1 }, { command: 2, stream: 7 });
+    await sendUntil(a.t, () => [hb('a', 'b', 1)], () => b.got.length > 0);
+    await sendUntil(b.t, () => [hb('b', 'a', 1)], () => a.got.length > 0);
+    // Each side hears the other twice: on the connection it dialled (the challenge) and on the one it accepted (the hello).
+    expect(heard.get('a<-b')).toEqual([{ command: 2, stream: 7 }, { command: 2, stream: 7 }]);
+    expect(heard.get('b<-a')).toEqual([{ command: 3, stream: 1 }, { command: 3, stream: 1 }]);
+  });
+
+  it('a peer of a build that sends no versions still connects both ways, and is heard as sending none', async () => {
+    const { heard, members: [a, b] } = await pair({ command: 3, stream: 1 }, null);
+    await sendUntil(a.t, () => [hb('a', 'b', 1)], () => b.got.length > 0);
+    await sendUntil(b.t, () => [hb('b', 'a', 1)], () => a.got.length > 0);
+    expect(heard.get('a<-b')).toEqual([null, null]);
+    expect(a.t.stats.rejected).toMatchObject({ malformed: 0, auth: 0 });
+    expect(b.t.stats.rejected).toMatchObject({ malformed: 0, auth: 0 });
+  });
+
+  it('an acceptor with the older build\'s strict decoders takes this build\'s hello and answers it', async () => {
+    // The handshake's decoders are unchanged from the builds before versions: a hello must end in exactly
+    // a 32-byte nonce, so the versions ride inside it and such a build reads them as random bytes.
+    const port = await freePort();
+    const key = authKey(SECRET);
+    let proved = false;
+    const server = net.createServer((s) => {
+      const d = new FrameDecoder();
+      let hello: ReturnType<typeof decodeHello> | null = null;
+      const nonceB = randomBytes(32);
+      s.on('data', (c: Buffer) => {
+        for (const f of d.push(c)) {
+          if (hello === null) {
+            hello = decodeHello(f.payload);
+            s.write(encodeFrame(FrameType.challenge, encodeChallenge(nonceB, proof(key, 'acceptor', hello.from, hello.to, hello.nonce, nonceB))));
+          } else {
+            proved = proofMatches(proof(key, 'dialer', hello.from, hello.to, hello.nonce, nonceB), decodeProof(f.payload));
+            expect(nonceVersions(hello.nonce)).toEqual({ command: 3, stream: 1 });
+          }
+        }
+      });
+      s.on('error', () => undefined);
+    });
+    servers.push(server);
+    await new Promise<void>((r) => server.listen(port, '127.0.0.1', () => r()));
+    const heard: (NonceVersions | null)[] = [];
+    const t = new RaftTransport({
+      id: 'a', listen: { host: '127.0.0.1', port: await freePort() }, peers: [{ id: 'a', host: '127.0.0.1', port: 0 }, { id: 'old', host: '127.0.0.1', port }],
+      secret: SECRET, tls: null, insecure: false, versions: { command: 3, stream: 1 }, onMessage: () => undefined,
+      onPeerVersions: (_p, v) => heard.push(v), limits: { backoffBaseMs: 10, backoffMaxMs: 100, handshakeTimeoutMs: 1000 },
+    });
+    open.push(t);
+    await t.start();
+    await until('the handshake with the older acceptor', () => proved && t.stats.handshakes === 1);
+    expect(heard).toEqual([null]);
   });
 });

@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import * as net from 'node:net';
 import * as tls from 'node:tls';
 import { SvcError } from '../../core/base/errors.js';
@@ -6,7 +5,7 @@ import type { Message, MessageHandler, NodeId, Transport } from '../../core/clus
 import { decodeMessages, encodeMessages, encodedMessageBytes, WireError, WIRE_BATCH_MESSAGES_MAX } from '../../core/cluster/raft-wire/codec.js';
 import { encodeFrame, FrameDecoder, FrameType, HANDSHAKE_FRAME_BYTES_MAX, RAFT_FRAME_BYTES_MAX, type Frame } from '../../core/cluster/raft-wire/frame.js';
 import {
-  authKey, decodeChallenge, decodeHello, decodeProof, encodeChallenge, encodeHello, NONCE_BYTES, proof, proofMatches,
+  authKey, decodeChallenge, decodeHello, decodeProof, encodeChallenge, encodeHello, nonceVersions, proof, proofMatches, versionedNonce, type NonceVersions,
 } from '../../core/cluster/raft-wire/handshake.js';
 import { isLoopback } from '../config.js';
 
@@ -30,6 +29,9 @@ import { isLoopback } from '../config.js';
  *   a StatefulSet); and the HMAC challenge-response of raft-wire/handshake.ts whenever a cluster
  *   secret is set (SVC_RAFT_SECRET), which also binds both member ids. The secret is never sent or logged.
  * - A non-loopback listen address needs TLS unless `insecure` (SVC_INSECURE=true), as for REST and gRPC.
+ * - Versions: each side's handshake nonce says the highest command and snapshot-stream versions its
+ *   build reads (`versions`; raft-wire/handshake.ts); once a handshake is authenticated, what the peer
+ *   said (null: nothing, an older build) goes to `onPeerVersions`, from either direction.
  * - A malformed or oversize frame, a failed handshake, a message naming other members: the connection
  *   is closed and the reason counted (`rejected`); nothing a peer sends can throw out of this class.
  */
@@ -82,6 +84,10 @@ export interface RaftTransportOptions {
   readonly tls: RaftTransportTls | null;
   readonly insecure: boolean;
   readonly onMessage: MessageHandler;
+  /** What this member advertises in its handshakes; null advertises nothing, as older builds (tests). Default null. */
+  readonly versions?: NonceVersions | null;
+  /** A peer's handshake was authenticated: the versions it advertised, or null when it sent none. */
+  readonly onPeerVersions?: (peer: NodeId, versions: NonceVersions | null) => void;
   /** This member's connection to a peer closed (the peer went away, or the link broke). */
   readonly onPeerLost?: (peer: NodeId) => void;
   /** A forward frame from an authenticated peer (roles/raft/forward.ts); none: such frames are refused. */
@@ -239,6 +245,19 @@ export class RaftTransport implements Transport {
     }
   }
 
+  /** A fresh nonce carrying this member's versions. */
+  nonce(): Buffer {
+    return versionedNonce(this.options.versions ?? null);
+  }
+
+  peerVersions(peer: NodeId, nonce: Uint8Array): void {
+    try {
+      this.options.onPeerVersions?.(peer, nonceVersions(nonce));
+    } catch (e) {
+      this.log('raft transport: the peer-versions handler threw', { error: String(e), peer });
+    }
+  }
+
   random(): number {
     return (this.options.random ?? Math.random)();
   }
@@ -274,6 +293,7 @@ export class RaftTransport implements Transport {
     let state: 'hello' | 'proof' | 'ready' = 'hello';
     let peer: string | null = null;
     let expected: Buffer | null = null;
+    let helloNonce: Uint8Array | null = null;
     const timer = setTimeout(() => this.reject('handshakeTimeout', socket, 'no handshake in time', peer), this.limits.handshakeTimeoutMs);
     socket.on('close', () => {
       clearTimeout(timer);
@@ -302,7 +322,8 @@ export class RaftTransport implements Transport {
           throw new Rejected('auth', `hello from '${hello.from}' to '${hello.to}': not a peer of '${this.options.id}'`);
         }
         this.checkPeerCertificate(socket, hello.from);
-        const nonce = randomBytes(NONCE_BYTES);
+        const nonce = this.nonce();
+        helloNonce = hello.nonce;
         expected = proof(this.key, 'dialer', hello.from, hello.to, hello.nonce, nonce);
         socket.write(encodeFrame(FrameType.challenge, encodeChallenge(nonce, proof(this.key, 'acceptor', hello.from, hello.to, hello.nonce, nonce))));
         state = 'proof';
@@ -315,6 +336,7 @@ export class RaftTransport implements Transport {
         const older = this.inboundByPeer.get(peer!);
         this.inboundByPeer.set(peer!, socket);
         older?.destroy();
+        this.peerVersions(peer!, helloNonce!);
       }
     };
     socket.on('data', (chunk: Buffer) => {
@@ -423,7 +445,7 @@ class PeerLink {
     socket.setNoDelay(true);
     // The peer called only ever sends its challenge.
     const decoder = new FrameDecoder(HANDSHAKE_FRAME_BYTES_MAX);
-    const nonceA = randomBytes(NONCE_BYTES);
+    const nonceA = this.t.nonce();
     const handshakeTimer = setTimeout(() => this.t.reject('handshakeTimeout', socket, 'no handshake in time', this.peer.id), this.t.lim.handshakeTimeoutMs);
     socket.once(o.tls === null ? 'connect' : 'secureConnect', () => {
       socket.write(encodeFrame(FrameType.hello, encodeHello({ from: o.id, to: this.peer.id, nonce: nonceA })));
@@ -439,6 +461,7 @@ class PeerLink {
           }
           socket.write(encodeFrame(FrameType.proof, proof(key, 'dialer', o.id, this.peer.id, nonceA, c.nonce)));
           clearTimeout(handshakeTimer);
+          this.t.peerVersions(this.peer.id, c.nonce);
           this.ready();
         }
       } catch (e) {

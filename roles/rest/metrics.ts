@@ -36,7 +36,7 @@ export interface ConsensusMetricsSource {
   };
   forward: { forwarded: number; served: number; malformed: number; unanswered: number };
   /** Database images streamed to members behind the log, and received (core/cluster/consensus/snapshot-stream.ts). */
-  snapshots: { sent: number; bytesSent: number; failed: number; received: number; dropped: number };
+  snapshots: { sent: number; bytesSent: number; failed: number; received: number; dropped: number; refused: number };
 }
 
 export function createPromMetrics(): PromMetrics {
@@ -223,8 +223,8 @@ function consensusSeries(registry: Registry, read: () => ConsensusMetricsSource)
     ['reason'], (s) => snakeKeys(s.transport.rejected));
   counter('svc_raft_forwarded_writes_total', 'Writes this member forwarded to its leader', [], (s) => ({ '': s.forward.forwarded }));
   counter('svc_raft_forward_served_total', 'Writes followers forwarded to this member while it led', [], (s) => ({ '': s.forward.served }));
-  counter('svc_raft_snapshot_streams_total', 'Database images streamed to a member behind the log (sent, failed) or received whole from a leader (received)',
-    ['outcome'], (s) => ({ sent: s.snapshots.sent, failed: s.snapshots.failed, received: s.snapshots.received }));
+  counter('svc_raft_snapshot_streams_total', 'Database images streamed to a member behind the log (sent, failed), not started because it reads no format this member sends (refused), or received whole from a leader (received)',
+    ['outcome'], (s) => ({ sent: s.snapshots.sent, failed: s.snapshots.failed, refused: s.snapshots.refused, received: s.snapshots.received }));
   counter('svc_raft_snapshot_bytes_sent_total', 'Bytes of database images this member streamed whole to members behind the log', [], (s) => ({ '': s.snapshots.bytesSent }));
 }
 

@@ -27,15 +27,27 @@ export type ShardCommand =
   | { readonly uid: ''; readonly bulk: false; readonly op: Extract<AnyOp, { t: 'move_out' }> };
 
 const VERSION = 1;
-const VERSION_MOVES = 2;
-const VERSION_MOVE_OUT = 3;
+/** A move's state and its batches' commits (a `delete` carrying its move mark). */
+export const COMMAND_VERSION_MOVES = 2;
+/** A batch handed out (`move_out`). */
+export const COMMAND_VERSION_MOVE_OUT = 3;
+const VERSION_MOVES = COMMAND_VERSION_MOVES;
+const VERSION_MOVE_OUT = COMMAND_VERSION_MOVE_OUT;
+
+/**
+ * The highest command version this build reads and writes (it reads every one below). A member
+ * advertises it to its peers (core/cluster/raft-wire/handshake.ts), and a leader proposes a command only
+ * when every member reads its version (versions.ts): a member of an older build would stop at it.
+ */
+export const COMMAND_VERSION_MAX = VERSION_MOVE_OUT;
 
 /** Whether a command is a move's (version 2 or 3). */
 export function isMoveCommand(c: ShardCommand): boolean {
   return c.op.t === 'move_state' || c.op.t === 'move_out' || (c.op.t === 'delete' && c.op.move !== undefined);
 }
 
-function versionOf(c: ShardCommand): number {
+/** The version a command is encoded under: what a member must read to apply it. */
+export function commandVersion(c: ShardCommand): number {
   return c.op.t === 'move_out' ? VERSION_MOVE_OUT : isMoveCommand(c) ? VERSION_MOVES : VERSION;
 }
 
@@ -43,7 +55,7 @@ export function encodeCommand(c: ShardCommand): Uint8Array {
   const op = encodeOp(c.op);
   const uid = Buffer.from(c.uid, 'utf8');
   const b = Buffer.allocUnsafe(4 + uid.length + op.length);
-  b[0] = versionOf(c);
+  b[0] = commandVersion(c);
   b[1] = c.bulk ? 1 : 0;
   b.writeUInt16LE(uid.length, 2);
   b.set(uid, 4);
@@ -71,6 +83,6 @@ export function decodeCommand(data: Uint8Array): ShardCommand {
     cmd = { uid, bulk: b[1] === 1, op };
   }
   // A move's command under version 1, or a plain write under version 2: a bug, never applied as either.
-  if (versionOf(cmd) !== version) throw new SvcError('internal', `a consensus entry of version ${version} carries a ${op.t}${isMoveCommand(cmd) ? ' of a move' : ''}`);
+  if (commandVersion(cmd) !== version) throw new SvcError('internal', `a consensus entry of version ${version} carries a ${op.t}${isMoveCommand(cmd) ? ' of a move' : ''}`);
   return cmd;
 }

@@ -4,6 +4,7 @@ import type { EngineApi } from '../../service/api.js';
 import { LEADER_INDEX, leaderIndexOf, WriteForwarder, type ForwardedWrite } from './forward.js';
 import type { ConsensusMember } from './member.js';
 import { raftEngine } from './raft-engine.js';
+import { GroupVersions } from './versions.js';
 
 /**
  * The engine's part in rebalancing moves on a consensus group (issue 18): move steps run on the ready
@@ -88,6 +89,27 @@ describe('raftEngine and rebalancing moves', () => {
     const other = raftEngine({ ...opts, db: fakeDb([], { held: false, ended: 0 }), member: fakeMember(m), selfId: 'n2', forward: async () => { throw new SvcError('not_found', 'no'); } });
     await expect(other.upsert('c', { points: [] } as never)).rejects.toMatchObject({ code: 'not_found' });
     expect(m.applied).toEqual([77]);
+  });
+
+  it('the ready leader runs a source\'s move step only when every member reads its commands; a target\'s step is never gated', async () => {
+    const calls: string[] = [];
+    const m: FakeMember = { leaderReady: true, leaderId: 'n1', applied: [] };
+    const versions = new GroupVersions('n1', ['n1', 'n2', 'n3'], { command: 3, stream: 1 });
+    versions.heard('n2', { command: 3, stream: 1 });
+    versions.heard('n3', null); // a build that sends no versions: version 1
+    const engine = raftEngine({
+      ...opts, db: fakeDb(calls, { held: false, ended: 0 }), member: fakeMember(m), selfId: 'n1', forward: async () => ({ value: null, index: 0 }),
+      requireCommandVersion: (v, what) => versions.requireCommand(v, what),
+    });
+    const e = engine as unknown as Record<string, (b: unknown) => Promise<unknown>>;
+    await expect(e.moveBatch({ move: 'm1' })).rejects.toMatchObject({ code: 'unavailable', detail: { reason: 'version_skew', older_members: [{ id: 'n3', command_version: 1 }] } });
+    await expect(e.moveCommit({})).rejects.toThrow(/n3/);
+    expect(calls).toEqual([]); // nothing ran, so nothing was proposed
+    expect(await e.moveApply({})).toEqual({ applied: 1, deleted: 0 });
+    versions.heard('n3', { command: 3, stream: 1 });
+    await e.moveBatch({ move: 'm1' });
+    expect(calls).toEqual(['moveApply', 'moveBatch {"move":"m1"}']);
+    await engine.close();
   });
 
   it('the forwarder carries the leader\'s applied index with an error answer', async () => {

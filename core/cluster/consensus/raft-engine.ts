@@ -1,6 +1,7 @@
 import { SvcError } from '../../base/errors.js';
 import type { EngineApi, OperationName } from '../../service/api.js';
 import { OPERATION_KINDS, type OperationKind } from '../../service/roles.js';
+import { COMMAND_VERSION_MOVE_OUT, COMMAND_VERSION_MOVES } from './command.js';
 import { leaderIndexOf, type ForwardedWrite } from './forward.js';
 import type { ConsensusMember } from './member.js';
 
@@ -24,7 +25,14 @@ import type { ConsensusMember } from './member.js';
  * - A coordinator's move steps (issue 18) go as writes do: run on the ready leader, forwarded from a
  *   follower. A batch's lease ends as soon as this member stops being the ready leader. A forwarded
  *   write refused as `moved` is answered once this member applied through the leader's index.
+ * - Version gates (versions.ts): a move step on this group as its source proposes commands of versions
+ *   2 and 3, which a member of an older build would stop at. The leader checks that every member reads
+ *   them before the step runs, and refuses it otherwise (`unavailable`, naming those members), nothing
+ *   proposed; the coordinator asks again later. A step as a target proposes plain writes: never gated.
  */
+
+/** The command version each move step may propose on the source (moveApply, the target's, only version 1). */
+const MOVE_STEP_VERSION: Readonly<Record<string, number>> = { moveBatch: COMMAND_VERSION_MOVE_OUT, moveCommit: COMMAND_VERSION_MOVES };
 
 export interface RaftEngineOptions {
   /** The member's engine over its database (core/engine/node.ts): what a write on the ready leader and a read run. */
@@ -42,6 +50,12 @@ export interface RaftEngineOptions {
   readonly writeTimeoutMs: number;
   /** How long a strong read may wait for the leader's confirmation. */
   readonly readTimeoutMs: number;
+  /**
+   * Throws (`unavailable`, reason `version_skew`) when not every member of the group reads command
+   * `version` (GroupVersions.requireCommand); asked on the ready leader before a move step runs.
+   * Absent: nothing is gated.
+   */
+  requireCommandVersion?(version: number, what: string): void;
   /** While no leader is known, how often a waiting write looks again. */
   readonly leaderPollMs?: number;
   /** Stops the member, its transport and its storage, after the engine's own work. */
@@ -62,6 +76,8 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
     const signal = AbortSignal.timeout(o.writeTimeoutMs);
     for (;;) {
       if (member.leaderReady) {
+        const version = MOVE_STEP_VERSION[op];
+        if (version !== undefined) o.requireCommandVersion?.(version, `the rebalancing move step ${op} on this group`);
         try {
           return await run(op, args);
         } catch (e) {

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { Prng } from '../../base/prng.js';
 import type { SnapshotMessage } from '../raft/index.js';
 import {
-  CHUNK_BYTES, decodeImageRef, isStreamRequest, SnapshotInbox, SnapshotStreams, STREAM_REQUEST, WINDOW_CHUNKS, type ChunkSink, type SnapshotStreamsOptions,
+  CHUNK_BYTES, decodeImageRef, SNAPSHOT_STREAM_VERSION, streamVersionFor, isStreamRequest, SnapshotInbox, SnapshotStreams, STREAM_REQUEST, WINDOW_CHUNKS, type ChunkSink, type SnapshotStreamsOptions,
 } from './snapshot-stream.js';
 
 /**
@@ -40,7 +40,7 @@ interface Wire {
 }
 
 /** A leader n1 and a member n2; chunks are held until `deliverAll` (or dropped by the test). */
-function wire(image: () => AsyncIterable<Uint8Array>, opts: Pick<SnapshotStreamsOptions, 'ackTimeoutMs' | 'progress' | 'holdEntriesMax' | 'now'> = {}): Wire {
+function wire(image: () => AsyncIterable<Uint8Array>, opts: Pick<SnapshotStreamsOptions, 'ackTimeoutMs' | 'progress' | 'holdEntriesMax' | 'now' | 'peerVersions' | 'imageCommandVersion' | 'log'> = {}): Wire {
   const files = new Map<string, Buffer[]>();
   const delivered: SnapshotMessage[] = [];
   const w = { files, delivered, inFlight: [] as Buffer[], maxUnacked: 0 } as Wire;
@@ -95,6 +95,41 @@ const until = async (cond: () => boolean, ms = 10_000): Promise<void> => {
 };
 
 describe('snapshot streams', () => {
+  it('streams only in a version the member reads, and only an image whose commands it reads; otherwise starts nothing and says so once', async () => {
+    const lines: { message: string; detail?: Record<string, unknown> }[] = [];
+    let peer: { stream: number; command: number } | null = { stream: 0, command: 3 };
+    let imageVersion = 1;
+    const img = imageOf(CHUNK_BYTES + 10, 9);
+    const w = wire(img.pieces, { peerVersions: () => peer, imageCommandVersion: () => imageVersion, log: (message, detail) => lines.push({ message, detail }) });
+    // A member advertising only a stream version older than any this build sends (a fake peer).
+    w.streams.send(request('n2'));
+    w.streams.send(request('n2'));
+    await new Promise((r) => setTimeout(r, 20));
+    expect(w.inFlight.length + w.delivered.length).toBe(0);
+    expect(w.streams.floor).toBeNull();
+    expect(w.streams.stats).toMatchObject({ refused: 2, sent: 0, failed: 0 });
+    expect(lines).toHaveLength(1);
+    expect(lines[0].message).toMatch(/no snapshot stream/);
+    expect(lines[0].detail).toMatchObject({ to: 'n2', reason: expect.stringMatching(/reads snapshot-stream versions up to 0/) });
+    // A member that reads the stream but not the image's commands (a move's batches handed out: version 3).
+    peer = { stream: 1, command: 2 };
+    imageVersion = 3;
+    w.streams.send(request('n2'));
+    expect(w.streams.stats.refused).toBe(3);
+    expect(lines[1].detail).toMatchObject({ reason: expect.stringMatching(/commands of version 3.*reads up to 2/) });
+    // Not heard from at all: unknown is refused too.
+    peer = null;
+    w.streams.send(request('n2'));
+    expect(w.streams.stats.refused).toBe(4);
+    // A member of a newer build (it reads more than this one sends): streamed in this build's version.
+    peer = { stream: 9, command: 9 };
+    w.streams.send(request('n2'));
+    await until(() => w.delivered.length === 1);
+    expect(Buffer.concat(w.files.get(decodeImageRef(w.delivered[0].snapshot.data)!.id)!).equals(img.whole)).toBe(true);
+    expect(streamVersionFor(9)).toBe(SNAPSHOT_STREAM_VERSION);
+    expect(streamVersionFor(0)).toBeNull();
+  });
+
   it('sends an image of many chunks with a bounded window; the member gets a reference to the whole image only after the last chunk', async () => {
     const img = imageOf(5 * CHUNK_BYTES + 12_345, 1);
     const w = wire(img.pieces);

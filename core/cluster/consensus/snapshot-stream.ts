@@ -29,6 +29,12 @@ import type { NodeId, SnapshotMessage } from '../raft/index.js';
  *   ref:      'svc-ref1' | stream id (16 bytes) | chunks u32 LE     (the file's name comes from the id)
  *   chunk frame: stream id (16) | seq u32 LE | last u8 | bytes
  *   ack frame:   stream id (16) | seq u32 LE               (every chunk through seq is written)
+ *
+ * That is stream version 1 (SNAPSHOT_STREAM_VERSIONS), the only one so far. Members advertise the highest
+ * they read (core/cluster/consensus/versions.ts), and a leader streams to a member only in a version it
+ * reads, and only an image whose records (commands, command.ts) it reads: a move's state and batches are
+ * versions 2 and 3. With none in common the stream is not started: counted (`refused`) and logged once
+ * per member and reason, and Raft's next probe asks again (the member may have been upgraded meanwhile).
  */
 
 export const CHUNK_BYTES = 1 << 20;
@@ -43,6 +49,17 @@ const ID_BYTES = 16;
 const MAGIC_BYTES = 8;
 
 export const STREAM_REQUEST: Uint8Array = REQUEST;
+
+/** The stream versions this build writes and reads, lowest first; the last is what it advertises. */
+export const SNAPSHOT_STREAM_VERSIONS: readonly number[] = Object.freeze([1]);
+export const SNAPSHOT_STREAM_VERSION = SNAPSHOT_STREAM_VERSIONS[SNAPSHOT_STREAM_VERSIONS.length - 1];
+
+/** The highest stream version both this build and a member reading up to `peerMax` read; null when none. */
+export function streamVersionFor(peerMax: number): number | null {
+  let v: number | null = null;
+  for (const x of SNAPSHOT_STREAM_VERSIONS) if (x <= peerMax) v = x;
+  return v;
+}
 
 export interface StreamRef {
   /** 32 hex digits. */
@@ -111,11 +128,20 @@ export interface SnapshotStreamStats {
   received: number;
   /** Frames or `snap` messages dropped: malformed, out of order, or naming a stream not held whole. */
   dropped: number;
+  /** Streams not started: the member reads no stream version, or no command version of the image, this member would send. */
+  refused: number;
 }
 
 export interface SnapshotStreamsOptions {
-  /** The database image's bytes, read as they are consumed (Database.consensusImage). */
-  image(): AsyncIterable<Uint8Array>;
+  /** The database image's bytes for member `to`, read as they are consumed (Database.consensusImage). */
+  image(to: NodeId): AsyncIterable<Uint8Array>;
+  /**
+   * What a member reads (versions.ts): the highest stream and command versions it advertised (1 and 1
+   * when it advertised none); null when it has not been heard from. Absent: every member reads this build's.
+   */
+  peerVersions?(peer: NodeId): { readonly stream: number; readonly command: number } | null;
+  /** The highest command version the image's records take now (a move's state: 2, its batches: 3). */
+  imageCommandVersion?(): number;
   /** One chunk frame to a peer now; false when its connection is not up. */
   sendChunk(to: NodeId, payload: Uint8Array): boolean;
   /** The `snap` message, through Raft's usual path, once every chunk is acknowledged. */
@@ -155,8 +181,10 @@ export class SnapshotStreams {
   private readonly out = new Map<NodeId, OutStream>();
   /** Members sent an image whole, not yet caught up: the log after the image's index (or after what they hold since) stays. */
   private readonly catchingUp = new Map<NodeId, { index: number; since: number }>();
-  readonly stats: SnapshotStreamStats = { sent: 0, bytesSent: 0, failed: 0, received: 0, dropped: 0 };
+  readonly stats: SnapshotStreamStats = { sent: 0, bytesSent: 0, failed: 0, received: 0, dropped: 0, refused: 0 };
   private closed = false;
+  /** The last refusal logged for each member: logged again only when the reason changes. */
+  private readonly refusalLogged = new Map<NodeId, string>();
 
   constructor(private readonly o: SnapshotStreamsOptions) {}
 
@@ -165,6 +193,16 @@ export class SnapshotStreams {
     if (this.closed || this.out.has(m.to)) return;
     const h = this.catchingUp.get(m.to);
     if (h !== undefined && (this.o.now ?? Date.now)() - h.since < RECENT_STREAM_MS) return;
+    const refusal = this.refusal(m.to);
+    if (refusal !== null) {
+      this.stats.refused++;
+      if (this.refusalLogged.get(m.to) !== refusal) {
+        this.refusalLogged.set(m.to, refusal);
+        this.o.log?.('consensus: no snapshot stream to a member behind the log: it reads no format this member sends (upgrade it; Raft asks again)', { to: m.to, index: m.snapshot.meta.index, reason: refusal });
+      }
+      return;
+    }
+    this.refusalLogged.delete(m.to);
     const s: OutStream = { id: randomBytes(ID_BYTES), to: m.to, index: m.snapshot.meta.index, acked: -1, sent: 0, stop: new AbortController(), wake: null };
     this.out.set(m.to, s);
     void this.run(s, m).then(
@@ -177,6 +215,19 @@ export class SnapshotStreams {
     ).finally(() => {
       if (this.out.get(m.to) === s) this.out.delete(m.to);
     });
+  }
+
+  /** Why member `to` cannot read an image from this member now, or null when it can. */
+  private refusal(to: NodeId): string | null {
+    if (this.o.peerVersions === undefined) return null;
+    const v = this.o.peerVersions(to);
+    if (v === null) return 'not heard from since this member started: its versions are unknown';
+    if (streamVersionFor(v.stream) === null) {
+      return `it reads snapshot-stream versions up to ${v.stream}; this member sends ${SNAPSHOT_STREAM_VERSIONS.join(', ')}`;
+    }
+    const needs = this.o.imageCommandVersion?.() ?? 1;
+    if (v.command < needs) return `the image holds commands of version ${needs} (a rebalancing move's state); it reads up to ${v.command}`;
+    return null;
   }
 
   /**
@@ -263,7 +314,7 @@ export class SnapshotStreams {
     let held: Uint8Array | null = null;
     let pending: Buffer[] = [];
     let pendingBytes = 0;
-    for await (const piece of this.o.image()) {
+    for await (const piece of this.o.image(s.to)) {
       if (s.stop.signal.aborted) throw s.stop.signal.reason;
       let at = 0;
       while (at < piece.length) {

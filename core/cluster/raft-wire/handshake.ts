@@ -1,4 +1,4 @@
-import { createHmac, hkdfSync, timingSafeEqual } from 'node:crypto';
+import { createHmac, hkdfSync, randomBytes, timingSafeEqual } from 'node:crypto';
 import { assert } from '../../base/assert.js';
 import { WireError, WIRE_STRING_BYTES_MAX } from './codec.js';
 
@@ -11,6 +11,16 @@ import { WireError, WIRE_STRING_BYTES_MAX } from './codec.js';
  * reflected (the labels differ), nor moved to another pair of members (the ids are in it). Proofs are
  * compared in constant time. Without a secret (mutual TLS authenticates, or insecure mode) the proofs
  * are zero bytes and a side that has a secret refuses them.
+ *
+ * Versions (docs/consensus.md, Version skew): each side's nonce also says the highest command and
+ * snapshot-stream versions its build reads, as `'svc-ver1' | command u8 | stream u8 | 22 random bytes`.
+ * They ride in the nonce because no other part of the handshake has room an older build would ignore:
+ * decodeHello wants exactly a 32-byte nonce after the ids, decodeChallenge and decodeProof exact lengths,
+ * and an unknown frame or message type closes the connection. An older build treats the nonce as the
+ * random bytes it always was (it only hashes it into the proofs), so it connects as before; this build
+ * reads a nonce without the mark (an older build's, all random: the mark's 64 bits match by chance once
+ * in 2^64) as "no versions". Both nonces are in both proofs, so with a secret a relay cannot change what
+ * a member advertises without failing the handshake; 176 random bits keep the nonce fresh.
  */
 
 export const NONCE_BYTES = 32;
@@ -41,6 +51,37 @@ export function proof(key: Buffer | null, role: HandshakeRole, dialer: string, a
 /** Constant time; with no key (no secret here) only the zero proof passes. */
 export function proofMatches(expected: Buffer, got: Uint8Array): boolean {
   return got.length === PROOF_BYTES && timingSafeEqual(expected, got);
+}
+
+/** The highest versions a member reads, as its nonce carries them (core/cluster/consensus/versions.ts). */
+export interface NonceVersions {
+  readonly command: number;
+  readonly stream: number;
+}
+
+const VERSIONS_MARK = Buffer.from('svc-ver1', 'latin1');
+
+/**
+ * A fresh nonce carrying `versions` (each 0 to 255); null: all random, as builds before versions made
+ * them (tests stand in for such a build with it).
+ */
+export function versionedNonce(versions: NonceVersions | null): Buffer {
+  const n = randomBytes(NONCE_BYTES);
+  if (versions === null) return n;
+  assert(Number.isInteger(versions.command) && versions.command >= 0 && versions.command <= 255, 'a command version is a byte');
+  assert(Number.isInteger(versions.stream) && versions.stream >= 0 && versions.stream <= 255, 'a stream version is a byte');
+  VERSIONS_MARK.copy(n, 0);
+  n[VERSIONS_MARK.length] = versions.command;
+  n[VERSIONS_MARK.length + 1] = versions.stream;
+  return n;
+}
+
+/** The versions a peer's nonce carries; null when it carries none (an older build's). */
+export function nonceVersions(nonce: Uint8Array): NonceVersions | null {
+  if (nonce.length !== NONCE_BYTES) return null;
+  const b = Buffer.from(nonce.buffer, nonce.byteOffset, nonce.byteLength);
+  if (!b.subarray(0, VERSIONS_MARK.length).equals(VERSIONS_MARK)) return null;
+  return { command: b[VERSIONS_MARK.length], stream: b[VERSIONS_MARK.length + 1] };
 }
 
 export interface Hello {
