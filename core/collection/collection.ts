@@ -246,7 +246,7 @@ export class Collection {
     const next = mode === 'replace' ? { ...patch } : { ...(old ?? {}), ...patch };
     this.payloadIndex.remove(slot, old ?? undefined);
     this.payloads[slot] = next;
-    this.reads?.payload(slot, next);
+    this.reads?.payload(slot, next, this.liveSlots);
     this.payloadIndex.add(slot, next);
     if (!this.spec.multivector) {
       if (this.sparse.has(slot)) this.sparse.remove(slot);
@@ -273,7 +273,10 @@ export class Collection {
       this.codes.encodeRange(this.store, this.codedUpTo, n);
       this.codedUpTo = n;
     }
-    if (this.graph !== null && this.graph.scalarCodes !== this.codes) this.graph.attachCodes(this.codes);
+    if (this.graph !== null && this.graph.scalarCodes !== this.codes) {
+      this.graph.attachCodes(this.codes);
+      this.publishGraph();
+    }
   }
 
   /**
@@ -362,8 +365,12 @@ export class Collection {
     if (this.sparse.has(slot)) this.sparse.remove(slot);
     this.payloads[slot] = null;
     // Its shared id and payload records stay: a request loop that found the slot live just before
-    // reads them after (as the vector stays in the store).
+    // reads them after (as the vector stays in the store), until a compaction of the records.
+    this.reads?.dead(slot, this.liveSlots);
   }
+
+  /** The live slots now (a compaction of the shared records copies theirs). */
+  private readonly liveSlots = (): Int32Array => this.live.slotsIn(0, this.store.count);
 
   private markUnabsorbable(): void {
     if (this.spec.index === 'flat') return;

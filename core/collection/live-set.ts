@@ -127,9 +127,22 @@ export class SharedLiveView {
     return w < this.words.length && (Atomics.load(this.words, w) & (1 << (slot & 31))) !== 0;
   }
 
-  /** The words as a bitset over `capacity` slots (plain reads: a search's candidate set). */
-  bitset(capacity: number): Bitset {
-    const n = Math.min((capacity + 31) >>> 5, this.words.length);
-    return new Bitset(Math.min(capacity, n * 32), this.words.subarray(0, n));
+  /**
+   * A copy of the words, each read atomically, in ascending order, until the set stops growing. A slot
+   * appended after another (an update's new slot) is at a higher position: if the copy shows the older
+   * slot dead, the tombstone came after the newer slot was made live, so the copy shows the newer one.
+   * A search over the copy therefore never misses a point being updated (shared-reads.ts).
+   */
+  copy(): Uint32Array {
+    let out = new Uint32Array(this.words.length);
+    let at = 0;
+    for (;;) {
+      for (; at < out.length; at++) out[at] = Atomics.load(this.words, at);
+      const n = this.words.length;
+      if (n === out.length) return out;
+      const grown = new Uint32Array(n);
+      grown.set(out);
+      out = grown;
+    }
   }
 }

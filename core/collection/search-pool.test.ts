@@ -7,7 +7,7 @@ import { resolveLimits } from '../base/limits.js';
 import { Prng } from '../base/prng.js';
 import type { SearchResult } from '../index/flat.js';
 import { ScalarCodes } from '../index/scalar-codes.js';
-import { LANES_PER_MEMORY, VectorStore } from '../index/vector-store.js';
+import { ENGINE_LANES, VectorStore } from '../index/vector-store.js';
 import { compileFilter } from '../query/filter.js';
 import { Collection, type IndexBuilder } from './collection.js';
 import { Database } from './database.js';
@@ -126,15 +126,15 @@ describe('SearchPool', () => {
     expect(second).not.toBe(first);
     await same();
     // Each worker holds a view (one scratch lane) of the codes in use and has released the old ones.
-    expect(freeCodeLanes(second!)).toBe(LANES_PER_MEMORY - 1 - 2);
-    expect(freeCodeLanes(first!)).toBe(LANES_PER_MEMORY - 1);
+    expect(freeCodeLanes(second!)).toBe(ENGINE_LANES - 1 - 2);
+    expect(freeCodeLanes(first!)).toBe(ENGINE_LANES - 1);
     col.drop();
     pool.forget('sq8');
     // Two searches at once reach both workers (the least loaded is picked), after the forget.
     const other = makeCollection('other', buildIndexInline);
     upsert(other, 0, clustered(prng, 50));
     await Promise.all([viaPool(pool, other, queries[0], 1, 8), viaPool(pool, other, queries[1], 1, 8)]);
-    expect(freeCodeLanes(second!)).toBe(LANES_PER_MEMORY - 1);
+    expect(freeCodeLanes(second!)).toBe(ENGINE_LANES - 1);
     other.drop();
     pool.forget('other');
   });

@@ -7,7 +7,7 @@ import { Prng } from '../base/prng.js';
 import type { SearchQuery } from '../base/model.js';
 import { Database } from './database.js';
 import { buildIndexInline } from './rebuild.js';
-import { ReadView, SharedRecords } from './shared-reads.js';
+import { ReadView, SharedReadState, SharedRecords } from './shared-reads.js';
 
 const KEY = Buffer.alloc(32, 7);
 const dirs: string[] = [];
@@ -135,6 +135,10 @@ describe('a collection read from shared memory (request loops, issue 20)', () =>
     const prng = new Prng(7);
     const vec = (): number[] => Array.from({ length: dim }, () => prng.gaussian());
     await db.upsert('c', { points: Array.from({ length: 400 }, (_, i) => ({ id: `p${i}`, vector: vec(), payload: { id: `p${i}`, v: 0 } })) });
+    // X, far from the others, is rewritten all along: every answer near it must hold it (in its old slot
+    // or its new one, never in neither).
+    const far = [50, 50, 50, 50];
+    await db.upsert('c', { points: [{ id: 'X', vector: far, payload: { id: 'X', v: 0 } }] });
     const handle = db.readView('c')!;
     const stop = new Int32Array(new SharedArrayBuffer(4));
     const worker = new Worker(READER, { eval: true, workerData: {
@@ -148,7 +152,7 @@ describe('a collection read from shared memory (request loops, issue 20)', () =>
     const result = next() as Promise<{ answered: number; declined: number; bad: string[] }>;
     for (let v = 1; v <= 600; v++) {
       const ids = Array.from({ length: 8 }, () => `p${prng.int(400)}`);
-      await db.upsert('c', { points: ids.map((id) => ({ id, vector: vec(), payload: { id, v } })) });
+      await db.upsert('c', { points: [...ids.map((id) => ({ id, vector: vec(), payload: { id, v } })), { id: 'X', vector: far, payload: { id: 'X', v } }] });
       if (v % 5 === 0) await db.setPayload('c', { points: [{ id: ids[0], payload: { id: ids[0], v: -v } }] });
       if (v % 7 === 0) await db.deletePoints('c', { ids: [ids[1]] });
       if (v % 9 === 0) await db.upsert('c', { points: [{ id: ids[1], vector: vec(), payload: { id: ids[1], v } }] });
@@ -194,9 +198,11 @@ const { parentPort, workerData } = require('node:worker_threads');
   const rnd = () => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32) * 4 - 2;
   for (let n = 0; Atomics.load(stop, 0) === 0; n++) {
     if (n % 16 === 0) await new Promise((resolve) => setImmediate(resolve));
-    const r = v.search({ vector: [rnd(), rnd(), rnd(), rnd()], k: 20 });
+    const nearX = n % 2 === 0;
+    const r = v.search({ vector: nearX ? [50, 50, 50, 49.5] : [rnd(), rnd(), rnd(), rnd()], k: 20 });
     if (r === null) { declined++; if (v.declined !== 'moved' && v.declined !== 'epoch') bad.push('declined ' + v.declined); continue; }
     answered++;
+    if (nearX && r.hits[0]?.id !== 'X') bad.push('X missing: ' + r.hits.slice(0, 3).map((h) => h.id).join(','));
     const seen = new Set();
     for (const h of r.hits) {
       if (seen.has(h.id)) bad.push('twice ' + h.id);
@@ -208,3 +214,42 @@ const { parentPort, workerData } = require('node:worker_threads');
   parentPort.postMessage({ answered, declined, bad: bad.slice(0, 20) });
 })();
 `;
+
+describe('the shared records of a collection', () => {
+  it('are compacted once garbage outweighs what is live: the live slots copied, every old view retired', () => {
+    const state = new SharedReadState(4096);
+    const enc = (s: string) => new TextEncoder().encode(s);
+    const live = new Set<number>();
+    const latest = new Map<number, object>();
+    for (let s = 0; s < 100; s++) {
+      state.put(s, `id-${s}`, { fill: 'x'.repeat(40), s });
+      latest.set(s, { fill: 'x'.repeat(40), s });
+      live.add(s);
+    }
+    const liveSlots = () => Int32Array.from([...live].sort((a, b) => a - b));
+    const fake = { memory: new WebAssembly.Memory({ initial: 1, maximum: 1, shared: true }) };
+    const before = state.handle('u', {} as never, {} as never, fake, { words: new SharedArrayBuffer(4), count: new SharedArrayBuffer(4) })!;
+    // Payloads replaced in place and slots tombstoned: garbage grows until it is half the arenas.
+    for (let s = 0; s < 60; s++) {
+      state.payload(s, { again: s }, liveSlots);
+      latest.set(s, { again: s });
+      if (s % 2 === 0) {
+        live.delete(s);
+        state.dead(s, liveSlots);
+      }
+      if (state.compactions > 0) break;
+    }
+    expect(state.compactions).toBe(1);
+    expect(new Int32Array(before.header)[6]).toBe(1);
+    const after = state.handle('u', {} as never, {} as never, fake, { words: new SharedArrayBuffer(4), count: new SharedArrayBuffer(4) })!;
+    expect(new Int32Array(after.header)[6]).toBe(0);
+    const ids = new SharedRecords(after.ids);
+    const payloads = new SharedRecords(after.payloads);
+    // Every live slot's records are there, with its latest payload (a dead one's may be, or not).
+    for (const s of live) {
+      expect(ids.get(s)).toEqual(enc(`id-${s}`));
+      expect(JSON.parse(new TextDecoder().decode(payloads.get(s)!))).toEqual(latest.get(s));
+    }
+    expect(new SharedRecords(after.ids).arenaBytes).toBeLessThan(new SharedRecords(before.ids).arenaBytes);
+  });
+});

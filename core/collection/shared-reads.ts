@@ -1,3 +1,4 @@
+import { Bitset } from '../base/bitset.js';
 import { growShared, growableShared } from '../base/growable.js';
 import type { Limits } from '../base/limits.js';
 import type { Hit, SearchQuery } from '../base/model.js';
@@ -37,6 +38,8 @@ import { tieAtCut, tiesById, widenTiesNow } from './ties.js';
 
 /** Bytes the arena and the index may reach; reserved address space, committed as they grow. */
 const ARENA_MAX_BYTES = 2 ** 31 - 2 ** 16;
+/** Garbage (replaced payloads, dead slots' records) below this is never compacted away. */
+const COMPACT_MIN_BYTES = 64 << 20;
 const INDEX_MAX_BYTES = 2 ** 31;
 
 /** What another thread needs to read a SharedRecords. */
@@ -84,6 +87,13 @@ export class SharedRecords {
   /** Arena bytes no slot names any more (replaced payloads, records of dead slots are counted by the caller). */
   get garbageBytes(): number {
     return this.arenaBytes - this.live;
+  }
+
+  /** Arena bytes `slot`'s record takes (0: none). */
+  recordBytes(slot: number): number {
+    if (slot * 4 >= this.index.byteLength) return 0;
+    const at = Atomics.load(this.index, slot);
+    return at === 0 ? 0 : roundUp4(4 + this.lens.getUint32(at - 1, true));
   }
 
   /** Writer: `slot`'s record is `data` from now on (null: none). */
@@ -162,9 +172,16 @@ const encoder = new TextEncoder();
  * `graphMoved` whenever its graph, graph arrays or indexed bound may have changed, `retire` at drop.
  */
 export class SharedReadState {
-  readonly ids = new SharedRecords();
-  readonly payloads = new SharedRecords();
-  private readonly header = new Int32Array(new SharedArrayBuffer(HEADER_WORDS * 4));
+  private ids = new SharedRecords();
+  private payloads = new SharedRecords();
+  private header = new Int32Array(new SharedArrayBuffer(HEADER_WORDS * 4));
+  /** Arena bytes of tombstoned slots' records (their ids and last payloads), which no new reader needs. */
+  private deadBytes = 0;
+  /** Compactions done (a metric and a test's handle). */
+  compactions = 0;
+
+  /** `compactMinBytes`: garbage below it is never compacted (COMPACT_MIN_BYTES; tests use less). */
+  constructor(private readonly compactMinBytes = COMPACT_MIN_BYTES) {}
   private graph: Hnsw | null = null;
   private graphVersion = -1;
   private epoch = 0;
@@ -176,6 +193,40 @@ export class SharedReadState {
    */
   private broken = false;
 
+  /**
+   * A slot tombstoned. Its records stay (a loop that found it live just before reads them after), and
+   * count as garbage: once the arenas hold more garbage than live bytes (and COMPACT_MIN_BYTES), the
+   * live slots' records are copied into new arenas under a new header and the old header is retired,
+   * so every loop drops its view and asks for the new one (`live`: the live slots, for the copy).
+   */
+  dead(slot: number, live: () => Int32Array): void {
+    this.guard(() => {
+      this.deadBytes += this.ids.recordBytes(slot) + this.payloads.recordBytes(slot);
+      const garbage = this.deadBytes + this.ids.garbageBytes + this.payloads.garbageBytes;
+      if (garbage > this.compactMinBytes && 2 * garbage > this.ids.arenaBytes + this.payloads.arenaBytes) this.compact(live());
+    });
+  }
+
+  /** Copies the live slots' records into new arenas and retires every view of the old ones. */
+  private compact(live: Int32Array): void {
+    const ids = new SharedRecords();
+    const payloads = new SharedRecords();
+    for (const s of live) {
+      ids.set(s, this.ids.get(s));
+      payloads.set(s, this.payloads.get(s));
+    }
+    const header = new Int32Array(new SharedArrayBuffer(HEADER_WORDS * 4));
+    header.set(this.header);
+    Atomics.store(header, H.SEQ, 0);
+    const old = this.header;
+    this.ids = ids;
+    this.payloads = payloads;
+    this.header = header;
+    this.deadBytes = 0;
+    this.compactions++;
+    Atomics.store(old, H.RETIRED, 1);
+  }
+
   put(slot: number, id: string, payload: object | null): void {
     this.guard(() => {
       this.ids.set(slot, encoder.encode(id));
@@ -183,8 +234,12 @@ export class SharedReadState {
     });
   }
 
-  payload(slot: number, payload: object | null): void {
-    this.guard(() => this.payloads.set(slot, payload === null ? null : encoder.encode(JSON.stringify(payload))));
+  payload(slot: number, payload: object | null, live: () => Int32Array): void {
+    this.guard(() => {
+      this.payloads.set(slot, payload === null ? null : encoder.encode(JSON.stringify(payload)));
+      const garbage = this.deadBytes + this.ids.garbageBytes + this.payloads.garbageBytes;
+      if (garbage > this.compactMinBytes && 2 * garbage > this.ids.arenaBytes + this.payloads.arenaBytes) this.compact(live());
+    });
   }
 
   private guard(write: () => void): void {
@@ -250,7 +305,13 @@ const EMPTY: SearchResult = { slots: new Int32Array(0), dists: new Float32Array(
 const decoder = new TextDecoder();
 
 /** Why a view passed a search to the engine thread (a metric: what the loops could not answer). */
-export type Declined = 'shape' | 'retired' | 'epoch' | 'moved' | 'lane';
+export type Declined = 'shape' | 'retired' | 'epoch' | 'moved' | 'scan';
+
+/**
+ * Most slots a loop scans exactly (no graph yet, a flat index, or fewer live points than the beam): a
+ * longer scan would hold the loop's other connections; the engine thread hands it to a search worker.
+ */
+const LOOP_SCAN_MAX = 20_000;
 
 /**
  * The reader's side, in a request loop: answers `search` as Database.search would for what it can
@@ -276,7 +337,7 @@ export class ReadView {
     this.uid = h.uid;
     this.spec = h.spec;
     this.limits = h.limits;
-    this.store = VectorStore.open(h.store);
+    this.store = VectorStore.open(h.store, { lanes: 'loop' });
     this.kind = h.spec.metric === 'l2' ? 'l2' : 'ip';
     this.live = new SharedLiveView(h.live);
     this.ids = new SharedRecords(h.ids);
@@ -306,7 +367,7 @@ export class ReadView {
   adoptGraph(g: ReadGraph): void {
     if (g.epoch < this.graphEpoch) return;
     // The codes' lane first: when none is free, the view keeps its graph and declines until it can.
-    const codes = g.data?.codes ? ScalarCodes.open(g.data.codes) : null;
+    const codes = g.data?.codes ? ScalarCodes.open(g.data.codes, { lanes: 'loop' }) : null;
     this.graph?.scalarCodes?.close();
     this.graph = g.data === null ? null : Hnsw.deserialize(this.store, g.data);
     this.graph?.attachCodes(codes);
@@ -342,7 +403,10 @@ export class ReadView {
       return this.decline('shape');
     }
     const top = this.readTop();
+    if (top === 'busy') return this.decline('moved');
     if (top === null) return this.decline('epoch');
+    const scans = this.graph === null || this.spec.index === 'flat' || this.live.count <= Math.max(ef, k + 1);
+    if (scans && this.store.count > LOOP_SCAN_MAX) return this.decline('scan');
     const run = (n: number): SearchResult => this.searchDense(vector, n, ef, top);
     let r = run(k + 1);
     if (tieAtCut(r.dists, k, k + 1)) r = widenTiesNow(r, k, k + 1, this.live.count, (n) => run(n));
@@ -369,7 +433,9 @@ export class ReadView {
       if (withVector) h.vector = Array.from(this.store.view(slot));
       hits.push(h);
     }
-    // A payload replaced after the liveness check is newer data for a live point: still an answer.
+    // A payload replaced after the liveness check is newer data for a live point: still an answer. A view
+    // retired meanwhile (a drop, or records that could not be written) answers nothing.
+    if (this.retired) return this.decline('retired');
     return { hits };
   }
 
@@ -383,8 +449,11 @@ export class ReadView {
     return b === null ? '' : decoder.decode(b);
   }
 
-  /** The header's graph bound and top, consistent with each other and with the graph held; else null. */
-  private readTop(): { indexedUpTo: number; entry: number; maxLevel: number; size: number } | null {
+  /**
+   * The header's graph bound and top, consistent with each other and with the graph held; null when the
+   * header names another epoch; 'busy' when the writer kept changing it.
+   */
+  private readTop(): { indexedUpTo: number; entry: number; maxLevel: number; size: number } | null | 'busy' {
     const h = this.header;
     for (let tries = 0; tries < 4; tries++) {
       const s1 = Atomics.load(h, H.SEQ);
@@ -394,17 +463,31 @@ export class ReadView {
       if (Atomics.load(h, H.SEQ) !== s1) continue;
       return epoch === this.graphEpoch ? top : null;
     }
-    return null;
+    return 'busy';
   }
 
-  /** Collection.planDense without a filter, run here (search-pool-plan.ts), as a search worker would. */
+  /**
+   * Collection.planDense without a filter, run here (search-pool-plan.ts), as a search worker would.
+   * With no tombstone below the count every slot is an answer and no bit is read (a slot tombstoned
+   * during the search is found by the liveness check after it). Otherwise the search runs over a copy
+   * of the live bits taken before the count is read (SharedLiveView.copy): an update racing the search
+   * shows its point in the old slot or the new one, never in neither.
+   */
   private searchDense(vector: Float32Array, k: number, ef: number, top: { indexedUpTo: number; entry: number; maxLevel: number; size: number }): SearchResult {
-    const count = this.store.count;
     const liveCount = this.live.count;
+    let count = this.store.count;
     if (liveCount === 0 || k === 0) return EMPTY;
+    const acceptAll = liveCount === count;
+    let bits: Bitset;
+    if (acceptAll) bits = new Bitset(0);
+    else {
+      const words = this.live.copy();
+      count = this.store.count;
+      bits = new Bitset(Math.min(count, words.length * 32), words);
+    }
     const graph = this.graph;
     const base: Omit<DensePlan, 'mode' | 'ef'> = {
-      bits: this.live.bitset(count), acceptAll: liveCount === count, k, want: Math.min(k, liveCount), indexedUpTo: Math.min(top.indexedUpTo, count), count,
+      bits, acceptAll, k, want: Math.min(k, liveCount), indexedUpTo: Math.min(top.indexedUpTo, count), count,
     };
     let plan: DensePlan;
     const graphEf = Math.max(ef, k);

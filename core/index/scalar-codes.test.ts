@@ -4,7 +4,7 @@ import { Hnsw } from './hnsw/hnsw.js';
 import { fallbackKernel } from './kernels/kernel.js';
 import { ScalarCodes } from './scalar-codes.js';
 import { clusteredVectors, recallAtK } from './testing-data.js';
-import { LANES_PER_MEMORY, VectorStore } from './vector-store.js';
+import { ENGINE_LANES, LANES_PER_MEMORY, VectorStore } from './vector-store.js';
 
 const range = (n: number): Int32Array => Int32Array.from({ length: n }, (_, i) => i);
 
@@ -106,7 +106,14 @@ describe('ScalarCodes', () => {
     expect(() => {
       for (;;) views.push(ScalarCodes.open(codes.handle()));
     }).toThrow(/scratch lanes of the scalar codes/);
-    expect(views.length).toBe(LANES_PER_MEMORY - 2);
+    expect(views.length).toBe(ENGINE_LANES - 2);
+    // A request loop's views take the other lanes, never an engine thread's.
+    const loops: ScalarCodes[] = [];
+    expect(() => {
+      for (;;) loops.push(ScalarCodes.open(codes.handle(), { lanes: 'loop' }));
+    }).toThrow(/scalar codes for request loops/);
+    expect(loops.length).toBe(LANES_PER_MEMORY - ENGINE_LANES);
+    for (const v of loops) v.close();
     for (const v of views) v.close();
     other.close();
     expect(() => ScalarCodes.open(codes.handle()).close()).not.toThrow();

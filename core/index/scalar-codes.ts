@@ -2,7 +2,7 @@ import { assert } from '../base/assert.js';
 import type { DistanceKind, Kernel } from './kernels/kernel.js';
 import { createKernel } from './kernels/kernel.js';
 import { Wasm, type WasmMemory } from './kernels/wasm-api.js';
-import { BATCH_MAX, claimLaneBit, growMemory, LANES_PER_MEMORY, type VectorStore } from './vector-store.js';
+import { BATCH_MAX, claimLaneBit, growMemory, LANES_PER_MEMORY, type LaneSet, type VectorStore } from './vector-store.js';
 
 const PAGE_BYTES = 65_536;
 const MAGIC = 0x53513843; // "SQ8C"
@@ -81,7 +81,7 @@ export class ScalarCodes {
   private rowsF32: Float32Array;
   private closed = false;
 
-  private constructor(memory: WasmMemory, readOnly: boolean, kernel: 'wasm' | 'js') {
+  private constructor(memory: WasmMemory, readOnly: boolean, kernel: 'wasm' | 'js', lanes: LaneSet = 'engine') {
     this.memory = memory;
     this.readOnly = readOnly;
     this.header = new Int32Array(memory.buffer, 0, HEADER_BYTES / 4);
@@ -94,7 +94,7 @@ export class ScalarCodes {
     this.step = new Float32Array(memory.buffer, HEADER_BYTES + this.dim * 4, this.dim);
     this.invStep = Float64Array.from(this.step, (x) => (x > 0 ? 1 / x : 0));
     this.kernel = createKernel(memory, kernel);
-    this.laneIndex = claimLaneBit(this.header, H_LANE_BITS, 'scalar codes');
+    this.laneIndex = claimLaneBit(this.header, H_LANE_BITS, 'scalar codes', lanes);
     const laneBytes = this.header[H_LANE_BYTES];
     this.laneQ = this.header[H_LANES_BASE] + this.laneIndex * laneBytes;
     this.weights = new Float64Array(this.dim);
@@ -164,8 +164,8 @@ export class ScalarCodes {
   }
 
   /** Re-opens codes from a handle (in a worker): read-only, with its own scratch lane. */
-  static open(handle: ScalarCodesHandle, opts: { kernel?: 'wasm' | 'js' } = {}): ScalarCodes {
-    return new ScalarCodes(handle.memory, true, opts.kernel ?? 'wasm');
+  static open(handle: ScalarCodesHandle, opts: { kernel?: 'wasm' | 'js'; lanes?: LaneSet } = {}): ScalarCodes {
+    return new ScalarCodes(handle.memory, true, opts.kernel ?? 'wasm', opts.lanes ?? 'engine');
   }
 
   handle(): ScalarCodesHandle {

@@ -14,8 +14,10 @@ export const BATCH_MAX = 1024;
  * finds none free hands its searches to the engine thread. The lane bitmap is one int32 word.
  */
 const LANES = 32;
-/** Lanes the engine's threads plan their counts within (rebuild.ts buildWorkersMax). */
+/** Lanes 0..15: the engine's threads, which plan their counts within them (rebuild.ts buildWorkersMax). */
 export const ENGINE_LANES = 16;
+/** Which lanes a view claims: the engine's threads', or request loops' (lanes ENGINE_LANES and up). */
+export type LaneSet = 'engine' | 'loop';
 const HEADER_BYTES = 64;
 // Header words (Int32 index).
 const H_MAGIC = 0;
@@ -77,7 +79,7 @@ export class VectorStore {
   private readonly header: Int32Array;
   private closed = false;
 
-  private constructor(memory: WasmMemory, readOnly: boolean, kernel: 'wasm' | 'js') {
+  private constructor(memory: WasmMemory, readOnly: boolean, kernel: 'wasm' | 'js', lanes: LaneSet = 'engine') {
     this.memory = memory;
     this.readOnly = readOnly;
     this.header = new Int32Array(memory.buffer, 0, HEADER_BYTES / 4);
@@ -87,7 +89,7 @@ export class VectorStore {
     this.strideBytes = this.paddedDim * 4;
     this.vectorsBase = this.header[H_VECTORS_BASE];
     this.kernel = createKernel(memory, kernel);
-    this.lane = this.claimLane();
+    this.lane = this.claimLane(lanes);
   }
 
   static create(opts: VectorStoreOptions): VectorStore {
@@ -114,8 +116,9 @@ export class VectorStore {
   }
 
   /** Re-open a store from its handle (in a worker): read-only, with its own scratch lane. */
-  static open(handle: VectorStoreHandle, opts: { kernel?: 'wasm' | 'js' } = {}): VectorStore {
-    return new VectorStore(handle.memory, true, opts.kernel ?? 'wasm');
+  /** `lanes`: 'loop' for a request loop's view (shared-reads.ts), which never takes an engine thread's lane. */
+  static open(handle: VectorStoreHandle, opts: { kernel?: 'wasm' | 'js'; lanes?: LaneSet } = {}): VectorStore {
+    return new VectorStore(handle.memory, true, opts.kernel ?? 'wasm', opts.lanes ?? 'engine');
   }
 
   handle(): VectorStoreHandle {
@@ -181,8 +184,8 @@ export class VectorStore {
     return this.header[H_MAX_PAGES];
   }
 
-  private claimLane(): Lane {
-    const i = claimLaneBit(this.header, H_LANE_BITS, 'vector store');
+  private claimLane(lanes: LaneSet): Lane {
+    const i = claimLaneBit(this.header, H_LANE_BITS, 'vector store', lanes);
     const laneBytes = this.header[H_LANE_BYTES];
     const q = HEADER_BYTES + i * laneBytes;
     const ids = q + roundUp(this.paddedDim * 4, 64);
@@ -220,15 +223,16 @@ export const LANES_PER_MEMORY = LANES;
  * Claims a free lane in the bitmap word `word` of a shared header (lock-free, compare-and-exchange)
  * and returns its index; release with `Atomics.and(header, word, ~(1 << index))`.
  */
-export function claimLaneBit(header: Int32Array, word: number, what: string): number {
-  for (let i = 0; i < LANES; i++) {
+export function claimLaneBit(header: Int32Array, word: number, what: string, lanes: LaneSet = 'engine'): number {
+  const [from, to] = lanes === 'engine' ? [0, ENGINE_LANES] : [ENGINE_LANES, LANES];
+  for (let i = from; i < to; i++) {
     const bits = Atomics.load(header, word);
     const bit = 1 << i;
     if ((bits & bit) === 0 && Atomics.compareExchange(header, word, bits, bits | bit) === bits) return i;
     if ((bits & bit) !== 0) continue;
     i--; // lost a race for this lane: look again
   }
-  throw new SvcError('limit_exceeded', `every ${LANES} scratch lanes of the ${what} are in use`, { lanes: LANES });
+  throw new SvcError('limit_exceeded', `every ${to - from} scratch lanes of the ${what} for ${lanes === 'engine' ? "the engine's threads" : 'request loops'} are in use`, { lanes: to - from });
 }
 
 /** Scales a vector to unit length in place (cosine collections store and query unit vectors). */

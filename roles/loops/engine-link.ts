@@ -64,7 +64,12 @@ export function engineOverLink(link: Link, reads: LocalReads | null = null): Eng
   for (const op of CALLS) engine[op] = (...args: unknown[]) => link.call('engine', op, args);
   // A plain dense search this loop can answer over shared memory never crosses the link.
   engine.search = (c: unknown, q: unknown) => {
-    const local = reads?.search(c, q) ?? null;
+    let local: ReturnType<LocalReads['search']> = null;
+    try {
+      local = reads?.search(c, q) ?? null;
+    } catch {
+      // A view that fails (a bug) costs the loop its shortcut for this search, never the answer.
+    }
     return local !== null ? Promise.resolve(local) : link.call('engine', 'search', [c, withPackedVector(q)]);
   };
   engine.hybridSearch = (c: unknown, q: unknown) => link.call('engine', 'hybridSearch', [c, withPackedVector(q)]);

@@ -13,6 +13,10 @@ export interface LocalReadSource {
 const ASK_AGAIN_MS = 1000;
 /** How often at most a loop tells the engine thread it searched a collection (what a read starts there). */
 const NOTE_READ_MS = 50;
+/** How often views are swept: dropped collections' closed, newer graphs taken, names with no view forgotten. */
+const SWEEP_MS = 1000;
+/** Most names a loop keeps an entry for (names come from clients). */
+const ENTRIES_MAX = 4096;
 
 type Entry =
   | { state: 'view'; view: ReadView; graphAsked: boolean; notedAt: number }
@@ -31,13 +35,36 @@ export class LocalReads {
   private readonly views = new Map<string, Entry>();
   readonly counts = { local: 0, declined: new Map<Declined | 'no_view', number>() };
 
-  constructor(private readonly link: Link, private readonly now: () => number = () => performance.now()) {}
+  private readonly sweeper: NodeJS.Timeout;
+
+  constructor(private readonly link: Link, private readonly now: () => number = () => performance.now()) {
+    this.sweeper = setInterval(() => this.sweep(), SWEEP_MS);
+    this.sweeper.unref();
+  }
+
+  /**
+   * Without it a view would hold what it maps (a dropped collection's memory, a replaced graph's
+   * arrays) until a search of that name came again: a dropped collection's view is closed, a view
+   * whose graph is old asks for the new one, and names with no view are forgotten.
+   */
+  sweep(): void {
+    const t = this.now();
+    for (const [name, e] of this.views) {
+      if (e.state === 'none' && t - e.at >= ASK_AGAIN_MS) this.views.delete(name);
+      else if (e.state === 'view') {
+        if (e.view.retired) {
+          this.views.delete(name);
+          e.view.close();
+        } else if (e.view.epoch !== e.view.heldEpoch) this.refresh(name, e);
+      }
+    }
+  }
 
   search(name: unknown, query: unknown): { hits: Hit[] } | null {
     if (typeof name !== 'string') return null;
     const e = this.views.get(name);
     if (e === undefined || (e.state === 'none' && this.now() - e.at >= ASK_AGAIN_MS)) {
-      this.ask(name);
+      if (e !== undefined || this.views.size < ENTRIES_MAX) this.ask(name);
       return this.declined('no_view');
     }
     if (e.state !== 'view') return this.declined('no_view');
@@ -57,20 +84,26 @@ export class LocalReads {
       // Dropped (or the database closed): the name may name a new collection now.
       this.views.delete(name);
       v.close();
-    } else if (why === 'epoch' && !e.graphAsked) {
-      e.graphAsked = true;
-      void (this.link.call('readGraph', v.uid) as Promise<ReadGraph | null>).then((g) => {
-        if (g !== null && this.views.get(name) === e) v.adoptGraph(g);
-      }).catch(() => {
-        // No lane for the codes, or the link closed: the view keeps declining, and asks again.
-      }).finally(() => {
-        e.graphAsked = false;
-      });
-    }
+    } else if (why === 'epoch') this.refresh(name, e);
     return this.declined(why);
   }
 
+  /** Asks the engine thread for the graph epoch the view's header names (once at a time). */
+  private refresh(name: string, e: Extract<Entry, { state: 'view' }>): void {
+    if (e.graphAsked) return;
+    e.graphAsked = true;
+    const v = e.view;
+    void (this.link.call('readGraph', v.uid) as Promise<ReadGraph | null>).then((g) => {
+      if (g !== null && this.views.get(name) === e) v.adoptGraph(g);
+    }).catch(() => {
+      // No lane for the codes, or the link closed: the view keeps declining, and asks again.
+    }).finally(() => {
+      e.graphAsked = false;
+    });
+  }
+
   close(): void {
+    clearInterval(this.sweeper);
     for (const e of this.views.values()) if (e.state === 'view') e.view.close();
     this.views.clear();
   }
