@@ -1653,8 +1653,9 @@ export class Database {
       await col.persistGraphAtClose();
       col.drop();
     }
-    // A move's records (a batch handed out is one no build before it reads) are left behind the
-    // checkpoints, so that an older build can open this directory once no move runs (docs/deployment.md).
+    // A move's records (a batch handed out is one no build before it reads) leave the WAL: it rolls, the
+    // checkpoints pass them and their files are deleted, so that an older build can open this directory
+    // once no move runs (docs/deployment.md); a follower's retention hold on them is logged by the seal.
     if (applied !== null) {
       await this.dir.sealMoveRecords(applied).catch((e) => this.log('warn', 'moving the checkpoints past the move\'s records at close failed; the WAL keeps them', { error: String(e) }));
     }

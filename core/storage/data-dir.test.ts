@@ -446,3 +446,132 @@ describe('a damaged WAL tail opened as a consensus member\'s', () => {
     await expect(DataDir.open(member, '/d', { masterKey: KEY, log: quiet, consensusHistory: 'raft' })).rejects.toBeInstanceOf(StorageCorruption);
   });
 });
+
+describe('DataDir: a clean close seals a move\'s records (sealMoveRecords)', () => {
+  const walFiles = (fs: FaultyFileSystem) => fs.listFiles().filter((f) => f.startsWith('/data/wal/'));
+  const moveState = { move: 'm1', self: 0, targets: [0, 1], finished: true };
+
+  /** Every retained 'db' record's kind, decoded as every build's open decodes them (finishInterrupted). */
+  async function dbKinds(d: DataDir): Promise<string[]> {
+    const kinds: string[] = [];
+    for await (const r of d.log.readFrom(d.log.firstRetainedSeq, { keyIds: new Set(['db']) })) kinds.push(decodeOp(r.body!).t);
+    return kinds;
+  }
+
+  it('does nothing on a directory that never had a move', async () => {
+    const fs = new FaultyFileSystem(81);
+    const d = await DataDir.open(fs, '/data', { masterKey: KEY, log: quiet });
+    await all(d.replay());
+    const { uid } = await d.createCollection('docs', { dim: 3 });
+    const s = await d.append(uid, up('a'));
+    const files = walFiles(fs);
+    const version = d.stats().manifest_version;
+    expect(await d.sealMoveRecords(new Map([[uid, s]]))).toBe(false);
+    expect(walFiles(fs)).toEqual(files);
+    expect(d.stats().manifest_version).toBe(version);
+    expect(d.collections()[0].checkpointSeq).toBeLessThan(s);
+    await d.close();
+  });
+
+  it('a move record an earlier session wrote, below every checkpoint but in the active file, goes too; a second seal does nothing', async () => {
+    const fs = new FaultyFileSystem(82);
+    let d = await DataDir.open(fs, '/data', { masterKey: KEY, log: quiet });
+    await all(d.replay());
+    const { uid } = await d.createCollection('docs', { dim: 3 });
+    await d.appendMoveState({ ...moveState, finished: false });
+    await d.append(uid, up('a'));
+    await d.appendMoveState(moveState);
+    const s = await d.append(uid, up('b'));
+    // A checkpoint past every record: the replay range of the next open holds none of the move's.
+    await d.checkpoint(uid, [up('a'), up('b')], s, { replaceAll: true });
+    await d.close();
+
+    d = await DataDir.open(fs, '/data', { masterKey: KEY, log: quiet });
+    expect(await all(d.replay())).toEqual([]);
+    expect(await dbKinds(d)).toContain('move_state');
+    expect(await d.sealMoveRecords(new Map())).toBe(true);
+    const last = d.lastSeq;
+    expect(d.log.firstRetainedSeq).toBe(last + 1);
+    expect(walFiles(fs)).toEqual([`/data/wal/${String(last + 1).padStart(20, '0')}.wal`]);
+    expect(await dbKinds(d)).toEqual([]);
+    expect(d.move).toMatchObject({ move: 'm1', finished: true });
+    const version = d.stats().manifest_version;
+    expect(await d.sealMoveRecords(new Map())).toBe(false);
+    expect(d.stats().manifest_version).toBe(version);
+    await d.close();
+
+    d = await DataDir.open(fs, '/data', { masterKey: KEY, log: quiet });
+    expect(await all(d.replay())).toEqual([]);
+    expect(d.move).toMatchObject({ move: 'm1', finished: true });
+    expect([...(await idsOf(d, uid, []))].sort()).toEqual(['a', 'b']);
+    expect(await d.append(uid, up('c'))).toBe(last + 1);
+    expect(await d.sealMoveRecords(new Map([[uid, last + 1]]))).toBe(false);
+    await d.close();
+  });
+
+  it('a replication reader\'s hold keeps the file: the seal says false and logs it; once released, the next seal finishes', async () => {
+    const fs = new FaultyFileSystem(83);
+    const logged: string[] = [];
+    const d = await DataDir.open(fs, '/data', { masterKey: KEY, log: (m) => logged.push(m) });
+    await all(d.replay());
+    const { uid } = await d.createCollection('docs', { dim: 3 });
+    await d.appendMoveState(moveState);
+    const s = await d.append(uid, up('a'));
+    await d.checkpoint(uid, [up('a')], s, { replaceAll: true });
+    const hold = d.log.hold(1);
+    expect(await d.sealMoveRecords(new Map([[uid, s]]))).toBe(false);
+    expect(logged.some((m) => m.includes('replication reader holds'))).toBe(true);
+    expect(await dbKinds(d)).toContain('move_state');
+    expect(d.collections()[0].checkpointSeq).toBe(s);
+    hold.release();
+    expect(await d.sealMoveRecords(new Map([[uid, s]]))).toBe(true);
+    expect(await dbKinds(d)).toEqual([]);
+    expect(d.log.firstRetainedSeq).toBe(s + 1);
+    await d.close();
+  });
+
+  it('a power loss at any point of the seal loses nothing: the reopen has every point and the move\'s state', async () => {
+    let sealed = 0;
+    for (let point = 1; point <= 30; point++) {
+      const fs = new FaultyFileSystem(8500 + point);
+      const d = await DataDir.open(fs, '/data', { masterKey: KEY, log: quiet });
+      await all(d.replay());
+      const { uid } = await d.createCollection('docs', { dim: 3 });
+      await d.append(uid, up('a'));
+      await d.appendMoveState(moveState);
+      await d.append(uid, up('b'));
+      // Unsynced, as a consensus member's applied writes are; the checkpoint syncs it before its manifest.
+      const c = await d.append(uid, up('c'), undefined, { sync: false });
+      // As Database.close does first: every change in the segments (the seal's precondition).
+      await d.checkpoint(uid, [up('a'), up('b'), up('c')], c, { replaceAll: true });
+      fs.crashAfter(point, {});
+      try {
+        if (await d.sealMoveRecords(new Map([[uid, c]]))) sealed++;
+      } catch (e) {
+        if (!(e instanceof SimulatedCrash)) throw new Error(`point ${point}: ${String(e)}`);
+      }
+      if (!fs.crashed) fs.crash();
+      fs.restart();
+      const again = await DataDir.open(fs, '/data', { masterKey: KEY, log: quiet }).catch((e) => { throw new Error(`point ${point}: reopen failed: ${String(e)}`); });
+      expect([...(await idsOf(again, uid, await all(again.replay())))].sort(), `point ${point}`).toEqual(['a', 'b', 'c']);
+      expect(again.move, `point ${point}`).toMatchObject({ move: 'm1', finished: true });
+      expect(await again.append(uid, up('d'))).toBe(again.lastSeq);
+      await again.close();
+    }
+    expect(sealed).toBeGreaterThan(0);
+  });
+
+  it('leaves everything while a collection has a record past what was applied', async () => {
+    const fs = new FaultyFileSystem(84);
+    const d = await DataDir.open(fs, '/data', { masterKey: KEY, log: quiet });
+    await all(d.replay());
+    const { uid } = await d.createCollection('docs', { dim: 3 });
+    await d.appendMoveState(moveState);
+    const s = await d.append(uid, up('a'));
+    const files = walFiles(fs);
+    expect(await d.sealMoveRecords(new Map([[uid, s - 1]]))).toBe(false);
+    expect(walFiles(fs)).toEqual(files);
+    expect(await dbKinds(d)).toContain('move_state');
+    await d.close();
+  });
+});

@@ -464,7 +464,8 @@ export class DataDir implements Keyring {
    * The WAL records an open reads (replay): from the lowest collection checkpoint on (`base`), and from
    * just after the manifest's move state when that is lower (only a move's records are taken below
    * `base`). Builds before this one compute the same range, and decode every record in it: a record of
-   * a kind they do not know (a batch handed out, `move_out`) refuses their open.
+   * a kind they do not know (a batch handed out, `move_out`) refuses their open. They (and this one)
+   * decode every retained `db` record at open too (finishInterrupted), from the first retained seq.
    */
   private replayRange(): { base: number; from: number } {
     const cps = this.manifest.collections.map((c) => c.checkpoint_seq);
@@ -475,28 +476,46 @@ export class DataDir implements Keyring {
 
   /**
    * At a clean close (Database.close, once every collection's changes are in its segments and nothing
-   * is being written): when the WAL holds a move's record that the next open would read, every
-   * collection's checkpoint and the manifest's move state move to the WAL's last seq, so no open reads
-   * it again; the move's state stays whole in the manifest. Then a build older than `move_out` (or than
-   * moves) opens the directory (docs/deployment.md, Upgrades and downgrades). `applied`: by collection
-   * uid, the last seq applied to it in memory; a collection with a record past it, or one still being
-   * appended, leaves everything as it is (false), as does a directory with no collection.
+   * is being written): when a retained WAL file may hold a move's record (`move_state`, `move_out`, a
+   * move's commit), the WAL rolls to a new file, every collection's checkpoint and the manifest's move
+   * state move to the WAL's last seq, and truncation deletes every file before the new one; the move's
+   * state stays whole in the manifest. An open reads every retained `db` record (finishInterrupted), not
+   * only the replay range, so this is what lets a build older than `move_out` (or than moves) open the
+   * directory (docs/deployment.md, Upgrades and downgrades). True once no retained file holds a record
+   * at or below the last seq (the WAL is one file with no record). False, changing nothing, when no
+   * retained file may hold a move's record (a node that never had a move), before replay, or when a
+   * collection has a record past `applied` (by collection uid, the last seq applied to it in memory) or
+   * one still being appended; false too, logged, when a replication reader's retention hold keeps an
+   * older file (the checkpoints have moved; a later clean close with no follower connected finishes).
    */
   sealMoveRecords(applied: ReadonlyMap<string, number>): Promise<boolean> {
     return this.serial(async () => {
-      if (!this.moveReplayed || this.moveRecordSeq < this.replayRange().from || this.manifest.collections.length === 0) return false;
+      if (!this.moveReplayed) return false;
+      // Every move record past the manifest's move state was read by replay or written since (moveRecordSeq);
+      // those at or below it may be in any retained file.
+      const first = this.wal.firstRetainedSeq;
+      const mv = this.manifest.move;
+      if (this.moveRecordSeq < first && (mv === undefined || mv.seq < first)) return false;
       for (const c of this.manifest.collections) {
         const a = this.appended.get(c.uid);
         if (a !== undefined && (a.pending > 0 || a.seq > (applied.get(c.uid) ?? -1))) return false;
       }
-      // The manifest never names a seq the WAL might lose (checkpoint() does the same).
+      // The manifest never names a seq the WAL might lose (checkpoint() does the same); roll() fsyncs too.
       await this.wal.sync();
+      // The active file is never deleted: a new one is started, so the file holding the move's records is not.
+      await this.wal.roll();
       const last = this.wal.lastSeq;
       await this.saveManifest({
         ...this.manifest,
         collections: this.manifest.collections.map((c) => ({ ...c, checkpoint_seq: Math.max(c.checkpoint_seq, last) })),
       });
       await this.truncateWal();
+      if (this.wal.firstRetainedSeq <= last) {
+        this.opts.log('storage: a replication reader holds WAL files that may hold a move\'s records; a build older than the move cannot open this directory until a clean close with the followers caught up or disconnected', {
+          first_retained_seq: this.wal.firstRetainedSeq, last_seq: last,
+        });
+        return false;
+      }
       return true;
     });
   }

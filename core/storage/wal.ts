@@ -11,7 +11,8 @@ import { joinPath, mkdirDurable, type FileHandle, type FileSystem } from './fs.j
  * header (checksums, length, seq, key id) and a body sealed with the key of `keyId` (a collection uid,
  * or 'db'), AAD = (format version, 'wal', keyId, seq), so a record copied elsewhere fails to open.
  *
- * Files: `<dir>/<first seq, 20 digits>.wal`, each a 16-byte header then frames. Appends are group
+ * Files: `<dir>/<first seq, 20 digits>.wal`, each a 16-byte header then frames; the next file starts at
+ * segmentBytesMax, or at once by roll(), and each is fsynced before the next begins. Appends are group
  * committed: those issued in one synchronous run go out together, and whatever arrives while an fsync
  * is in flight goes out in the next single write + fsync.
  *
@@ -460,15 +461,55 @@ export class Wal implements CommitLog {
           else if (this.unsynced) await this.syncActive();
           this.settleSyncs();
         } catch (e) {
-          this.failed = e;
-          for (const p of [...group, ...this.queue.splice(0)]) p.reject(e);
-          for (const w of this.syncWaiters.splice(0)) w.reject(e);
-          for (const w of this.waiters) w.settle(e);
+          for (const p of group) p.reject(e);
+          this.fail(e);
         }
       }
     } finally {
       this.flushing = false;
       for (const w of this.idleWaiters.splice(0)) w();
+    }
+  }
+
+  /** After a failed write, fsync or roll: the log refuses from now on, and everything waiting on it is told. */
+  private fail(e: unknown): void {
+    this.failed = e;
+    for (const p of this.queue.splice(0)) p.reject(e);
+    for (const w of this.syncWaiters.splice(0)) w.reject(e);
+    for (const w of this.waiters) w.settle(e);
+  }
+
+  /**
+   * Starts the next file now rather than at segmentBytesMax, so that truncateBefore can delete every
+   * record written so far (it never deletes the active file): once no group is being written, the
+   * active file is fsynced, the next file is created (its header fsynced, and the directory), named by
+   * the next seq exactly as the roll by size names it, and the old file is closed. Nothing is done when
+   * the active file holds no record. Appends issued meanwhile wait and go into the new file. A crash
+   * at any point leaves a log that opens with every record: the new file is either absent, or holds a
+   * header, whole or torn (rewritten at open), and its name is the seq the next append gets. A failure
+   * fails the log as a failed write does (reopen to recover).
+   */
+  async roll(): Promise<void> {
+    while (this.flushing) await new Promise<void>((r) => this.idleWaiters.push(r));
+    if (this.closed) throw new SvcError('not_ready', 'the write-ahead log is closed');
+    if (this.failed !== null) throw this.failed;
+    if (this.files[this.files.length - 1].bytes <= FILE_HEADER_BYTES) return;
+    // Appends issued from here on only queue (kick() sees `flushing`); the loop starts once this is done.
+    this.flushing = true;
+    try {
+      assert(this.queue.length === 0 && this.writtenSeq === this.nextSeq - 1, 'no append is being written during a roll');
+      if (this.unsynced) await this.syncActive();
+      this.settleSyncs();
+      const old = this.active;
+      await this.createFile(this.writtenSeq + 1);
+      await old.close();
+    } catch (e) {
+      this.fail(e);
+      throw e;
+    } finally {
+      this.flushing = false;
+      for (const w of this.idleWaiters.splice(0)) w();
+      if (this.queue.length > 0 || this.syncWaiters.length > 0) this.kick();
     }
   }
 
@@ -674,7 +715,8 @@ export class Wal implements CommitLog {
   }
 
   /**
-   * Deletes whole log files whose records are all below `seq`; the active file always stays. A file a
+   * Deletes whole log files whose records are all below `seq`; the active file always stays (roll()
+   * first to have every record written so far go). A file a
    * retention hold still needs stays too, while the files kept that way total at most retainBytesMax;
    * past that the oldest goes and the holds that needed it are lost (told before it is deleted).
    */
