@@ -6,6 +6,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { Prng } from '../base/prng.js';
 import type { SearchQuery } from '../base/model.js';
 import { Database } from './database.js';
+import { ENGINE_LANES, LANES_PER_MEMORY } from '../index/vector-store.js';
 import { buildIndexInline } from './rebuild.js';
 import { ReadView, SharedReadState, SharedRecords } from './shared-reads.js';
 
@@ -165,6 +166,23 @@ describe('a collection read from shared memory (request loops, issue 20)', () =>
 
     expect(r.bad).toEqual([]);
     expect(r.answered).toBeGreaterThan(50);
+  });
+
+  it('lets as many loop views as a store has loop lanes take a new graph epoch over the same scalar codes', async () => {
+    const db = await openDb();
+    await db.createCollection({ name: 'q', dim: 8, metric: 'l2', quantization: 'scalar' });
+    const prng = new Prng(3);
+    for (let b = 0; b < 3; b++) {
+      await db.upsert('q', { points: Array.from({ length: 500 }, (_, i) => ({ id: `p${b * 500 + i}`, vector: Array.from({ length: 8 }, () => prng.gaussian()) })) });
+    }
+    await db.search('q', { vector: Array.from({ length: 8 }, () => 0), consistency: 'strong' });
+    const h = db.readView('q')!;
+    expect(h.graph.data?.codes).toBeTruthy();
+    const views = Array.from({ length: LANES_PER_MEMORY - ENGINE_LANES }, () => new ReadView(h));
+    // Every loop lane of the codes is held: each view gives its lane back before it takes the new one.
+    for (const v of views) v.adoptGraph(db.readGraph(v.uid)!);
+    for (const v of views) expect(v.search({ vector: Array.from({ length: 8 }, () => 0), k: 3 })?.hits).toHaveLength(3);
+    for (const v of views) v.close();
   });
 
   it('keeps records readable across growth, from another thread', async () => {

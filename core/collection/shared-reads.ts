@@ -366,12 +366,21 @@ export class ReadView {
 
   adoptGraph(g: ReadGraph): void {
     if (g.epoch < this.graphEpoch) return;
-    // The codes' lane first: when none is free, the view keeps its graph and declines until it can.
-    const codes = g.data?.codes ? ScalarCodes.open(g.data.codes, { lanes: 'loop' }) : null;
+    // The old codes' lane goes back first (a new epoch often keeps the same codes memory, and a loop
+    // holds one lane of it at a time); until the new graph is whole the view holds none and declines.
     this.graph?.scalarCodes?.close();
-    this.graph = g.data === null ? null : Hnsw.deserialize(this.store, g.data);
-    this.graph?.attachCodes(codes);
-    this.graphEpoch = g.epoch;
+    this.graph = null;
+    this.graphEpoch = -1;
+    const codes = g.data?.codes ? ScalarCodes.open(g.data.codes, { lanes: 'loop' }) : null;
+    try {
+      const graph = g.data === null ? null : Hnsw.deserialize(this.store, g.data);
+      graph?.attachCodes(codes);
+      this.graph = graph;
+      this.graphEpoch = g.epoch;
+    } catch (e) {
+      codes?.close();
+      throw e;
+    }
   }
 
   close(): void {
@@ -405,8 +414,9 @@ export class ReadView {
     const top = this.readTop();
     if (top === 'busy') return this.decline('moved');
     if (top === null) return this.decline('epoch');
+    // Exact plans, and the unindexed tail a graph plan scans (a bulk load before its rebuild).
     const scans = this.graph === null || this.spec.index === 'flat' || this.live.count <= Math.max(ef, k + 1);
-    if (scans && this.store.count > LOOP_SCAN_MAX) return this.decline('scan');
+    if ((scans ? this.store.count : this.store.count - top.indexedUpTo) > LOOP_SCAN_MAX) return this.decline('scan');
     const run = (n: number): SearchResult => this.searchDense(vector, n, ef, top);
     let r = run(k + 1);
     if (tieAtCut(r.dists, k, k + 1)) r = widenTiesNow(r, k, k + 1, this.live.count, (n) => run(n));

@@ -36,6 +36,7 @@ export class LocalReads {
   readonly counts = { local: 0, declined: new Map<Declined | 'no_view', number>() };
 
   private readonly sweeper: NodeJS.Timeout;
+  private closed = false;
 
   constructor(private readonly link: Link, private readonly now: () => number = () => performance.now()) {
     this.sweeper = setInterval(() => this.sweep(), SWEEP_MS);
@@ -103,6 +104,7 @@ export class LocalReads {
   }
 
   close(): void {
+    this.closed = true;
     clearInterval(this.sweeper);
     for (const e of this.views.values()) if (e.state === 'view') e.view.close();
     this.views.clear();
@@ -122,6 +124,8 @@ export class LocalReads {
       if (h === null) return none();
       // No scratch lane left in the store for this thread: this loop hands that collection's searches on.
       const view = new ReadView(h);
+      // Closed while it was asked for: its lanes go back at once.
+      if (this.closed) return view.close();
       this.views.set(name, { state: 'view', view, graphAsked: false, notedAt: -Infinity });
     }).catch(none);
   }
