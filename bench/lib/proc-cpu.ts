@@ -94,6 +94,9 @@ export function cpuPressure(): number | null {
 }
 
 /** CPU seconds so far of each thread of `pid`, by thread name (`comm`: MainThread, svc-loop-0, ...), summed per name; null off Linux. */
+/** threadCpu's key for the whole process (every thread, those that ended included). */
+export const PROCESS = '<process>';
+
 export function threadCpu(pid: number): Map<string, number> | null {
   const hz = clockTicks();
   if (hz === null) return null;
@@ -104,6 +107,9 @@ export function threadCpu(pid: number): Map<string, number> | null {
     return null;
   }
   const out = new Map<string, number>();
+  // The whole process, threads that ended included (a thread's own counters go with it).
+  const p = statFields(`/proc/${pid}/stat`);
+  if (p !== null) out.set(PROCESS, (Number(p[11]) + Number(p[12])) / hz);
   for (const tid of tids) {
     let comm: string;
     try {

@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { mnist, row } from '../lib/data.js';
 import { ROOT_DIR } from '../lib/on-demand.js';
 import { tool, wrk } from '../lib/native-load.js';
-import { threadCpu } from '../lib/proc-cpu.js';
+import { PROCESS, threadCpu } from '../lib/proc-cpu.js';
 import { BENCH_API_KEY, startSvc } from '../lib/server-proc.js';
 
 export interface LoopsRun {
@@ -92,7 +92,12 @@ async function one(node: string, loops: number, round: number, z: (typeof SIZES)
         return r1((s / wall / w.qps) * 1e6);
       };
       const isLoop = (n: string) => n.startsWith('svc-loop');
-      cpu = { total: perReq(() => true), main: perReq((n) => n === 'MainThread'), loops: perReq(isLoop), other: perReq((n) => n !== 'MainThread' && !isLoop(n)) };
+      // Total from the process's own counters: a thread that ends in the window (a build worker done
+      // with the load's graph) takes its counters with it, so a sum over threads can even go negative.
+      const total = perReq((n) => n === PROCESS);
+      const main = perReq((n) => n === 'MainThread');
+      const loopsCpu = perReq(isLoop);
+      cpu = { total, main, loops: loopsCpu, other: r1(total - main - loopsCpu) };
     }
     return { loops, round, qps: w.qps, p50_ms: w.p50_ms, p99_ms: w.p99_ms, errors: w.errors, cpu_us_per_request: cpu };
   } finally {
