@@ -229,7 +229,6 @@ export class Collection {
     if (bulk) this.markUnabsorbable();
     if (seq > this.appliedSeq) this.appliedSeq = seq;
     this.scheduleAbsorb();
-    this.publishGraph();
     return changed;
   }
 

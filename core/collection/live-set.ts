@@ -4,7 +4,7 @@ import { growShared, growableShared } from '../base/growable.js';
 /** Words a shared live set may grow to: 2^31 slots. Address space is reserved, not committed. */
 const SHARED_MAX_BYTES = 2 ** 28;
 
-/** What another thread needs to read a shared live set (LiveSet.openShared). */
+/** What another thread needs to read a shared live set (SharedLiveView). */
 export interface LiveSetHandle {
   /** Growable: its length is the writer's words so far. */
   readonly words: SharedArrayBuffer;
@@ -25,7 +25,7 @@ export class LiveSet {
   private readonly countCell: Int32Array | null;
   private n = 0;
 
-  constructor(shared?: { words: SharedArrayBuffer; count: SharedArrayBuffer }) {
+  constructor(shared?: LiveSetHandle) {
     if (shared === undefined) {
       this.sab = null;
       this.countCell = null;

@@ -165,6 +165,7 @@ export interface ReadGraph {
 }
 
 const encoder = new TextEncoder();
+const encodePayload = (p: object | null): Uint8Array | null => (p === null ? null : encoder.encode(JSON.stringify(p)));
 
 /**
  * The writer's side (Collection, on the engine thread): the records and the header. The Collection calls
@@ -179,19 +180,18 @@ export class SharedReadState {
   private deadBytes = 0;
   /** Compactions done (a metric and a test's handle). */
   compactions = 0;
-
-  /** `compactMinBytes`: garbage below it is never compacted (COMPACT_MIN_BYTES; tests use less). */
-  constructor(private readonly compactMinBytes = COMPACT_MIN_BYTES) {}
   private graph: Hnsw | null = null;
   private graphVersion = -1;
   private epoch = 0;
   private top = { indexedUpTo: -1, entry: -1, maxLevel: -1, size: -1 };
-
   /**
    * Set when a record could not be written (an arena at its maximum): the view is retired for good, and
    * every search of the collection goes to the engine thread. A write to the collection never fails here.
    */
   private broken = false;
+
+  /** `compactMinBytes`: garbage below it is never compacted (COMPACT_MIN_BYTES; tests use less). */
+  constructor(private readonly compactMinBytes = COMPACT_MIN_BYTES) {}
 
   /**
    * A slot tombstoned. Its records stay (a loop that found it live just before reads them after), and
@@ -202,9 +202,14 @@ export class SharedReadState {
   dead(slot: number, live: () => Int32Array): void {
     this.guard(() => {
       this.deadBytes += this.ids.recordBytes(slot) + this.payloads.recordBytes(slot);
-      const garbage = this.deadBytes + this.ids.garbageBytes + this.payloads.garbageBytes;
-      if (garbage > this.compactMinBytes && 2 * garbage > this.ids.arenaBytes + this.payloads.arenaBytes) this.compact(live());
+      this.compactIfWorth(live);
     });
+  }
+
+  /** Compacts once garbage passes compactMinBytes and what is live (half the arenas). */
+  private compactIfWorth(live: () => Int32Array): void {
+    const garbage = this.deadBytes + this.ids.garbageBytes + this.payloads.garbageBytes;
+    if (garbage > this.compactMinBytes && 2 * garbage > this.ids.arenaBytes + this.payloads.arenaBytes) this.compact(live());
   }
 
   /** Copies the live slots' records into new arenas and retires every view of the old ones. */
@@ -230,15 +235,14 @@ export class SharedReadState {
   put(slot: number, id: string, payload: object | null): void {
     this.guard(() => {
       this.ids.set(slot, encoder.encode(id));
-      this.payloads.set(slot, payload === null ? null : encoder.encode(JSON.stringify(payload)));
+      this.payloads.set(slot, encodePayload(payload));
     });
   }
 
   payload(slot: number, payload: object | null, live: () => Int32Array): void {
     this.guard(() => {
-      this.payloads.set(slot, payload === null ? null : encoder.encode(JSON.stringify(payload)));
-      const garbage = this.deadBytes + this.ids.garbageBytes + this.payloads.garbageBytes;
-      if (garbage > this.compactMinBytes && 2 * garbage > this.ids.arenaBytes + this.payloads.arenaBytes) this.compact(live());
+      this.payloads.set(slot, encodePayload(payload));
+      this.compactIfWorth(live);
     });
   }
 
@@ -292,11 +296,6 @@ export class SharedReadState {
       uid, spec, limits, store, live, ids: this.ids.handle(), payloads: this.payloads.handle(), header: this.header.buffer as SharedArrayBuffer,
       graph: this.currentGraph(),
     };
-  }
-
-  /** Memory the records hold (live and replaced), for stats. */
-  get bytes(): number {
-    return this.ids.arenaBytes + this.payloads.arenaBytes;
   }
 }
 
