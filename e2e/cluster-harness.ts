@@ -145,10 +145,12 @@ export interface RaftMember {
 /**
  * A consensus group of `ids.length` members on 127.0.0.1 (issue 17). Each member dials each peer through
  * its own FaultProxy (`links.get('n1>n2')` carries n1's connection to n2), so a test can cut one
- * direction of one link, or isolate a member, without touching the processes.
+ * direction of one link, or isolate a member, without touching the processes. With `direct` they dial
+ * each other's own ports instead (the proxies go unused): a killed member's address then refuses
+ * connections, as on a real network, where a proxy would accept them and close them.
  */
 export async function startRaftGroup(
-  ids: string[], dataDirOf: (id: string) => string, extra: Record<string, string> = {},
+  ids: string[], dataDirOf: (id: string) => string, extra: Record<string, string> = {}, opts: { direct?: boolean } = {},
 ): Promise<{ members: RaftMember[]; links: Map<string, FaultProxy> }> {
   // The proxies listen first, so a port picked for a member afterwards cannot be one of theirs.
   const links = new Map<string, FaultProxy>();
@@ -168,7 +170,7 @@ export async function startRaftGroup(
     for (const id of ids) raftPort.set(id, await freePort());
     for (const [name, p] of links) p.targetPort = raftPort.get(name.split('>')[1])!;
     const started = await Promise.allSettled(ids.map(async (id) => {
-      const list = ids.map((o) => `${o}=127.0.0.1:${o === id ? raftPort.get(o) : links.get(`${id}>${o}`)!.port}`).join(',');
+      const list = ids.map((o) => `${o}=127.0.0.1:${o === id || opts.direct === true ? raftPort.get(o) : links.get(`${id}>${o}`)!.port}`).join(',');
       const env = { SVC_RAFT_MEMBERS: list, SVC_RAFT_NODE_ID: id, SVC_RAFT_SECRET: RAFT_SECRET, ...extra };
       const server = await startNode(dataDirOf(id), env);
       return { id, dataDir: dataDirOf(id), server, env: server.env };

@@ -162,6 +162,37 @@ describe('a consensus group of three svc processes', () => {
     }
   }, 120_000);
 
+  it('notices a SIGKILLed leader at once (its address refuses connections): its followers campaign without waiting out the election timeout', async () => {
+    const { members } = await startRaftGroup(['n1', 'n2', 'n3'], (id) => join(root, `g-${id}`), TIMING, { direct: true });
+    try {
+      const leader = await raftLeader(members);
+      const created = await call(leader.server)('POST', '/v1/collections', { name: COLL, dim: 4 });
+      expect(created.status, JSON.stringify(created.json)).toBe(201);
+      const rest = members.filter((m) => m !== leader);
+      await eventually('every follower knows its leader', async () => {
+        for (const m of rest) if ((await raftView(m)).leader_id !== leader.id) return `${m.id} not yet`;
+        return true;
+      });
+      const term = (await raftView(leader)).term;
+      // A connection that lasted a second is dialled again at once when it drops (roles/raft/transport.ts).
+      await new Promise((r) => setTimeout(r, 1200));
+      await leader.server.stop('SIGKILL');
+      const second = await raftLeader(rest);
+      // Both survivors were told (their dials refused); the first in the members' order campaigns first,
+      // unless it was told so much sooner that the other still ignored it, and then the other wins.
+      expect((await raftView(second)).term).toBeGreaterThan(term);
+      for (const m of rest) {
+        const metrics = await (await fetch(`${m.server.base}/metrics`)).text();
+        expect(metrics).toMatch(/^svc_raft_leader_gone_total 1$/m);
+      }
+      const r = await upsert(rest[1], [1, 2, 3], 'after');
+      expect(r.status, JSON.stringify(r.json)).toBe(200);
+      expect(await strongIds(second)).toEqual(['p1', 'p2', 'p3']);
+    } finally {
+      await stopAll(members);
+    }
+  });
+
   it('loses no acknowledged write when every member is SIGKILLed right after the ack and its database lost or garbled the writes it had not fsynced: the consensus log brings them back', async () => {
     // No snapshot in this test: a restarted member gets the writes from its own log, not from a peer's image.
     const { members, links } = await startRaftGroup(['k1', 'k2', 'k3'], (id) => join(root, `k-${id}`), { ...TIMING, SVC_RAFT_SNAPSHOT_ENTRIES: '100000' });

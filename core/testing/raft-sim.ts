@@ -75,6 +75,13 @@ export interface FaultProfile {
    * holdCampaign), while it persists, votes and answers as before.
    */
   readonly slowApplyP: number;
+  /**
+   * Per crash and surviving member: its host sees the crashed member's address refuse connections a
+   * little later and tells Raft (RaftNode.leaderGone: a follower of it campaigns soon).
+   */
+  readonly goneHintP: number;
+  /** Per unit: a member is told a live member is gone (a wrong hint); safety and liveness must not care. */
+  readonly wrongGoneP: number;
 }
 
 const pick = <T>(prng: Prng, choices: readonly T[]): T => choices[prng.int(choices.length)];
@@ -99,6 +106,8 @@ export function faultProfile(prng: Prng): FaultProfile {
     preVote: pick(prng, [true, true, false]),
     checkQuorum: pick(prng, [true, true, false]),
     slowApplyP: pick(prng, [0, 0.0005, 0.002]),
+    goneHintP: pick(prng, [0, 0.5, 1]),
+    wrongGoneP: pick(prng, [0, 0, 0.0005, 0.005]),
   };
 }
 
@@ -133,6 +142,8 @@ export interface RaftSimStats {
   duplicated: number;
   partitions: number;
   slowApplies: number;
+  /** leaderGone hints given (after crashes, and wrong ones) that changed a member's state. */
+  goneHints: number;
   /** Entries applied again after a restart that the state machine had kept past its position. */
   reapplied: number;
   /** Crashes whose state machine's unsynced tail came back garbled and was cut at the damage. */
@@ -195,6 +206,8 @@ export class RaftSim {
   private readonly hosts: Host[];
   private readonly checker = new RaftChecker();
   private readonly inFlight: (Message[] | undefined)[] = [];
+  /** leaderGone hints by the unit they reach a member's host: [member, the peer said to be gone]. */
+  private readonly hints: ([NodeId, NodeId][] | undefined)[] = [];
   private readonly blocked = new Set<string>();
   private readonly chaosUnits: number;
   private readonly healUnits: number;
@@ -216,7 +229,7 @@ export class RaftSim {
     this.trace = options.trace;
     this.stats = {
       seed, members: this.ids.length, units: 0, leaders: 0, maxTerm: 0, writes: 0, acked: 0, overwritten: 0, reads: 0,
-      readsAnswered: 0, crashes: 0, tornPersists: 0, compactions: 0, snapshotsInstalled: 0, sent: 0, lost: 0, duplicated: 0, partitions: 0, slowApplies: 0, reapplied: 0, garbledTails: 0,
+      readsAnswered: 0, crashes: 0, tornPersists: 0, compactions: 0, snapshotsInstalled: 0, sent: 0, lost: 0, duplicated: 0, partitions: 0, slowApplies: 0, goneHints: 0, reapplied: 0, garbledTails: 0,
     };
   }
 
@@ -260,6 +273,11 @@ export class RaftSim {
   }
 
   private deliver(): void {
+    const hints = this.hints[this.now];
+    if (hints !== undefined) {
+      this.hints[this.now] = undefined;
+      for (const [to, peer] of hints) this.hint(to, peer);
+    }
     const batch = this.inFlight[this.now];
     if (!batch) return;
     this.inFlight[this.now] = undefined;
@@ -307,6 +325,11 @@ export class RaftSim {
       else if (!h.node && this.now >= h.restartAt) this.restart(h);
       else if (h.node && h.slowUntil > 0 && this.now >= h.slowUntil) this.slowApply(h, false);
       else if (h.node && h.slowUntil === 0 && this.chance(p.slowApplyP)) this.slowApply(h, true);
+    }
+    if (p.wrongGoneP > 0 && this.chance(p.wrongGoneP)) {
+      const to = this.ids[this.prng.int(this.ids.length)];
+      const peer = this.ids[this.prng.int(this.ids.length)];
+      if (peer !== to) this.hint(to, peer);
     }
     if (this.chance(p.compactP)) this.compact(this.hosts[this.prng.int(this.hosts.length)]);
   }
@@ -361,6 +384,13 @@ export class RaftSim {
     h.reads.clear();
     h.restartAt = this.now + TICK_UNITS * (5 + this.prng.int(60));
     this.log(`${h.id} ${why}`);
+    // Its address refuses connections now: survivors' hosts notice when they next dial it.
+    for (const g of this.hosts) {
+      if (g !== h && g.node && this.profile.goneHintP > 0 && this.chance(this.profile.goneHintP)) {
+        const at = this.now + 1 + this.prng.int(2 * TICK_UNITS);
+        (this.hints[at] ??= []).push([g.id, h.id]);
+      }
+    }
   }
 
   /** A member starts from what its disk holds: hard state, entries and snapshot. */
@@ -464,6 +494,15 @@ export class RaftSim {
   }
 
   // ---- the host's Ready loop ----
+
+  /** `to`'s host saw `peer`'s address refuse a connection (right, or wrong: `peer` may be up again). */
+  private hint(to: NodeId, peer: NodeId): void {
+    const h = this.host(to);
+    if (!h.node || !h.node.leaderGone(peer)) return;
+    this.stats.goneHints++;
+    this.log(`${to} is told ${peer} is gone`);
+    this.after(h);
+  }
 
   private after(h: Host): void {
     this.handleReady(h);

@@ -20,6 +20,7 @@ import {
  *   partition a b | c d e    drop messages between the groups; `heal` restores every link
  *   crash n1 | restart n1    what n1 had not persisted is lost; it restarts from its disk
  *   compact n1 index         snapshot n1's state machine at index and drop its log before it
+ *   gone n2 n3 : n1          n2's and n3's hosts saw n1's address refuse a connection (leaderGone)
  *   status [ids]             role, term, vote, commit, applied and the terms of the log, per member;
  *                            a leader adds what it knows of each follower's log
  */
@@ -58,6 +59,7 @@ export class RaftTranscript {
       case 'crash': return this.crash(args);
       case 'restart': return this.restart(args);
       case 'compact': return this.compact(args);
+      case 'gone': return this.gone(args);
       case 'status': return this.selected(args).map((id) => this.status(id));
       default: throw new Error(`unknown transcript command: ${cmd}`);
     }
@@ -125,6 +127,13 @@ export class RaftTranscript {
   private read(args: string[]): string[] {
     const r = this.node(args[0]).readIndex(args[1]);
     return r.ok ? [] : [`${args[0]} refuses read ${args[1]}: ${r.reason}`];
+  }
+
+  /** `gone n2 n3 : n1`: prints which of them stopped waiting for n1 (those that followed it). */
+  private gone(args: string[]): string[] {
+    const at = args.indexOf(':');
+    const peer = this.known(args[at + 1]);
+    return args.slice(0, at).map((id) => `${id} ${this.node(id).leaderGone(peer) ? 'stops waiting for' : 'does not follow'} ${peer}`);
   }
 
   private each(args: string[], f: (n: RaftNode) => void): string[] {

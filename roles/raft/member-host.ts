@@ -152,6 +152,7 @@ export async function startConsensusMember(
   const tickMs = Math.max(1, Math.floor(timing.heartbeatMs / 2));
   let forwarder: WriteForwarder | null = null;
   let member: ConsensusMember | null = null;
+  let leaderGone = 0;
   // What each member reads, from the handshakes (docs/consensus.md, Version skew).
   const own = testing.versions === undefined ? { command: COMMAND_VERSION_MAX, stream: SNAPSHOT_STREAM_VERSION } : testing.versions ?? UNVERSIONED;
   const versions = new GroupVersions(rc.id, rc.members.map((x) => x.id), own);
@@ -178,6 +179,12 @@ export async function startConsensusMember(
     },
     onForward: (payload, from) => forwarder?.receive(payload, from),
     onSnapshotFrame: (kind, payload, from) => (kind === 'chunk' ? inbox!.onChunk(from, payload) : streams.onAck(from, payload)),
+    // The leader's process is gone: campaign soon rather than after a whole election timeout.
+    onPeerRefused: (peer) => {
+      if (member?.leaderGone(peer) !== true) return;
+      leaderGone++;
+      log('info', 'consensus: the leader\'s address refuses connections; campaigning without waiting out the election timeout', { leader: peer });
+    },
     onPeerLost: (peer) => {
       forwarder?.abandon(peer, 'went away');
       streams.peerLost(peer);
@@ -379,7 +386,7 @@ export async function startConsensusMember(
     metrics: () => {
       const v = view();
       return {
-        role: v.role, term: v.term, commitIndex: v.commit_index, appliedIndex: v.applied_index, snapshotIndex: v.snapshot_index,
+        leaderGone, role: v.role, term: v.term, commitIndex: v.commit_index, appliedIndex: v.applied_index, snapshotIndex: v.snapshot_index,
         transport: transport.stats, forward: forwarder!.stats, snapshots: streams.stats,
       };
     },

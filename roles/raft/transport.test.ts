@@ -224,6 +224,25 @@ describe('RaftTransport on 127.0.0.1', () => {
     expect(members[0].t.stats.reconnects).toBeGreaterThan(0);
   });
 
+  it('tells its host when a peer\'s address refuses connections (its process is gone), never when a peer is only silent', async () => {
+    const refused: string[] = [];
+    const { members, peers } = await group(['n1', 'n2'], { onPeerRefused: (p) => refused.push(p) }, [], ['n3']);
+    // n3 listens but never answers a hello: a hung process, or a cut link. Not a refusal.
+    const silent = net.createServer(() => undefined);
+    servers.push(silent);
+    await new Promise<void>((r) => silent.listen(peers[2].port, '127.0.0.1', () => r()));
+    // Dials to n3 before it listened were refused (as for a member not started yet); from now on none is.
+    await new Promise((r) => setTimeout(r, 300));
+    refused.length = 0;
+    await sendUntil(members[0].t, () => [hb('n1', 'n2', 1), hb('n1', 'n3', 1)], () => members[1].got.length > 0);
+    await new Promise((r) => setTimeout(r, 1500)); // past a handshake timeout: n1 dials n3 again
+    expect(refused).toEqual([]);
+    await members[1].t.close();
+    await until('a dial to n2 refused', () => refused.includes('n2'));
+    expect(refused.every((p) => p === 'n2')).toBe(true);
+    expect(refused.length).toBeGreaterThan(0);
+  });
+
   describe('whenConnected (a forwarded write waits for the link to its leader)', () => {
     /** n1 and n2 on loopback by name, each dial counted; a back-off of about a minute, so only a hurried dial connects in a test. */
     async function slowBackoff() {

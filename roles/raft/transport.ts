@@ -21,7 +21,10 @@ import { isLoopback } from '../config.js';
  *   count and bytes; past it they are dropped and counted (`dropped.queueFull`), and Raft sends again.
  *   While a peer is in reconnect backoff its messages are dropped (`dropped.notConnected`).
  * - Reconnect with full-jitter exponential backoff (`backoffBaseMs` doubling up to `backoffMaxMs`); a
- *   caller waiting for the connection (`whenConnected`: a forwarded write) cuts one back-off short.
+ *   caller waiting for the connection (`whenConnected`: a forwarded write) cuts one back-off short. A
+ *   connection that lasted a second or more is dialled again at once when it ends: if the dial is
+ *   refused, nothing listens at the peer's address any more, and the host is told (`onPeerRefused`:
+ *   its process is gone, so a member following it campaigns without waiting out its election timeout).
  * - Authentication, both ways: mutual TLS when `tls` has a CA (SVC_TLS_CERT, SVC_TLS_KEY, and
  *   SVC_RAFT_TLS_CA or SVC_TLS_CLIENT_CA), each side's certificate valid for that member's address in
  *   SVC_RAFT_MEMBERS by Node's host name check (tls.checkServerIdentity: a wildcard SAN stands for exactly
@@ -37,6 +40,8 @@ import { isLoopback } from '../config.js';
  */
 
 const INBOUND_KEEPALIVE_MS = 10_000;
+/** A connection that lasted this long is dialled again at once when it ends (PeerLink.lost). */
+const REDIAL_AT_ONCE_AFTER_MS = 1000;
 
 export interface RaftPeer {
   readonly id: NodeId;
@@ -90,6 +95,11 @@ export interface RaftTransportOptions {
   readonly onPeerVersions?: (peer: NodeId, versions: NonceVersions | null) => void;
   /** This member's connection to a peer closed (the peer went away, or the link broke). */
   readonly onPeerLost?: (peer: NodeId) => void;
+  /**
+   * Dialling a peer was refused (ECONNREFUSED): nothing listens at its address, so its process is gone
+   * (killed, crashed, shut down) or not started yet. Silence, a cut link or a timeout never say this.
+   */
+  readonly onPeerRefused?: (peer: NodeId) => void;
   /** A forward frame from an authenticated peer (roles/raft/forward.ts); none: such frames are refused. */
   readonly onForward?: (payload: Buffer, from: NodeId) => void;
   /** A snapshot stream's chunk or acknowledgement from an authenticated peer; none: such frames are refused. */
@@ -109,6 +119,8 @@ export interface RaftTransportStats {
   bytesSent: number;
   handshakes: number;
   reconnects: number;
+  /** Dials a peer's address refused (onPeerRefused). */
+  refusedDials: number;
   dropped: { queueFull: number; notConnected: number; tooLarge: number; unknownPeer: number };
   rejected: { malformed: number; oversize: number; auth: number; misaddressed: number; handshakeTimeout: number; tooManyConnections: number; tls: number };
 }
@@ -123,7 +135,7 @@ class Rejected extends Error {
 
 export class RaftTransport implements Transport {
   readonly stats: RaftTransportStats = {
-    messagesSent: 0, messagesReceived: 0, framesSent: 0, bytesSent: 0, handshakes: 0, reconnects: 0,
+    messagesSent: 0, messagesReceived: 0, framesSent: 0, bytesSent: 0, handshakes: 0, reconnects: 0, refusedDials: 0,
     dropped: { queueFull: 0, notConnected: 0, tooLarge: 0, unknownPeer: 0 },
     rejected: { malformed: 0, oversize: 0, auth: 0, misaddressed: 0, handshakeTimeout: 0, tooManyConnections: 0, tls: 0 },
   };
@@ -242,6 +254,15 @@ export class RaftTransport implements Transport {
       this.options.onPeerLost?.(peer);
     } catch (e) {
       this.log('raft transport: the peer-lost handler threw', { error: String(e), peer });
+    }
+  }
+
+  peerRefused(peer: NodeId): void {
+    this.stats.refusedDials++;
+    try {
+      this.options.onPeerRefused?.(peer);
+    } catch (e) {
+      this.log('raft transport: the peer-refused handler threw', { error: String(e), peer });
     }
   }
 
@@ -402,6 +423,8 @@ class PeerLink {
   private readonly waiters = new Set<() => void>();
   /** Whether a waiter may cut the current back-off short (once per back-off, see whenConnected). */
   private mayHurry = true;
+  /** When the connection last became ready (performance.now()). */
+  private readyAt = -Infinity;
 
   constructor(private readonly t: RaftTransport, private readonly peer: RaftPeer) {}
 
@@ -473,6 +496,7 @@ class PeerLink {
       this.flush();
     });
     socket.on('error', (e: NodeJS.ErrnoException) => {
+      if (e.code === 'ECONNREFUSED' && this.socket === socket) this.t.peerRefused(this.peer.id);
       if (e.code === 'ERR_SSL_TLSV1_ALERT_UNKNOWN_CA' || e.code?.startsWith('ERR_TLS') || e.code?.includes('CERT')) this.t.stats.rejected.tls++;
     });
     socket.on('close', () => {
@@ -503,6 +527,7 @@ class PeerLink {
 
   private ready(): void {
     this.state = 'ready';
+    this.readyAt = performance.now();
     this.attempts = 0;
     this.mayHurry = true;
     this.t.stats.handshakes++;
@@ -522,7 +547,8 @@ class PeerLink {
   /** The connection ended: drop what waited for it and dial again after a jittered backoff. */
   private lost(): void {
     this.socket = null;
-    if (this.state === 'ready') this.t.peerLost(this.peer.id);
+    const wasReady = this.state === 'ready';
+    if (wasReady) this.t.peerLost(this.peer.id);
     this.waitingDrain = false;
     this.t.stats.dropped.notConnected += this.queue.length;
     this.queue = [];
@@ -532,12 +558,16 @@ class PeerLink {
     const lim = this.t.lim;
     const ceiling = Math.min(lim.backoffMaxMs, lim.backoffBaseMs * 2 ** Math.min(this.attempts, 20));
     this.attempts++;
+    // A connection that had lasted ends: dial again at once, so a peer whose process is gone is known
+    // to be (a refusal) within a round trip, by every member at about the same time. One that ended
+    // soon after it was made waits out a back-off as any failed dial does: no reconnect loop.
+    const lasted = wasReady && performance.now() - this.readyAt >= REDIAL_AT_ONCE_AFTER_MS;
     this.timer = setTimeout(() => {
       this.timer = null;
       this.mayHurry = true;
       this.t.stats.reconnects++;
       this.connect();
-    }, Math.floor(this.t.random() * ceiling));
+    }, lasted ? 0 : Math.floor(this.t.random() * ceiling));
   }
 
   /**

@@ -162,6 +162,16 @@ export class ConsensusMember implements Proposer {
     this.kick();
   }
 
+  /**
+   * The host saw `peer`'s process go away (its address refuses connections): if it led this member,
+   * this member campaigns soon instead of after a whole election timeout (RaftNode.leaderGone).
+   */
+  leaderGone(peer: string): boolean {
+    if (!this.usable() || !this.node.leaderGone(peer)) return false;
+    this.kick();
+    return true;
+  }
+
   propose(data: Uint8Array, signal?: AbortSignal): Promise<ProposeAck> {
     if (!this.usable()) return Promise.reject(this.failed ?? new SvcError('unavailable', 'the consensus member is closed'));
     if (signal?.aborted === true) return Promise.reject(notAcknowledged('the request was cancelled before it was proposed'));

@@ -101,6 +101,11 @@ export class RaftNode {
     return this.raft.readIndex(ctx);
   }
 
+  /** The host saw `peer`'s process go away (Raft.leaderGone): a follower of it campaigns soon. */
+  leaderGone(peer: NodeId): boolean {
+    return this.raft.leaderGone(peer);
+  }
+
   /** Campaigns now, as an election timeout would (tests; leadership hand-over later). */
   campaign(): void {
     this.raft.campaign();

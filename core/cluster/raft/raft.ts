@@ -122,6 +122,8 @@ export class Raft {
    * leader's yet: a snapshot being restored); this member still votes, and still follows a leader.
    */
   campaignHeld = false;
+  /** The election timeout was shortened by leaderGone: a leader heard from afterwards restores a full one. */
+  private hinted = false;
 
   constructor(options: RaftOptions) {
     assert(options.members.includes(options.id), `member ${options.id} is not in its own group`);
@@ -151,6 +153,30 @@ export class Raft {
     this.ticks++;
     if (this.role === 'leader') this.tickLeader();
     else this.tickElection();
+  }
+
+  /**
+   * The host saw `peer`'s process go away: its address refuses connections (a kill, a crash, a shutdown),
+   * which silence alone never says. A follower of that peer stops counting on it now instead of waiting
+   * out its election timeout: its lease ends (it grants votes again), and it campaigns after
+   * `(rank + 1/2) * spacing` ticks (at least one), where rank is its place among the other members in
+   * the group's order and the spacing a fifth of the election timeout. Members told at about the same
+   * time then campaign one after the other rather than split the vote (the first waits half a spacing,
+   * so that the others have been told too and no longer ignore it as members in their lease do), and
+   * a member whose log cannot win leaves the next to win.
+   * Nothing else changes: safety never rests on timing. A wrong hint (the peer is still leading) costs
+   * a pre-vote that members still hearing it refuse, and the next message from it makes it this
+   * member's leader again with a full election timeout. Returns whether it changed anything.
+   */
+  leaderGone(peer: NodeId): boolean {
+    if (this.role !== 'follower' || this.leaderId !== peer) return false;
+    const rank = this.members.filter((m) => m !== peer).indexOf(this.id);
+    const spacing = Math.max(1, Math.floor(this.electionTicks / 5));
+    this.leaderId = null;
+    this.electionElapsed = 0;
+    this.randomizedElectionTicks = Math.max(1, Math.min(Math.floor((rank + 0.5) * spacing), this.electionTicks));
+    this.hinted = true;
+    return true;
   }
 
   /** Starts an election now (PreVote first when enabled), as an election timeout would. */
@@ -234,6 +260,7 @@ export class Raft {
     this.electionElapsed = 0;
     this.heartbeatElapsed = 0;
     this.randomizedElectionTicks = this.electionTicks + this.prng.int(this.electionTicks);
+    this.hinted = false;
     this.votes = new Map();
     this.progress.clear();
     this.reads.reset();
@@ -373,6 +400,11 @@ export class Raft {
       case 'snap':
         this.electionElapsed = 0;
         this.leaderId = m.from;
+        if (this.hinted) {
+          // leaderGone was wrong, or another member now leads this term: a full timeout again.
+          this.hinted = false;
+          this.randomizedElectionTicks = this.electionTicks + this.prng.int(this.electionTicks);
+        }
         if (m.type === 'app') this.handleAppend(m);
         else if (m.type === 'heartbeat') this.handleHeartbeat(m);
         else this.handleSnapshot(m);
