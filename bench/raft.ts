@@ -22,7 +22,9 @@
 //    fault: the same follower wiped again, and the leader SIGKILLed while it restores the image; a
 //    client writing through the third member says how soon writes are acknowledged again (the restoring
 //    member's vote elects the third) and how many were while it still restored.
-// Run: npm run bench:raft [-- --quick] [--kills 50] [--secs 5] [--rounds 3] [--no-pin] [--catchup-mb 160]
+//    Then the leader is SIGSTOPped --pauses times instead (SIGCONT once a survivor leads): a hung process
+//    is noticed by the election timeout alone, where a killed one's refused address is noticed at once.
+// Run: npm run bench:raft [-- --quick] [--kills 50] [--pauses 20] [--secs 5] [--rounds 3] [--no-pin] [--catchup-mb 160]
 //      [--only throughput|failover|catchup]
 // Pinning (Linux, 2+ cores, unless --no-pin): for the throughput arms, the server written to (the
 // leader, or the single node) and this load generator share core 0, the followers have core 1, as if
@@ -45,6 +47,8 @@ const arg = (name: string, fallback: number): number => {
   return i < 0 ? fallback : Number(process.argv[i + 1]);
 };
 const KILLS = arg('kills', quick ? 3 : 50);
+/** Leaders SIGSTOPped after the kills: failover by the election timeout alone. */
+const PAUSES = arg('pauses', quick ? 2 : 20);
 const SECS = arg('secs', quick ? 1 : 5);
 const ROUNDS = arg('rounds', quick ? 1 : 3);
 const PIN = !process.argv.includes('--no-pin') && process.platform === 'linux' && cpus().length >= 2;
@@ -282,15 +286,15 @@ async function allIds(s: SvcServer): Promise<Set<string>> {
   return ids;
 }
 
-async function failover(members: Member[], start: (m: Member) => Promise<void>): Promise<Record<string, unknown>> {
+async function failover(members: Member[], start: (m: Member) => Promise<void>, mode: 'kill' | 'pause', count: number): Promise<Record<string, unknown>> {
   let leader = await whole(members);
-  await leader.server!.call('POST', '/v1/collections', { name: 'failover', dim: DIM, metric: 'cosine' });
+  await leader.server!.call('POST', '/v1/collections', { name: 'failover', dim: DIM, metric: 'cosine', exist_ok: true });
   const followers = () => members.filter((m) => m !== leader);
   const a = writer('A (waits for every answer)', CLIENT_GIVE_UP_MS, followers()[0], 'failover');
   const b = writer(`B (gives up on a request after ${CLIENT_TIMEOUT_MS} ms)`, CLIENT_TIMEOUT_MS, followers()[1], 'failover');
   const kills: Record<string, unknown>[] = [];
   try {
-    for (let k = 0; k < KILLS; k++) {
+    for (let k = 0; k < count; k++) {
       leader = await whole(members);
       [a.target, b.target] = followers();
       // Writes go on for a random moment, so the kill lands anywhere in the heartbeat's period.
@@ -298,7 +302,9 @@ async function failover(members: Member[], start: (m: Member) => Promise<void>):
       const victim = leader;
       const survivors = followers();
       const killedAt = performance.now();
-      process.kill(victim.server!.pid, 'SIGKILL');
+      // SIGKILL: the process is gone (its address refuses connections); SIGSTOP: it hangs, and only the
+      // election timeout replaces it (docs/consensus.md, Failover).
+      process.kill(victim.server!.pid, mode === 'kill' ? 'SIGKILL' : 'SIGSTOP');
       // A survivor reports itself leader (polled every POLL_MS).
       const elected = await until('a survivor is elected', async () => {
         const vs = await Promise.all(survivors.map((m) => view(m).catch(() => null)));
@@ -307,10 +313,17 @@ async function failover(members: Member[], start: (m: Member) => Promise<void>):
       });
       // The killed member restarts on its data directory once a survivor leads (so it takes no part in
       // the election measured), while the clients may still be waiting.
-      // Its stop() would wait for an exit already seen: it closes the clients in the background.
-      void victim.server!.stop();
+      // Its stop() would wait for an exit already seen: it closes the clients in the background. A
+      // paused member is let go on instead (it steps down at the new term).
       const restartAt = performance.now();
-      const restarted = start(victim).then(() => performance.now() - restartAt);
+      let restarted: Promise<number>;
+      if (mode === 'kill') {
+        void victim.server!.stop();
+        restarted = start(victim).then(() => performance.now() - restartAt);
+      } else {
+        process.kill(victim.server!.pid, 'SIGCONT');
+        restarted = Promise.resolve(0);
+      }
       restarted.catch(() => undefined); // awaited below; a failed start must not end the run unhandled
       const [ackA, ackB] = await until('both clients write again', async () => {
         const x = firstAckAfter(a, killedAt);
@@ -322,7 +335,7 @@ async function failover(members: Member[], start: (m: Member) => Promise<void>):
       const wholeMs = performance.now() - restartAt;
       const row = { kill: k + 1, killed: victim.id, elected_ms: Math.round(elected.ms), new_leader: elected.id, term: elected.term, client_a_ms: Math.round(ackA), client_b_ms: Math.round(ackB), restart_ready_ms: Math.round(readyMs), whole_again_ms: Math.round(wholeMs) };
       kills.push(row);
-      console.log(`  kill ${k + 1}/${KILLS}: ${JSON.stringify(row)}`);
+      console.log(`  ${mode} ${k + 1}/${count}: ${JSON.stringify(row)}`);
     }
   } finally {
     a.running = false;
@@ -343,6 +356,7 @@ async function failover(members: Member[], start: (m: Member) => Promise<void>):
   };
   const col = (key: string) => kills.map((r) => r[key] as number);
   return {
+    fault: mode === 'kill' ? 'SIGKILL (then a restart)' : 'SIGSTOP (then SIGCONT once a survivor leads)',
     kills: kills.length,
     client_retry_ms: RETRY_MS,
     client_b_timeout_ms: CLIENT_TIMEOUT_MS,
@@ -542,6 +556,15 @@ function table(out: Record<string, any>): string {
   row('the killed member restarted (ready)', f.restart_ready_ms);
   row('the group whole again', f.whole_again_ms);
   lines.push('', `Acknowledged writes: ${f.acknowledged_writes}; lost, per member: ${JSON.stringify(f.acknowledged_lost_per_member)}.`, '');
+  const p = out.failover_paused;
+  if (p !== null) {
+    lines.push(`Failover by the election timeout alone: the leader SIGSTOPped ${p.kills} times (SIGCONT once a survivor leads).`, '',
+      '| from the pause to | p50 ms | p99 ms | max ms |', '|---|---|---|---|');
+    row('a survivor is leader', p.to_elected_ms);
+    row('next ack, client A', p.to_next_ack_ms.client_a);
+    row('next ack, client B', p.to_next_ack_ms.client_b);
+    lines.push('', `Acknowledged writes: ${p.acknowledged_writes}; lost, per member: ${JSON.stringify(p.acknowledged_lost_per_member)}.`, '');
+  }
   const c = out.catchup;
   lines.push(`Catch-up by snapshot: ${c.mib} MiB of vectors (${c.points} points, dim ${CATCHUP_DIM}); a follower wiped and restarted while a client writes through the leader.`, '',
     '| caught up s | image MiB streamed | MiB/s | streams sent / failed | leader RSS growth MiB | writes meanwhile p50 / p99 / max ms | points equal |', '|---|---|---|---|---|---|---|',
@@ -577,7 +600,8 @@ try {
   await single.stop();
   single = null;
   if (ONLY === null || ONLY === 'failover') console.log('failover');
-  const fo = ONLY === null || ONLY === 'failover' ? await failover(members, start) : null;
+  const fo = ONLY === null || ONLY === 'failover' ? await failover(members, start, 'kill', KILLS) : null;
+  const paused = (ONLY === null || ONLY === 'failover') && PAUSES > 0 ? await failover(members, start, 'pause', PAUSES) : null;
   await Promise.all(members.map(async (m) => { await m.server?.stop(); m.server = null; }));
   if (ONLY === null || ONLY === 'catchup') console.log('catch-up by snapshot');
   const cu = ONLY === null || ONLY === 'catchup' ? await catchup(work, CATCHUP_MB) : null;
@@ -588,10 +612,11 @@ try {
     dim: DIM, secs_per_arm: SECS, rounds: ROUNDS,
     throughput: tput,
     failover: fo,
+    failover_paused: paused,
     catchup: cu,
     run_secs: Math.round((performance.now() - t0) / 1000),
   };
-  console.log(JSON.stringify({ ...out, failover: { ...fo, per_kill: undefined } }, null, 2));
+  console.log(JSON.stringify({ ...out, failover: { ...fo, per_kill: undefined }, failover_paused: { ...paused, per_kill: undefined } }, null, 2));
   const name = quick ? 'raft-quick' : 'raft';
   if (ONLY === null) writeFileSync(join(import.meta.dirname, 'results', `${name}.json`), `${JSON.stringify(out, null, 2)}\n`);
   if (ONLY === null) writeFileSync(join(import.meta.dirname, 'results', `${name}.md`), table(out));

@@ -92,21 +92,24 @@ export async function startSvc(env: Record<string, string> = {}, readyMs = 120_0
   const grpcSearch = (req: Record<string, unknown>) => new Promise<{ hits: { id: string }[] }>((res, rej) => {
     client.Search(req, meta, (err: Error | null, out: { hits: { id: string }[] }) => (err ? rej(err) : res(out)));
   });
+  let stopping: Promise<void> | null = null;
   return {
     pid: child.pid!, rest, grpcAddr: `127.0.0.1:${grpcPort}`, call, grpcSearch,
-    async stop() {
-      client.close();
-      await agent.close();
-      if (child.exitCode === null) {
-        const gone = new Promise((r) => child.once('exit', r));
-        child.kill('SIGTERM');
-        // A profiled server writes its profiles on its way out, and a follower slowed by the profiler took
-        // 6 to 9 s to close: killed at 10 s, its main thread's profile was lost.
-        const profiling = (process.env.BENCH_PROF_DIR ?? '') !== '';
-        await Promise.race([gone, new Promise((r) => setTimeout(r, profiling ? 120_000 : 10_000))]);
-        if (child.exitCode === null) child.kill('SIGKILL');
-      }
-      if (own) rmSync(dir, { recursive: true, force: true });
-    },
+    // Once: a second stop (a run's cleanup after a failure) waits for the first.
+    stop: () => (stopping ??= stopOnce()),
   };
+  async function stopOnce(): Promise<void> {
+    client.close();
+    await agent.close();
+    if (child.exitCode === null) {
+      const gone = new Promise((r) => child.once('exit', r));
+      child.kill('SIGTERM');
+      // A profiled server writes its profiles on its way out, and a follower slowed by the profiler took
+      // 6 to 9 s to close: killed at 10 s, its main thread's profile was lost.
+      const profiling = (process.env.BENCH_PROF_DIR ?? '') !== '';
+      await Promise.race([gone, new Promise((r) => setTimeout(r, profiling ? 120_000 : 10_000))]);
+      if (child.exitCode === null) child.kill('SIGKILL');
+    }
+    if (own) rmSync(dir, { recursive: true, force: true });
+  }
 }
