@@ -73,17 +73,29 @@ export async function caughtUp(leader: Server, follower: Server, ms = 30_000): P
  * A TCP proxy on 127.0.0.1 to a target port, with faults: `cut()` closes every connection now,
  * `refuse(true)` closes new ones at once, `delayMs` holds each chunk in both directions, `drop(true)`
  * swallows bytes (a connection that hangs). Bounded: every socket it made goes at `close()`.
+ *
+ * With `mirrorRefusal`, a target that refuses a connection (its process is gone) makes the proxy stop
+ * listening until the target listens again, so that the proxy's address refuses connections too, as a
+ * dead member's does on a real network (a consensus member acts on that: docs/consensus.md, Failover).
+ * `refuse(true)` is a cut link, not a dead process: it accepts and closes, as before.
  */
 export class FaultProxy {
   port = 0;
   delayMs = 0;
   private refusing = false;
   private dropping = false;
+  private closed = false;
+  /** The target refused: not listening until it listens again (mirrorRefusal). */
+  private down = false;
   private readonly sockets = new Set<Socket>();
-  private readonly server: NetServer;
+  private server: NetServer;
 
-  constructor(public targetPort: number) {
-    this.server = createServer((client) => {
+  constructor(public targetPort: number, private readonly mirrorRefusal = false) {
+    this.server = this.makeServer();
+  }
+
+  private makeServer(): NetServer {
+    return createServer((client) => {
       if (this.refusing) {
         client.destroy();
         return;
@@ -94,10 +106,44 @@ export class FaultProxy {
         s.on('close', () => this.sockets.delete(s));
         s.on('error', () => undefined);
       }
+      upstream.on('error', (e: NodeJS.ErrnoException) => {
+        if (e.code === 'ECONNREFUSED' && this.mirrorRefusal) this.targetDown();
+      });
       this.pipe(client, upstream);
       this.pipe(upstream, client);
       client.on('close', () => upstream.destroy());
       upstream.on('close', () => client.destroy());
+    });
+  }
+
+  /** Stops listening, then listens again on the same port once the target accepts a connection. */
+  private targetDown(): void {
+    if (this.down || this.closed) return;
+    this.down = true;
+    this.server.close();
+    const probe = (): void => {
+      if (this.closed) return;
+      const s = createConnection({ host: '127.0.0.1', port: this.targetPort });
+      s.on('error', () => setTimeout(probe, 25));
+      s.on('connect', () => {
+        s.destroy();
+        this.relisten();
+      });
+    };
+    probe();
+  }
+
+  private relisten(): void {
+    if (this.closed) return;
+    const server = this.makeServer();
+    server.once('error', () => setTimeout(() => this.relisten(), 25)); // the port briefly taken: again
+    server.listen(this.port, '127.0.0.1', () => {
+      if (this.closed) {
+        server.close();
+        return;
+      }
+      this.server = server;
+      this.down = false;
     });
   }
 
@@ -110,6 +156,23 @@ export class FaultProxy {
   }
 
   async start(): Promise<void> {
+    if (this.mirrorRefusal) {
+      // Below the ephemeral range (32768 and up on Linux): while the proxy does not listen, no outgoing
+      // connection of another test can be given its port.
+      for (let attempt = 0; ; attempt++) {
+        const port = 20_000 + Math.floor(Math.random() * 12_000);
+        const ok = await new Promise<boolean>((r) => {
+          this.server.once('error', () => r(false));
+          this.server.listen(port, '127.0.0.1', () => r(true));
+        });
+        if (ok) {
+          this.port = port;
+          return;
+        }
+        if (attempt === 50) throw new Error('no free port below the ephemeral range for a fault proxy');
+        this.server = this.makeServer();
+      }
+    }
     await new Promise<void>((r) => this.server.listen(0, '127.0.0.1', r));
     this.port = (this.server.address() as { port: number }).port;
   }
@@ -127,7 +190,9 @@ export class FaultProxy {
   }
 
   async close(): Promise<void> {
+    this.closed = true;
     this.cut();
+    if (this.down) return;
     await new Promise<void>((r) => this.server.close(() => r()));
   }
 }
@@ -157,7 +222,7 @@ export async function startRaftGroup(
   for (const a of ids) {
     for (const b of ids) {
       if (a === b) continue;
-      const p = new FaultProxy(0);
+      const p = new FaultProxy(0, true);
       await p.start();
       links.set(`${a}>${b}`, p);
     }
