@@ -376,6 +376,24 @@ describe('snapshot streams', () => {
     expect(w.streams.stats).toMatchObject({ failed: 0, resumed: 0, chunksResent: 0 });
   });
 
+  it('a member whose disk stalls is asked once per probe interval, not in a loop, and the stream ends at the acknowledgement timeout', async () => {
+    const img = imageOf(4 * CHUNK_BYTES, 16);
+    const w = wire(img.pieces, { probeMs: 20, ackTimeoutMs: 400 });
+    const deliver = w.deliverAll;
+    // Chunks after 0 never arrive (to the leader, as a stalled disk looks): the member answers each probe at once with chunk 0.
+    w.deliverAll = () => {
+      w.inFlight = w.inFlight.filter((f) => isProbe(f) || seqOf(f) === 0);
+      deliver();
+    };
+    const t0 = Date.now();
+    w.streams.send(request('n2'));
+    await until(() => w.streams.stats.failed === 1, 5000);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(380);
+    expect(w.probes).toBeGreaterThanOrEqual(5);
+    expect(w.probes).toBeLessThanOrEqual(Math.ceil((Date.now() - t0) / 20) + 2);
+    expect(w.streams.stats.resumed).toBe(0);
+  });
+
   it('refuses what names another stream: a chunk or probe of another id, an ack of another id, a token of another stream; a chunk sent twice is not written twice', async () => {
     const stats = { sent: 0, bytesSent: 0, failed: 0, received: 0, dropped: 0, refused: 0, resumed: 0, chunksResent: 0 };
     const written: Buffer[] = [];

@@ -454,6 +454,7 @@ export class SnapshotStreams {
           continue;
         }
         const before = s.acked;
+        const acks = s.acks;
         // A resumable stream asks a quiet member where it is: its acknowledgements may have gone with its own connection.
         const left = timeoutMs - (this.now() - since);
         await this.pause(s, s.resumable ? Math.min(probeMs, left) : left);
@@ -463,7 +464,8 @@ export class SnapshotStreams {
         }
         if (s.broken) continue;
         if (this.now() - since >= timeoutMs) throw new Error(`no acknowledgement from '${s.to}' in ${timeoutMs} ms`);
-        if (s.resumable && !this.o.sendChunk(s.to, encodeProbe(s.id, s.acked + 1))) s.broken = true;
+        // Only after a whole quiet while: a member that answers with no progress (its disk stalls) is asked once per probeMs.
+        if (s.resumable && s.acks === acks && !this.o.sendChunk(s.to, encodeProbe(s.id, s.acked + 1))) s.broken = true;
       }
     };
     const put = async (chunk: Uint8Array, last: boolean): Promise<void> => {
