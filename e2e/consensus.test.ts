@@ -71,8 +71,8 @@ describe('a consensus group of three svc processes', () => {
         return lv.versions.not_heard_from.length === 0 ? true : `not heard from ${lv.versions.not_heard_from.join(', ')}`;
       });
       const lv = await raftView(leader);
-      expect(lv.versions).toEqual({ command_version: 3, snapshot_stream_version: 1, not_heard_from: [] });
-      for (const x of lv.members) expect(x).toMatchObject({ command_version: 3, snapshot_stream_version: 1, advertised: true });
+      expect(lv.versions).toEqual({ command_version: 3, snapshot_stream_version: 2, not_heard_from: [] });
+      for (const x of lv.members) expect(x).toMatchObject({ command_version: 3, snapshot_stream_version: 2, advertised: true });
       // The view is an admin's: a key without the role is refused, like any admin route.
       expect((await api(followers[0].server.base, 'nope')('GET', '/cluster/raft')).status).toBe(401);
 

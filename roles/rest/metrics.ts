@@ -38,7 +38,7 @@ export interface ConsensusMetricsSource {
   };
   forward: { forwarded: number; served: number; malformed: number; unanswered: number };
   /** Database images streamed to members behind the log, and received (core/cluster/consensus/snapshot-stream.ts). */
-  snapshots: { sent: number; bytesSent: number; failed: number; received: number; dropped: number; refused: number };
+  snapshots: { sent: number; bytesSent: number; failed: number; received: number; dropped: number; refused: number; resumed: number; chunksResent: number };
 }
 
 export function createPromMetrics(): PromMetrics {
@@ -229,6 +229,8 @@ function consensusSeries(registry: Registry, read: () => ConsensusMetricsSource)
   counter('svc_raft_snapshot_streams_total', 'Database images streamed to a member behind the log (sent, failed), not started because it reads no format this member sends (refused), or received whole from a leader (received)',
     ['outcome'], (s) => ({ sent: s.snapshots.sent, failed: s.snapshots.failed, refused: s.snapshots.refused, received: s.snapshots.received }));
   counter('svc_raft_snapshot_bytes_sent_total', 'Bytes of database images this member streamed whole to members behind the log', [], (s) => ({ '': s.snapshots.bytesSent }));
+  counter('svc_raft_snapshot_stream_resumes_total', 'Times an image stream whose connection broke went on from the first chunk its member did not hold, not from the beginning', [], (s) => ({ '': s.snapshots.resumed }));
+  counter('svc_raft_snapshot_chunks_resent_total', 'Chunks of image streams sent again after a resume (those the member did not hold)', [], (s) => ({ '': s.snapshots.chunksResent }));
 }
 
 /**

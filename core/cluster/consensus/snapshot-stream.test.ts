@@ -37,21 +37,39 @@ interface Wire {
   inFlight: Buffer[];
   maxUnacked: number;
   deliverAll(): void;
+  /** Whether the leader's connection to the member is up (sendChunk answers false when not), and the member's to the leader (acks). */
+  up: boolean;
+  acksUp: boolean;
+  /** The seq of every chunk frame sent (not probes), in order; and the probes sent. */
+  sentSeqs: number[];
+  probes: number;
+  /** A new SnapshotInbox in place of the member's (a member restarted). */
+  restartMember(): void;
 }
 
+/** A chunk frame's seq (after the 16-byte stream id), and whether it is a probe (flag 2, no bytes). */
+const seqOf = (f: Buffer): number => f.readUInt32LE(16);
+const isProbe = (f: Uint8Array): boolean => f.length === 21 && f[20] === 2;
+
 /** A leader n1 and a member n2; chunks are held until `deliverAll` (or dropped by the test). */
-function wire(image: () => AsyncIterable<Uint8Array>, opts: Pick<SnapshotStreamsOptions, 'ackTimeoutMs' | 'progress' | 'holdEntriesMax' | 'now' | 'peerVersions' | 'imageCommandVersion' | 'log'> = {}): Wire {
+function wire(image: () => AsyncIterable<Uint8Array>, opts: Pick<SnapshotStreamsOptions, 'ackTimeoutMs' | 'progress' | 'holdEntriesMax' | 'now' | 'peerVersions' | 'imageCommandVersion' | 'log' | 'resumeKeepMs' | 'probeMs'> = {}): Wire {
   const files = new Map<string, Buffer[]>();
   const delivered: SnapshotMessage[] = [];
-  const w = { files, delivered, inFlight: [] as Buffer[], maxUnacked: 0 } as Wire;
-  let sent = 0;
-  let acked = 0;
+  const w = { files, delivered, inFlight: [] as Buffer[], maxUnacked: 0, up: true, acksUp: true, sentSeqs: [] as number[], probes: 0 } as Wire;
+  /** The highest seq each stream (by id) had acknowledged: unacknowledged chunks are those sent past it. */
+  const ackedOf = new Map<string, number>();
   w.streams = new SnapshotStreams({
     image,
     sendChunk: (_to, payload) => {
+      if (!w.up) return false;
       w.inFlight.push(Buffer.from(payload));
-      sent++;
-      w.maxUnacked = Math.max(w.maxUnacked, sent - acked);
+      if (isProbe(payload)) {
+        w.probes++;
+      } else {
+        const f = Buffer.from(payload);
+        w.sentSeqs.push(seqOf(f));
+        w.maxUnacked = Math.max(w.maxUnacked, seqOf(f) - (ackedOf.get(f.toString('hex', 0, 16)) ?? -1));
+      }
       queueMicrotask(() => w.deliverAll());
       return true;
     },
@@ -61,25 +79,30 @@ function wire(image: () => AsyncIterable<Uint8Array>, opts: Pick<SnapshotStreams
     },
     ...opts,
   });
-  w.inbox = new SnapshotInbox({
-    create: (id) => {
-      const chunks: Buffer[] = [];
-      files.set(id, chunks);
-      const sink: ChunkSink = {
-        append: async (c) => {
-          await new Promise((r) => setTimeout(r, 1)); // a disk
-          chunks.push(Buffer.from(c));
-        },
-        finish: async () => undefined,
-        abort: async () => void files.delete(id),
-      };
-      return Promise.resolve(sink);
-    },
-    sendAck: (_to, payload) => {
-      acked++;
-      w.streams.onAck('n2', Buffer.from(payload));
-    },
-  }, w.streams.stats);
+  w.restartMember = () => {
+    w.inbox = new SnapshotInbox({
+      create: (id) => {
+        const chunks: Buffer[] = [];
+        files.set(id, chunks);
+        const sink: ChunkSink = {
+          append: async (c) => {
+            await new Promise((r) => setTimeout(r, 1)); // a disk
+            chunks.push(Buffer.from(c));
+          },
+          finish: async () => undefined,
+          abort: async () => void files.delete(id),
+        };
+        return Promise.resolve(sink);
+      },
+      sendAck: (_to, payload) => {
+        if (!w.acksUp) return;
+        const a = Buffer.from(payload);
+        if (seqOf(a) !== 0xffff_ffff) ackedOf.set(a.toString('hex', 0, 16), Math.max(ackedOf.get(a.toString('hex', 0, 16)) ?? -1, seqOf(a)));
+        w.streams.onAck('n2', Buffer.from(payload));
+      },
+    }, w.streams.stats);
+  };
+  w.restartMember();
   w.deliverAll = () => {
     for (const f of w.inFlight.splice(0)) w.inbox.onChunk('n1', f);
   };
@@ -224,21 +247,212 @@ describe('snapshot streams', () => {
     expect(w.files.size).toBe(1);
   });
 
-  it('a broken connection ends the running stream at once', async () => {
+  it('a member reading only stream version 1 gets a plain restart: a broken connection ends the stream at once, no probe, and the next starts from chunk 0', async () => {
     const img = imageOf(4 * CHUNK_BYTES, 3);
-    const w = wire(img.pieces);
+    const w = wire(img.pieces, { peerVersions: () => ({ stream: 1, command: 3 }), probeMs: 10 });
+    const deliver = w.deliverAll;
     w.deliverAll = () => undefined; // nothing arrives, nothing is acknowledged
     w.streams.send(request('n2'));
     await until(() => w.inFlight.length > 0);
+    w.inFlight = [];
     w.streams.peerLost('n2');
     await until(() => w.streams.stats.failed === 1, 2000);
     expect(w.streams.floor).toBeNull();
+    expect(w.probes).toBe(0);
+    w.deliverAll = deliver;
+    w.streams.send(request('n2', 8));
+    await until(() => w.delivered.length === 1);
+    expect(Buffer.concat(w.files.get(decodeImageRef(w.delivered[0].snapshot.data)!.id)!).equals(img.whole)).toBe(true);
+    expect(w.sentSeqs.filter((q) => q === 0)).toHaveLength(2);
+    expect(w.streams.stats).toMatchObject({ sent: 1, failed: 1, resumed: 0, chunksResent: 0 });
+    expect(w.files.size).toBe(1);
+  });
+
+  /**
+   * Version 2: the leader's connection is cut once `cutAt + lostAfter` chunks are sent and chunks from
+   * `cutAt` on are still on the wire (lost with it); it comes back after `downMs`.
+   */
+  async function cutOnce(img: ReturnType<typeof imageOf>, cutAt: number, lostAfter: number, downMs: number, opts: Pick<SnapshotStreamsOptions, 'resumeKeepMs' | 'probeMs'>) {
+    const w = wire(img.pieces, opts);
+    const deliver = w.deliverAll;
+    const lost: number[] = [];
+    let cut = false;
+    w.deliverAll = () => {
+      if (cut) return deliver();
+      // Chunks before `cutAt` arrive; later ones wait on the wire until the cut drops them.
+      w.inFlight = w.inFlight.filter((f) => (seqOf(f) < cutAt && !isProbe(f) ? (w.inbox.onChunk('n1', f), false) : true));
+      if (!w.inFlight.some((f) => seqOf(f) === cutAt + lostAfter)) return;
+      cut = true;
+      lost.push(...w.inFlight.map(seqOf));
+      w.inFlight = [];
+      w.up = false;
+      w.streams.peerLost('n2');
+      // Raft asks again meanwhile: one stream per member, nothing new starts.
+      w.streams.send(request('n2', 9));
+      setTimeout(() => { w.up = true; }, downMs);
+    };
+    w.streams.send(request('n2'));
+    return { w, lost, cutDone: () => cut };
+  }
+
+  it('a stream whose connection broke goes on from the first chunk the member does not hold: only those are sent again, and the image is byte-identical to an uninterrupted one', async () => {
+    const img = imageOf(12 * CHUNK_BYTES + 777, 11);
+    // The same image, uninterrupted.
+    const plain = wire(img.pieces);
+    plain.streams.send(request('n2'));
+    await until(() => plain.delivered.length === 1);
+    const plainFile = Buffer.concat(plain.files.get(decodeImageRef(plain.delivered[0].snapshot.data)!.id)!);
+
+    const { w, lost } = await cutOnce(img, 5, 3, 200, { probeMs: 10 });
+    await until(() => w.delivered.length === 1);
+    const ref = decodeImageRef(w.delivered[0].snapshot.data)!;
+    expect(ref.chunks).toBe(13);
+    expect(Buffer.concat(w.files.get(ref.id)!).equals(plainFile)).toBe(true);
+    expect(plainFile.equals(img.whole)).toBe(true);
+    // Chunks 5..8 were on the wire at the cut: those, and only those, went twice; 0..4 once.
+    expect(lost).toEqual([5, 6, 7, 8]);
+    const times = (q: number): number => w.sentSeqs.filter((x) => x === q).length;
+    for (let q = 0; q < 13; q++) expect(times(q), `chunk ${q}`).toBe(lost.includes(q) ? 2 : 1);
+    expect(w.streams.stats).toMatchObject({ sent: 1, failed: 0, resumed: 1, chunksResent: 4, received: 1, dropped: 0 });
+    expect(w.probes).toBeGreaterThanOrEqual(1);
+    // One stream all along (Raft's ask during the cut started none), with the window bounded.
+    expect(w.files.size).toBe(1);
+    expect(w.maxUnacked).toBeLessThanOrEqual(WINDOW_CHUNKS);
+    expect(w.streams.floor).toBeNull();
+  });
+
+  it('a stream whose connection stays broken longer than the keep bound ends, and the next one starts over from chunk 0', async () => {
+    const img = imageOf(6 * CHUNK_BYTES, 12);
+    const { w, cutDone } = await cutOnce(img, 2, 1, 400, { probeMs: 10, resumeKeepMs: 100 });
+    await until(() => w.streams.stats.failed === 1, 3000);
+    expect(cutDone()).toBe(true);
+    expect(w.streams.stats.resumed).toBe(0);
+    expect(w.streams.floor).toBeNull();
+    expect(w.delivered).toEqual([]);
+    await until(() => w.up, 3000);
+    w.streams.send(request('n2', 8));
+    await until(() => w.delivered.length === 1);
+    const ref = decodeImageRef(w.delivered[0].snapshot.data)!;
+    expect(Buffer.concat(w.files.get(ref.id)!).equals(img.whole)).toBe(true);
+    // Chunk 0 twice (one per stream); the first stream's partial file went when the second began.
+    expect(w.sentSeqs.filter((q) => q === 0)).toHaveLength(2);
+    expect(w.files.size).toBe(1);
+    expect(w.streams.stats).toMatchObject({ sent: 1, failed: 1, resumed: 0 });
+  });
+
+  it('a member restarted mid-stream holds nothing of it: it says so to the probe, and the leader starts over', async () => {
+    const img = imageOf(5 * CHUNK_BYTES, 13);
+    const { w, cutDone } = await cutOnce(img, 2, 1, 50, { probeMs: 10 });
+    await until(cutDone);
+    w.restartMember();
+    await until(() => w.streams.stats.failed === 1, 3000);
+    expect(w.streams.stats.resumed).toBe(0);
+    w.streams.send(request('n2', 8));
+    await until(() => w.delivered.length === 1);
+    expect(Buffer.concat(w.files.get(decodeImageRef(w.delivered[0].snapshot.data)!.id)!).equals(img.whole)).toBe(true);
+  });
+
+  it('acknowledgements lost on the member\'s own connection: the leader asks a quiet member where it is and goes on', async () => {
+    const img = imageOf(6 * CHUNK_BYTES, 14);
+    const w = wire(img.pieces, { probeMs: 20 });
+    let dropped = false;
+    const deliver = w.deliverAll;
+    w.deliverAll = () => {
+      // The member's connection breaks while chunk 2 is written: its acks go nowhere until the leader has asked.
+      if (!dropped && w.inFlight.some((f) => seqOf(f) === 2)) {
+        dropped = true;
+        w.acksUp = false;
+      }
+      deliver();
+    };
+    w.streams.send(request('n2'));
+    await until(() => w.probes >= 1);
+    w.acksUp = true;
+    await until(() => w.delivered.length === 1);
+    expect(Buffer.concat(w.files.get(decodeImageRef(w.delivered[0].snapshot.data)!.id)!).equals(img.whole)).toBe(true);
+    expect(w.probes).toBeGreaterThanOrEqual(1);
+    // Nothing sent twice: the leader's connection never broke.
+    expect(new Set(w.sentSeqs).size).toBe(w.sentSeqs.length);
+    expect(w.streams.stats).toMatchObject({ failed: 0, resumed: 0, chunksResent: 0 });
+  });
+
+  it('a member whose disk stalls is asked once per probe interval, not in a loop, and the stream ends at the acknowledgement timeout', async () => {
+    const img = imageOf(4 * CHUNK_BYTES, 16);
+    const w = wire(img.pieces, { probeMs: 20, ackTimeoutMs: 400 });
+    const deliver = w.deliverAll;
+    // Chunks after 0 never arrive (to the leader, as a stalled disk looks): the member answers each probe at once with chunk 0.
+    w.deliverAll = () => {
+      w.inFlight = w.inFlight.filter((f) => isProbe(f) || seqOf(f) === 0);
+      deliver();
+    };
+    const t0 = Date.now();
+    w.streams.send(request('n2'));
+    await until(() => w.streams.stats.failed === 1, 5000);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(380);
+    expect(w.probes).toBeGreaterThanOrEqual(5);
+    expect(w.probes).toBeLessThanOrEqual(Math.ceil((Date.now() - t0) / 20) + 2);
+    expect(w.streams.stats.resumed).toBe(0);
+  });
+
+  it('refuses what names another stream: a chunk or probe of another id, an ack of another id, a token of another stream; a chunk sent twice is not written twice', async () => {
+    const stats = { sent: 0, bytesSent: 0, failed: 0, received: 0, dropped: 0, refused: 0, resumed: 0, chunksResent: 0 };
+    const written: Buffer[] = [];
+    const acks: { id: string; seq: number }[] = [];
+    const sink: ChunkSink = { append: async (c) => void written.push(Buffer.from(c)), finish: async () => undefined, abort: async () => undefined };
+    const inbox = new SnapshotInbox({ create: async () => sink, sendAck: (_to, p) => void acks.push({ id: Buffer.from(p).toString('hex', 0, 16), seq: Buffer.from(p).readUInt32LE(16) }) }, stats);
+    const frame = (idByte: number, seq: number, flag: number, body = ''): Buffer => {
+      const b = Buffer.alloc(21 + body.length);
+      b.fill(idByte, 0, 16);
+      b.writeUInt32LE(seq, 16);
+      b[20] = flag;
+      b.write(body, 21, 'latin1');
+      return b;
+    };
+    const A = 'aa'.repeat(16);
+    const B = 'bb'.repeat(16);
+    for (let q = 0; q < 3; q++) inbox.onChunk('n1', frame(0xaa, q, 0, `a${q}`));
+    // Another stream's chunk in the middle of A: dropped, A untouched.
+    inbox.onChunk('n1', frame(0xbb, 3, 0, 'b3'));
+    expect(stats.dropped).toBe(1);
+    // A's chunk 1 again (a resuming leader's): not written twice, answered with where it is.
+    inbox.onChunk('n1', frame(0xaa, 1, 0, 'a1'));
+    // Probes: A's is answered with its last chunk written, B's with "nothing held".
+    inbox.onChunk('n1', frame(0xaa, 3, 2));
+    inbox.onChunk('n1', frame(0xbb, 3, 2));
+    await until(() => acks.length === 6);
+    expect(acks).toContainEqual({ id: B, seq: 0xffff_ffff });
+    expect(acks.filter((a) => a.id === A).map((a) => a.seq)).toEqual([0, 1, 2, 2, 2]);
+    inbox.onChunk('n1', frame(0xaa, 3, 1, 'a3'));
+    await until(() => acks.length === 7);
+    expect(written.map((b) => b.toString('latin1'))).toEqual(['a0', 'a1', 'a2', 'a3']);
+    // A token naming B (or A with another count) is refused; A's own is taken.
+    const token = (id: string, chunks: number): Buffer => Buffer.concat([Buffer.from('svc-stm1', 'latin1'), Buffer.from(id, 'hex'), Buffer.from(Uint32Array.of(chunks).buffer)]);
+    expect(inbox.complete('n1', token(B, 4), 5)).toBeNull();
+    expect(inbox.complete('n1', token(A, 3), 5)).toBeNull();
+    expect(decodeImageRef(inbox.complete('n1', token(A, 4), 5)!)).toEqual({ id: A, chunks: 4 });
+    // A probe with bytes after it is malformed.
+    inbox.onChunk('n1', Buffer.concat([frame(0xaa, 0, 2), Buffer.from('x')]));
+    expect(stats.dropped).toBe(4);
+
+    // The leader: an ack naming another stream, or a chunk not sent, is dropped.
+    const img = imageOf(3 * CHUNK_BYTES, 15);
+    const w = wire(img.pieces);
+    w.deliverAll = () => undefined;
+    w.streams.send(request('n2'));
+    await until(() => w.inFlight.length > 0);
+    const dropped = w.streams.stats.dropped;
+    const ack = (id: Buffer, seq: number): Buffer => Buffer.concat([id, Buffer.from(Uint32Array.of(seq).buffer)]);
+    w.streams.onAck('n2', ack(Buffer.alloc(16, 0xcc), 0));
+    w.streams.onAck('n2', ack(w.inFlight[0].subarray(0, 16), 50));
+    expect(w.streams.stats.dropped).toBe(dropped + 2);
+    w.streams.close();
+    await until(() => w.streams.stats.failed === 1);
   });
 
   it('a member lets go of a stream its leader stopped sending (its file is removed)', async () => {
     let now = 1000;
     let aborted = 0;
-    const stats = { sent: 0, bytesSent: 0, failed: 0, received: 0, dropped: 0 };
+    const stats = { sent: 0, bytesSent: 0, failed: 0, received: 0, dropped: 0, refused: 0, resumed: 0, chunksResent: 0 };
     const sink: ChunkSink = { append: async () => undefined, finish: async () => undefined, abort: async () => void aborted++ };
     const inbox = new SnapshotInbox({ create: async () => sink, sendAck: () => undefined, now: () => now }, stats);
     const chunk = Buffer.alloc(16 + 5 + 3);

@@ -29,30 +29,68 @@ import type { NodeId, SnapshotMessage } from '../raft/index.js';
  *   ref:      'svc-ref1' | stream id (16 bytes) | chunks u32 LE     (the file's name comes from the id)
  *   chunk frame: stream id (16) | seq u32 LE | last u8 | bytes
  *   ack frame:   stream id (16) | seq u32 LE               (every chunk through seq is written)
+ *   probe frame (version 2): stream id (16) | seq u32 LE | 2 u8   (a chunk frame's shape, no bytes)
  *
- * That is stream version 1 (SNAPSHOT_STREAM_VERSIONS), the only one so far. Members advertise the highest
- * they read (core/cluster/consensus/versions.ts), and a leader streams to a member only in a version it
- * reads, and only an image whose records (commands, command.ts) it reads: a move's state and batches are
- * versions 2 and 3. With none in common the stream is not started: counted (`refused`) and logged once
- * per member and reason, and Raft's next probe asks again (the member may have been upgraded meanwhile).
+ * Version 1 is the above less the probe: any break (a connection lost, ACK_TIMEOUT_MS without an
+ * acknowledgement) ends the stream, and Raft's next probe starts another from chunk 0.
+ *
+ * Version 2 resumes a stream whose connection broke, within the leader process that began it (the image
+ * is read from its live database as it is sent: no other process can go on with that read). Frames keep
+ * their bytes and meaning; what is new is a probe, and what each side does around it:
+ * - The leader keeps the chunks sent and not yet acknowledged (at most WINDOW_CHUNKS: no more than are
+ *   in flight anyway). When its connection to the member breaks, the stream is kept, its reader paused,
+ *   for at most RESUME_KEEP_MS; every PROBE_MS it sends a probe (once its connection is up again) until
+ *   an acknowledgement comes. It then sends again the kept chunks after the highest one acknowledged,
+ *   and reads on. A probe goes too when the member has acknowledged nothing for PROBE_MS with the
+ *   connection up (its acknowledgements ride its own connection to the leader, which may have broken).
+ * - The member answers a probe for the stream it is receiving from that peer, after every chunk it took
+ *   before it is written, with an ack of the last chunk written; for any other stream (a member restarted,
+ *   a stream it let go or that failed) with an ack of seq 0xffffffff: nothing held, and the leader ends
+ *   the stream (Raft's next probe starts another). A chunk of its stream it took already (sent again) is
+ *   not written twice: it acknowledges where it is instead.
+ * - Safety: a stream id is one fuzzy read; a member writes a stream's chunks to that id's file only in
+ *   order, each once, and creates the file only at seq 0 of an id it is not receiving; the token names
+ *   the id and the count. So a file handed to Raft holds every chunk of exactly one read.
+ * Chunks are not synced one by one (SealedChunkWriter syncs at the end), and a member drops partial image
+ * files when it starts: a member restarted mid-stream answers "nothing held", and its stream starts over.
+ *
+ * A version-1 member drops a probe as malformed and would refuse a chunk sent twice, so a leader resumes
+ * only streams in version 2, to a member advertising 2; to a version-1 member it streams as version 1
+ * does (a break ends the stream). A version-2 member behaves as version 1 towards a version-1 leader: such
+ * a leader sends no probes and never sends a chunk of one stream twice.
+ *
+ * Members advertise the highest stream version they read (core/cluster/consensus/versions.ts), and a
+ * leader streams to a member only in a version it reads, and only an image whose records (commands,
+ * command.ts) it reads: a move's state and batches are versions 2 and 3. With none in common the stream
+ * is not started: counted (`refused`) and logged once per member and reason, and Raft's next probe asks
+ * again (the member may have been upgraded meanwhile).
  */
 
 export const CHUNK_BYTES = 1 << 20;
 export const WINDOW_CHUNKS = 8;
 /** A member that acknowledges nothing for this long has gone (or its disk has): the stream ends. */
 export const ACK_TIMEOUT_MS = 30_000;
+/** A stream whose connection broke is kept this long for its member to come back (version 2); then it ends. */
+export const RESUME_KEEP_MS = ACK_TIMEOUT_MS;
+/** How often a kept stream asks its member where it is, and how long a quiet member is waited on before it is asked. */
+export const PROBE_MS = 1000;
 
 const REQUEST = Buffer.from('svc-srq1', 'latin1');
 const TOKEN = Buffer.from('svc-stm1', 'latin1');
 const REF = Buffer.from('svc-ref1', 'latin1');
 const ID_BYTES = 16;
 const MAGIC_BYTES = 8;
+const PROBE_FLAG = 2;
+/** An ack's seq saying that the member holds nothing of the stream (version 2). */
+const NOTHING_HELD = 0xffff_ffff;
 
 export const STREAM_REQUEST: Uint8Array = REQUEST;
 
 /** The stream versions this build writes and reads, lowest first; the last is what it advertises. */
-export const SNAPSHOT_STREAM_VERSIONS: readonly number[] = Object.freeze([1]);
+export const SNAPSHOT_STREAM_VERSIONS: readonly number[] = Object.freeze([1, 2]);
 export const SNAPSHOT_STREAM_VERSION = SNAPSHOT_STREAM_VERSIONS[SNAPSHOT_STREAM_VERSIONS.length - 1];
+/** The first stream version that resumes a stream after a broken connection. */
+export const RESUME_STREAM_VERSION = 2;
 
 /** The highest stream version both this build and a member reading up to `peerMax` read; null when none. */
 export function streamVersionFor(peerMax: number): number | null {
@@ -101,9 +139,19 @@ function encodeChunk(id: Buffer, seq: number, last: boolean, bytes: Uint8Array):
   return b;
 }
 
-function decodeChunk(p: Buffer): { id: string; seq: number; last: boolean; bytes: Buffer } | null {
-  if (p.length < ID_BYTES + 5 || p[ID_BYTES + 4] > 1) return null;
-  return { id: p.toString('hex', 0, ID_BYTES), seq: p.readUInt32LE(ID_BYTES), last: p[ID_BYTES + 4] === 1, bytes: p.subarray(ID_BYTES + 5) };
+function encodeProbe(id: Buffer, seq: number): Uint8Array {
+  const b = Buffer.allocUnsafe(ID_BYTES + 5);
+  id.copy(b, 0);
+  b.writeUInt32LE(seq, ID_BYTES);
+  b[ID_BYTES + 4] = PROBE_FLAG;
+  return b;
+}
+
+/** A chunk frame, or a probe (version 2: no bytes). */
+function decodeChunk(p: Buffer): { id: string; seq: number; last: boolean; probe: boolean; bytes: Buffer } | null {
+  const flag = p.length < ID_BYTES + 5 ? -1 : p[ID_BYTES + 4];
+  if (flag < 0 || flag > PROBE_FLAG || (flag === PROBE_FLAG && p.length !== ID_BYTES + 5)) return null;
+  return { id: p.toString('hex', 0, ID_BYTES), seq: p.readUInt32LE(ID_BYTES), last: flag === 1, probe: flag === PROBE_FLAG, bytes: p.subarray(ID_BYTES + 5) };
 }
 
 function encodeAck(id: string, seq: number): Uint8Array {
@@ -130,6 +178,10 @@ export interface SnapshotStreamStats {
   dropped: number;
   /** Streams not started: the member reads no stream version, or no command version of the image, this member would send. */
   refused: number;
+  /** Times a stream whose connection broke went on from where its member was (version 2), not from chunk 0. */
+  resumed: number;
+  /** Chunks sent again after a resume: those its member did not hold. */
+  chunksResent: number;
 }
 
 export interface SnapshotStreamsOptions {
@@ -155,6 +207,10 @@ export interface SnapshotStreamsOptions {
   holdEntriesMax?: number;
   log?(message: string, detail?: Record<string, unknown>): void;
   ackTimeoutMs?: number;
+  /** RESUME_KEEP_MS unless given. */
+  resumeKeepMs?: number;
+  /** PROBE_MS unless given. */
+  probeMs?: number;
   now?(): number;
 }
 
@@ -170,8 +226,23 @@ interface OutStream {
   readonly id: Buffer;
   readonly to: NodeId;
   readonly index: number;
+  /** Whether a broken connection is resumed (stream version 2) rather than ending the stream. */
+  readonly resumable: boolean;
+  /** The highest seq acknowledged; -1 before the first. */
   acked: number;
+  /** Chunks read and sent (the next chunk's seq). */
   sent: number;
+  /** The frames of chunks sent and not yet acknowledged, by seq (kept only when resumable). */
+  readonly unacked: Map<number, Uint8Array>;
+  /** Acks of this stream received (a probe's answer is the first after it). */
+  acks: number;
+  /** The connection to the member broke: nothing is sent until it answers a probe. */
+  broken: boolean;
+  /** When the connection broke, and what was acknowledged then: a break with no progress since keeps the deadline. */
+  brokenSince: number | null;
+  ackedAtBreak: number;
+  /** The member answered that it holds nothing of this stream. */
+  gone: boolean;
   readonly stop: AbortController;
   wake: (() => void) | null;
 }
@@ -181,18 +252,22 @@ export class SnapshotStreams {
   private readonly out = new Map<NodeId, OutStream>();
   /** Members sent an image whole, not yet caught up: the log after the image's index (or after what they hold since) stays. */
   private readonly catchingUp = new Map<NodeId, { index: number; since: number }>();
-  readonly stats: SnapshotStreamStats = { sent: 0, bytesSent: 0, failed: 0, received: 0, dropped: 0, refused: 0 };
+  readonly stats: SnapshotStreamStats = { sent: 0, bytesSent: 0, failed: 0, received: 0, dropped: 0, refused: 0, resumed: 0, chunksResent: 0 };
   private closed = false;
   /** The last refusal logged for each member: logged again only when the reason changes. */
   private readonly refusalLogged = new Map<NodeId, string>();
 
   constructor(private readonly o: SnapshotStreamsOptions) {}
 
+  private now(): number {
+    return (this.o.now ?? Date.now)();
+  }
+
   /** Raft's `snap` message carrying a request: starts a stream to its member unless one runs. */
   send(m: SnapshotMessage): void {
     if (this.closed || this.out.has(m.to)) return;
     const h = this.catchingUp.get(m.to);
-    if (h !== undefined && (this.o.now ?? Date.now)() - h.since < RECENT_STREAM_MS) return;
+    if (h !== undefined && this.now() - h.since < RECENT_STREAM_MS) return;
     const refusal = this.refusal(m.to);
     if (refusal !== null) {
       this.stats.refused++;
@@ -203,7 +278,10 @@ export class SnapshotStreams {
       return;
     }
     this.refusalLogged.delete(m.to);
-    const s: OutStream = { id: randomBytes(ID_BYTES), to: m.to, index: m.snapshot.meta.index, acked: -1, sent: 0, stop: new AbortController(), wake: null };
+    const s: OutStream = {
+      id: randomBytes(ID_BYTES), to: m.to, index: m.snapshot.meta.index, resumable: this.versionFor(m.to) >= RESUME_STREAM_VERSION,
+      acked: -1, sent: 0, unacked: new Map(), acks: 0, broken: false, brokenSince: null, ackedAtBreak: -1, gone: false, stop: new AbortController(), wake: null,
+    };
     this.out.set(m.to, s);
     void this.run(s, m).then(
       () => undefined,
@@ -213,8 +291,15 @@ export class SnapshotStreams {
         if (s.sent > 0) this.o.log?.('consensus: a snapshot stream to a member ended early (Raft sends another)', { to: m.to, index: s.index, chunks: s.sent, error: e instanceof Error ? e.message : String(e) });
       },
     ).finally(() => {
+      s.unacked.clear();
       if (this.out.get(m.to) === s) this.out.delete(m.to);
     });
+  }
+
+  /** The stream version this member sends to `to` (it has one: refusal() said so). */
+  private versionFor(to: NodeId): number {
+    const v = this.o.peerVersions === undefined ? SNAPSHOT_STREAM_VERSION : this.o.peerVersions(to)?.stream ?? 1;
+    return streamVersionFor(v) ?? 1;
   }
 
   /** Why member `to` cannot read an image from this member now, or null when it can. */
@@ -242,7 +327,7 @@ export class SnapshotStreams {
     let f: number | null = null;
     const lower = (i: number): void => { f = f === null ? i : Math.min(f, i); };
     for (const s of this.out.values()) lower(s.index);
-    const now = (this.o.now ?? Date.now)();
+    const now = this.now();
     for (const [peer, h] of this.catchingUp) {
       const p = this.o.progress?.(peer) ?? null;
       const keep = Math.max(h.index, p?.match ?? 0);
@@ -260,18 +345,36 @@ export class SnapshotStreams {
   onAck(from: NodeId, payload: Buffer): void {
     const a = decodeAck(payload);
     const s = this.out.get(from);
-    if (a === null || s === undefined || a.id !== s.id.toString('hex')) {
+    if (a === null || s === undefined || a.id !== s.id.toString('hex') || (a.seq !== NOTHING_HELD && a.seq >= s.sent)) {
       this.stats.dropped++;
       return;
     }
-    if (a.seq > s.acked) s.acked = a.seq;
+    if (a.seq === NOTHING_HELD) {
+      s.gone = true;
+    } else {
+      s.acks++;
+      if (a.seq > s.acked) {
+        s.acked = a.seq;
+        for (const seq of s.unacked.keys()) if (seq <= a.seq) s.unacked.delete(seq);
+      }
+    }
     s.wake?.();
   }
 
-  /** The connection to a peer broke: its stream cannot go on (chunks may be lost). */
+  /**
+   * The connection to a peer broke: chunks may be lost. A stream in version 2 is kept for the member to
+   * come back (at most resumeKeepMs); one in version 1, or one that sent nothing yet, ends.
+   */
   peerLost(peer: NodeId): void {
     // Its hold stays: a member restoring an image may lose its connection for a moment.
-    this.out.get(peer)?.stop.abort(new Error(`the connection to '${peer}' closed`));
+    const s = this.out.get(peer);
+    if (s === undefined) return;
+    if (s.resumable && s.sent > 0) {
+      s.broken = true;
+      s.wake?.();
+    } else {
+      s.stop.abort(new Error(`the connection to '${peer}' closed`));
+    }
   }
 
   close(): void {
@@ -279,33 +382,102 @@ export class SnapshotStreams {
     for (const s of this.out.values()) s.stop.abort(new Error('the member is closing'));
   }
 
+  /** Waits up to `ms`, or until an ack, a break or an abort; throws once aborted. */
+  private async pause(s: OutStream, ms: number): Promise<void> {
+    if (s.stop.signal.aborted) throw s.stop.signal.reason;
+    await new Promise<void>((resolve) => {
+      const t = setTimeout(done, ms);
+      function done(): void { clearTimeout(t); s.wake = null; s.stop.signal.removeEventListener('abort', done); resolve(); }
+      s.wake = done;
+      s.stop.signal.addEventListener('abort', done, { once: true });
+    });
+    if (s.stop.signal.aborted) throw s.stop.signal.reason;
+    if (s.gone) throw new Error(`'${s.to}' holds nothing of the stream (it restarted, or let the stream go)`);
+  }
+
+  /** Throws when this member stopped leading or the member holds the image's index already. */
+  private checkProgress(s: OutStream): void {
+    if (this.o.progress === undefined) return;
+    const p = this.o.progress(s.to);
+    if (p === null) throw new Error('this member stopped leading');
+    if (p.match >= s.index) throw new Error(`'${s.to}' holds index ${p.match} already`);
+  }
+
+  /**
+   * The connection broke (version 2): probes the member every probeMs until it answers, then sends again
+   * the chunks it does not hold. Throws after resumeKeepMs (counted from the break; a break after no
+   * progress since the last one keeps that one's deadline), or when the member holds nothing of it.
+   */
+  private async resume(s: OutStream): Promise<void> {
+    const keepMs = this.o.resumeKeepMs ?? RESUME_KEEP_MS;
+    const probeMs = this.o.probeMs ?? PROBE_MS;
+    if (s.brokenSince === null || s.acked > s.ackedAtBreak) {
+      s.brokenSince = this.now();
+      s.ackedAtBreak = s.acked;
+    }
+    for (;;) {
+      if (this.now() - s.brokenSince > keepMs) throw new Error(`the connection to '${s.to}' stayed broken for more than ${keepMs} ms`);
+      this.checkProgress(s);
+      // A member back on an older build reads no probe (and holds nothing of the stream).
+      if (this.versionFor(s.to) < RESUME_STREAM_VERSION) throw new Error(`'${s.to}' came back on a build that does not resume a stream`);
+      const acks = s.acks;
+      const asked = this.o.sendChunk(s.to, encodeProbe(s.id, s.acked + 1));
+      const until = this.now() + probeMs;
+      // Acks that were on their way when the probe went may come first: at worst a chunk or two it holds is sent again, and it ignores them.
+      while (s.acks === acks && this.now() < until) await this.pause(s, until - this.now());
+      if (asked && s.acks !== acks) break;
+    }
+    s.broken = false;
+    this.stats.resumed++;
+    const from = s.acked + 1;
+    for (let seq = from; seq < s.sent; seq++) {
+      if (!this.o.sendChunk(s.to, s.unacked.get(seq)!)) {
+        s.broken = true;
+        return;
+      }
+      this.stats.chunksResent++;
+    }
+    this.o.log?.('consensus: a snapshot stream to a member goes on after its connection broke', { to: s.to, index: s.index, from_chunk: from, resent: s.sent - from });
+  }
+
   private async run(s: OutStream, m: SnapshotMessage): Promise<void> {
     const timeoutMs = this.o.ackTimeoutMs ?? ACK_TIMEOUT_MS;
+    const probeMs = this.o.probeMs ?? PROBE_MS;
     let bytes = 0;
-    /** Waits until fewer than `window` chunks are unacknowledged (through `s.sent - 1`). */
+    /** Waits until fewer than `window` chunks are unacknowledged (through `s.sent - 1`), resuming a broken stream first. */
     const waitAcks = async (window: number): Promise<void> => {
-      while (s.sent - 1 - s.acked >= window) {
-        if (s.stop.signal.aborted) throw s.stop.signal.reason;
+      let since = this.now();
+      while (s.broken || s.sent - 1 - s.acked >= window) {
+        if (s.broken) {
+          await this.resume(s);
+          since = this.now();
+          continue;
+        }
         const before = s.acked;
-        await new Promise<void>((resolve) => {
-          const t = setTimeout(resolve, timeoutMs);
-          const done = (): void => { clearTimeout(t); s.wake = null; s.stop.signal.removeEventListener('abort', done); resolve(); };
-          s.wake = done;
-          s.stop.signal.addEventListener('abort', done, { once: true });
-        });
-        if (s.stop.signal.aborted) throw s.stop.signal.reason;
-        if (s.acked === before) throw new Error(`no acknowledgement from '${s.to}' in ${timeoutMs} ms`);
+        const acks = s.acks;
+        // A resumable stream asks a quiet member where it is: its acknowledgements may have gone with its own connection.
+        const left = timeoutMs - (this.now() - since);
+        await this.pause(s, s.resumable ? Math.min(probeMs, left) : left);
+        if (s.acked !== before) {
+          since = this.now();
+          continue;
+        }
+        if (s.broken) continue;
+        if (this.now() - since >= timeoutMs) throw new Error(`no acknowledgement from '${s.to}' in ${timeoutMs} ms`);
+        // Only after a whole quiet while: a member that answers with no progress (its disk stalls) is asked once per probeMs.
+        if (s.resumable && s.acks === acks && !this.o.sendChunk(s.to, encodeProbe(s.id, s.acked + 1))) s.broken = true;
       }
     };
     const put = async (chunk: Uint8Array, last: boolean): Promise<void> => {
       await waitAcks(WINDOW_CHUNKS);
       // This member stopped leading, or the member holds the image's index already: nothing to send.
-      if (this.o.progress !== undefined) {
-        const p = this.o.progress(s.to);
-        if (p === null) throw new Error('this member stopped leading');
-        if (p.match >= s.index) throw new Error(`'${s.to}' holds index ${p.match} already`);
+      this.checkProgress(s);
+      const frame = encodeChunk(s.id, s.sent, last, chunk);
+      if (!this.o.sendChunk(s.to, frame)) {
+        if (!s.resumable || s.sent === 0) throw new Error(`no connection to '${s.to}'`);
+        s.broken = true;
       }
-      if (!this.o.sendChunk(s.to, encodeChunk(s.id, s.sent, last, chunk))) throw new Error(`no connection to '${s.to}'`);
+      if (s.resumable) s.unacked.set(s.sent, frame);
       s.sent++;
       bytes += chunk.length;
     };
@@ -338,7 +510,7 @@ export class SnapshotStreams {
     await waitAcks(1);
     this.stats.sent++;
     this.stats.bytesSent += bytes;
-    this.catchingUp.set(s.to, { index: s.index, since: (this.o.now ?? Date.now)() });
+    this.catchingUp.set(s.to, { index: s.index, since: this.now() });
     this.o.sendSnapshot({ ...m, snapshot: { meta: m.snapshot.meta, data: encodeRef(TOKEN, { id: s.id.toString('hex'), chunks: s.sent }) } });
   }
 }
@@ -365,6 +537,8 @@ interface InStream {
   readonly from: NodeId;
   /** The next seq expected. */
   next: number;
+  /** The last seq written to its file; -1 before the first. */
+  written: number;
   done: boolean;
   failed: boolean;
   chain: Promise<ChunkSink | null>;
@@ -385,9 +559,18 @@ export class SnapshotInbox {
       return;
     }
     let s = this.in.get(from);
+    if (c.probe) {
+      this.answerProbe(from, c.id, s);
+      return;
+    }
+    if (s !== undefined && s.id === c.id && !s.failed && c.seq < s.next) {
+      // A chunk taken already, sent again by a leader resuming the stream (version 2): not written twice.
+      this.ackWhereItIs(s);
+      return;
+    }
     if (c.seq === 0) {
       if (s !== undefined) this.abandon(s);
-      s = { id: c.id, from, next: 0, done: false, failed: false, chain: Promise.resolve(null), at: 0 };
+      s = { id: c.id, from, next: 0, written: -1, done: false, failed: false, chain: Promise.resolve(null), at: 0 };
       const created = s;
       s.chain = this.o.create(c.id).catch((e: unknown) => {
         created.failed = true;
@@ -419,6 +602,7 @@ export class SnapshotInbox {
       if (sink === null || stream.failed) return sink;
       try {
         await sink.append(bytes);
+        stream.written = seq;
         if (c.last) {
           await sink.finish();
           stream.done = true;
@@ -428,6 +612,30 @@ export class SnapshotInbox {
         return failed(e);
       }
       this.o.sendAck(from, encodeAck(stream.id, seq));
+      return sink;
+    });
+  }
+
+  /**
+   * A leader's probe (version 2: its connection broke, or it heard nothing for a while): once every chunk
+   * taken before it is written, an ack of the last one written; for a stream not being received from that
+   * peer (this member restarted, let it go, or its file failed), an ack saying that nothing is held.
+   */
+  private answerProbe(from: NodeId, id: string, s: InStream | undefined): void {
+    if (s === undefined || s.id !== id || s.failed) {
+      this.o.sendAck(from, encodeAck(id, NOTHING_HELD));
+      return;
+    }
+    // Its leader still holds it: not a stream to let go of as stale.
+    s.at = (this.o.now ?? Date.now)();
+    this.ackWhereItIs(s);
+  }
+
+  /** After the writes queued before this call: an ack of the last chunk written (nothing held, if none or it failed). */
+  private ackWhereItIs(s: InStream): void {
+    s.chain = s.chain.then((sink) => {
+      const held = sink !== null && !s.failed && s.written >= 0;
+      this.o.sendAck(s.from, encodeAck(s.id, held ? s.written : NOTHING_HELD));
       return sink;
     });
   }

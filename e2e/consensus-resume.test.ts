@@ -1,0 +1,113 @@
+import { readdirSync, rmSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { allPoints, call, eventually, raftLeader, raftView, restartMember, startRaftGroup, type RaftMember } from './cluster-harness.js';
+import { tempDir } from './harness.js';
+
+/**
+ * A member catching up by a database image whose connection from the leader is cut mid-stream (issue 17,
+ * snapshot stream version 2): the leader keeps the stream, and when the connection is back it goes on
+ * from the first chunk the member does not hold instead of from the beginning. The member ends with the
+ * leader's exact points, and the leader's metrics show one stream sent, resumed, not failed.
+ */
+const root = tempDir('svc-consensus-resume-');
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+const TIMING = { SVC_RAFT_HEARTBEAT_MS: '50', SVC_RAFT_ELECTION_MS: '1000', SVC_RAFT_WRITE_TIMEOUT_SECS: '10', SVC_RAFT_SNAPSHOT_ENTRIES: '40' };
+const COLL = 'blobs';
+const MIB = 1 << 20;
+
+const metric = (text: string, series: string): number => {
+  const m = new RegExp(`^${series.replace(/[{}"=]/g, (c) => `\\${c}`)} (\\d+)`, 'm').exec(text);
+  if (m === null) throw new Error(`no ${series} in the metrics`);
+  return Number(m[1]);
+};
+const metricsOf = async (m: RaftMember): Promise<string> => (await fetch(`${m.server.base}/metrics`)).text();
+
+/** The largest image file in a member's raft folder (bytes written so far), 0 when none. */
+function imageBytes(m: RaftMember): number {
+  let max = 0;
+  for (const n of readdirSync(join(m.dataDir, 'raft'))) {
+    if (!n.startsWith('image-')) continue;
+    try {
+      max = Math.max(max, statSync(join(m.dataDir, 'raft', n)).size);
+    } catch {
+      // removed meanwhile
+    }
+  }
+  return max;
+}
+
+async function upsert(m: RaftMember, points: unknown[]): Promise<void> {
+  for (let t = 0; ; t++) {
+    const r = await call(m.server)('PUT', `/v1/collections/${COLL}/points`, { points });
+    if (r.status === 200) return;
+    if (r.status !== 503 || t === 20) throw new Error(`upsert: ${r.status} ${JSON.stringify(r.json)}`);
+    await new Promise((res) => setTimeout(res, 200));
+  }
+}
+
+describe('a snapshot stream cut mid-way', () => {
+  it('resumes from the first chunk the member does not hold, and the member ends with the leader\'s exact points', async () => {
+    const { members, links } = await startRaftGroup(['s1', 's2', 's3'], (id) => join(root, id), TIMING);
+    try {
+      const leader = await raftLeader(members);
+      const [member] = members.filter((m) => m !== leader);
+      expect((await call(leader.server)('POST', '/v1/collections', { name: COLL, dim: 4, metric: 'cosine' })).status).toBe(201);
+      // About 22 MiB of points, written while every member is up: an image of some 22 chunks (1 MiB each).
+      const blob = 'x'.repeat(45_000);
+      for (let b = 0; b < 24; b++) {
+        await upsert(leader, Array.from({ length: 20 }, (_, k) => ({ id: `b${b * 20 + k}`, vector: [1, b, k, 1], payload: { b, k, blob } })));
+      }
+      const lv = await raftView(leader);
+      await eventually('the member applied everything', async () => ((await raftView(member)).applied_index >= lv.commit_index ? true : 'not yet'));
+      // The member goes; past SVC_RAFT_SNAPSHOT_ENTRIES writes later, the log it would need is compacted.
+      await member.server.stop('SIGKILL');
+      for (let b = 0; b < 60; b++) await upsert(leader, [{ id: `s${b}`, vector: [b, 1, 0, 1], payload: { b } }]);
+      expect((await raftView(leader)).log_first_index).toBeGreaterThan(lv.commit_index);
+
+      // Slow links both ways (the image's chunks, and the member's acknowledgements), so the stream takes a
+      // few windows of 8 chunks and can be cut in the middle with chunks on the wire.
+      const down = links.get(`${leader.id}>${member.id}`)!;
+      const up = links.get(`${member.id}>${leader.id}`)!;
+      down.delayMs = 150;
+      up.delayMs = 400;
+      await restartMember(member);
+      const deadline = Date.now() + 60_000;
+      while (imageBytes(member) < 10 * MIB) {
+        if (Date.now() > deadline) throw new Error(`the image stream did not get past 10 MiB: ${imageBytes(member)} bytes`);
+        await new Promise((res) => setTimeout(res, 5));
+      }
+      // From now on what the leader sends the member is lost: the next window's chunks, once the
+      // acknowledgements of this one reach the leader (400 ms on), are on the wire when it is cut.
+      down.drop(true);
+      await new Promise((res) => setTimeout(res, 700));
+      const before = await metricsOf(leader);
+      expect(metric(before, 'svc_raft_snapshot_streams_total{outcome="sent"}')).toBe(0);
+      down.cut();
+      down.drop(false);
+      down.delayMs = 0;
+      up.delayMs = 0;
+
+      const want = await allPoints(leader.server, COLL);
+      expect(want.length).toBe(24 * 20 + 60);
+      await eventually('the member holds the leader\'s exact points', async () => {
+        const got = await allPoints(member.server, COLL);
+        return JSON.stringify(got) === JSON.stringify(want) ? true : `${got.length} of ${want.length} points`;
+      }, 60_000);
+
+      // One stream, sent whole, resumed after the cut: none failed since, and only a window's chunks went again.
+      const after = await metricsOf(leader);
+      expect(metric(after, 'svc_raft_snapshot_streams_total{outcome="sent"}')).toBe(1);
+      expect(metric(after, 'svc_raft_snapshot_stream_resumes_total')).toBeGreaterThanOrEqual(1);
+      expect(metric(after, 'svc_raft_snapshot_chunks_resent_total')).toBeGreaterThanOrEqual(1);
+      expect(metric(after, 'svc_raft_snapshot_chunks_resent_total')).toBeLessThanOrEqual(8);
+      expect(metric(after, 'svc_raft_snapshot_streams_total{outcome="failed"}')).toBe(metric(before, 'svc_raft_snapshot_streams_total{outcome="failed"}'));
+      expect(metric(after, 'svc_raft_snapshot_bytes_sent_total')).toBeGreaterThan(20 * MIB);
+      expect(metric(await metricsOf(member), 'svc_raft_snapshot_streams_total{outcome="received"}')).toBe(1);
+      for (const l of links.values()) await l.close();
+    } finally {
+      await Promise.all(members.map((m) => m.server.stop('SIGKILL')));
+    }
+  }, 180_000);
+});
