@@ -95,7 +95,7 @@ export class FaultProxy {
   }
 
   private makeServer(): NetServer {
-    return createServer((client) => {
+    const server: NetServer = createServer((client) => {
       if (this.refusing) {
         client.destroy();
         return;
@@ -107,13 +107,15 @@ export class FaultProxy {
         s.on('error', () => undefined);
       }
       upstream.on('error', (e: NodeJS.ErrnoException) => {
-        if (e.code === 'ECONNREFUSED' && this.mirrorRefusal) this.targetDown();
+        // Only a refusal seen through the server listening now (not one of a connection made before a relisten).
+        if (e.code === 'ECONNREFUSED' && this.mirrorRefusal && server === this.server) this.targetDown();
       });
       this.pipe(client, upstream);
       this.pipe(upstream, client);
       client.on('close', () => upstream.destroy());
       upstream.on('close', () => client.destroy());
     });
+    return server;
   }
 
   /** Stops listening, then listens again on the same port once the target accepts a connection. */
@@ -121,28 +123,37 @@ export class FaultProxy {
     if (this.down || this.closed) return;
     this.down = true;
     this.server.close();
+    let wait = 10;
     const probe = (): void => {
       if (this.closed) return;
       const s = createConnection({ host: '127.0.0.1', port: this.targetPort });
-      s.on('error', () => setTimeout(probe, 25));
+      s.on('error', () => {
+        // Quick at first (a restart), then once a second: a member never restarted costs little.
+        wait = Math.min(1000, wait * 2);
+        setTimeout(probe, wait).unref();
+      });
       s.on('connect', () => {
         s.destroy();
-        this.relisten();
+        this.relisten(0);
       });
     };
     probe();
   }
 
-  private relisten(): void {
+  private relisten(attempt: number): void {
     if (this.closed) return;
     const server = this.makeServer();
-    server.once('error', () => setTimeout(() => this.relisten(), 25)); // the port briefly taken: again
+    server.once('error', (e) => {
+      // Its port briefly taken (no outgoing connection takes one below the ephemeral range): again, for a while.
+      if (attempt === 200) throw new Error(`fault proxy: port ${this.port} stayed taken: ${String(e)}`);
+      setTimeout(() => this.relisten(attempt + 1), 25).unref();
+    });
+    this.server = server;
     server.listen(this.port, '127.0.0.1', () => {
       if (this.closed) {
         server.close();
         return;
       }
-      this.server = server;
       this.down = false;
     });
   }
@@ -159,8 +170,10 @@ export class FaultProxy {
     if (this.mirrorRefusal) {
       // Below the ephemeral range (32768 and up on Linux): while the proxy does not listen, no outgoing
       // connection of another test can be given its port.
+      // Each vitest worker its own range, so that no other test file's proxy takes this port while it is down.
+      const pool = Number(process.env.VITEST_POOL_ID ?? 1) % 8;
       for (let attempt = 0; ; attempt++) {
-        const port = 20_000 + Math.floor(Math.random() * 12_000);
+        const port = 20_000 + pool * 1500 + Math.floor(Math.random() * 1500);
         const ok = await new Promise<boolean>((r) => {
           this.server.once('error', () => r(false));
           this.server.listen(port, '127.0.0.1', () => r(true));
@@ -192,7 +205,7 @@ export class FaultProxy {
   async close(): Promise<void> {
     this.closed = true;
     this.cut();
-    if (this.down) return;
+    if (!this.server.listening) return;
     await new Promise<void>((r) => this.server.close(() => r()));
   }
 }
@@ -211,7 +224,7 @@ export interface RaftMember {
  * A consensus group of `ids.length` members on 127.0.0.1 (issue 17). Each member dials each peer through
  * its own FaultProxy (`links.get('n1>n2')` carries n1's connection to n2), so a test can cut one
  * direction of one link, or isolate a member, without touching the processes. With `direct` they dial
- * each other's own ports instead (the proxies go unused): a killed member's address then refuses
+ * each other's own ports instead (no proxies): a killed member's address then refuses
  * connections, as on a real network, where a proxy would accept them and close them.
  */
 export async function startRaftGroup(
@@ -219,7 +232,7 @@ export async function startRaftGroup(
 ): Promise<{ members: RaftMember[]; links: Map<string, FaultProxy> }> {
   // The proxies listen first, so a port picked for a member afterwards cannot be one of theirs.
   const links = new Map<string, FaultProxy>();
-  for (const a of ids) {
+  for (const a of opts.direct === true ? [] : ids) {
     for (const b of ids) {
       if (a === b) continue;
       const p = new FaultProxy(0, true);

@@ -16,7 +16,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { allPoints, call, eventually, KEY, raftLeader, raftView, restartMember, startNode, startRaftGroup, type RaftMember } from './cluster-harness.js';
+import { allPoints, call, eventually, KEY, raftLeader, raftView, restartMember, startNode, startRaftGroup, type FaultProxy, type RaftMember } from './cluster-harness.js';
 import { api, MASTER, serve, tempDir, type Server } from './harness.js';
 import { countOn, fetchAll, LoadModel as Model, seededRandom, startLoad, type Client } from './load-harness.js';
 
@@ -26,8 +26,10 @@ const ROUTER_KEY = 'consensus-rebalance-router-key';
 const TIMING = { SVC_RAFT_HEARTBEAT_MS: '50', SVC_RAFT_ELECTION_MS: '500', SVC_RAFT_WRITE_TIMEOUT_SECS: '5' };
 const running = new Set<Server>();
 let group: RaftMember[] = [];
+let links: Map<string, FaultProxy> = new Map();
 afterAll(async () => {
   await Promise.all([...running, ...group.map((m) => m.server)].map((s) => s.stop('SIGKILL')));
+  for (const l of links.values()) await l.close();
 });
 
 async function started(p: Promise<Server>): Promise<Server> {
@@ -124,7 +126,7 @@ describe('rebalancing with a consensus group as a move\'s source and target', ()
 
   beforeAll(async () => {
     cwd = tempDir('svc-consensus-rebalance-');
-    ({ members: group } = await startRaftGroup(['n1', 'n2', 'n3'], (id) => join(cwd, `g-${id}`), TIMING));
+    ({ members: group, links } = await startRaftGroup(['n1', 'n2', 'n3'], (id) => join(cwd, `g-${id}`), TIMING));
     [single, standby, reference] = await Promise.all(['s1', 'standby', 'ref'].map((d) => started(startNode(join(cwd, d)))));
     const leader = await raftLeader(group);
     // The map names a follower: the leader is killed mid-move, and the follower stays the group's URL

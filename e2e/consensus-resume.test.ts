@@ -101,7 +101,8 @@ describe('a snapshot stream cut mid-way', () => {
       expect(metric(after, 'svc_raft_snapshot_streams_total{outcome="sent"}')).toBe(1);
       expect(metric(after, 'svc_raft_snapshot_stream_resumes_total')).toBeGreaterThanOrEqual(1);
       expect(metric(after, 'svc_raft_snapshot_chunks_resent_total')).toBeGreaterThanOrEqual(1);
-      expect(metric(after, 'svc_raft_snapshot_chunks_resent_total')).toBeLessThanOrEqual(8);
+      // At most a window (8 chunks) per resume: the cut may break the stream more than once.
+      expect(metric(after, 'svc_raft_snapshot_chunks_resent_total')).toBeLessThanOrEqual(8 * metric(after, 'svc_raft_snapshot_stream_resumes_total'));
       expect(metric(after, 'svc_raft_snapshot_streams_total{outcome="failed"}')).toBe(metric(before, 'svc_raft_snapshot_streams_total{outcome="failed"}'));
       expect(metric(after, 'svc_raft_snapshot_bytes_sent_total')).toBeGreaterThan(20 * MIB);
       expect(metric(await metricsOf(member), 'svc_raft_snapshot_streams_total{outcome="received"}')).toBe(1);

@@ -129,11 +129,11 @@ export class RaftTranscript {
     return r.ok ? [] : [`${args[0]} refuses read ${args[1]}: ${r.reason}`];
   }
 
-  /** `gone n2 n3 : n1`: prints which of them stopped waiting for n1 (those that followed it). */
+  /** `gone n2 n3 : n1`: prints which of them now suspect n1 (those that follow it). */
   private gone(args: string[]): string[] {
     const at = args.indexOf(':');
     const peer = this.known(args[at + 1]);
-    return args.slice(0, at).map((id) => `${id} ${this.node(id).leaderGone(peer) ? 'stops waiting for' : 'does not follow'} ${peer}`);
+    return args.slice(0, at).map((id) => `${id} ${this.node(id).leaderGone(peer) ? 'suspects' : 'does not follow'} ${peer}`);
   }
 
   private each(args: string[], f: (n: RaftNode) => void): string[] {

@@ -152,7 +152,7 @@ export async function startConsensusMember(
   const tickMs = Math.max(1, Math.floor(timing.heartbeatMs / 2));
   let forwarder: WriteForwarder | null = null;
   let member: ConsensusMember | null = null;
-  let leaderGone = 0;
+  let leasesEnded = 0;
   // What each member reads, from the handshakes (docs/consensus.md, Version skew).
   const own = testing.versions === undefined ? { command: COMMAND_VERSION_MAX, stream: SNAPSHOT_STREAM_VERSION } : testing.versions ?? UNVERSIONED;
   const versions = new GroupVersions(rc.id, rc.members.map((x) => x.id), own);
@@ -181,9 +181,7 @@ export async function startConsensusMember(
     onSnapshotFrame: (kind, payload, from) => (kind === 'chunk' ? inbox!.onChunk(from, payload) : streams.onAck(from, payload)),
     // The leader's process is gone: campaign soon rather than after a whole election timeout.
     onPeerRefused: (peer) => {
-      if (member?.leaderGone(peer) !== true) return;
-      leaderGone++;
-      log('info', 'consensus: the leader\'s address refuses connections; campaigning without waiting out the election timeout', { leader: peer });
+      member?.leaderGone(peer);
     },
     onPeerLost: (peer) => {
       forwarder?.abandon(peer, 'went away');
@@ -316,6 +314,10 @@ export async function startConsensusMember(
     // The remainder of a tick carries over; where ticks were dropped (a leader's, or past the cap), time starts afresh.
     tickedAt = due >= missed ? tickedAt + due * tickMs : now;
     for (let i = 0; i < due; i++) m.tick();
+    if (m.leasesEndedEarly !== leasesEnded) {
+      leasesEnded = m.leasesEndedEarly;
+      log('info', 'consensus: the leader\'s address refuses connections and it missed a heartbeat; campaigning without waiting out the election timeout', { leader: knownLeader });
+    }
     // A new leader: writes forwarded to the old one will not be answered by it in time, if ever.
     const leader = m.status().leaderId;
     if (leader !== knownLeader) {
@@ -386,7 +388,7 @@ export async function startConsensusMember(
     metrics: () => {
       const v = view();
       return {
-        leaderGone, role: v.role, term: v.term, commitIndex: v.commit_index, appliedIndex: v.applied_index, snapshotIndex: v.snapshot_index,
+        leaderGone: m.leasesEndedEarly, role: v.role, term: v.term, commitIndex: v.commit_index, appliedIndex: v.applied_index, snapshotIndex: v.snapshot_index,
         transport: transport.stats, forward: forwarder!.stats, snapshots: streams.stats,
       };
     },

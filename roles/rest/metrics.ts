@@ -218,7 +218,7 @@ function consensusSeries(registry: Registry, read: () => ConsensusMetricsSource)
   counter('svc_raft_messages_sent_total', 'Consensus messages this member sent to its peers', [], (s) => ({ '': s.transport.messagesSent }));
   counter('svc_raft_messages_received_total', 'Consensus messages this member received from its peers', [], (s) => ({ '': s.transport.messagesReceived }));
   counter('svc_raft_bytes_sent_total', 'Bytes of consensus frames this member sent', [], (s) => ({ '': s.transport.bytesSent }));
-  counter('svc_raft_leader_gone_total', 'Times this member campaigned early because its leader\'s address refused connections (its process was gone)', [], (s) => ({ '': s.leaderGone }));
+  counter('svc_raft_leader_gone_total', 'Times this member ended its leader\'s lease early: the leader\'s address refused connections (its process was gone) and it missed a heartbeat', [], (s) => ({ '': s.leaderGone }));
   counter('svc_raft_reconnects_total', 'Times this member dialled a peer again after losing its connection', [], (s) => ({ '': s.transport.reconnects }));
   counter('svc_raft_dropped_total', 'Consensus messages dropped before sending (a full queue, a peer not connected, too large): Raft sends again',
     ['reason'], (s) => snakeKeys(s.transport.dropped));

@@ -163,13 +163,17 @@ export class ConsensusMember implements Proposer {
   }
 
   /**
-   * The host saw `peer`'s process go away (its address refuses connections): if it led this member,
-   * this member campaigns soon instead of after a whole election timeout (RaftNode.leaderGone).
+   * The host saw `peer`'s process go away (its address refuses connections): if it leads this member
+   * and misses a heartbeat too, this member campaigns soon instead of after a whole election timeout
+   * (RaftNode.leaderGone).
    */
   leaderGone(peer: string): boolean {
-    if (!this.usable() || !this.node.leaderGone(peer)) return false;
-    this.kick();
-    return true;
+    return this.usable() && this.node.leaderGone(peer);
+  }
+
+  /** Leases ended early on a leaderGone hint (RaftNode.leasesEndedEarly). */
+  get leasesEndedEarly(): number {
+    return this.node.leasesEndedEarly;
   }
 
   propose(data: Uint8Array, signal?: AbortSignal): Promise<ProposeAck> {

@@ -463,6 +463,8 @@ export class SnapshotStreams {
           continue;
         }
         if (s.broken) continue;
+        // A leader that stopped leading while its member was quiet ends the stream now, not at the timeout.
+        this.checkProgress(s);
         if (this.now() - since >= timeoutMs) throw new Error(`no acknowledgement from '${s.to}' in ${timeoutMs} ms`);
         // Only after a whole quiet while: a member that answers with no progress (its disk stalls) is asked once per probeMs.
         if (s.resumable && s.acks === acks && !this.o.sendChunk(s.to, encodeProbe(s.id, s.acked + 1))) s.broken = true;

@@ -106,6 +106,11 @@ export class RaftNode {
     return this.raft.leaderGone(peer);
   }
 
+  /** Leases ended early on a leaderGone hint (the leader then missed a heartbeat too). */
+  get leasesEndedEarly(): number {
+    return this.raft.leasesEndedEarly;
+  }
+
   /** Campaigns now, as an election timeout would (tests; leadership hand-over later). */
   campaign(): void {
     this.raft.campaign();

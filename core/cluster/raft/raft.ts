@@ -124,6 +124,9 @@ export class Raft {
   campaignHeld = false;
   /** The election timeout was shortened by leaderGone: a leader heard from afterwards restores a full one. */
   private hinted = false;
+  /** The leader a leaderGone hint named, until its next message or the end of its lease. */
+  private suspect: NodeId | null = null;
+  private leasesEnded = 0;
 
   constructor(options: RaftOptions) {
     assert(options.members.includes(options.id), `member ${options.id} is not in its own group`);
@@ -157,26 +160,44 @@ export class Raft {
 
   /**
    * The host saw `peer`'s process go away: its address refuses connections (a kill, a crash, a shutdown),
-   * which silence alone never says. A follower of that peer stops counting on it now instead of waiting
-   * out its election timeout: its lease ends (it grants votes again), and it campaigns after
-   * `(rank + 1/2) * spacing` ticks (at least one), where rank is its place among the other members in
-   * the group's order and the spacing a fifth of the election timeout. Members told at about the same
-   * time then campaign one after the other rather than split the vote (the first waits half a spacing,
-   * so that the others have been told too and no longer ignore it as members in their lease do), and
-   * a member whose log cannot win leaves the next to win.
-   * Nothing else changes: safety never rests on timing. A wrong hint (the peer is still leading) costs
-   * a pre-vote that members still hearing it refuse, and the next message from it makes it this
-   * member's leader again with a full election timeout. Returns whether it changed anything.
+   * which silence alone never says. A follower of that peer then suspects it, and once the leader has
+   * also missed a heartbeat (more than heartbeatTicks ticks since its last message) the follower stops
+   * waiting out its election timeout: its lease ends (it grants votes again), and it campaigns after
+   * `(rank + 1/2) * spacing` more ticks, where rank is its place among the other members by id and the
+   * spacing a fifth of the election timeout (a rank that would wait that long keeps its random timeout).
+   * Members told at about the same time so campaign one after the other rather than split the vote (the
+   * first waits half a spacing, by which time the others have ended their lease too), and a member whose
+   * log cannot win leaves the next to win.
+   *
+   * Safety never rests on timing. A wrong hint (the leader lives: a wrong address in one member's list, a
+   * firewall that rejects) is dropped at the leader's next message, before the lease ends; a leader whose
+   * heartbeats are lost as well is one a timeout would replace too. Returns whether the hint was taken
+   * (this member follows `peer`).
    */
   leaderGone(peer: NodeId): boolean {
     if (this.role !== 'follower' || this.leaderId !== peer) return false;
-    const rank = this.members.filter((m) => m !== peer).indexOf(this.id);
-    const spacing = Math.max(1, Math.floor(this.electionTicks / 5));
-    this.leaderId = null;
-    this.electionElapsed = 0;
-    this.randomizedElectionTicks = Math.max(1, Math.min(Math.floor((rank + 0.5) * spacing), this.electionTicks));
-    this.hinted = true;
+    this.suspect = peer;
     return true;
+  }
+
+  /** Leases this member ended early on a leaderGone hint (its leader then missed a heartbeat too). */
+  get leasesEndedEarly(): number {
+    return this.leasesEnded;
+  }
+
+  /** The suspected leader missed a heartbeat: see leaderGone. */
+  private endLease(): void {
+    const gone = this.suspect!;
+    this.suspect = null;
+    this.leasesEnded++;
+    const rank = this.members.filter((m) => m !== gone).sort().indexOf(this.id);
+    const spacing = Math.max(1, Math.floor(this.electionTicks / 5));
+    const delay = Math.max(1, Math.floor((rank + 0.5) * spacing));
+    this.leaderId = null;
+    if (delay >= this.electionTicks) return;
+    this.electionElapsed = 0;
+    this.randomizedElectionTicks = delay;
+    this.hinted = true;
   }
 
   /** Starts an election now (PreVote first when enabled), as an election timeout would. */
@@ -261,6 +282,7 @@ export class Raft {
     this.heartbeatElapsed = 0;
     this.randomizedElectionTicks = this.electionTicks + this.prng.int(this.electionTicks);
     this.hinted = false;
+    this.suspect = null;
     this.votes = new Map();
     this.progress.clear();
     this.reads.reset();
@@ -316,6 +338,7 @@ export class Raft {
 
   private tickElection(): void {
     this.electionElapsed++;
+    if (this.suspect !== null && this.role === 'follower' && this.leaderId === this.suspect && this.electionElapsed > this.heartbeatTicks) this.endLease();
     if (this.electionElapsed < this.randomizedElectionTicks) return;
     this.electionElapsed = 0;
     if (!this.campaignHeld) this.campaign();
@@ -400,6 +423,7 @@ export class Raft {
       case 'snap':
         this.electionElapsed = 0;
         this.leaderId = m.from;
+        this.suspect = null;
         if (this.hinted) {
           // leaderGone was wrong, or another member now leads this term: a full timeout again.
           this.hinted = false;
