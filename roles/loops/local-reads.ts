@@ -3,7 +3,7 @@ import { ReadView, type Declined, type ReadGraph, type ReadViewHandle } from '..
 import type { Link } from './link.js';
 import type { ReadGateView } from './read-gate.js';
 
-/** What the engine thread answers a loop's LocalReads with (Database satisfies it). */
+/** What the engine thread answers a loop's LocalReads with, through its ReadGate (Database satisfies it). */
 export interface LocalReadSource {
   readView(name: string): ReadViewHandle | null;
   readGraph(uid: string): ReadGraph | null;
@@ -32,7 +32,9 @@ type Entry =
  * shared memory (core/collection/shared-reads.ts), asked for once over the link. `search` answers a
  * plain dense search here, or null, and the caller sends it over the link as before: a view not yet
  * there, a graph epoch not yet received, a dropped collection, a filter, a strong read, input the engine
- * refuses, a write that raced the search. Everything around the engine (auth, limits, audit, metrics)
+ * refuses, a write that raced the search, and anything while the read gate is closed or names another
+ * database (read-gate.ts: a read replica bootstrapping in place or swapping a re-bootstrap in, a
+ * consensus member restoring a snapshot). Everything around the engine (auth, limits, audit, metrics)
  * is the loop's service layer, as for every other call.
  */
 export class LocalReads {
