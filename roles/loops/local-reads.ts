@@ -3,13 +3,6 @@ import { ReadView, type Declined, type ReadGraph, type ReadViewHandle } from '..
 import type { Link } from './link.js';
 import type { ReadGateView } from './read-gate.js';
 
-/** What the engine thread answers a loop's LocalReads with, through its ReadGate (Database satisfies it). */
-export interface LocalReadSource {
-  readView(name: string): ReadViewHandle | null;
-  readGraph(uid: string): ReadGraph | null;
-  noteRead(uid: string): void;
-}
-
 /** A name the engine thread had no view for is asked again after this long (it may be created meanwhile). */
 const ASK_AGAIN_MS = 1000;
 /** How often at most a loop tells the engine thread it searched a collection (what a read starts there). */

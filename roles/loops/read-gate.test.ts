@@ -1,7 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { ReadGraph, ReadViewHandle } from '../../core/collection/shared-reads.js';
-import type { LocalReadSource } from './local-reads.js';
-import { ReadGate, ReadGateView } from './read-gate.js';
+import { ReadGate, ReadGateView, type LocalReadSource } from './read-gate.js';
 
 /** A database stand-in: its handles name it, and it records what the loops noted. */
 function source(name: string): LocalReadSource & { noted: string[] } {

@@ -1,5 +1,11 @@
 import type { ReadGraph, ReadViewHandle } from '../../core/collection/shared-reads.js';
-import type { LocalReadSource } from './local-reads.js';
+
+/** What the engine thread answers a loop's LocalReads with, through its ReadGate (Database satisfies it). */
+export interface LocalReadSource {
+  readView(name: string): ReadViewHandle | null;
+  readGraph(uid: string): ReadGraph | null;
+  noteRead(uid: string): void;
+}
 
 /**
  * Whether the request loops may answer searches themselves (local-reads.ts) now, and from which
