@@ -193,6 +193,8 @@ describe.runIf(support.ok)(`a read replica with two request loops on Node ${proc
     // new state; never a state part applied, never the old state again once the snapshot began.
     expect(seen.filter((x) => x !== '503 not_ready')).toEqual(seen[0] === 'old' ? ['old', 'new'] : ['new']);
     expect(seen.at(-1)).toBe('new');
+    // It did run in place (a side directory would have served the old state throughout).
+    expect(seen).toContain('503 not_ready');
     expect(existsSync(`${replicaDir}.bootstrap`)).toBe(false);
     await loopsAnswerNew(base, reference);
   }, 180_000);
