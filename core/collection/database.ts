@@ -1636,6 +1636,9 @@ export class Database {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    // From here every read here answers not_ready: so does every request loop's view, at once (not only
+    // once each collection is dropped below, after the checkpoints).
+    for (const col of this.byName.values()) col.reads?.retire();
     this.lease?.stop.abort();
     this.lease = null;
     this.gate.open();

@@ -119,6 +119,22 @@ describe('a collection read from shared memory (request loops, issue 20)', () =>
     w.close();
   });
 
+  it('retires every view the moment its database starts closing (its reads answer not_ready from then on)', async () => {
+    const db = await openDb();
+    await db.createCollection({ name: 'c', dim: 2, metric: 'l2' });
+    await db.upsert('c', { points: [{ id: 'p', vector: [0, 0] }] });
+    const v = new ReadView(db.readView('c')!);
+    expect(v.search({ vector: [0, 0] })?.hits.map((h) => h.id)).toEqual(['p']);
+    const closing = db.close();
+    // Before the close's checkpoints (awaited) end: the engine refuses, and the view answers nothing.
+    await expect(db.search('c', { vector: [0, 0] })).rejects.toMatchObject({ code: 'not_ready' });
+    expect(v.search({ vector: [0, 0] })).toBeNull();
+    expect(v.declined).toBe('retired');
+    expect(db.readView('c')).toBeNull();
+    await closing;
+    v.close();
+  });
+
   it('gives no view of a multi-vector collection, or without sharedReads', async () => {
     const db = await openDb();
     await db.createCollection({ name: 'm', dim: 2, metric: 'cosine', multivector: true });

@@ -16,7 +16,7 @@ import { startGrpcServer } from '../grpc/server.js';
 import { FileAuditSink } from '../log-audit.js';
 import { createLogs, type Logs } from '../log.js';
 import { httpLoopCount, startLoops, type Loops } from '../loops/loops.js';
-import type { LocalReadSource } from '../loops/local-reads.js';
+import { ReadGate } from '../loops/read-gate.js';
 import { serviceParts } from '../service-parts.js';
 import { providersFromConfig } from '../providers.js';
 import { startCoordinator } from '../coordinator/serve.js';
@@ -65,10 +65,11 @@ export async function startServer(
   let consensus: ConsensusHost | null = null;
   const loopCount = await httpLoopCount(config, log);
   // SVC_HTTP_LOOPS above 1: the loops listen (roles/loops/), this thread keeps the engine.
-  const refs: { engine: EngineApi | null; audit: FileAuditSink | null; reads: LocalReadSource | null } = { engine: null, audit: null, reads: null };
-  // A single node's loops search its collections themselves, over shared memory (roles/loops/local-reads.ts);
-  // a read replica's database is swapped by a re-bootstrap and a member's reads pass its rules: theirs go here.
-  const localReads = loopCount > 1 && raft === null && config.leader === null;
+  const refs: { engine: EngineApi | null; audit: FileAuditSink | null } = { engine: null, audit: null };
+  // The loops search the database's collections themselves, over shared memory (roles/loops/local-reads.ts),
+  // while the gate is open: the engine would answer from that database with no other condition (a read
+  // replica bootstrapping or swapping a re-bootstrap in, a consensus member restoring: read-gate.ts).
+  const gate = loopCount > 1 ? new ReadGate() : null;
   let app: FastifyInstance | null = null;
   let loops: Loops | null = null;
   let restPort: number;
@@ -86,7 +87,7 @@ export async function startServer(
     restPort = (rest.server.address() as AddressInfo).port;
   } else {
     loops = await startLoops({
-      role: 'node', config, count: loopCount, logs, metrics, engine: () => refs.engine, reads: localReads ? () => refs.reads : null,
+      role: 'node', config, count: loopCount, logs, metrics, engine: () => refs.engine, reads: gate,
       busy: () => (state.service === null ? null : state.busy?.() ?? null) as string | null,
       raftView: raft === null ? null : () => consensus?.view() ?? null,
       audit: config.auditLog === null ? null : (r) => refs.audit?.append(r),
@@ -98,10 +99,9 @@ export async function startServer(
 
   let ready: { engine: EngineApi; service: Service; fileSink: FileAuditSink | null; grpc: { port: number; close(): Promise<void> } | null; tracer: ClosableTracer };
   try {
-    ready = await openAndServe(config, providers, logs, metrics, state, opts.fallbackToFreePort ?? false, raft, loops, localReads, (h) => { consensus = h; }, (engine, fileSink, db) => {
+    ready = await openAndServe(config, providers, logs, metrics, state, opts.fallbackToFreePort ?? false, raft, loops, gate, (h) => { consensus = h; }, (engine, fileSink) => {
       refs.engine = engine;
       refs.audit = fileSink;
-      refs.reads = localReads ? db : null;
     });
   } catch (e) {
     await closeListeners();
@@ -128,8 +128,8 @@ export async function startServer(
 
 async function openAndServe(
   config: SvcConfig, providers: ProvidersOptions, logs: Logs, metrics: ReturnType<typeof createPromMetrics>, state: RestState, fallback: boolean,
-  raft: RaftNetConfig | null, loops: Loops | null, sharedReads: boolean, onConsensus: (h: ConsensusHost) => void,
-  onOpen: (engine: EngineApi, fileSink: FileAuditSink | null, db: Database) => void,
+  raft: RaftNetConfig | null, loops: Loops | null, gate: ReadGate | null, onConsensus: (h: ConsensusHost) => void,
+  onOpen: (engine: EngineApi, fileSink: FileAuditSink | null) => void,
 ) {
   // The node's engine over each database it serves (a read replica's re-bootstrap swaps in a new one):
   // text, fusion and reranking there, with the providers of the config; the rest is the database's own.
@@ -163,18 +163,19 @@ async function openAndServe(
     // A consensus member's WAL tail is a copy of its consensus log: damage a power loss left there is
     // cut at open and replayed from the log (decided here, before the WAL's recovery runs).
     consensus: raft !== null,
-    // Several loops over a single node's database: they read its collections from shared memory.
-    sharedReads: sharedReads && !side,
+    // Several loops over the database served: they read its collections from shared memory.
+    sharedReads: gate !== null && !side,
     // Storage and index warnings (a torn WAL tail, a graph file not used): the operator's to see.
     log: (level, message, detail) => logs.target('svc::db')[level](detail ?? {}, message),
   });
   const store = config.leader === null ? null : await ReplicaStore.open({
     dataDir: config.dataDir, openDb: open, monotonicMs: () => performance.now(),
     log: (message, detail) => logs.target('svc::replication').info(detail ?? {}, message),
+    onChange: () => gate?.update(),
   });
   const current = (): Database => store?.current ?? leaderDb!;
   const leaderDb = store === null ? await open(config.dataDir) : null;
-  const follower = store === null ? null : startFollower(config, config.leader!, store, logs, metrics);
+  const follower = store === null ? null : startFollower(config, config.leader!, store, logs, metrics, () => gate?.update());
   let consensus: ConsensusHost | null = null;
   if (raft !== null) {
     const rlog = logs.target('svc::raft');
@@ -189,6 +190,7 @@ async function openAndServe(
     metrics.setConsensusSource(() => c.metrics());
     // Its reads answer 503 while it refills its database from a leader's snapshot: not ready meanwhile.
     state.busy = () => (c.view().restoring ? 'this consensus member is restoring a snapshot from its leader' : null);
+    c.watchRestoring(() => gate?.update());
   }
   // A single node serves its engine; a consensus member's and a read replica's rules wrap theirs.
   const engine: EngineApi = consensus !== null ? consensus.engine : follower === null ? engineOf(leaderDb!) : followerEngine({
@@ -197,7 +199,15 @@ async function openAndServe(
   const { fileSink, tracer, options } = serviceParts(config, logs, metrics);
   // With several loops this thread's service (the demo's, an embedding caller's) draws on their buckets.
   const service = createService(engine, { ...options, ...(loops !== null ? { rateLimiter: loops.rateLimiter } : {}) });
-  onOpen(engine, fileSink, current());
+  onOpen(engine, fileSink);
+  // The loops' own searches read the database exactly where this engine would, with no other condition:
+  // a read replica's once it serves reads (its first bootstrap done, none running in place) and no swap
+  // runs (a read waits for it, then reads the new database); a consensus member's while it restores no
+  // snapshot (its non-strong reads are `unavailable` then; strong ones never reach a loop's view).
+  const c = consensus;
+  gate?.follow(c !== null ? () => (c.restoring ? null : leaderDb)
+    : follower !== null ? () => (follower.serving ? store!.readable : null)
+      : () => leaderDb);
   metrics.setStatsSource(() => engine.stats());
   metrics.setSearchPoolSource(() => current().searchPoolStats());
   try {
@@ -226,7 +236,9 @@ async function openAndServe(
 const REPLICATION_MESSAGE_BYTES_MAX = (1 << 30) + (1 << 20);
 
 /** The read replica's replication loop (core/cluster/replication/follower.ts) over a gRPC Replicate client. */
-function startFollower(config: SvcConfig, leader: LeaderConfig, store: ReplicaStore, logs: Logs, metrics: ReturnType<typeof createPromMetrics>): Follower {
+function startFollower(
+  config: SvcConfig, leader: LeaderConfig, store: ReplicaStore, logs: Logs, metrics: ReturnType<typeof createPromMetrics>, onServing: () => void,
+): Follower {
   const log = logs.target('svc::replication');
   // A replication record is a WAL record of the leader's (up to 1 GiB: a bulk load, embedded text), not a
   // request of this node's: it must never stall the stream on this node's own body limit.
@@ -244,6 +256,7 @@ function startFollower(config: SvcConfig, leader: LeaderConfig, store: ReplicaSt
     }),
     log: (level, message, detail) => log[level]({ leader: leader.url, ...detail }, message),
     onStopped: () => source.close(),
+    onServing,
   });
   metrics.setReplicationSource(() => follower.stats());
   log.info({ leader: leader.url, applied_seq: follower.stats().appliedSeq }, 'starting as a read replica');

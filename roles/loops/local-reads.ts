@@ -1,13 +1,7 @@
 import type { Hit } from '../../core/base/model.js';
 import { ReadView, type Declined, type ReadGraph, type ReadViewHandle } from '../../core/collection/shared-reads.js';
 import type { Link } from './link.js';
-
-/** What the engine thread answers a loop's LocalReads with (Database satisfies it). */
-export interface LocalReadSource {
-  readView(name: string): ReadViewHandle | null;
-  readGraph(uid: string): ReadGraph | null;
-  noteRead(uid: string): void;
-}
+import type { ReadGateView } from './read-gate.js';
 
 /** A name the engine thread had no view for is asked again after this long (it may be created meanwhile). */
 const ASK_AGAIN_MS = 1000;
@@ -18,8 +12,11 @@ const SWEEP_MS = 1000;
 /** Most names a loop keeps an entry for (names come from clients). */
 const ENTRIES_MAX = 4096;
 
+/** Why a loop handed a search on before any view searched it: no view yet, or the gate closed (read-gate.ts). */
+export type HandedOn = Declined | 'no_view' | 'paused';
+
 type Entry =
-  | { state: 'view'; view: ReadView; graphAsked: boolean; notedAt: number }
+  | { state: 'view'; view: ReadView; generation: number; graphAsked: boolean; notedAt: number }
   | { state: 'asking' }
   | { state: 'none'; at: number };
 
@@ -28,17 +25,23 @@ type Entry =
  * shared memory (core/collection/shared-reads.ts), asked for once over the link. `search` answers a
  * plain dense search here, or null, and the caller sends it over the link as before: a view not yet
  * there, a graph epoch not yet received, a dropped collection, a filter, a strong read, input the engine
- * refuses, a write that raced the search. Everything around the engine (auth, limits, audit, metrics)
+ * refuses, a write that raced the search, and anything while the read gate is closed or names another
+ * database (read-gate.ts: a read replica bootstrapping in place or swapping a re-bootstrap in, a
+ * consensus member restoring a snapshot). Everything around the engine (auth, limits, audit, metrics)
  * is the loop's service layer, as for every other call.
  */
 export class LocalReads {
   private readonly views = new Map<string, Entry>();
-  readonly counts = { local: 0, declined: new Map<Declined | 'no_view', number>() };
+  readonly counts = { local: 0, declined: new Map<HandedOn, number>() };
 
   private readonly sweeper: NodeJS.Timeout;
   private closed = false;
 
-  constructor(private readonly link: Link, private readonly now: () => number = () => performance.now()) {
+  /**
+   * `gate`: whether the engine thread's database may be read here now, and which one (read-gate.ts):
+   * a search runs only while it is open for its view's database, and is answered only if it stayed open.
+   */
+  constructor(private readonly link: Link, private readonly gate: ReadGateView, private readonly now: () => number = () => performance.now()) {
     this.sweeper = setInterval(() => this.sweep(), SWEEP_MS);
     this.sweeper.unref();
   }
@@ -53,7 +56,7 @@ export class LocalReads {
     for (const [name, e] of this.views) {
       if (e.state === 'none' && t - e.at >= ASK_AGAIN_MS) this.views.delete(name);
       else if (e.state === 'view') {
-        if (e.view.retired) {
+        if (e.view.retired || this.stale(e)) {
           this.views.delete(name);
           e.view.close();
         } else if (e.view.epoch !== e.view.heldEpoch) this.refresh(name, e);
@@ -70,23 +73,40 @@ export class LocalReads {
     }
     if (e.state !== 'view') return this.declined('no_view');
     const v = e.view;
+    const open = this.gate.enter(e.generation);
+    if (open < 0) {
+      // Another database is served now (a replica's re-bootstrap swapped one in): this one is asked again.
+      if (this.stale(e)) this.forget(name, e);
+      return this.declined('paused');
+    }
     const r = v.search(query as never);
+    if (r !== null && !this.gate.still(open)) return this.declined('paused');
     if (r !== null) {
       this.counts.local++;
       const t = this.now();
       if (t - e.notedAt >= NOTE_READ_MS) {
         e.notedAt = t;
-        this.link.notify('noteRead', v.uid);
+        this.link.notify('noteRead', v.uid, e.generation);
       }
       return r;
     }
     const why = v.declined ?? 'shape';
     if (why === 'retired') {
       // Dropped (or the database closed): the name may name a new collection now.
-      this.views.delete(name);
-      v.close();
+      this.forget(name, e);
     } else if (why === 'epoch') this.refresh(name, e);
     return this.declined(why);
+  }
+
+  /** A view of a database no longer served (its generation is not the gate's). */
+  private stale(e: Extract<Entry, { state: 'view' }>): boolean {
+    const g = this.gate.generation;
+    return g !== 0 && g !== e.generation;
+  }
+
+  private forget(name: string, e: Extract<Entry, { state: 'view' }>): void {
+    if (this.views.get(name) === e) this.views.delete(name);
+    e.view.close();
   }
 
   /** Asks the engine thread for the graph epoch the view's header names (once at a time). */
@@ -94,7 +114,7 @@ export class LocalReads {
     if (e.graphAsked) return;
     e.graphAsked = true;
     const v = e.view;
-    void (this.link.call('readGraph', v.uid) as Promise<ReadGraph | null>).then((g) => {
+    void (this.link.call('readGraph', v.uid, e.generation) as Promise<ReadGraph | null>).then((g) => {
       if (g !== null && this.views.get(name) === e) v.adoptGraph(g);
     }).catch(() => {
       // No lane for the codes, or the link closed: the view keeps declining, and asks again.
@@ -110,7 +130,7 @@ export class LocalReads {
     this.views.clear();
   }
 
-  private declined(why: Declined | 'no_view'): null {
+  private declined(why: HandedOn): null {
     this.counts.declined.set(why, (this.counts.declined.get(why) ?? 0) + 1);
     return null;
   }
@@ -120,13 +140,13 @@ export class LocalReads {
     const none = (): void => {
       this.views.set(name, { state: 'none', at: this.now() });
     };
-    void (this.link.call('readView', name) as Promise<ReadViewHandle | null>).then((h) => {
-      if (h === null) return none();
+    void (this.link.call('readView', name) as Promise<{ handle: ReadViewHandle; generation: number } | null>).then((got) => {
+      if (got === null) return none();
       // No scratch lane left in the store for this thread: this loop hands that collection's searches on.
-      const view = new ReadView(h);
+      const view = new ReadView(got.handle);
       // Closed while it was asked for: its lanes go back at once.
       if (this.closed) return view.close();
-      this.views.set(name, { state: 'view', view, graphAsked: false, notedAt: -Infinity });
+      this.views.set(name, { state: 'view', view, generation: got.generation, graphAsked: false, notedAt: -Infinity });
     }).catch(none);
   }
 }

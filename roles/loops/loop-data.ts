@@ -21,8 +21,11 @@ export interface LoopData {
   auditFile: boolean;
   /** This node is a consensus member: GET /cluster/raft is served. */
   raft: boolean;
-  /** Plain dense searches are answered in the loop, over the database's shared memory (local-reads.ts). */
-  localReads: boolean;
+  /**
+   * Plain dense searches are answered in the loop, over the database's shared memory (local-reads.ts),
+   * while this gate is open (read-gate.ts); null: none is.
+   */
+  readGate: SharedArrayBuffer | null;
 }
 
 export interface LoopListening { restPort: number; grpcPort: number }

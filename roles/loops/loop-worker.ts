@@ -26,6 +26,7 @@ import { addClusterMapRoute } from '../router/rest.js';
 import { ROUTER_NOT_READY, routerCore } from '../router/serve.js';
 import { engineOverLink } from './engine-link.js';
 import { LocalReads } from './local-reads.js';
+import { ReadGateView } from './read-gate.js';
 import { Link, type LinkPort } from './link.js';
 import type { LoopData, LoopListening } from './loop-data.js';
 
@@ -46,7 +47,7 @@ const audit = data.auditFile ? { append: (r: AuditRecord) => link.notify('audit'
 const rateLimiter = new SharedTokenBuckets(data.buckets, data.bucketKeys, config.rateLimit);
 const waiting = new AbortController();
 let service: Service;
-/** A single node's loop: its own searches over the engine's shared memory (local-reads.ts). */
+/** A node's loop: its own searches over the engine's shared memory (local-reads.ts), while the gate lets it. */
 let reads: LocalReads | null = null;
 let tracer: ClosableTracer;
 let release = async (): Promise<void> => { await tracer.shutdown(); };
@@ -61,7 +62,7 @@ if (data.role === 'router') {
 } else {
   const parts = serviceParts(config, logs, metrics, { audit });
   tracer = parts.tracer;
-  const own = data.localReads ? new LocalReads(link) : null;
+  const own = data.readGate !== null ? new LocalReads(link, new ReadGateView(data.readGate)) : null;
   reads = own;
   service = createService(engineOverLink(link, own), { ...parts.options, rateLimiter });
   if (own !== null) {

@@ -16,7 +16,7 @@ import type { PromMetrics } from '../rest/metrics.js';
 import { probeReusePort, type ReusePortSupport } from '../reuse-port.js';
 import { serveEngine } from './engine-link.js';
 import { Link, type LinkPort } from './link.js';
-import type { LocalReadSource } from './local-reads.js';
+import type { ReadGate } from './read-gate.js';
 import type { LoopData, LoopListening } from './loop-data.js';
 
 /**
@@ -56,10 +56,10 @@ export interface LoopsOptions {
   metrics: PromMetrics;
   engine: () => EngineApi | null;
   /**
-   * A single node's database, whose collections the loops search themselves (local-reads.ts); null
-   * (a router, a read replica, a consensus member): every search comes here.
+   * The database whose collections the loops search themselves while the gate is open (local-reads.ts,
+   * read-gate.ts); null (a router): every search comes here.
    */
-  reads?: (() => LocalReadSource | null) | null;
+  reads?: ReadGate | null;
   busy: () => string | null;
   raftView: (() => RaftView | null) | null;
   /** Into the audit file (SVC_AUDIT_LOG), which the main thread alone writes: its chain has one writer. */
@@ -150,15 +150,15 @@ export async function startLoops(o: LoopsOptions): Promise<Loops> {
   const spawn = async (index: number): Promise<LoopHandle> => {
     const entry = workerEntry(import.meta.url, 'loop-worker');
     const data: LoopData = {
-      index, role: o.role, config: o.config, restPort, grpcPort, buckets, bucketKeys: keys, connections, auditFile: o.audit !== null, raft: o.raftView !== null, localReads: (o.reads ?? null) !== null,
+      index, role: o.role, config: o.config, restPort, grpcPort, buckets, bucketKeys: keys, connections, auditFile: o.audit !== null, raft: o.raftView !== null, readGate: o.reads?.buffer ?? null,
     };
     const worker = new Worker(entry.filename, { eval: entry.eval, workerData: data, name: `svc-loop-${index}` });
     const link = new Link(worker as unknown as LinkPort);
     if (o.role === 'node') serveEngine(link, o.engine);
     link.handle('busy', () => o.busy());
-    link.handle('readView', (name) => o.reads?.()?.readView(String(name)) ?? null);
-    link.handle('readGraph', (uid) => o.reads?.()?.readGraph(String(uid)) ?? null);
-    link.handle('noteRead', (uid) => o.reads?.()?.noteRead(String(uid)));
+    link.handle('readView', (name) => o.reads?.readView(String(name)) ?? null);
+    link.handle('readGraph', (uid, generation) => o.reads?.readGraph(String(uid), Number(generation)) ?? null);
+    link.handle('noteRead', (uid, generation) => o.reads?.noteRead(String(uid), Number(generation)));
     link.handle('raftView', () => o.raftView?.() ?? null);
     link.handle('metrics', exposition);
     link.handle('audit', (r) => o.audit?.(r as AuditRecord));

@@ -56,6 +56,10 @@ export interface RaftView {
 
 export interface ConsensusHost {
   readonly engine: RaftEngine;
+  /** A snapshot is being restored (or waits to be): reads that are not strong answer `unavailable` meanwhile. */
+  readonly restoring: boolean;
+  /** `fn` is called at once whenever `restoring` changes (a request loop's own searches follow it). */
+  watchRestoring(fn: () => void): void;
   view(): RaftView;
   /** What the svc_raft_* series show. */
   metrics(): ConsensusMetricsSource;
@@ -262,6 +266,7 @@ export async function startConsensusMember(
     compact: (i) => raftLog.compact(Math.min(i, streams.floor ?? i)),
   };
   const electionTicks = Math.max(3, Math.round(timing.electionMs / tickMs));
+  const restoringWatchers: (() => void)[] = [];
   member = new ConsensusMember({
     id: rc.id, members: rc.members.map((m) => m.id), storage, transport: memberTransport,
     prng: new Prng(randomInt(2 ** 31)),
@@ -283,6 +288,7 @@ export async function startConsensusMember(
       },
     },
     refused: (e) => e instanceof SvcError && DETERMINISTIC.has(e.code),
+    onRestoring: () => { for (const w of restoringWatchers) w(); },
     compaction: { everyEntries: timing.snapshotEntries, retainEntries },
     log: (m, d) => log('error', m, d),
   });
@@ -384,6 +390,8 @@ export async function startConsensusMember(
   };
   return {
     engine,
+    get restoring() { return m.restoring; },
+    watchRestoring: (fn) => { restoringWatchers.push(fn); },
     view,
     metrics: () => {
       const v = view();

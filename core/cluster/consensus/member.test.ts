@@ -151,6 +151,8 @@ describe('ConsensusMember restores a snapshot beside its Ready loop', () => {
     let gate: (() => void) | null = null;
     let hold = false;
     const members = new Map<string, ConsensusMember>();
+    // Each member's `restoring` as told at each change (what a request loop's own searches follow).
+    const told = new Map(ids.map((id) => [id, [] as boolean[]]));
     for (const [k, id] of ids.entries()) {
       const st = new MemStore();
       const storage: DurableRaftStorage = {
@@ -162,6 +164,7 @@ describe('ConsensusMember restores a snapshot beside its Ready loop', () => {
         id, members: ids, storage, prng: new Prng(k + 7), electionTicks: 10, heartbeatTicks: 1,
         transport: { send: (msgs: readonly Message[]) => { for (const m of msgs) if (!cut.has(m.from) && !cut.has(m.to)) queueMicrotask(() => members.get(m.to)!.receive(m)); } },
         compaction: { everyEntries: 4, retainEntries: 1, image: () => Buffer.from(JSON.stringify([...state.get(id)!])) },
+        onRestoring: () => told.get(id)!.push(members.get(id)!.restoring),
         stateMachine: {
           apply: (e: Entry) => { if (e.data.length > 0) state.get(id)!.set(e.index, Buffer.from(e.data).toString()); },
           restore: async (s: Snapshot) => {
@@ -208,6 +211,9 @@ describe('ConsensusMember restores a snapshot beside its Ready loop', () => {
     const writes = (id: string) => [...state.get(id)!].sort((a, b) => a[0] - b[0]).map(([, t]) => t);
     expect(writes(slow)).toEqual([...Array.from({ length: 12 }, (_, i) => `w${i}`), 'after']);
     expect(writes(slow)).toEqual(writes(other));
+    // Told when its restore began and when it ended; the others never restored.
+    expect(told.get(slow)).toEqual([true, false]);
+    expect(told.get(other)).toEqual([]);
   });
 });
 

@@ -96,6 +96,11 @@ export interface ConsensusMemberOptions {
   readonly compaction?: Compaction;
   /** A deterministic refusal of an entry (see StateMachine); default: none is. */
   readonly refused?: (e: unknown) => boolean;
+  /**
+   * Called at once whenever `restoring` changes: what reads the state machine without asking this
+   * member (a request loop's own searches) follows it.
+   */
+  readonly onRestoring?: () => void;
 }
 
 interface PendingRead {
@@ -375,6 +380,7 @@ export class ConsensusMember implements Proposer {
   /** A snapshot restored into the state machine in the chain's order; `restoring` from now until it ends. */
   private queueRestore(snap: Snapshot): void {
     this.restores++;
+    if (this.restores === 1) this.o.onRestoring?.();
     // A leader that cannot apply its term's first entry until a restore ends would stall the group's
     // writes meanwhile: another member leads if it can (this one still votes for it).
     this.node.holdCampaign(true);
@@ -388,7 +394,10 @@ export class ConsensusMember implements Proposer {
         throw e;
       } finally {
         this.restores--;
-        if (this.restores === 0) this.node.holdCampaign(false);
+        if (this.restores === 0) {
+          this.node.holdCampaign(false);
+          this.o.onRestoring?.();
+        }
       }
       this.applied = Math.max(this.applied, snap.meta.index);
       this.termApplied = Math.max(this.termApplied, snap.meta.term);

@@ -177,7 +177,15 @@ describe('the follower across leader histories', () => {
     let leader = await openLeader('/leader');
     const source: ReplicationSource = (resume, signal) => leader.replicate(resume === undefined ? {} : { after_seq: resume.seq, history: resume.history }, signal);
     const db = await Database.open({ dataDir: '/follower', masterKey: FOLLOWER_KEY, fs, buildIndex: buildIndexInline });
-    const follow = () => new Follower({ source, target: db, clock: systemClock, random: () => 0.5, sleep: (ms) => sleep(ms), log: () => undefined, backoffMs: { base: 1, max: 2 } });
+    // `serving` as told at each change (what a request loop's own searches follow: roles/loops/read-gate.ts).
+    let told: boolean[] = [];
+    const follow = () => {
+      const made: Follower = new Follower({
+        source, target: db, clock: systemClock, random: () => 0.5, sleep: (ms) => sleep(ms), log: () => undefined, backoffMs: { base: 1, max: 2 },
+        onServing: () => { if (told.at(-1) !== made.serving) told.push(made.serving); },
+      });
+      return made;
+    };
 
     await leader.createCollection({ name: 'c', dim: 3, metric: 'l2', index: 'flat' });
     await leader.upsert('c', { points: [0, 1, 2].map((i) => ({ id: `old${i}`, vector: vec(i) })) });
@@ -196,10 +204,13 @@ describe('the follower across leader histories', () => {
     for (let i = 0; i < 10; i++) await leader.upsert('c', { points: [{ id: `new${i}`, vector: vec(i) }] });
     expect(leader.replicationView().log.lastSeq).toBeGreaterThan(position);
 
+    told = [];
     f = follow();
     f.start();
     await caughtUp(f, leader);
     expect(f.stats().bootstraps).toBe(1);
+    // Serving its state as it was, then not while the snapshot is applied in place, then again.
+    expect(told).toEqual([true, false, true]);
     expect(await pointsOf(db)).toEqual(await pointsOf(leader));
     expect((await pointsOf(db)).c.some((r) => r.includes('lost'))).toBe(false);
     await f.stop();

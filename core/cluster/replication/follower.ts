@@ -57,6 +57,11 @@ export interface FollowerOptions {
   inFlightMax?: number;
   /** Called once the loop has stopped (the source's connection goes). */
   onStopped?: () => void;
+  /**
+   * Called at once whenever `serving` may have changed (a bootstrap begins or ends, a stream starts
+   * over): what answers reads without asking this follower (a request loop's own searches) follows it.
+   */
+  onServing?: () => void;
 }
 
 export interface FollowerStats {
@@ -144,7 +149,7 @@ export class Follower {
     this.stopping.abort();
     this.stream?.abort();
     await this.running;
-    this.st.state = 'stopped';
+    this.setState('stopped');
     this.opts.onStopped?.();
   }
 
@@ -152,7 +157,7 @@ export class Follower {
     const backoff = this.opts.backoffMs ?? DEFAULT_BACKOFF;
     let failures = 0;
     while (!this.stopping.signal.aborted) {
-      this.st.state = 'starting';
+      this.setState('starting');
       const progressBefore = this.st.records;
       try {
         await this.follow();
@@ -204,7 +209,7 @@ export class Follower {
         // served state goes on serving), or the first bootstrap starts in place (nothing served yet).
         await t.replicaReset();
         this.history = rec.history!;
-        this.st.state = 'bootstrapping';
+        this.setState('bootstrapping');
         this.st.bootstraps++;
         this.st.appliedSeq = null;
         return;
@@ -305,11 +310,16 @@ export class Follower {
 
   private streaming(): void {
     if (this.st.state === 'streaming') return;
-    this.st.state = 'streaming';
     if (!this.st.bootstrapped) {
       this.st.bootstrapped = true;
       for (const w of this.bootstrappedWaiters.splice(0)) w();
     }
+    this.setState('streaming');
+  }
+
+  private setState(state: FollowerState): void {
+    this.st.state = state;
+    this.opts.onServing?.();
   }
 
   private async enqueue(done: Promise<void>): Promise<void> {

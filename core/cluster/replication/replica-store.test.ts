@@ -24,9 +24,9 @@ function tempRoot(): string {
 
 const vec = (i: number) => [Math.sin(i), Math.cos(i), i % 5];
 
-function storeAt(dataDir: string): Promise<ReplicaStore> {
+function storeAt(dataDir: string, onChange?: () => void): Promise<ReplicaStore> {
   return ReplicaStore.open({
-    dataDir, log: () => undefined,
+    dataDir, log: () => undefined, ...(onChange !== undefined ? { onChange } : {}),
     openDb: (path) => Database.open({ dataDir: path, masterKey: FOLLOWER_KEY, buildIndex: buildIndexInline }),
   });
 }
@@ -88,7 +88,9 @@ describe('a read replica re-bootstraps into a side directory', () => {
     const leader = await openLeader(root);
     await leader.upsert('c', { points: Array.from({ length: 200 }, (_, i) => ({ id: `old${i}`, vector: vec(i) })) });
     const dataDir = join(root, 'replica');
-    const store = await storeAt(dataDir);
+    // What a request loop may read (roles/loops/read-gate.ts), as told at every change.
+    const told: (Database | null)[] = [];
+    const store: ReplicaStore = await storeAt(dataDir, () => told.push(store.readable));
     let slow = false;
     const source: ReplicationSource = async function* (resume, signal) {
       for await (const ev of leader.replicate(resume === undefined ? {} : { after_seq: resume.seq, history: resume.history }, signal)) {
@@ -113,6 +115,7 @@ describe('a read replica re-bootstraps into a side directory', () => {
     await until('the chained replica', async () => chained.stats().appliedSeq === store.current.replicationView().log.lastSeq);
     expect(await ids(chainedDb)).toEqual(before);
     const historyBefore = store.current.history;
+    const oldDb = store.current;
     await f.stop();
 
     // Meanwhile the leader rewrites everything, checkpoints, and drops the log behind the replica.
@@ -140,6 +143,13 @@ describe('a read replica re-bootstraps into a side directory', () => {
     expect(reads).toBeGreaterThan(3);
     expect(await ids(store.current)).toEqual(expected);
     expect(f.stats().bootstraps).toBe(1);
+    // Nothing to read from the swap's start (before the old database closes) to its end, then the new one.
+    const swapAt = told.indexOf(null);
+    expect(swapAt).toBeGreaterThan(0);
+    expect(told.slice(0, swapAt).every((db) => db === oldDb)).toBe(true);
+    expect(told.length).toBe(swapAt + 2);
+    expect(told[swapAt + 1]).toBe(store.current);
+    expect(store.current).not.toBe(oldDb);
     // The swapped-in directory numbers its own log afresh: a new history, so the chained replica, whose
     // position counted in the old one, takes a snapshot instead of resuming into the wrong log.
     expect(store.current.history).not.toBe(historyBefore);

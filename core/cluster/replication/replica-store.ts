@@ -29,6 +29,11 @@ export interface ReplicaStoreOptions {
   sideIndexWaitMs?: number;
   /** A monotonic clock, for the logged timings (default: none, they read 0). */
   monotonicMs?: () => number;
+  /**
+   * Called at once whenever `readable` or `servesDuringBootstrap()` may have changed (a swap begins or
+   * ends, a re-bootstrap goes aside or not): what reads the database without `read` follows it.
+   */
+  onChange?: () => void;
 }
 
 /**
@@ -42,6 +47,8 @@ export class ReplicaStore implements ReplicaTarget {
   private db: Database;
   private side: Database | null = null;
   private swapping: Promise<void> | null = null;
+  /** From a swap's start (before its first await) to its end. */
+  private swapRuns = false;
   private reading = 0;
   private readonly idle: (() => void)[] = [];
   /** Re-bootstraps go in place: a side directory could not be made or swapped here (a mount point, say). */
@@ -97,6 +104,18 @@ export class ReplicaStore implements ReplicaTarget {
   }
 
   /**
+   * The database as `read` would read it at once: null while a swap runs (a read waits for it, then
+   * reads the database swapped in).
+   */
+  get readable(): Database | null {
+    return this.swapRuns ? null : this.db;
+  }
+
+  private changed(): void {
+    this.opts.onChange?.();
+  }
+
+  /**
    * A read of the served database: it waits while a swap runs, and a swap waits for the reads already
    * running on the database it closes.
    */
@@ -138,6 +157,7 @@ export class ReplicaStore implements ReplicaTarget {
 
   async replicaReset(): Promise<void> {
     this.aside = false;
+    this.changed();
     await this.dropSide();
     if (this.inPlace || (this.db.replicaSeq === null && (await this.db.listCollections()).collections.length === 0)) {
       // The first bootstrap (nothing served yet), or no side directory possible: reads wait (not_ready).
@@ -149,6 +169,7 @@ export class ReplicaStore implements ReplicaTarget {
       if ((await this.fs.stat(this.sidePath)) !== null) await this.fs.rmdir(this.sidePath);
       this.side = await this.opts.openDb(this.sidePath, true);
       this.aside = true;
+      this.changed();
     } catch (e) {
       this.opts.log('replica: no side directory beside the data directory; re-bootstrapping in place (reads wait for it)', { error: String(e) });
       this.inPlace = true;
@@ -215,6 +236,8 @@ export class ReplicaStore implements ReplicaTarget {
 
   private swap(): Promise<void> {
     const side = this.side!;
+    this.swapRuns = true;
+    this.changed();
     this.swapping = (async () => {
       const { fs } = this;
       const { dataDir } = this.opts;
@@ -253,6 +276,8 @@ export class ReplicaStore implements ReplicaTarget {
       }, () => undefined);
     })().finally(() => {
       this.swapping = null;
+      this.swapRuns = false;
+      this.changed();
     });
     return this.swapping;
   }
