@@ -273,7 +273,24 @@ describe('ConsensusMember sends a leader\'s appends while it persists them', () 
   });
 });
 
-describe('ConsensusMember close() during a snapshot restore', () => {
+describe('ConsensusMember: a snapshot restore cut short (by a failure, by close())', () => {
+  it('a restore that fails stops the member and leaves it restoring: its partial state is never read', async () => {
+    const store = new MemStore();
+    store.applySnapshot({ meta: { index: 5, term: 1 }, data: Buffer.from('image') });
+    const logged: string[] = [];
+    const member = new ConsensusMember({
+      id: 'n1', members: ['n1'], storage: store, prng: new Prng(3), electionTicks: 10, heartbeatTicks: 1, log: (m) => logged.push(m),
+      applied: 0,
+      transport: { send: () => undefined },
+      stateMachine: { apply: () => undefined, restore: async () => { throw new Error('the image file is unreadable'); } },
+    });
+    for (let i = 0; i < 50 && logged.length === 0; i++) await new Promise((r) => setTimeout(r, 1));
+    expect(logged).toEqual(['consensus member stopped: persisting or applying failed']);
+    expect(member.restoring).toBe(true);
+    expect(member.appliedIndex).toBe(0);
+    await member.close();
+  });
+
   it('cuts the restore short instead of waiting for it; the next start restores the same snapshot again', async () => {
     const store = new MemStore();
     store.applySnapshot({ meta: { index: 5, term: 1 }, data: Buffer.from('image') });
@@ -306,7 +323,8 @@ describe('ConsensusMember close() during a snapshot restore', () => {
     // Not applied, and nothing failed (a close is no fault).
     expect(member.appliedIndex).toBe(0);
     expect(logged).toEqual([]);
-    expect(member.restoring).toBe(false);
+    // Its state machine holds part of the image: still `restoring`, so that nothing reads it.
+    expect(member.restoring).toBe(true);
     // The log still names the snapshot: the next start restores it, and this time it ends.
     finish = true;
     const again = start();

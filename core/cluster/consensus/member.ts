@@ -137,6 +137,8 @@ export class ConsensusMember implements Proposer {
   private applyBatches = 0;
   /** Snapshot restores queued or running on the state machine (its state is not whole meanwhile). */
   private restores = 0;
+  /** A restore failed or was cut short by close(): the state machine is partial for good (until a restart). */
+  private restoreCut = false;
 
   constructor(private readonly o: ConsensusMemberOptions) {
     this.node = new RaftNode({
@@ -275,7 +277,7 @@ export class ConsensusMember implements Proposer {
    * not whole, so it must not be read as an image of any index.
    */
   get restoring(): boolean {
-    return this.restores > 0;
+    return this.restores > 0 || this.restoreCut;
   }
 
   /** Proposals waiting for their commit (tests: none left behind). */
@@ -389,7 +391,10 @@ export class ConsensusMember implements Proposer {
         if (this.failed !== null || this.closing.signal.aborted) return;
         await this.o.stateMachine.restore(snap, this.closing.signal);
       } catch (e) {
-        // Cut short by close(): not applied; the next start restores it again (the log names it).
+        // The state machine holds part of the image: `restoring` stays true, so nothing reads it, until
+        // the next start restores it again (the log names it).
+        this.restoreCut = true;
+        // Cut short by close(): not applied.
         if (this.closing.signal.aborted) return;
         throw e;
       } finally {

@@ -218,6 +218,57 @@ describe('the follower across leader histories', () => {
     await leader.close();
   });
 
+  it('a re-bootstrap in place whose stream breaks part way serves nothing until a bootstrap completes (its state is partial)', async () => {
+    const fs = new FaultyFileSystem(9);
+    fs.yieldEachOp = false;
+    const openLeader = (dataDir: string) => Database.open({ dataDir, masterKey: LEADER_KEY, fs, buildIndex: buildIndexInline });
+    let leader = await openLeader('/leader');
+    await leader.createCollection({ name: 'c', dim: 3, metric: 'l2', index: 'flat' });
+    await leader.upsert('c', { points: [0, 1, 2].map((i) => ({ id: `old${i}`, vector: vec(i) })) });
+    const { path } = await leader.snapshot({ name: 'before' });
+    for (let i = 0; i < 5; i++) await leader.upsert('c', { points: [{ id: `lost${i}`, vector: vec(i) }] });
+    // The stream that carries the re-bootstrap breaks once two of its records are applied (mid-snapshot);
+    // the streams after it wait until the test lets them go.
+    let cut = false;
+    let release!: () => void;
+    const released = new Promise<void>((r) => { release = r; });
+    let f: Follower | null = null;
+    const source: ReplicationSource = async function* (resume, signal) {
+      if (cut) await released;
+      let k = 0;
+      for await (const ev of leader.replicate(resume === undefined ? {} : { after_seq: resume.seq, history: resume.history }, signal)) {
+        yield ev;
+        if (f?.stats().state === 'bootstrapping' && f.stats().bootstraps === 2 && ++k === 2) {
+          cut = true;
+          throw new Error('connection cut mid-snapshot');
+        }
+      }
+    };
+    const db = await Database.open({ dataDir: '/follower', masterKey: FOLLOWER_KEY, fs, buildIndex: buildIndexInline });
+    f = new Follower({ source, target: db, clock: systemClock, random: () => 0.5, sleep: (ms) => sleep(ms), log: () => undefined, backoffMs: { base: 1, max: 2 } });
+    f.start();
+    await caughtUp(f, leader);
+    expect(f.serving).toBe(true);
+    // The leader is replaced by its older snapshot: the follower's next stream re-bootstraps it in place.
+    await leader.close();
+    leader = await openLeader(path);
+    for (let i = 0; i < 10; i++) await leader.upsert('c', { points: [{ id: `new${i}`, vector: vec(i) }] });
+    const until = Date.now() + 10_000;
+    while (!cut && Date.now() < until) await sleep(5);
+    await sleep(20);
+    // The snapshot was begun in place and cut: the state is partial, and nothing is served from it.
+    expect(cut).toBe(true);
+    expect(f.stats().state).not.toBe('bootstrapping');
+    expect(f.serving).toBe(false);
+    release();
+    await caughtUp(f, leader);
+    expect(f.serving).toBe(true);
+    expect(await pointsOf(db)).toEqual(await pointsOf(leader));
+    await f.stop();
+    await db.close();
+    await leader.close();
+  });
+
   it('a restart resumes after a bootstrap from a leader with an empty log, with no second snapshot', async () => {
     const fs = new FaultyFileSystem(8);
     fs.yieldEachOp = false;

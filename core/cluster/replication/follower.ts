@@ -107,6 +107,8 @@ export class Follower {
   private generation = 0;
   /** The leader history of the snapshot being applied (from its begin record). */
   private history: string | null = null;
+  /** A snapshot is being applied, or was cut short, in place of the served state (not in a side directory). */
+  private partial = false;
 
   constructor(opts: FollowerOptions) {
     this.opts = opts;
@@ -130,9 +132,13 @@ export class Follower {
     return Math.max(0, this.opts.clock.monotonicMs() - this.caughtUpAt);
   }
 
-  /** Reads may be served: the first bootstrap is complete, and none runs now in place of the served state. */
+  /**
+   * Reads may be served: the first bootstrap is complete, and none runs now in place of the served state,
+   * nor was one cut short in place (its stream broke part way: the state is partial until a bootstrap
+   * completes).
+   */
   get serving(): boolean {
-    return this.st.bootstrapped && (this.st.state !== 'bootstrapping' || this.opts.target.servesDuringBootstrap?.() === true);
+    return this.st.bootstrapped && !this.partial && (this.st.state !== 'bootstrapping' || this.opts.target.servesDuringBootstrap?.() === true);
   }
 
   /** Resolves once the first bootstrap is complete (at once after a restart with a position). */
@@ -209,6 +215,7 @@ export class Follower {
         // served state goes on serving), or the first bootstrap starts in place (nothing served yet).
         await t.replicaReset();
         this.history = rec.history!;
+        this.partial = t.servesDuringBootstrap?.() !== true;
         this.setState('bootstrapping');
         this.st.bootstraps++;
         this.st.appliedSeq = null;
@@ -235,6 +242,7 @@ export class Follower {
         await this.drain();
         if (this.history === null) throw invalidArgument('a snapshot end without its begin');
         await t.replicaSnapshotEnd(seq, this.history);
+        this.partial = false;
         this.st.appliedSeq = seq;
         this.st.receivedSeq = Math.max(this.st.receivedSeq ?? 0, seq);
         this.streaming();
