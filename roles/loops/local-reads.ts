@@ -74,7 +74,7 @@ export class LocalReads {
     if (e.state !== 'view') return this.declined('no_view');
     const v = e.view;
     const open = this.gate.enter(e.generation);
-    if (open < 0) {
+    if (open === null) {
       // Another database is served now (a replica's re-bootstrap swapped one in): this one is asked again.
       if (this.stale(e)) this.forget(name, e);
       return this.declined('paused');

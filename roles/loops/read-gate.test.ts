@@ -20,7 +20,7 @@ describe('the read gate between the engine thread and its loops', () => {
     let current: LocalReadSource | null = null;
     gate.follow(() => current);
     // Nothing served yet: closed, and no view is handed out.
-    expect(loop.enter(0)).toBe(-1);
+    expect(loop.enter(0)).toBeNull();
     expect(gate.readView('c')).toBeNull();
 
     const a = source('a');
@@ -28,7 +28,7 @@ describe('the read gate between the engine thread and its loops', () => {
     gate.update();
     const got = gate.readView('c')!;
     expect(got).toEqual({ handle: { uid: 'a/c' }, generation: 1 });
-    const s = loop.enter(1);
+    const s = loop.enter(1)!;
     expect(s).toBeGreaterThan(0);
     expect(loop.still(s)).toBe(true);
     // Nothing changed: an update is no change.
@@ -39,14 +39,14 @@ describe('the read gate between the engine thread and its loops', () => {
     current = null;
     gate.update();
     expect(loop.still(s)).toBe(false);
-    expect(loop.enter(1)).toBe(-1);
+    expect(loop.enter(1)).toBeNull();
     expect(gate.readView('c')).toBeNull();
     expect(gate.readGraph('a/c', 1)).toBeNull();
 
     // The same database again: same generation (its views stay good), a new state.
     current = a;
     gate.update();
-    const s2 = loop.enter(1);
+    const s2 = loop.enter(1)!;
     expect(s2).toBeGreaterThan(s);
     expect(loop.generation).toBe(1);
 
@@ -55,7 +55,7 @@ describe('the read gate between the engine thread and its loops', () => {
     current = b;
     gate.update();
     expect(loop.still(s2)).toBe(false);
-    expect(loop.enter(1)).toBe(-1);
+    expect(loop.enter(1)).toBeNull();
     expect(loop.generation).toBe(2);
     expect(loop.enter(2)).toBeGreaterThan(s2);
     expect(gate.readView('c')).toEqual({ handle: { uid: 'b/c' }, generation: 2 });

@@ -88,10 +88,11 @@ export class ReadGateView {
     return Atomics.load(this.cells, 1);
   }
 
-  /** Before a search of a view of database `generation`: the state to check after it, or -1 (do not search). */
-  enter(generation: number): number {
+  /** Before a search of a view of database `generation`: the state to check after it, or null (do not search). */
+  enter(generation: number): number | null {
     const s = Atomics.load(this.cells, 0);
-    return (s & 1) === 1 && Atomics.load(this.cells, 1) === generation ? s : -1;
+    // Odd, whatever its sign: the state word wraps after 2^31 changes.
+    return (s & 1) !== 0 && Atomics.load(this.cells, 1) === generation ? s : null;
   }
 
   /** After the search: the gate stayed open throughout (else its answer is not given). */
