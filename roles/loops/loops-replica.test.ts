@@ -6,6 +6,7 @@ import { startServer, type RunningServer } from '../cli/serve.js';
 import { loadConfig } from '../config.js';
 import { createLogs } from '../log.js';
 import { probeReusePort } from '../reuse-port.js';
+import { loopRequests, type LoopAnswer } from '../testing/loop-requests.js';
 
 /**
  * A read replica with two request loops (issue 20, on a runtime that shares a port: `npm run
@@ -28,28 +29,8 @@ function config(dataDir: string, master: string, extra: Record<string, string> =
   }, { defaultFile: null, cwd: dataDir });
 }
 
-interface Answer { status: number; loop: string | null; body: any }
-
-/** One request on a new connection (the kernel picks its loop per connection). */
-async function fresh(base: string, method: string, path: string, body?: unknown): Promise<Answer> {
-  const res = await fetch(`${base}${path}`, {
-    method, headers: { authorization: `Bearer ${KEY}`, connection: 'close', ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
-    ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-  });
-  const text = await res.text();
-  return { status: res.status, loop: res.headers.get('x-svc-loop'), body: text === '' ? null : JSON.parse(text) as unknown };
-}
-
-/** Asks until every loop has answered, and returns each loop's answer. */
-async function onEveryLoop(base: string, loops: number, method: string, path: string, body?: unknown): Promise<Answer[]> {
-  const seen = new Map<string, Answer>();
-  for (const until = Date.now() + 30_000; Date.now() < until && seen.size < loops;) {
-    const a = await fresh(base, method, path, body);
-    if (a.loop !== null && !seen.has(a.loop)) seen.set(a.loop, a);
-  }
-  expect([...seen.keys()].sort()).toEqual(Array.from({ length: loops }, (_, i) => String(i)));
-  return [...seen.values()];
-}
+const { fresh, onEveryLoop } = loopRequests(KEY);
+type Answer = LoopAnswer;
 
 async function metricValue(base: string, series: string): Promise<number> {
   const text = await (await fetch(`${base}/metrics`, { headers: { connection: 'close' } })).text();
@@ -127,7 +108,7 @@ describe.runIf(support.ok)(`a read replica with two request loops on Node ${proc
     await until('the replica holds leader a\'s points', async () => (await fresh(base, 'POST', '/v1/collections/c/points:count', {})).body?.count === 60);
     expect((await reference()).body).toEqual(whole.old);
     const before = await metricValue(base, LOOP_ANSWERS);
-    for (let i = 0; i < 3; i++) for (const x of await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/c/query', q)) expect(x.body).toEqual(whole.old);
+    for (let i = 0; i < 3; i++) for (const x of (await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/c/query', q)).values()) expect(x.body).toEqual(whole.old);
     expect(await metricValue(base, LOOP_ANSWERS)).toBeGreaterThan(before);
     await r.close();
     beforeRestart();
@@ -145,7 +126,7 @@ describe.runIf(support.ok)(`a read replica with two request loops on Node ${proc
     const after = await metricValue(base, LOOP_ANSWERS);
     // A loop asks again for a name it had no view of after at most a second.
     await new Promise((res) => setTimeout(res, 1100));
-    for (let i = 0; i < 3; i++) for (const x of await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/c/query', q)) expect(x.body).toEqual(now);
+    for (let i = 0; i < 3; i++) for (const x of (await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/c/query', q)).values()) expect(x.body).toEqual(now);
     expect(await metricValue(base, LOOP_ANSWERS)).toBeGreaterThan(after);
     const metrics = await (await fetch(`${base}/metrics`, { headers: { connection: 'close' } })).text();
     expect(metrics).toMatch(/^svc_replication_bootstraps_total 1$/m);

@@ -11,6 +11,7 @@ import { loadConfig } from '../config.js';
 import { createLogs } from '../log.js';
 import { probeReusePort } from '../reuse-port.js';
 import { httpLoopsFor } from './loops.js';
+import { loopRequests, type LoopAnswer } from '../testing/loop-requests.js';
 
 /**
  * The multi-loop server (SVC_HTTP_LOOPS, issue 20). On a runtime that shares a port (Node 24 in
@@ -58,29 +59,8 @@ describe('SVC_HTTP_LOOPS on a runtime that cannot share a port', () => {
   });
 });
 
-interface Answer { status: number; loop: string | null; body: unknown }
-
-/** One request on a new connection (the kernel picks its loop per connection). */
-async function fresh(base: string, method: string, path: string, body?: unknown): Promise<Answer> {
-  const res = await fetch(`${base}${path}`, {
-    method, headers: { authorization: `Bearer ${KEY}`, connection: 'close', ...(body !== undefined ? { 'content-type': 'application/json' } : {}) },
-    ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-  });
-  const text = await res.text();
-  return { status: res.status, loop: res.headers.get('x-svc-loop'), body: text === '' ? null : JSON.parse(text) as unknown };
-}
-
-/** Asks until every loop has answered (for up to 30 s: a replacement loop takes a while to start), and returns each loop's answer. */
-async function onEveryLoop(base: string, loops: number, method: string, path: string, body?: unknown): Promise<Map<string, Answer>> {
-  const seen = new Map<string, Answer>();
-  const until = Date.now() + 30_000;
-  while (Date.now() < until && seen.size < loops) {
-    const a = await fresh(base, method, path, body);
-    if (a.loop !== null && !seen.has(a.loop)) seen.set(a.loop, a);
-  }
-  expect([...seen.keys()].sort()).toEqual(Array.from({ length: loops }, (_, i) => String(i)));
-  return seen;
-}
+const { fresh, onEveryLoop } = loopRequests(KEY);
+type Answer = LoopAnswer;
 
 function grpcCall<Res>(client: SvcClient, method: string, req: unknown): Promise<{ res?: Res; err?: ServiceError }> {
   const md = new Metadata();
