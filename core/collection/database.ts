@@ -200,6 +200,8 @@ export class Database {
   private readonly byName = new Map<string, Collection>();
   private readonly byUid = new Map<string, Collection>();
   private readonly checkpoints = new Map<string, Promise<void>>();
+  /** A collection's records appended to the WAL and not yet applied to it (advanceIdleCheckpoints). */
+  private readonly appending = new Map<string, number>();
   /** Each collection's create seq (its leader's, on a follower; 0 when not known): tells two of one name apart. */
   private readonly createdSeqs = new Map<string, number>();
   /** A follower's bootstrap in progress: the collections its snapshot has not named yet. */
@@ -812,9 +814,10 @@ export class Database {
     }
     const col = this.byUid.get(cmd.uid);
     if (col === undefined || op.t !== 'delete' || op.move === undefined) return 0;
-    const seq = await this.dir.appendMoveCommit(col.uid, op);
-    if (this.byUid.get(col.uid) !== col) return 0;
+    const seq = await this.appendFor(col, () => this.dir.appendMoveCommit(col.uid, op));
+    if (seq === null) return 0;
     const changed = col.apply(op, seq, false);
+    this.appended(col);
     this.maybeCheckpoint(col);
     return changed;
   }
@@ -995,19 +998,71 @@ export class Database {
    */
   private async writeHere(col: Collection, op: Op, bulk: boolean, encoded?: Uint8Array): Promise<number> {
     // A consensus member's write is durable in its consensus log already (deferSync).
-    const seq = await this.dir.append(col.uid, op, encoded, { sync: !this.deferSync });
-    if (this.byUid.get(col.uid) !== col) return 0; // dropped while the record was being made durable
+    const seq = await this.appendFor(col, () => this.dir.append(col.uid, op, encoded, { sync: !this.deferSync }));
+    if (seq === null) return 0; // dropped while the record was being made durable
     const changed = col.apply(op, seq, bulk);
+    this.appended(col);
     this.maybeCheckpoint(col);
     return changed;
   }
 
+  /**
+   * Appends one of `col`'s records: counted from before the append until the caller applied it
+   * (`appended`), so that advanceIdleCheckpoints never moves a checkpoint past a record not yet applied.
+   * Null when the collection was dropped meanwhile (then nothing is left to apply).
+   */
+  private async appendFor(col: Collection, append: () => Promise<number>): Promise<number | null> {
+    this.appending.set(col.uid, (this.appending.get(col.uid) ?? 0) + 1);
+    let seq: number;
+    try {
+      seq = await append();
+    } catch (e) {
+      this.appended(col);
+      throw e;
+    }
+    if (this.byUid.get(col.uid) === col) return seq;
+    this.appended(col);
+    return null;
+  }
+
+  private appended(col: Collection): void {
+    const n = (this.appending.get(col.uid) ?? 1) - 1;
+    if (n <= 0) this.appending.delete(col.uid);
+    else this.appending.set(col.uid, n);
+  }
+
   private maybeCheckpoint(col: Collection): void {
     if (col.dirtyCount < (this.opts.checkpointPoints ?? CHECKPOINT_POINTS) || this.checkpoints.has(col.uid)) return;
-    const run = this.checkpoint(col).finally(() => this.checkpoints.delete(col.uid));
+    const run = this.checkpoint(col).then(() => this.advanceIdleCheckpoints()).finally(() => this.checkpoints.delete(col.uid));
     this.checkpoints.set(col.uid, run.catch((e) => {
       this.log('error', 'checkpoint failed; the WAL keeps the data', { collection: col.spec.name, error: String(e) });
     }));
+  }
+
+  /**
+   * Brings up every collection whose checkpoint lies before the WAL file being appended to (so that it
+   * keeps older files): its changes since (fewer than would start a checkpoint) go into a segment, and
+   * then, unless it was written to meanwhile, its checkpoint moves up to the WAL's last record by a
+   * manifest update alone: its segments hold every record of it through there. Without this a
+   * collection written to seldom or never keeps its checkpoint where it was, and with it every WAL file
+   * since (truncateWal deletes only what every checkpoint is past), all replayed at each open. Runs
+   * after each checkpoint of another collection; at most once per WAL file for a quiet one.
+   */
+  private advanceIdleCheckpoints(): void {
+    if (this.closed) return;
+    const active = this.dir.walActiveFirstSeq;
+    for (const col of this.byUid.values()) {
+      if (this.checkpoints.has(col.uid) || this.dir.checkpointSeqOf(col.uid) >= active - 1) continue;
+      const run = (async () => {
+        if (col.dirtyCount > 0) await this.checkpoint(col);
+        // Read together, in one turn of the loop: a record of it appended after this has a later seq.
+        if (this.closed || col.dirtyCount > 0 || this.appending.has(col.uid) || this.byUid.get(col.uid) !== col) return;
+        await this.dir.checkpoint(col.uid, [], this.dir.lastSeq, { replaceAll: false });
+      })().finally(() => this.checkpoints.delete(col.uid));
+      this.checkpoints.set(col.uid, run.catch((e) => {
+        this.log('warn', 'bringing up a quiet collection\'s checkpoint failed; the WAL keeps its files', { collection: col.spec.name, error: String(e) });
+      }));
+    }
   }
 
   /**
@@ -1463,9 +1518,10 @@ export class Database {
         await this.proposer.propose({ uid: col.uid, bulk: false, op });
         settle = false;
       } else {
-        const seq = await this.dir.appendMoveCommit(col.uid, op);
-        if (this.byUid.get(col.uid) === col) {
+        const seq = await this.appendFor(col, () => this.dir.appendMoveCommit(col.uid, op));
+        if (seq !== null) {
           col.apply(op, seq, false);
+          this.appended(col);
           this.maybeCheckpoint(col);
         }
       }

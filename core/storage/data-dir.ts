@@ -860,6 +860,16 @@ export class DataDir implements Keyring {
     return this.wal.lastSeq;
   }
 
+  /** The first seq of the WAL file being appended to (Wal.activeFirstSeq). */
+  get walActiveFirstSeq(): number {
+    return this.wal.activeFirstSeq;
+  }
+
+  /** The seq through which the collection's segments hold its records (its manifest entry). */
+  checkpointSeqOf(uid: string): number {
+    return this.entry(uid).checkpoint_seq;
+  }
+
   /** The commit log, read-only, for replication: `readFrom(seq)` from any retained seq, `waitFor`, `hold`. */
   get log(): CommitLog {
     return this.wal;

@@ -317,6 +317,11 @@ export class Wal implements CommitLog {
     return this.files[0].firstSeq;
   }
 
+  /** The first seq of the file being appended to: a checkpoint before it keeps older files. */
+  get activeFirstSeq(): number {
+    return this.files[this.files.length - 1].firstSeq;
+  }
+
   /** Bytes of all retained log files (durable part). */
   get diskBytes(): number {
     return this.files.reduce((s, f) => s + f.bytes, 0);
