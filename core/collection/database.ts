@@ -816,8 +816,12 @@ export class Database {
     if (col === undefined || op.t !== 'delete' || op.move === undefined) return 0;
     const seq = await this.appendFor(col, () => this.dir.appendMoveCommit(col.uid, op));
     if (seq === null) return 0;
-    const changed = col.apply(op, seq, false);
-    this.appended(col);
+    let changed: number;
+    try {
+      changed = col.apply(op, seq, false);
+    } finally {
+      this.appended(col);
+    }
     this.maybeCheckpoint(col);
     return changed;
   }
@@ -1000,8 +1004,12 @@ export class Database {
     // A consensus member's write is durable in its consensus log already (deferSync).
     const seq = await this.appendFor(col, () => this.dir.append(col.uid, op, encoded, { sync: !this.deferSync }));
     if (seq === null) return 0; // dropped while the record was being made durable
-    const changed = col.apply(op, seq, bulk);
-    this.appended(col);
+    let changed: number;
+    try {
+      changed = col.apply(op, seq, bulk);
+    } finally {
+      this.appended(col);
+    }
     this.maybeCheckpoint(col);
     return changed;
   }
@@ -1052,7 +1060,13 @@ export class Database {
     if (this.closed) return;
     const active = this.dir.walActiveFirstSeq;
     for (const col of this.byUid.values()) {
-      if (this.checkpoints.has(col.uid) || this.dir.checkpointSeqOf(col.uid) >= active - 1) continue;
+      let behind: boolean;
+      try {
+        behind = this.dir.checkpointSeqOf(col.uid) < active - 1;
+      } catch {
+        continue; // dropped from the manifest meanwhile
+      }
+      if (this.checkpoints.has(col.uid) || !behind) continue;
       const run = (async () => {
         if (col.dirtyCount > 0) await this.checkpoint(col);
         // Read together, in one turn of the loop: a record of it appended after this has a later seq.
@@ -1520,8 +1534,11 @@ export class Database {
       } else {
         const seq = await this.appendFor(col, () => this.dir.appendMoveCommit(col.uid, op));
         if (seq !== null) {
-          col.apply(op, seq, false);
-          this.appended(col);
+          try {
+            col.apply(op, seq, false);
+          } finally {
+            this.appended(col);
+          }
           this.maybeCheckpoint(col);
         }
       }
