@@ -71,9 +71,8 @@ describe('an idle collection beside a busy one', () => {
         for (let b = 0; b < 60; b++) {
           // Now and then a write to the quiet collection too, beside the busy one's (so while its checkpoint may be moving).
           if (b % 7 === 3) {
-            const late = db.upsert('idle', { points: [{ id: `late${b}`, vector: [b, 1, 1, 1] }] });
-            await db.upsert('busy', busyBatch(b));
-            await late;
+            // Both awaited together: a crash rejects both, and neither rejection goes unhandled.
+            await Promise.all([db.upsert('idle', { points: [{ id: `late${b}`, vector: [b, 1, 1, 1] }] }), db.upsert('busy', busyBatch(b))]);
             idleAcked.push(`late${b}`);
           } else {
             await db.upsert('busy', busyBatch(b));
