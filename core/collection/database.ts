@@ -814,16 +814,7 @@ export class Database {
     }
     const col = this.byUid.get(cmd.uid);
     if (col === undefined || op.t !== 'delete' || op.move === undefined) return 0;
-    const seq = await this.appendFor(col, () => this.dir.appendMoveCommit(col.uid, op));
-    if (seq === null) return 0;
-    let changed: number;
-    try {
-      changed = col.apply(op, seq, false);
-    } finally {
-      this.appended(col);
-    }
-    this.maybeCheckpoint(col);
-    return changed;
+    return this.appendApply(col, op, false, () => this.dir.appendMoveCommit(col.uid, op));
   }
 
   private async applyCollectionOp(op: Extract<ShardCommand['op'], { t: 'create_collection' | 'drop_collection' }>, index: number): Promise<number> {
@@ -1002,41 +993,28 @@ export class Database {
    */
   private async writeHere(col: Collection, op: Op, bulk: boolean, encoded?: Uint8Array): Promise<number> {
     // A consensus member's write is durable in its consensus log already (deferSync).
-    const seq = await this.appendFor(col, () => this.dir.append(col.uid, op, encoded, { sync: !this.deferSync }));
-    if (seq === null) return 0; // dropped while the record was being made durable
-    let changed: number;
-    try {
-      changed = col.apply(op, seq, bulk);
-    } finally {
-      this.appended(col);
-    }
-    this.maybeCheckpoint(col);
-    return changed;
+    return this.appendApply(col, op, bulk, () => this.dir.append(col.uid, op, encoded, { sync: !this.deferSync }));
   }
 
   /**
-   * Appends one of `col`'s records: counted from before the append until the caller applied it
-   * (`appended`), so that advanceIdleCheckpoints never moves a checkpoint past a record not yet applied.
-   * Null when the collection was dropped meanwhile (then nothing is left to apply).
+   * Appends one of `col`'s records and applies it: counted (`appending`) from before the append until it
+   * is applied, so that advanceIdleCheckpoints never moves a checkpoint past a record not yet applied.
+   * 0 when the collection was dropped while the record was being made durable.
    */
-  private async appendFor(col: Collection, append: () => Promise<number>): Promise<number | null> {
+  private async appendApply(col: Collection, op: Op, bulk: boolean, append: () => Promise<number>): Promise<number> {
     this.appending.set(col.uid, (this.appending.get(col.uid) ?? 0) + 1);
-    let seq: number;
+    let changed = 0;
     try {
-      seq = await append();
-    } catch (e) {
-      this.appended(col);
-      throw e;
+      const seq = await append();
+      if (this.byUid.get(col.uid) !== col) return 0;
+      changed = col.apply(op, seq, bulk);
+    } finally {
+      const n = (this.appending.get(col.uid) ?? 1) - 1;
+      if (n <= 0) this.appending.delete(col.uid);
+      else this.appending.set(col.uid, n);
     }
-    if (this.byUid.get(col.uid) === col) return seq;
-    this.appended(col);
-    return null;
-  }
-
-  private appended(col: Collection): void {
-    const n = (this.appending.get(col.uid) ?? 1) - 1;
-    if (n <= 0) this.appending.delete(col.uid);
-    else this.appending.set(col.uid, n);
+    this.maybeCheckpoint(col);
+    return changed;
   }
 
   private maybeCheckpoint(col: Collection): void {
@@ -1532,15 +1510,7 @@ export class Database {
         await this.proposer.propose({ uid: col.uid, bulk: false, op });
         settle = false;
       } else {
-        const seq = await this.appendFor(col, () => this.dir.appendMoveCommit(col.uid, op));
-        if (seq !== null) {
-          try {
-            col.apply(op, seq, false);
-          } finally {
-            this.appended(col);
-          }
-          this.maybeCheckpoint(col);
-        }
+        await this.appendApply(col, op, false, () => this.dir.appendMoveCommit(col.uid, op));
       }
       return { moved: l.ids.length };
     } finally {
