@@ -200,6 +200,8 @@ export class Database {
   private readonly byName = new Map<string, Collection>();
   private readonly byUid = new Map<string, Collection>();
   private readonly checkpoints = new Map<string, Promise<void>>();
+  /** The manifest update that moves quiet collections' checkpoints (advanceIdleCheckpoints), while it runs. */
+  private quietMove: Promise<void> | null = null;
   /** A collection's records appended to the WAL and not yet applied to it (advanceIdleCheckpoints). */
   private readonly appending = new Map<string, number>();
   /** Each collection's create seq (its leader's, on a follower; 0 when not known): tells two of one name apart. */
@@ -1026,35 +1028,52 @@ export class Database {
   }
 
   /**
-   * Brings up every collection whose checkpoint lies before the WAL file being appended to (so that it
-   * keeps older files): its changes since (fewer than would start a checkpoint) go into a segment, and
-   * then, unless it was written to meanwhile, its checkpoint moves up to the WAL's last record by a
-   * manifest update alone: its segments hold every record of it through there. Without this a
-   * collection written to seldom or never keeps its checkpoint where it was, and with it every WAL file
-   * since (truncateWal deletes only what every checkpoint is past), all replayed at each open. Runs
-   * after each checkpoint of another collection; at most once per WAL file for a quiet one.
+   * Brings up the checkpoints of the collections written to seldom or never, after each checkpoint of
+   * another. Without this such a collection keeps its checkpoint where it was, and with it every WAL
+   * file since (truncateWal deletes only what every checkpoint is past) and the replay of every record
+   * since at each open.
+   * - One with no changes outside its segments and no record being appended: its checkpoint moves up to
+   *   the WAL's last record by a manifest update alone (one for all of them): its segments hold every
+   *   record of it through there.
+   * - One with a few changes (fewer than would start a checkpoint) whose checkpoint lies before the WAL
+   *   file being appended to, so that it keeps older files: its changes go into a segment, then its
+   *   checkpoint moves up as above. At most once per WAL file.
    */
   private advanceIdleCheckpoints(): void {
     if (this.closed) return;
     const active = this.dir.walActiveFirstSeq;
+    // Read together, in one turn of the loop: a record of a quiet one appended after this has a later seq.
+    const last = this.dir.lastSeq;
+    const quiet: string[] = [];
     for (const col of this.byUid.values()) {
-      let behind: boolean;
+      let cp: number;
       try {
-        behind = this.dir.checkpointSeqOf(col.uid) < active - 1;
+        cp = this.dir.checkpointSeqOf(col.uid);
       } catch {
         continue; // dropped from the manifest meanwhile
       }
-      if (this.checkpoints.has(col.uid) || !behind) continue;
+      if (this.checkpoints.has(col.uid) || cp >= last || this.appending.has(col.uid)) continue;
+      if (col.dirtyCount === 0) {
+        quiet.push(col.uid);
+        continue;
+      }
+      if (cp >= active - 1) continue;
       const run = (async () => {
-        if (col.dirtyCount > 0) await this.checkpoint(col);
-        // Read together, in one turn of the loop: a record of it appended after this has a later seq.
+        await this.checkpoint(col);
+        // Read together, as above.
         if (this.closed || col.dirtyCount > 0 || this.appending.has(col.uid) || this.byUid.get(col.uid) !== col) return;
-        await this.dir.checkpoint(col.uid, [], this.dir.lastSeq, { replaceAll: false });
+        await this.dir.advanceCheckpoints([col.uid], this.dir.lastSeq);
       })().finally(() => this.checkpoints.delete(col.uid));
       this.checkpoints.set(col.uid, run.catch((e) => {
         this.log('warn', 'bringing up a quiet collection\'s checkpoint failed; the WAL keeps its files', { collection: col.spec.name, error: String(e) });
       }));
     }
+    if (quiet.length === 0 || this.quietMove !== null) return;
+    // Not in `checkpoints`: a checkpoint of one of them may start meanwhile (it moves past `last`; this
+    // never moves a checkpoint back), and a drop is skipped.
+    this.quietMove = this.dir.advanceCheckpoints(quiet, last).catch((e) => {
+      this.log('warn', 'bringing up quiet collections\' checkpoints failed; the WAL keeps their files', { collections: quiet.length, error: String(e) });
+    }).finally(() => { this.quietMove = null; });
   }
 
   /**
@@ -1689,6 +1708,7 @@ export class Database {
     // collections they read are dropped.
     await this.pool?.close();
     await Promise.all([...this.checkpoints.values()]);
+    await this.quietMove;
     /** By uid, the last seq each collection applied, when all of them are in their segments now. */
     let applied: Map<string, number> | null = new Map();
     for (const col of this.byName.values()) {

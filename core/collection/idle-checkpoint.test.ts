@@ -1,4 +1,5 @@
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
+import { XChaChaSealer } from '../crypto/sealer.js';
 import { FaultyFileSystem } from '../testing/faulty-fs.js';
 import { Database } from './database.js';
 import { buildIndexInline } from './rebuild.js';
@@ -95,5 +96,33 @@ describe('an idle collection beside a busy one', () => {
       }
       await db.close();
     }
+  });
+
+  it('costs an open no decryption of what the segments hold: the busy collection\'s records before its checkpoint are skipped unopened', async () => {
+    const fs = new FaultyFileSystem(32);
+    // One WAL file (the default size): the idle collection's one write is in no segment yet, so its
+    // checkpoint stays before it (its changes go into a segment only once it keeps an older WAL file),
+    // and the replay starts there and reads every record of the busy collection since.
+    const open = () => Database.open({ dataDir: '/data', masterKey: KEY, fs, buildIndex: buildIndexInline, checkpointPoints: 100 });
+    let db = await open();
+    await db.createCollection({ name: 'idle', dim: 4, metric: 'l2', index: 'flat' });
+    await db.upsert('idle', { points: [{ id: 'i0', vector: [0, 0, 0, 1] }] });
+    await db.createCollection({ name: 'busy', dim: 4, metric: 'l2', index: 'flat' });
+    for (let b = 0; b < 200; b++) await db.upsert('busy', { points: [{ id: `b${b}`, vector: [b, 1, 1, 1] }] });
+    await settle();
+    await powerLoss(fs, db);
+    const opens = vi.spyOn(XChaChaSealer.prototype, 'open');
+    try {
+      db = await open();
+      // At most the records after the busy collection's last checkpoint (every 100 points), and a few
+      // files' own (manifest, segments): not the 200 records the replay reads.
+      expect(opens.mock.calls.length).toBeLessThan(130);
+      expect(opens.mock.calls.length).toBeGreaterThan(0);
+    } finally {
+      opens.mockRestore();
+    }
+    expect((await db.collectionInfo('busy')).count).toBe(200);
+    expect(await ids(db, 'idle')).toEqual(['i0']);
+    await db.close();
   });
 });

@@ -414,7 +414,16 @@ export class DataDir implements Keyring {
     // Move records at or below it are in the manifest's move state already.
     const moveSeq = this.manifest.move?.seq ?? 0;
     const { base, from } = this.replayRange();
-    for await (const r of this.wal.readFrom(from)) {
+    // A collection's record at or below its checkpoint is in its segments: skipped unopened, unless a
+    // move's progress may be in it (an idle collection's old checkpoint would otherwise have every
+    // later record of the others decrypted at each open).
+    const moveMayTell = (seq: number): boolean => this.moveProgress !== null && seq > moveSeq;
+    const want = (keyId: string, seq: number): boolean => {
+      if (keyId === 'db') return true;
+      const cp = checkpoints.get(keyId);
+      return cp !== undefined && (seq > cp || moveMayTell(seq));
+    };
+    for await (const r of this.wal.readFrom(from, { want })) {
       if (r.keyId === 'db') {
         const op = this.decode(r.body!, r.seq) as DbOp;
         assert(isDbOp(op), 'db records hold database ops');
@@ -448,12 +457,12 @@ export class DataDir implements Keyring {
       const cp = checkpoints.get(r.keyId);
       if (cp === undefined || r.body === null) continue;
       // A record the segments hold may still carry a move's progress that the manifest does not.
-      const moveMayTell = this.moveProgress !== null && r.seq > moveSeq;
-      if (r.seq <= cp && !moveMayTell) continue;
+      const mayTell = moveMayTell(r.seq);
+      if (r.seq <= cp && !mayTell) continue;
       const op = this.decode(r.body, r.seq);
       if (isDbOp(op)) throw new StorageCorruption(this.p(WAL_DIR), 0, `record seq ${r.seq}: a database op under a collection key`);
       if (op.t === 'delete' && op.move !== undefined) this.moveRecordSeq = Math.max(this.moveRecordSeq, r.seq);
-      if (moveMayTell && op.t === 'delete' && op.move !== undefined) this.takeMoveMark(r.keyId, op.move.move, op.move.cursor);
+      if (mayTell && op.t === 'delete' && op.move !== undefined) this.takeMoveMark(r.keyId, op.move.move, op.move.cursor);
       if (r.seq <= cp) continue;
       yield { seq: r.seq, uid: r.keyId, op };
     }
@@ -745,6 +754,30 @@ export class DataDir implements Keyring {
         }
       }
       if (removed) await this.fs.fsyncDir(dir);
+      await this.truncateWal();
+    });
+  }
+
+  /**
+   * Moves the checkpoints of collections whose segments already hold every record of theirs through
+   * `seq` up to it, with one manifest save and no segment (the caller vouches for that: nothing of theirs
+   * was unapplied or unsegmented when it read `seq`). A checkpoint never moves back; a collection dropped
+   * meanwhile is skipped. Then the WAL files no checkpoint needs any more go.
+   */
+  advanceCheckpoints(uids: readonly string[], seq: number): Promise<void> {
+    return this.serial(async () => {
+      // As checkpoint(): the manifest never names a seq the WAL might lose.
+      await this.wal.sync();
+      assert(seq <= this.wal.lastSeq, `checkpoint seq ${seq} past the WAL's last ${this.wal.lastSeq}`);
+      const move = new Set(uids);
+      let moved = false;
+      const collections = this.manifest.collections.map((c) => {
+        if (!move.has(c.uid) || c.checkpoint_seq >= seq) return c;
+        moved = true;
+        return { ...c, checkpoint_seq: seq };
+      });
+      if (!moved) return;
+      await this.saveManifest({ ...this.manifest, collections });
       await this.truncateWal();
     });
   }

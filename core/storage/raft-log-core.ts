@@ -4,7 +4,7 @@ import { StorageCorruption } from './errors.js';
 import { FILE_HEADER_BYTES } from './format.js';
 import {
   decodeSnapshotFile, encodeBatch, encodeSnapshotFile, isRaftSnapshotFile, raftLogFileName, raftLogFileNo, raftLogHeader,
-  raftSnapshotFileName, scanRaftLogFile, type RaftRecord,
+  openEntry, raftSnapshotFileName, scanRaftLogFile, type RaftRecord, type UnopenedEntry,
 } from './raft-log-format.js';
 import { RaftLogImage, type RaftLogEntry, type RaftLogHardState, type RaftLogSnapshot } from './raft-log-image.js';
 
@@ -187,6 +187,7 @@ export class RaftLogCore {
     const core = new RaftLogCore(sealer, segmentBytesMax);
     let cut: Recovery['cut'] = null;
     const logs = found.logs;
+    const unopened = new Map<object, UnopenedEntry & { where: string }>();
     for (let k = 0; k < logs.length; k++) {
       const { name, bytes } = logs[k];
       const no = raftLogFileNo(name)!;
@@ -195,6 +196,7 @@ export class RaftLogCore {
       const scanned = scanRaftLogFile(sealer, where, bytes, k === logs.length - 1);
       if (scanned.torn !== null) cut = { name, end: scanned.end, reason: scanned.torn };
       if (scanned.end < FILE_HEADER_BYTES) break;
+      for (const [r, u] of scanned.unopened) unopened.set(r, { ...u, where });
       const info: LogFileInfo = { name, no, bytes: scanned.end, maxIndex: 0 };
       for (const r of scanned.records) {
         core.image.apply(r, false, where);
@@ -203,6 +205,11 @@ export class RaftLogCore {
       core.files.push(info);
     }
     core.image.validate(dir);
+    // Only the entries the log still holds are opened (and so authenticated).
+    core.image.fillEntries((e) => {
+      const u = unopened.get(e);
+      return u === undefined ? null : openEntry(sealer, u.where, e, u);
+    });
     const snap = core.image.snap;
     const keep = snap.index > 0 ? raftSnapshotFileName(snap.index, snap.term) : null;
     if (keep !== null) {

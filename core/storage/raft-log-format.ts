@@ -80,10 +80,8 @@ function encodeFrame(sealer: Sealer, r: RaftRecord, end: boolean): Buffer {
   return b;
 }
 
-function decodeRecord(kind: RaftRecord['kind'], index: number, term: number, body: Uint8Array): RaftRecord {
+function decodeRecord(kind: Exclude<RaftRecord['kind'], 'entry'>, index: number, term: number, body: Uint8Array): RaftRecord {
   switch (kind) {
-    case 'entry':
-      return { kind, index, term, data: body.slice() };
     case 'state':
       return { kind, term, commit: index, vote: body.length === 0 ? null : Buffer.from(body).toString('utf8') };
     default:
@@ -91,24 +89,44 @@ function decodeRecord(kind: RaftRecord['kind'], index: number, term: number, bod
   }
 }
 
+/** An entry read but not yet opened: its data is authenticated only if the log still holds it at the end. */
+export interface UnopenedEntry {
+  readonly sealed: Uint8Array;
+  readonly offset: number;
+}
+
 export interface ScannedFile {
+  /** Entries come back with empty data, their sealed bodies in `unopened` (openEntry opens one). */
   readonly records: RaftRecord[];
+  readonly unopened: Map<object, UnopenedEntry>;
   /** Bytes of whole batches (the file header included): where the file is cut when `torn` is set. */
   readonly end: number;
   /** Why bytes after `end` were dropped (only ever in the last file). */
   readonly torn: string | null;
 }
 
+/** The data of an entry scanRaftLogFile left unopened; a failed seal throws StorageCorruption. */
+export function openEntry(sealer: Sealer, path: string, r: { readonly index: number; readonly term: number }, u: UnopenedEntry): Uint8Array {
+  try {
+    return sealer.open(u.sealed, recordAad(KIND_CODE.entry, r.index, r.term)).slice();
+  } catch {
+    throw new StorageCorruption(path, u.offset, `entry record ${r.index}/${r.term} failed authentication`);
+  }
+}
+
 /**
- * Reads one log file's bytes back into records, checking both checksums and every seal. Bytes after
+ * Reads one log file's bytes back into records, checking both checksums and every seal but an entry's:
+ * an entry's body is opened only once recovery knows the log still holds it (openEntry), since most
+ * entries a file keeps lie below a later compaction record and are dropped unread. Bytes after
  * the last complete batch of the last file are a torn write (dropped, `torn` says why); any other
  * damage, or a finished file that does not end with a whole batch, throws StorageCorruption.
  */
 export function scanRaftLogFile(sealer: Sealer, path: string, bytes: Uint8Array, isLast: boolean): ScannedFile {
   const records: RaftRecord[] = [];
+  const unopened = new Map<object, UnopenedEntry>();
   const torn = (end: number, offset: number, reason: string): ScannedFile => {
     if (!isLast) throw new StorageCorruption(path, offset, `${reason} in a finished consensus log file`);
-    return { records, end, torn: reason };
+    return { records, unopened, end, torn: reason };
   };
   if (bytes.length < FILE_HEADER_BYTES) return torn(0, 0, 'file header incomplete');
   if (!Buffer.from(bytes.subarray(0, FILE_HEADER_BYTES)).equals(raftLogHeader())) throw new StorageCorruption(path, 0, 'bad file header');
@@ -140,13 +158,19 @@ export function scanRaftLogFile(sealer: Sealer, path: string, bytes: Uint8Array,
       if (isLast && zeroTail < start + sealedLen) break;
       throw new StorageCorruption(path, offset, 'frame body checksum mismatch');
     }
-    let body: Uint8Array;
-    try {
-      body = sealer.open(sealed, recordAad(h[8], index, term));
-    } catch {
-      throw new StorageCorruption(path, offset, `${kind} record ${index}/${term} failed authentication`);
+    if (kind === 'entry') {
+      const r: RaftRecord = { kind, index, term, data: EMPTY };
+      records.push(r);
+      unopened.set(r, { sealed, offset });
+    } else {
+      let body: Uint8Array;
+      try {
+        body = sealer.open(sealed, recordAad(h[8], index, term));
+      } catch {
+        throw new StorageCorruption(path, offset, `${kind} record ${index}/${term} failed authentication`);
+      }
+      records.push(decodeRecord(kind, index, term, body));
     }
-    records.push(decodeRecord(kind, index, term, body));
     batchRecords++;
     offset = start + sealedLen;
     if ((h[9] & FLAG_BATCH_END) !== 0) {
@@ -154,8 +178,8 @@ export function scanRaftLogFile(sealer: Sealer, path: string, bytes: Uint8Array,
       batchRecords = 0;
     }
   }
-  if (batchEnd === bytes.length) return { records, end: batchEnd, torn: null };
-  records.length -= batchRecords;
+  if (batchEnd === bytes.length) return { records, unopened, end: batchEnd, torn: null };
+  for (const r of records.splice(records.length - batchRecords)) unopened.delete(r);
   return torn(batchEnd, batchEnd, offset < bytes.length ? 'a frame cut short' : 'a batch without its end');
 }
 

@@ -105,6 +105,14 @@ export class RaftLogImage {
     if (this.snap.index < this.base.index) throw new StorageCorruption(where, 0, `compacted to ${this.base.index} past the snapshot at ${this.snap.index}`);
   }
 
+  /** Recovery: each entry held gets the data `open` returns for it (null: it has its data). */
+  fillEntries(open: (e: RaftLogEntry) => Uint8Array | null): void {
+    for (const [i, e] of this.ents) {
+      const data = open(e);
+      if (data !== null) this.ents.set(i, { index: e.index, term: e.term, data });
+    }
+  }
+
   term(i: number): number | null {
     if (i === this.base.index) return this.base.term;
     if (i < this.base.index || i > this.last) return null;

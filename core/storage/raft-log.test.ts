@@ -10,6 +10,9 @@ import { FaultyFileSystem, SimulatedCrash } from '../testing/faulty-fs.js';
 import { StorageCorruption } from './errors.js';
 import { NodeFileSystem } from './fs.js';
 import { RaftLog, type RaftLogUpdate } from './raft-log.js';
+import { RaftLogCore } from './raft-log-core.js';
+import { encodeBatch, encodeSnapshotFile, raftLogFileName, raftLogHeader, raftSnapshotFileName, type RaftRecord } from './raft-log-format.js';
+import type { Sealer } from '../crypto/sealer.js';
 
 const quiet = (): void => {};
 const sealer = new XChaChaSealer(randomDataKey());
@@ -247,5 +250,39 @@ describe('RaftLog', () => {
     await log.close();
     fs.flipBit('/r/00000000000000000001.rlog', (16 + 40) * 8 + 3);
     await expect(RaftLog.open(fs, '/r', opts)).rejects.toThrow(StorageCorruption);
+  });
+
+  describe('opens at recovery only the entries it still holds', () => {
+    /** A log file of these batches, each sealed by its own sealer, recovered with `sealer`. */
+    const recover = (batches: [Sealer, RaftRecord[]][], opener: Sealer = sealer): RaftLogCore => {
+      const bytes = Buffer.concat([raftLogHeader(), ...batches.map(([s, rs]) => encodeBatch(s, rs))]);
+      const snap = encodeSnapshotFile(sealer, 2, 1, new Uint8Array([7]));
+      return RaftLogCore.recover(opener, '/r', {
+        logs: [{ name: raftLogFileName(1), bytes }], others: [],
+        readSnapshot: (n) => (n === raftSnapshotFileName(2, 1) ? snap : null),
+      }).core;
+    };
+    const entry = (index: number, fill: number): RaftRecord => ({ kind: 'entry', index, term: 1, data: new Uint8Array(8).fill(fill) });
+    const state = (commit: number): RaftRecord => ({ kind: 'state', term: 1, vote: 'n1', commit });
+    // An entry sealed under another key: its checksums hold, only its seal tells (a file from elsewhere).
+    const other = new XChaChaSealer(randomDataKey());
+
+    it('an entry the log holds is authenticated: one sealed under another key refuses the open', () => {
+      expect(() => recover([[sealer, [entry(1, 1), state(0)]], [other, [entry(2, 2)]], [sealer, [entry(3, 3), state(3)]]]))
+        .toThrow(/entry record 2\/1 failed authentication/);
+    });
+
+    it('an entry below a later compaction is dropped unopened; the entries held after it read back', () => {
+      let opened = 0;
+      const counting: Sealer = { encrypted: true, seal: (p, a) => sealer.seal(p, a), open: (x, a) => { opened++; return sealer.open(x, a); } };
+      const core = recover([
+        [sealer, [entry(1, 1), state(0)]], [other, [entry(2, 2)]], [sealer, [entry(3, 3), entry(4, 4), state(3)]],
+        [sealer, [{ kind: 'snapshot', index: 2, term: 1 }, { kind: 'compact', index: 2, term: 1 }]],
+      ], counting);
+      expect([core.firstIndex(), core.lastIndex()]).toEqual([3, 4]);
+      expect(core.entries(3, 5, 10).map((e) => [e.index, [...e.data]])).toEqual([[3, new Array(8).fill(3)], [4, new Array(8).fill(4)]]);
+      // Entries 3 and 4, the two states, the snapshot and compaction records, the snapshot file: not entries 1 and 2.
+      expect(opened).toBe(2 + 2 + 2 + 1);
+    });
   });
 });

@@ -650,9 +650,11 @@ export class Wal implements CommitLog {
 
   /**
    * Every retained record from `seq` up to the last durable one at the time of the call, in order.
-   * Bodies are opened with the keyring; a body whose key is gone comes back null. `keyIds` skips others.
+   * Bodies are opened with the keyring; a body whose key is gone comes back null. `keyIds` skips others;
+   * so does `want` when it returns false, asked just before a record is opened (an open's replay skips
+   * what the segments hold without decrypting it).
    */
-  async *readFrom(seq: number, opts: { keyIds?: ReadonlySet<string> } = {}): AsyncIterable<WalRecord> {
+  async *readFrom(seq: number, opts: { keyIds?: ReadonlySet<string>; want?: (keyId: string, seq: number) => boolean } = {}): AsyncIterable<WalRecord> {
     const first = this.firstRetainedSeq;
     if (seq < first) {
       throw new SvcError('not_found', `seq ${seq} is no longer retained (first retained seq is ${first})`, { firstRetainedSeq: first });
@@ -665,6 +667,7 @@ export class Wal implements CommitLog {
         const r = this.recent[i];
         if (r.seq > limit) break;
         if (opts.keyIds !== undefined && !opts.keyIds.has(r.keyId)) continue;
+        if (opts.want !== undefined && !opts.want(r.keyId, r.seq)) continue;
         const open = this.opts.keyring.sealerFor(r.keyId) !== undefined;
         yield { seq: r.seq, keyId: r.keyId, body: open ? r.body : null };
         // The array may have been compacted while this reader was suspended at the yield.
@@ -688,6 +691,7 @@ export class Wal implements CommitLog {
           if (r.seq < seq) continue;
           if (r.seq > limit) break;
           if (opts.keyIds !== undefined && !opts.keyIds.has(r.keyId)) continue;
+          if (opts.want !== undefined && !opts.want(r.keyId, r.seq)) continue;
           yield { seq: r.seq, keyId: r.keyId, body: this.openBody(r, path) };
         }
       } finally {
