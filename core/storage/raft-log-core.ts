@@ -197,11 +197,20 @@ export class RaftLogCore {
       const scanned = scanRaftLogFile(sealer, where, bytes, k === logs.length - 1);
       if (scanned.torn !== null) cut = { name, end: scanned.end, reason: scanned.torn };
       if (scanned.end < FILE_HEADER_BYTES) break;
-      for (const [r, u] of scanned.unopened) unopened.set(r, { ...u, where });
       const info: LogFileInfo = { name, no, bytes: scanned.end, maxIndex: 0 };
       for (const r of scanned.records) {
-        core.image.apply(r, false, where);
-        if (r.kind === 'entry') info.maxIndex = Math.max(info.maxIndex, r.index);
+        let rec = r;
+        const u = scanned.unopened.get(r);
+        if (u !== undefined && r.kind === 'entry') {
+          // An entry that truncates held ones (a conflicting tail: rare, a new leader's overwrite) is
+          // authenticated before it acts: else its header index, checked by a checksum anyone can
+          // recompute, would decide which entries go, and a later compaction could drop it unopened.
+          // Any other acts on nothing held, and is opened at the end if the log still holds it.
+          if (r.index <= core.image.last) rec = { ...r, data: openEntry(sealer, where, r, u) };
+          else unopened.set(r, { ...u, where });
+        }
+        core.image.apply(rec, false, where);
+        if (rec.kind === 'entry') info.maxIndex = Math.max(info.maxIndex, rec.index);
       }
       core.files.push(info);
     }
@@ -209,6 +218,7 @@ export class RaftLogCore {
     // Only the entries the log still holds are opened (and so authenticated).
     core.image.fillEntries((e) => {
       const u = unopened.get(e);
+      // Opened already (above), or a record made in this process: never one with its data missing.
       return u === undefined ? null : openEntry(sealer, u.where, e, u);
     });
     const snap = core.image.snap;

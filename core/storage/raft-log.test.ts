@@ -13,6 +13,7 @@ import { RaftLog, type RaftLogUpdate } from './raft-log.js';
 import { RaftLogCore } from './raft-log-core.js';
 import { encodeBatch, encodeSnapshotFile, raftLogFileName, raftLogHeader, raftSnapshotFileName, type RaftRecord } from './raft-log-format.js';
 import type { Sealer } from '../crypto/sealer.js';
+import { crc } from './format.js';
 
 const quiet = (): void => {};
 const sealer = new XChaChaSealer(randomDataKey());
@@ -283,6 +284,49 @@ describe('RaftLog', () => {
       expect(core.entries(3, 5, 10).map((e) => [e.index, [...e.data]])).toEqual([[3, new Array(8).fill(3)], [4, new Array(8).fill(4)]]);
       // Entries 3 and 4, the two states, the snapshot and compaction records, the snapshot file: not entries 1 and 2.
       expect(opened).toBe(2 + 2 + 2 + 1);
+    });
+
+    const held = (core: RaftLogCore) => core.entries(core.firstIndex(), core.lastIndex() + 1, 100).map((e) => [e.index, e.term, e.data[0]]);
+    const entryOf = (index: number, term: number, fill: number): RaftRecord => ({ kind: 'entry', index, term, data: new Uint8Array(8).fill(fill) });
+
+    it('a torn last batch is dropped with its unopened entries; the whole batches before it read back', () => {
+      const bytes = Buffer.concat([raftLogHeader(), encodeBatch(sealer, [entry(1, 1), state(1)]), encodeBatch(other, [entry(2, 2), entry(3, 3)])]);
+      const r = RaftLogCore.recover(sealer, '/r', { logs: [{ name: raftLogFileName(1), bytes: bytes.subarray(0, bytes.length - 3) }], others: [], readSnapshot: () => null });
+      expect(r.cut).not.toBeNull();
+      expect(held(r.core)).toEqual([[1, 1, 1]]);
+    });
+
+    it('a conflicting tail\'s entry is authenticated before it truncates: a forged one (checksums recomputed) refuses the open', () => {
+      // The overwritten entry is never opened; its replacement is.
+      const ok = recover([[sealer, [entry(1, 1), state(0)]], [other, [entry(2, 2)]], [sealer, [entryOf(2, 2, 9), { kind: 'state', term: 2, vote: 'n1', commit: 2 }]]]);
+      expect(held(ok)).toEqual([[1, 1, 1], [2, 2, 9]]);
+      // Entries 1..6 held, compacted through 3. A frame whose header says index 2 (any key: its body is
+      // never opened unless it is held) would drop 4..6 and then be compacted away itself.
+      const recs: RaftRecord[][] = [[1, 2, 3, 4, 5, 6].map((i) => entry(i, i)).concat(state(3)), [{ kind: 'snapshot', index: 3, term: 1 }], [{ kind: 'compact', index: 3, term: 1 }]];
+      const snapshots = { [raftSnapshotFileName(3, 1)]: encodeSnapshotFile(sealer, 3, 1, new Uint8Array([1])) };
+      const open = (forged: Buffer[]) => RaftLogCore.recover(sealer, '/r', {
+        logs: [{ name: raftLogFileName(1), bytes: Buffer.concat([raftLogHeader(), encodeBatch(sealer, recs[0]), ...forged, encodeBatch(sealer, recs[1]), encodeBatch(sealer, recs[2])]) }],
+        others: [], readSnapshot: (n) => snapshots[n] ?? null,
+      }).core;
+      expect(held(open([])).map((e) => e[0])).toEqual([4, 5, 6]);
+      const forged = encodeBatch(other, [entry(1, 1)]);
+      forged.writeBigUInt64LE(2n, 12);
+      forged.writeUInt32LE(crc(forged.subarray(4, 32)), 0);
+      expect(() => open([forged])).toThrow(/entry record 2\/1 failed authentication/);
+    });
+
+    it('the same index in two files: the later file\'s entry is the one held', () => {
+      const file1 = Buffer.concat([raftLogHeader(), encodeBatch(sealer, [entry(1, 1), entry(2, 2), state(0)])]);
+      const file2 = Buffer.concat([raftLogHeader(), encodeBatch(sealer, [state(0), entryOf(2, 2, 7), { kind: 'state', term: 2, vote: 'n1', commit: 2 }])]);
+      const core = RaftLogCore.recover(sealer, '/r', { logs: [{ name: raftLogFileName(1), bytes: file1 }, { name: raftLogFileName(2), bytes: file2 }], others: [], readSnapshot: () => null }).core;
+      expect(held(core)).toEqual([[1, 1, 1], [2, 2, 7]]);
+    });
+
+    it('an installed snapshot drops the entries before it unopened', () => {
+      const snap = encodeSnapshotFile(sealer, 5, 1, new Uint8Array([1]));
+      const bytes = Buffer.concat([raftLogHeader(), encodeBatch(other, [entry(1, 1)]), encodeBatch(sealer, [state(1)]), encodeBatch(sealer, [{ kind: 'install', index: 5, term: 1 }, entry(6, 6), state(6)])]);
+      const core = RaftLogCore.recover(sealer, '/r', { logs: [{ name: raftLogFileName(1), bytes }], others: [], readSnapshot: (n) => (n === raftSnapshotFileName(5, 1) ? snap : null) }).core;
+      expect(held(core)).toEqual([[6, 1, 6]]);
     });
   });
 });
