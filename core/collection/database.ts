@@ -81,7 +81,7 @@ export interface DatabaseOptions {
   checkpointPoints?: number;
   /** Delta segments a collection may have before a checkpoint compacts them into one (default 8). */
   segmentsMax?: number;
-  /** WAL file size at which a new file is started (default 64 MiB); tests make it small to roll and truncate often. */
+  /** WAL file size at which a new file is started (default 16 MiB); tests make it small to roll and truncate often. */
   walFileBytesMax?: number;
   /**
    * Most bytes of WAL files kept only for connected replication streams (files every checkpoint is past);

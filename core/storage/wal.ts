@@ -70,7 +70,12 @@ export interface WalOptions {
 
 export type WalRecord = LogRecord;
 
-export const WAL_SEGMENT_BYTES_DEFAULT = 64 << 20;
+/**
+ * A file rolls past this. Every open checks every retained file (the active one is always kept, and older
+ * ones until every checkpoint is past them), so this bounds what an open scans beyond the checkpoints:
+ * 16 MiB: a few tenths of a second of checksums here.
+ */
+export const WAL_SEGMENT_BYTES_DEFAULT = 16 << 20;
 /** Default of WalOptions.tailCacheBytes. */
 export const WAL_TAIL_CACHE_BYTES_DEFAULT = 64 << 20;
 /** Default of WalOptions.retainBytesMax (SVC_REPLICATION_RETAIN_BYTES). */
