@@ -53,6 +53,14 @@ export class ChunkReader {
     private readonly chunkBytes = 1 << 20,
   ) {}
 
+  /** Bytes [offset, offset + length) when the chunk read last holds them all (no read, no await), else null. */
+  peek(offset: number, length: number): Uint8Array | null {
+    if (offset >= this.windowStart && offset + length <= this.windowStart + this.window.length) {
+      return this.window.subarray(offset - this.windowStart, offset + length - this.windowStart);
+    }
+    return null;
+  }
+
   /** Bytes [offset, offset + length), shorter only at end of file. */
   async get(offset: number, length: number): Promise<Uint8Array> {
     const end = Math.min(offset + length, this.fileBytes);

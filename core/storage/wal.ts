@@ -125,7 +125,7 @@ interface FrameHeader {
 }
 
 function decodeFrameHeader(h: Uint8Array): FrameHeader | null {
-  const b = Buffer.from(h.buffer, h.byteOffset, h.byteLength);
+  const b = Buffer.isBuffer(h) ? h : Buffer.from(h.buffer, h.byteOffset, h.byteLength);
   if (b.readUInt32LE(0) !== crc(b.subarray(4, FRAME_HEADER_BYTES)) || b.readUInt16LE(22) !== 0) return null;
   return { sealedLen: b.readUInt32LE(4), seq: Number(b.readBigUInt64LE(8)), bodyCrc: b.readUInt32LE(16), keyIdLen: b.readUInt16LE(20) };
 }
@@ -167,8 +167,11 @@ async function* scanFrames(
     if (!isLast || cutAfterSeq === undefined || seq <= cutAfterSeq) throw new StorageCorruption(path, offset, reason);
     return { kind: 'damaged', end: offset, reason, nextSeq: seq };
   };
+  // Key ids repeat (a collection's uid, 'db'): the last one's string is reused while its bytes match.
+  let lastKey: { bytes: Buffer; id: string } | null = null;
   while (offset < bytes) {
-    const h = await reader.get(offset, FRAME_HEADER_BYTES);
+    // Within the chunk read last (nearly every frame), no await.
+    const h = reader.peek(offset, FRAME_HEADER_BYTES) ?? await reader.get(offset, FRAME_HEADER_BYTES);
     if (h.length < FRAME_HEADER_BYTES) return torn('frame header cut short');
     const fh = decodeFrameHeader(h);
     if (fh === null) {
@@ -179,10 +182,12 @@ async function* scanFrames(
     if (fh.sealedLen > RECORD_BYTES_MAX) return damaged('frame length out of range');
     if (fh.seq !== seq) return damaged(`expected seq ${seq}, found ${fh.seq}`);
     const restLen = fh.keyIdLen + fh.sealedLen;
-    const rest = await reader.get(offset + FRAME_HEADER_BYTES, restLen);
+    const rest = reader.peek(offset + FRAME_HEADER_BYTES, restLen) ?? await reader.get(offset + FRAME_HEADER_BYTES, restLen);
     if (rest.length < restLen) return torn('frame body cut short');
     if (crc(rest) !== fh.bodyCrc) return damaged('frame body checksum mismatch');
-    const keyId = Buffer.from(rest.subarray(0, fh.keyIdLen)).toString('utf8');
+    const keyBytes = Buffer.from(rest.buffer, rest.byteOffset, fh.keyIdLen);
+    if (lastKey === null || !keyBytes.equals(lastKey.bytes)) lastKey = { bytes: Buffer.from(keyBytes), id: keyBytes.toString('utf8') };
+    const keyId = lastKey.id;
     yield { seq, keyId, sealed: rest.subarray(fh.keyIdLen), offset };
     offset += FRAME_HEADER_BYTES + restLen;
     seq++;
