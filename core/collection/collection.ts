@@ -175,6 +175,16 @@ export class Collection {
     return this.reads.handle(this.uid, this.spec, this.opts.limits, this.store.handle(), this.live.handle()!);
   }
 
+  /**
+   * Thread `thread` ended without closing its views of this collection (a reader that died): the scratch
+   * lanes it held in the store and in the codes readers open go back (lanes.ts); how many.
+   */
+  releaseLanesOf(thread: number): number {
+    let n = this.store.releaseLanesOf(thread);
+    for (const codes of new Set([this.codes, this.graph?.scalarCodes ?? null, this.reads?.codes ?? null])) n += codes?.releaseLanesOf(thread) ?? 0;
+    return n;
+  }
+
   /** Tells request loops the graph, its arrays or its indexed bound may have moved. */
   private publishGraph(): void {
     this.reads?.graphMoved(this.graph, this.indexedUpTo);

@@ -1179,6 +1179,16 @@ export class Database {
     this.byUid.get(uid)?.onRead();
   }
 
+  /**
+   * Thread `thread` (a request loop that read collections here, `readView`) ended without closing its
+   * views: the scratch lanes it held in every collection's shared memories go back; how many.
+   */
+  releaseLanesOf(thread: number): number {
+    let n = 0;
+    for (const col of this.byUid.values()) n += col.releaseLanesOf(thread);
+    return n;
+  }
+
   async search(name: string, query: SearchQuery): Promise<{ hits: Hit[] }> {
     const col = this.pointCollection(name);
     const q = checkObject(query, 'search body', SEARCH_KEYS);

@@ -201,6 +201,39 @@ describe('a collection read from shared memory (request loops, issue 20)', () =>
     for (const v of views) v.close();
   });
 
+  it('gives back the lanes of a reader thread that ended without closing its views, in the store and the codes, and only its own', async () => {
+    const db = await openDb();
+    await db.createCollection({ name: 'q', dim: 8, metric: 'l2', quantization: 'scalar' });
+    const prng = new Prng(4);
+    for (let b = 0; b < 3; b++) {
+      await db.upsert('q', { points: Array.from({ length: 500 }, (_, i) => ({ id: `p${b * 500 + i}`, vector: Array.from({ length: 8 }, () => prng.gaussian()) })) });
+    }
+    const query = { vector: Array.from({ length: 8 }, () => 0), k: 3 };
+    await db.search('q', { ...query, consistency: 'strong' });
+    const h = db.readView('q')!;
+    expect(h.graph.data?.codes).toBeTruthy();
+    const mine = new ReadView(h);
+    // A reader thread takes every other loop lane of the store and of the codes, and ends holding them.
+    const worker = new Worker(GREEDY, { eval: true, workerData: { handle: h, url: new URL('./shared-reads.ts', import.meta.url).href, tsx: import.meta.resolve('tsx/esm/api') } });
+    const thread = worker.threadId;
+    const took = new Promise((resolve, reject) => {
+      worker.once('message', resolve);
+      worker.once('error', reject);
+    });
+    const ended = new Promise((resolve) => worker.once('exit', resolve));
+    const loopLanes = LANES_PER_MEMORY - ENGINE_LANES;
+    expect(await took).toBe(loopLanes - 1);
+    await ended;
+    expect(() => new ReadView(h)).toThrow(/scratch lanes of the vector store for request loops/);
+    // Its lanes go back (one of the store and one of the codes per view); this thread's stay.
+    expect(db.releaseLanesOf(thread)).toBe(2 * (loopLanes - 1));
+    expect(db.releaseLanesOf(thread)).toBe(0);
+    const again = Array.from({ length: loopLanes - 1 }, () => new ReadView(h));
+    expect(() => new ReadView(h)).toThrow(/in use/);
+    for (const v of [mine, ...again]) expect(viewSearch(db, v, query)?.hits).toHaveLength(3);
+    for (const v of [mine, ...again]) v.close();
+  });
+
   it('keeps records readable across growth, from another thread', async () => {
     const recs = new SharedRecords();
     const big = new Uint8Array(100_000).fill(9);
@@ -246,6 +279,18 @@ const { parentPort, workerData } = require('node:worker_threads');
   }
   v.close();
   parentPort.postMessage({ answered, declined, bad: bad.slice(0, 20) });
+})();
+`;
+
+/** A reader thread that opens views until no lane is left, says how many, and ends without closing them. */
+const GREEDY = `
+const { parentPort, workerData } = require('node:worker_threads');
+(async () => {
+  const { tsImport } = await import(workerData.tsx);
+  const { ReadView } = await tsImport(workerData.url, workerData.url);
+  const views = [];
+  try { for (;;) views.push(new ReadView(workerData.handle)); } catch {}
+  parentPort.postMessage(views.length);
 })();
 `;
 

@@ -281,6 +281,11 @@ export class SharedReadState {
     Atomics.add(h, H.SEQ, 1);
   }
 
+  /** The codes of the graph readers are given now (whose lanes their views claim), if any. */
+  get codes(): ScalarCodes | null {
+    return this.graph?.scalarCodes ?? null;
+  }
+
   /** The current epoch's graph, for a reader that saw a newer epoch than it holds. */
   currentGraph(): ReadGraph {
     return { epoch: this.epoch, data: this.graph === null ? null : this.graph.serialize() };

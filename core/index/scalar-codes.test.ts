@@ -119,6 +119,26 @@ describe('ScalarCodes', () => {
     expect(() => ScalarCodes.open(codes.handle()).close()).not.toThrow();
   });
 
+  it('gives back the lanes a thread that ended held, and only those', () => {
+    const vs = clusteredVectors(3, 100, 16);
+    const store = storeOf(vs, 16);
+    const codes = ScalarCodes.train(store, range(100), 'l2');
+    codes.encodeRange(store, 0, 100);
+    const open = (thread: number) => ScalarCodes.open(codes.handle(), { lanes: 'loop', thread });
+    const loopLanes = LANES_PER_MEMORY - ENGINE_LANES;
+    const dead = Array.from({ length: loopLanes - 1 }, () => open(7));
+    const live = open(8);
+    expect(() => open(9)).toThrow(/scalar codes for request loops/);
+    expect(codes.releaseLanesOf(7)).toBe(loopLanes - 1);
+    const again = dead.map(() => open(9));
+    expect(() => open(9)).toThrow(/in use/);
+    // The live thread's view still scores with its own lane, beside the new views.
+    expect(kernelDists(live, vs[5], 100)).toEqual(kernelDists(codes, vs[5], 100));
+    expect(kernelDists(again[0], vs[6], 100)).toEqual(kernelDists(codes, vs[6], 100));
+    expect(codes.releaseLanesOf(8)).toBe(1);
+    expect(codes.releaseLanesOf(9)).toBe(loopLanes - 1);
+  });
+
   it('grows with the slots written: codes of late slots are read correctly', () => {
     const vs = clusteredVectors(4, 5000, 64);
     const store = storeOf(vs.slice(0, 10), 64);

@@ -2,11 +2,13 @@ import { assert } from '../base/assert.js';
 import type { DistanceKind, Kernel } from './kernels/kernel.js';
 import { createKernel } from './kernels/kernel.js';
 import { Wasm, type WasmMemory } from './kernels/wasm-api.js';
-import { BATCH_MAX, claimLaneBit, growMemory, LANES_PER_MEMORY, type LaneSet, type VectorStore } from './vector-store.js';
+import { claimLane, LANE_OWNER_WORDS, LANES_PER_MEMORY, releaseLane, releaseLanesOf, type LaneSet } from './lanes.js';
+import { BATCH_MAX, growMemory, type VectorStore } from './vector-store.js';
+
+const roundUp = (n: number, m: number): number => Math.ceil(n / m) * m;
 
 const PAGE_BYTES = 65_536;
 const MAGIC = 0x53513843; // "SQ8C"
-const HEADER_BYTES = 64;
 const H_MAGIC = 0;
 const H_DIM = 1;
 const H_N = 2;
@@ -14,14 +16,15 @@ const H_KIND = 3;
 const H_LANE_BYTES = 4;
 const H_LANES_BASE = 5;
 const H_ROWS_BASE = 6;
-const H_LANE_BITS = 7;
-const H_MAX_PAGES = 8;
+const H_MAX_PAGES = 7;
+/** LANES_PER_MEMORY words from here: each scratch lane's owner (lanes.ts). */
+const H_LANE_OWNERS = 8;
+/** The words above, rounded up to 64 bytes. In-process memory only: never persisted. */
+const HEADER_BYTES = roundUp((H_LANE_OWNERS + LANE_OWNER_WORDS) * 4, 64);
 /** Vectors the range of each dimension is learned from (an even spread over the slots given). */
 const TRAIN_SAMPLE = 20_000;
 /** Largest |query weight|: i16, and n * weight * 128 must stay inside an i32 (the kernel's sum). */
 const WEIGHT_MAX = 16_383;
-
-const roundUp = (n: number, m: number): number => Math.ceil(n / m) * m;
 
 /** What a worker needs to open the same codes: the shared memory (postMessage-able). */
 export interface ScalarCodesHandle {
@@ -53,7 +56,7 @@ export interface CodeSpace {
  * the traversal: Hnsw re-scores its candidates against the full-precision vectors.
  *
  * Row layout: `n` codes (dim rounded up to 16) then the f32 `|x^|^2`, padded to 16 bytes.
- * Memory layout: a 64-byte header, the ranges (lo and step per dimension), 16 scratch lanes (query
+ * Memory layout: a header (with each scratch lane's owner, lanes.ts), the ranges (lo and step per dimension), LANES_PER_MEMORY scratch lanes (query
  * coefficients and weights, ids, distances), then the rows.
  */
 export class ScalarCodes {
@@ -71,6 +74,8 @@ export class ScalarCodes {
   /** 1 / step (0 for an empty range), so encoding multiplies. */
   private readonly invStep: Float64Array;
   private readonly laneIndex: number;
+  /** The thread this view's lane is claimed for (lanes.ts). */
+  private readonly thread: number | undefined;
   private readonly laneQ: number;
   /** This view's query: float weights (scratch), then the lane's int16 weights and two coefficients. */
   private readonly weights: Float64Array;
@@ -81,7 +86,7 @@ export class ScalarCodes {
   private rowsF32: Float32Array;
   private closed = false;
 
-  private constructor(memory: WasmMemory, readOnly: boolean, kernel: 'wasm' | 'js', lanes: LaneSet = 'engine') {
+  private constructor(memory: WasmMemory, readOnly: boolean, kernel: 'wasm' | 'js', lanes: LaneSet = 'engine', thread?: number) {
     this.memory = memory;
     this.readOnly = readOnly;
     this.header = new Int32Array(memory.buffer, 0, HEADER_BYTES / 4);
@@ -94,7 +99,8 @@ export class ScalarCodes {
     this.step = new Float32Array(memory.buffer, HEADER_BYTES + this.dim * 4, this.dim);
     this.invStep = Float64Array.from(this.step, (x) => (x > 0 ? 1 / x : 0));
     this.kernel = createKernel(memory, kernel);
-    this.laneIndex = claimLaneBit(this.header, H_LANE_BITS, 'scalar codes', lanes);
+    this.laneIndex = claimLane(this.header, H_LANE_OWNERS, 'scalar codes', lanes, thread);
+    this.thread = thread;
     const laneBytes = this.header[H_LANE_BYTES];
     this.laneQ = this.header[H_LANES_BASE] + this.laneIndex * laneBytes;
     this.weights = new Float64Array(this.dim);
@@ -163,9 +169,9 @@ export class ScalarCodes {
     return new ScalarCodes(memory, false, opts.kernel ?? 'wasm');
   }
 
-  /** Re-opens codes from a handle (in a worker): read-only, with its own scratch lane. */
-  static open(handle: ScalarCodesHandle, opts: { kernel?: 'wasm' | 'js'; lanes?: LaneSet } = {}): ScalarCodes {
-    return new ScalarCodes(handle.memory, true, opts.kernel ?? 'wasm', opts.lanes ?? 'engine');
+  /** Re-opens codes from a handle (in a worker): read-only, with its own scratch lane (VectorStore.open's options). */
+  static open(handle: ScalarCodesHandle, opts: { kernel?: 'wasm' | 'js'; lanes?: LaneSet; thread?: number } = {}): ScalarCodes {
+    return new ScalarCodes(handle.memory, true, opts.kernel ?? 'wasm', opts.lanes ?? 'engine', opts.thread);
   }
 
   handle(): ScalarCodesHandle {
@@ -249,7 +255,12 @@ export class ScalarCodes {
   close(): void {
     if (this.closed) return;
     this.closed = true;
-    Atomics.and(this.header, H_LANE_BITS, ~(1 << this.laneIndex));
+    releaseLane(this.header, H_LANE_OWNERS, this.laneIndex, this.thread);
+  }
+
+  /** Gives back every scratch lane thread `thread` holds in this memory (VectorStore.releaseLanesOf); how many. */
+  releaseLanesOf(thread: number): number {
+    return releaseLanesOf(this.header, H_LANE_OWNERS, thread);
   }
 
   private reserve(slots: number): void {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { normalize, VectorStore } from './vector-store.js';
+import { ENGINE_LANES, LANES_PER_MEMORY, normalize, VectorStore } from './vector-store.js';
 
 describe('VectorStore', () => {
   it('pads slots to a multiple of 4 and reads back what was added', () => {
@@ -44,6 +44,30 @@ describe('VectorStore', () => {
     const lane = other.lane.index;
     other.close();
     expect(VectorStore.open(store.handle()).lane.index).toBe(lane);
+  });
+
+  it('gives back the lanes a thread that ended held, and only those; a view\'s close frees only its own lane', () => {
+    const store = VectorStore.create({ dim: 3 });
+    const loopLanes = LANES_PER_MEMORY - ENGINE_LANES;
+    const open = (thread: number) => VectorStore.open(store.handle(), { lanes: 'loop', thread });
+    const a = Array.from({ length: loopLanes / 2 }, () => open(1));
+    const b = Array.from({ length: loopLanes / 2 }, () => open(2));
+    expect(() => open(3)).toThrow(/scratch lanes of the vector store for request loops/);
+    // Thread 1 ended without closing its views: its lanes go back, thread 2's stay.
+    expect(store.releaseLanesOf(1)).toBe(loopLanes / 2);
+    expect(store.releaseLanesOf(1)).toBe(0);
+    const again = a.map(() => open(3));
+    expect(again.map((v) => v.lane.index).sort()).toEqual(a.map((v) => v.lane.index).sort());
+    expect(() => open(3)).toThrow(/in use/);
+    // A view of the ended thread closing late (never in practice) leaves thread 3's lane alone.
+    a[0].close();
+    expect(() => open(4)).toThrow(/in use/);
+    b[0].close();
+    expect(open(4).lane.index).toBe(b[0].lane.index);
+    // The writer's engine lane is this thread's, untouched by the others' releases.
+    expect(store.releaseLanesOf(2)).toBe(loopLanes / 2 - 1);
+    expect(store.add([1, 2, 3])).toBe(0);
+    expect(store.loadQuery([1, 2, 3])).toBe(store.lane.q);
   });
 
   it('normalize scales to unit length and leaves a zero vector alone', () => {

@@ -2,23 +2,15 @@ import { assert } from '../base/assert.js';
 import { SvcError, invalidArgument } from '../base/errors.js';
 import { createKernel, type Kernel } from './kernels/kernel.js';
 import { Wasm, type WasmMemory } from './kernels/wasm-api.js';
+import { claimLane, LANE_OWNER_WORDS, LANES_PER_MEMORY, releaseLane, releaseLanesOf, type LaneSet } from './lanes.js';
+
+const roundUp = (n: number, m: number): number => Math.ceil(n / m) * m;
 
 const PAGE_BYTES = 65_536;
 const MAGIC = 0x53564353; // "SVCS"
 /** Most distances one kernel call computes; lanes are sized for it. */
 export const BATCH_MAX = 1024;
-/**
- * Per-thread scratch lanes: one per open view of the store. ENGINE_LANES of them for the engine's own
- * threads (main thread, search workers, build workers: rebuild.ts plans within them), the rest for
- * request loops that search the collection themselves (core/collection/shared-reads.ts); a loop that
- * finds none free hands its searches to the engine thread. The lane bitmap is one int32 word.
- */
-const LANES = 32;
-/** Lanes 0..15: the engine's threads, which plan their counts within them (rebuild.ts buildWorkersMax). */
-export const ENGINE_LANES = 16;
-/** Which lanes a view claims: the engine's threads', or request loops' (lanes ENGINE_LANES and up). */
-export type LaneSet = 'engine' | 'loop';
-const HEADER_BYTES = 64;
+export { ENGINE_LANES, LANES_PER_MEMORY, type LaneSet } from './lanes.js';
 // Header words (Int32 index).
 const H_MAGIC = 0;
 const H_DIM = 1;
@@ -26,8 +18,11 @@ const H_PADDED = 2;
 const H_COUNT = 3;
 const H_LANE_BYTES = 4;
 const H_VECTORS_BASE = 5;
-const H_LANE_BITS = 6;
-const H_MAX_PAGES = 7;
+const H_MAX_PAGES = 6;
+/** LANES_PER_MEMORY words from here: each scratch lane's owner (lanes.ts). */
+const H_LANE_OWNERS = 7;
+/** The words above, rounded up to 64 bytes (the lanes after it stay aligned). In-process memory only: never persisted. */
+const HEADER_BYTES = roundUp((H_LANE_OWNERS + LANE_OWNER_WORDS) * 4, 64);
 
 export interface VectorStoreOptions {
   dim: number;
@@ -60,11 +55,9 @@ export interface Lane {
   readonly outF32: Float32Array;
 }
 
-const roundUp = (n: number, m: number): number => Math.ceil(n / m) * m;
-
 /**
  * Dense, append-only vector slots in a shared WasmMemory, each padded to a multiple of 4 floats
- * so the SIMD kernel reads them in place. Layout: a 64-byte header, LANES scratch lanes, then vectors at
+ * so the SIMD kernel reads them in place. Layout: a header (with each scratch lane's owner, lanes.ts), LANES_PER_MEMORY scratch lanes, then vectors at
  * `vectorsBase + slot * strideBytes`. Normalisation for cosine is the caller's job (see `normalize`).
  */
 export class VectorStore {
@@ -77,9 +70,11 @@ export class VectorStore {
   readonly kernel: Kernel;
   readonly lane: Lane;
   private readonly header: Int32Array;
+  /** The thread this view's lane is claimed for (lanes.ts). */
+  private readonly thread: number | undefined;
   private closed = false;
 
-  private constructor(memory: WasmMemory, readOnly: boolean, kernel: 'wasm' | 'js', lanes: LaneSet = 'engine') {
+  private constructor(memory: WasmMemory, readOnly: boolean, kernel: 'wasm' | 'js', lanes: LaneSet = 'engine', thread?: number) {
     this.memory = memory;
     this.readOnly = readOnly;
     this.header = new Int32Array(memory.buffer, 0, HEADER_BYTES / 4);
@@ -89,7 +84,8 @@ export class VectorStore {
     this.strideBytes = this.paddedDim * 4;
     this.vectorsBase = this.header[H_VECTORS_BASE];
     this.kernel = createKernel(memory, kernel);
-    this.lane = this.claimLane(lanes);
+    this.lane = this.claimLane(lanes, thread);
+    this.thread = thread;
   }
 
   static create(opts: VectorStoreOptions): VectorStore {
@@ -97,7 +93,7 @@ export class VectorStore {
     if (!Number.isInteger(dim) || dim < 1) throw invalidArgument(`dim must be a positive integer, got ${dim}`);
     const paddedDim = roundUp(dim, 4);
     const laneBytes = roundUp(paddedDim * 4, 64) + BATCH_MAX * 8;
-    const vectorsBase = HEADER_BYTES + LANES * laneBytes;
+    const vectorsBase = HEADER_BYTES + LANES_PER_MEMORY * laneBytes;
     const maxPages = Math.min(65_536, Math.floor((opts.maxBytes ?? 4 * 1024 ** 3) / PAGE_BYTES));
     const initialBytes = vectorsBase + Math.max(1, opts.initialSlots ?? 1024) * paddedDim * 4;
     const initialPages = Math.ceil(initialBytes / PAGE_BYTES);
@@ -115,10 +111,13 @@ export class VectorStore {
     return new VectorStore(memory, false, opts.kernel ?? 'wasm');
   }
 
-  /** Re-open a store from its handle (in a worker): read-only, with its own scratch lane. */
-  /** `lanes`: 'loop' for a request loop's view (shared-reads.ts), which never takes an engine thread's lane. */
-  static open(handle: VectorStoreHandle, opts: { kernel?: 'wasm' | 'js'; lanes?: LaneSet } = {}): VectorStore {
-    return new VectorStore(handle.memory, true, opts.kernel ?? 'wasm', opts.lanes ?? 'engine');
+  /**
+   * Re-open a store from its handle (in a worker): read-only, with its own scratch lane. `lanes`: 'loop'
+   * for a request loop's view (shared-reads.ts), which never takes an engine thread's lane. `thread`: the
+   * lane's owner, this thread unless given (tests stand in for other threads).
+   */
+  static open(handle: VectorStoreHandle, opts: { kernel?: 'wasm' | 'js'; lanes?: LaneSet; thread?: number } = {}): VectorStore {
+    return new VectorStore(handle.memory, true, opts.kernel ?? 'wasm', opts.lanes ?? 'engine', opts.thread);
   }
 
   handle(): VectorStoreHandle {
@@ -177,15 +176,23 @@ export class VectorStore {
   close(): void {
     if (this.closed) return;
     this.closed = true;
-    Atomics.and(this.header, H_LANE_BITS, ~(1 << this.lane.index));
+    releaseLane(this.header, H_LANE_OWNERS, this.lane.index, this.thread);
+  }
+
+  /**
+   * Gives back every scratch lane thread `thread` holds in this memory (a thread that ended without
+   * closing its views, lanes.ts); how many.
+   */
+  releaseLanesOf(thread: number): number {
+    return releaseLanesOf(this.header, H_LANE_OWNERS, thread);
   }
 
   private maxPages(): number {
     return this.header[H_MAX_PAGES];
   }
 
-  private claimLane(lanes: LaneSet): Lane {
-    const i = claimLaneBit(this.header, H_LANE_BITS, 'vector store', lanes);
+  private claimLane(lanes: LaneSet, thread: number | undefined): Lane {
+    const i = claimLane(this.header, H_LANE_OWNERS, 'vector store', lanes, thread);
     const laneBytes = this.header[H_LANE_BYTES];
     const q = HEADER_BYTES + i * laneBytes;
     const ids = q + roundUp(this.paddedDim * 4, 64);
@@ -214,25 +221,6 @@ export function growMemory(memory: WasmMemory, need: number, maxPages: number, w
   if (need > maxBytes) throw new SvcError('limit_exceeded', `${what} need ${need} B, maximum ${maxBytes} B`, { maxBytes });
   const target = Math.min(maxBytes, Math.max(need, have * 2));
   memory.grow(Math.ceil((target - have) / PAGE_BYTES));
-}
-
-/** Scratch lanes per shared memory: one per open view (main thread, workers, request loops). */
-export const LANES_PER_MEMORY = LANES;
-
-/**
- * Claims a free lane in the bitmap word `word` of a shared header (lock-free, compare-and-exchange)
- * and returns its index; release with `Atomics.and(header, word, ~(1 << index))`.
- */
-export function claimLaneBit(header: Int32Array, word: number, what: string, lanes: LaneSet = 'engine'): number {
-  const [from, to] = lanes === 'engine' ? [0, ENGINE_LANES] : [ENGINE_LANES, LANES];
-  for (let i = from; i < to; i++) {
-    const bits = Atomics.load(header, word);
-    const bit = 1 << i;
-    if ((bits & bit) === 0 && Atomics.compareExchange(header, word, bits, bits | bit) === bits) return i;
-    if ((bits & bit) !== 0) continue;
-    i--; // lost a race for this lane: look again
-  }
-  throw new SvcError('limit_exceeded', `every ${to - from} scratch lanes of the ${what} for ${lanes === 'engine' ? "the engine's threads" : 'request loops'} are in use`, { lanes: to - from });
 }
 
 /** Scales a vector to unit length in place (cosine collections store and query unit vectors). */

@@ -107,7 +107,8 @@ link.handle('metricsJson', () => metrics.registry.getMetricsAsJSON());
 link.handle('close', async () => {
   waiting.abort();
   await Promise.all([app.close(), grpc?.close()]);
-  // The stores' scratch lanes this loop's views hold go back (a loop that dies keeps them: see local-reads.ts).
+  // The stores' scratch lanes this loop's views hold go back (a loop that dies does not close them: the
+  // engine thread gives them back when it sees the thread end, loops.ts).
   reads?.close();
   await release();
 });

@@ -153,6 +153,8 @@ export async function startLoops(o: LoopsOptions): Promise<Loops> {
       index, role: o.role, config: o.config, restPort, grpcPort, buckets, bucketKeys: keys, connections, auditFile: o.audit !== null, raft: o.raftView !== null, readGate: o.reads?.buffer ?? null,
     };
     const worker = new Worker(entry.filename, { eval: entry.eval, workerData: data, name: `svc-loop-${index}` });
+    // Read now: a thread that has ended answers -1.
+    const thread = worker.threadId;
     const link = new Link(worker as unknown as LinkPort);
     if (o.role === 'node') serveEngine(link, o.engine);
     link.handle('busy', () => o.busy());
@@ -167,6 +169,10 @@ export async function startLoops(o: LoopsOptions): Promise<Loops> {
       exited: new Promise((resolve) => worker.once('exit', (code) => {
         link.close(`request loop ${index} ended`);
         releaseLoopConnections(connections, index);
+        // The scratch lanes its views held in the collections' shared memories (a loop that dies never
+        // closes them), before a replacement claims its own: else each death would keep one for good.
+        const lanes = o.reads?.releaseLanesOf(thread) ?? 0;
+        if (lanes > 0) log.info({ loop: index, lanes }, "a request loop's scratch lanes went back");
         if (loops[index] === handle) loops[index] = null;
         if (!closing) {
           log.error({ loop: index, exit_code: code }, 'a request loop ended; starting another on the same ports');

@@ -2,11 +2,14 @@ import { describe, expect, it } from 'vitest';
 import type { ReadGraph, ReadViewHandle } from '../../core/collection/shared-reads.js';
 import { ReadGate, ReadGateView, type LocalReadSource } from './read-gate.js';
 
-/** A database stand-in: its handles name it, and it records what the loops noted. */
-function source(name: string): LocalReadSource & { noted: string[] } {
+/** A database stand-in: its handles name it, and it records what the loops noted and whose lanes went back. */
+function source(name: string): LocalReadSource & { noted: string[]; released: number[] } {
   const noted: string[] = [];
+  const released: number[] = [];
   return {
     noted,
+    released,
+    releaseLanesOf: (thread) => { released.push(thread); return 1; },
     readView: (c) => ({ uid: `${name}/${c}` }) as unknown as ReadViewHandle,
     readGraph: (uid) => ({ epoch: 1, data: null, from: `${name}/${uid}` }) as unknown as ReadGraph,
     noteRead: (uid) => { noted.push(uid); },
@@ -65,5 +68,25 @@ describe('the read gate between the engine thread and its loops', () => {
     gate.noteRead('y', 2);
     expect(a.noted).toEqual([]);
     expect(b.noted).toEqual(['y']);
+  });
+
+  it('gives a dead loop\'s lanes back in the database read, or the last one read while closed', () => {
+    const gate = new ReadGate();
+    let current: LocalReadSource | null = null;
+    gate.follow(() => current);
+    expect(gate.releaseLanesOf(7)).toBe(0);
+    const a = source('a');
+    current = a;
+    gate.update();
+    expect(gate.releaseLanesOf(7)).toBe(1);
+    // Closed (a restore): the loops may read `a` again once it opens, so its lanes still matter.
+    current = null;
+    gate.update();
+    expect(gate.releaseLanesOf(8)).toBe(1);
+    const b = source('b');
+    current = b;
+    gate.update();
+    expect(gate.releaseLanesOf(9)).toBe(1);
+    expect([a.released, b.released]).toEqual([[7, 8], [9]]);
   });
 });

@@ -5,6 +5,8 @@ export interface LocalReadSource {
   readView(name: string): ReadViewHandle | null;
   readGraph(uid: string): ReadGraph | null;
   noteRead(uid: string): void;
+  /** Thread `thread` ended without closing its views: the scratch lanes it held go back; how many. */
+  releaseLanesOf(thread: number): number;
 }
 
 /**
@@ -31,6 +33,8 @@ export class ReadGate {
   private readonly generations = new WeakMap<LocalReadSource, number>();
   private nextGeneration = 1;
   private source: LocalReadSource | null = null;
+  /** The last database served: while the gate is closed, the one it may open on again. */
+  private last: LocalReadSource | null = null;
   private current: () => LocalReadSource | null = () => null;
 
   /** From now on the loops read what `current` names (null: none, the gate is closed); checked now. */
@@ -47,6 +51,7 @@ export class ReadGate {
     if ((Atomics.load(c, 0) & 1) === 1) Atomics.add(c, 0, 1);
     this.source = s;
     if (s === null) return;
+    this.last = s;
     let g = this.generations.get(s);
     if (g === undefined) this.generations.set(s, g = this.nextGeneration++);
     Atomics.store(c, 1, g);
@@ -72,6 +77,15 @@ export class ReadGate {
 
   noteRead(uid: string, generation: number): void {
     if (this.source !== null && generation === this.generation()) this.source.noteRead(uid);
+  }
+
+  /**
+   * A loop's thread ended, maybe without closing its views (loops.ts): the scratch lanes it held in the
+   * database the loops read go back, or in the last one read while the gate is closed (it may open on
+   * it again); how many. A database swapped out is read by no loop again: its lanes do not matter.
+   */
+  releaseLanesOf(thread: number): number {
+    return (this.source ?? this.last)?.releaseLanesOf(thread) ?? 0;
   }
 }
 
