@@ -585,7 +585,7 @@ describe('snapshot streams', () => {
       return b;
     };
     const token = (id: string, chunks: number): Buffer => Buffer.concat([Buffer.from('svc-stm1', 'latin1'), Buffer.from(id, 'hex'), Buffer.from(Uint32Array.of(chunks).buffer)]);
-    function member(ids: string[], held = 4) {
+    function member(ids: string[], held: number | Error = 4) {
       let now = 1000;
       const log = { resumed: [] as string[], dropped: [] as string[], created: [] as string[], finished: 0, aborted: 0, acks: [] as { id: string; seq: number }[] };
       const sink: ChunkSink = { append: async () => undefined, finish: async () => void log.finished++, abort: async () => void log.aborted++ };
@@ -598,6 +598,7 @@ describe('snapshot streams', () => {
           ids,
           resume: async (id) => {
             log.resumed.push(id);
+            if (held instanceof Error) throw held;
             return { sink, chunks: held };
           },
           drop: async (id) => void log.dropped.push(id),
@@ -653,6 +654,14 @@ describe('snapshot streams', () => {
     await until(() => e.log.acks.length === 1);
     expect(e.log).toMatchObject({ resumed: [A], aborted: 1, acks: [{ id: A, seq: 0xffff_ffff }] });
     expect(e.inbox.inUse(0)).toEqual(new Set());
+    // One that fails to open (gone, unreadable): nothing held, the file removed; the stream's chunks are then dropped.
+    const f = member([A], new Error('ENOENT'));
+    f.inbox.onChunk('n1', frame(A, 0, 2));
+    await until(() => f.log.acks.length === 1);
+    expect(f.log).toMatchObject({ resumed: [A], dropped: [A], acks: [{ id: A, seq: 0xffff_ffff }] });
+    f.inbox.onChunk('n1', frame(A, 4, 0));
+    expect(f.log.created).toEqual([]);
+    expect(f.inbox.inUse(0)).toEqual(new Set());
   });
 
   it('acknowledgements lost on the member\'s own connection: the leader asks a quiet member where it is and goes on', async () => {
