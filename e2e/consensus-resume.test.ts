@@ -6,9 +6,10 @@ import { tempDir } from './harness.js';
 
 /**
  * A member catching up by a database image whose connection from the leader is cut mid-stream (issue 17,
- * snapshot stream version 2): the leader keeps the stream, and when the connection is back it goes on
- * from the first chunk the member does not hold instead of from the beginning. The member ends with the
- * leader's exact points, and the leader's metrics show one stream sent, resumed, not failed.
+ * snapshot stream version 2), or which is SIGKILLed mid-stream and started again on its data directory:
+ * the leader keeps the stream, and when the member is back it goes on from the first chunk the member
+ * does not hold instead of from the beginning. The member ends with the leader's exact points, and the
+ * leader's metrics show one stream sent, resumed, not failed.
  */
 const root = tempDir('svc-consensus-resume-');
 afterAll(() => rmSync(root, { recursive: true, force: true }));
@@ -47,24 +48,41 @@ async function upsert(m: RaftMember, points: unknown[]): Promise<void> {
   }
 }
 
+/**
+ * Three members; one of them, not the leader, applies about 22 MiB of points (an image of some 22 chunks
+ * of 1 MiB), is SIGKILLed, and falls behind the leader's log (compacted past it). It is not started again.
+ */
+async function memberBehind(dir: string) {
+  const { members, links } = await startRaftGroup(['s1', 's2', 's3'], (id) => join(dir, id), TIMING);
+  const leader = await raftLeader(members);
+  const [member] = members.filter((m) => m !== leader);
+  expect((await call(leader.server)('POST', '/v1/collections', { name: COLL, dim: 4, metric: 'cosine' })).status).toBe(201);
+  const blob = 'x'.repeat(45_000);
+  for (let b = 0; b < 24; b++) {
+    await upsert(leader, Array.from({ length: 20 }, (_, k) => ({ id: `b${b * 20 + k}`, vector: [1, b, k, 1], payload: { b, k, blob } })));
+  }
+  const lv = await raftView(leader);
+  await eventually('the member applied everything', async () => ((await raftView(member)).applied_index >= lv.commit_index ? true : 'not yet'));
+  // The member goes; past SVC_RAFT_SNAPSHOT_ENTRIES writes later, the log it would need is compacted.
+  await member.server.stop('SIGKILL');
+  for (let b = 0; b < 60; b++) await upsert(leader, [{ id: `s${b}`, vector: [b, 1, 0, 1], payload: { b } }]);
+  expect((await raftView(leader)).log_first_index).toBeGreaterThan(lv.commit_index);
+  return { members, links, leader, member };
+}
+
+/** Waits until the member's image file holds `bytes`. */
+async function imageAtLeast(member: RaftMember, bytes: number): Promise<void> {
+  const deadline = Date.now() + 60_000;
+  while (imageBytes(member) < bytes) {
+    if (Date.now() > deadline) throw new Error(`the image stream did not get past ${bytes} bytes: ${imageBytes(member)} bytes`);
+    await new Promise((res) => setTimeout(res, 5));
+  }
+}
+
 describe('a snapshot stream cut mid-way', () => {
   it('resumes from the first chunk the member does not hold, and the member ends with the leader\'s exact points', async () => {
-    const { members, links } = await startRaftGroup(['s1', 's2', 's3'], (id) => join(root, id), TIMING);
+    const { members, links, leader, member } = await memberBehind(join(root, 'cut'));
     try {
-      const leader = await raftLeader(members);
-      const [member] = members.filter((m) => m !== leader);
-      expect((await call(leader.server)('POST', '/v1/collections', { name: COLL, dim: 4, metric: 'cosine' })).status).toBe(201);
-      // About 22 MiB of points, written while every member is up: an image of some 22 chunks (1 MiB each).
-      const blob = 'x'.repeat(45_000);
-      for (let b = 0; b < 24; b++) {
-        await upsert(leader, Array.from({ length: 20 }, (_, k) => ({ id: `b${b * 20 + k}`, vector: [1, b, k, 1], payload: { b, k, blob } })));
-      }
-      const lv = await raftView(leader);
-      await eventually('the member applied everything', async () => ((await raftView(member)).applied_index >= lv.commit_index ? true : 'not yet'));
-      // The member goes; past SVC_RAFT_SNAPSHOT_ENTRIES writes later, the log it would need is compacted.
-      await member.server.stop('SIGKILL');
-      for (let b = 0; b < 60; b++) await upsert(leader, [{ id: `s${b}`, vector: [b, 1, 0, 1], payload: { b } }]);
-      expect((await raftView(leader)).log_first_index).toBeGreaterThan(lv.commit_index);
 
       // Slow links both ways (the image's chunks, and the member's acknowledgements), so the stream takes a
       // few windows of 8 chunks and can be cut in the middle with chunks on the wire.
@@ -73,11 +91,7 @@ describe('a snapshot stream cut mid-way', () => {
       down.delayMs = 150;
       up.delayMs = 400;
       await restartMember(member);
-      const deadline = Date.now() + 60_000;
-      while (imageBytes(member) < 10 * MIB) {
-        if (Date.now() > deadline) throw new Error(`the image stream did not get past 10 MiB: ${imageBytes(member)} bytes`);
-        await new Promise((res) => setTimeout(res, 5));
-      }
+      await imageAtLeast(member, 10 * MIB);
       // From now on what the leader sends the member is lost: the next window's chunks, once the
       // acknowledgements of this one reach the leader (400 ms on), are on the wire when it is cut.
       down.drop(true);
@@ -106,6 +120,47 @@ describe('a snapshot stream cut mid-way', () => {
       expect(metric(after, 'svc_raft_snapshot_streams_total{outcome="failed"}')).toBe(metric(before, 'svc_raft_snapshot_streams_total{outcome="failed"}'));
       expect(metric(after, 'svc_raft_snapshot_bytes_sent_total')).toBeGreaterThan(20 * MIB);
       expect(metric(await metricsOf(member), 'svc_raft_snapshot_streams_total{outcome="received"}')).toBe(1);
+      for (const l of links.values()) await l.close();
+    } finally {
+      await Promise.all(members.map((m) => m.server.stop('SIGKILL')));
+    }
+  }, 180_000);
+
+  it('a member SIGKILLed mid-stream and started again on its data directory goes on with the stream from its partial file', async () => {
+    const { members, links, leader, member } = await memberBehind(join(root, 'kill'));
+    try {
+      // Slow links both ways, so the member can be killed with part of the image in its file.
+      const down = links.get(`${leader.id}>${member.id}`)!;
+      const up = links.get(`${member.id}>${leader.id}`)!;
+      down.delayMs = 150;
+      up.delayMs = 400;
+      await restartMember(member);
+      await imageAtLeast(member, 8 * MIB);
+      await member.server.stop('SIGKILL');
+      const before = await metricsOf(leader);
+      expect(metric(before, 'svc_raft_snapshot_streams_total{outcome="sent"}')).toBe(0);
+      down.delayMs = 0;
+      up.delayMs = 0;
+      // Within the leader's keep bound (RESUME_KEEP_MS, 30 s from the break): its stream waits for the member.
+      // (Its consensus lines at info: the one saying it resumes.)
+      member.env = { ...member.env, RUST_LOG: 'warn,svc::raft=info' };
+      await restartMember(member);
+
+      const want = await allPoints(leader.server, COLL);
+      expect(want.length).toBe(24 * 20 + 60);
+      await eventually('the member holds the leader\'s exact points', async () => {
+        const got = await allPoints(member.server, COLL);
+        return JSON.stringify(got) === JSON.stringify(want) ? true : `${got.length} of ${want.length} points`;
+      }, 60_000);
+
+      // One stream, resumed from the partial file: none failed (a new stream from chunk 0 would follow a failed one).
+      const after = await metricsOf(leader);
+      expect(metric(after, 'svc_raft_snapshot_streams_total{outcome="sent"}')).toBe(1);
+      expect(metric(after, 'svc_raft_snapshot_streams_total{outcome="failed"}')).toBe(metric(before, 'svc_raft_snapshot_streams_total{outcome="failed"}'));
+      expect(metric(after, 'svc_raft_snapshot_stream_resumes_total')).toBeGreaterThanOrEqual(1);
+      expect(metric(after, 'svc_raft_snapshot_chunks_resent_total')).toBeLessThanOrEqual(8 * metric(after, 'svc_raft_snapshot_stream_resumes_total'));
+      expect(metric(await metricsOf(member), 'svc_raft_snapshot_streams_total{outcome="received"}')).toBe(1);
+      expect(member.server.stderr()).toMatch(/resuming an image stream after a restart/);
       for (const l of links.values()) await l.close();
     } finally {
       await Promise.all(members.map((m) => m.server.stop('SIGKILL')));

@@ -10,6 +10,10 @@ import type { FileHandle, FileSystem } from './fs.js';
  *
  * The tag names the file's content (a stream id), so a chunk of another file, or one moved within this
  * one, fails to open. A file cut short is found by the reader's expected chunk count.
+ *
+ * Chunks are not synced one by one (finish() syncs the file): a writer killed mid-file leaves its whole
+ * chunks and perhaps a torn one; a power loss may also lose or garble a tail of chunks appended before
+ * it. SealedChunkWriter.resume keeps the longest prefix of whole chunks that open, and appends after it.
  */
 
 /** One sealed record may hold this much (a chunk of an image stream is at most a few MiB). */
@@ -25,6 +29,41 @@ export class SealedChunkWriter {
   /** A new file at `path` (which must not exist). */
   static async create(fs: FileSystem, path: string, sealer: Sealer, tag: string): Promise<SealedChunkWriter> {
     return new SealedChunkWriter(await fs.open(path, 'create'), sealer, tag);
+  }
+
+  /**
+   * The file at `path` (which must exist), opened for appending after its last whole chunk: every record
+   * is read and opened with its additional data in order; from the first one that is torn (cut short, a
+   * length past the end) or does not open (garbled, another tag, moved), the rest is cut off. The file is
+   * then synced (cut or not): the chunks it reports held stay held across a power loss. `cutBytes`: what
+   * was cut.
+   */
+  static async resume(fs: FileSystem, path: string, sealer: Sealer, tag: string): Promise<{ writer: SealedChunkWriter; cutBytes: number }> {
+    const h = await fs.open(path, 'readwrite');
+    try {
+      const size = await h.size();
+      let at = 0;
+      let count = 0;
+      while (at + 4 <= size) {
+        const n = Buffer.from(await h.read(at, 4)).readUInt32LE(0);
+        if (n > RECORD_BYTES_MAX || at + 4 + n > size) break;
+        try {
+          sealer.open(await h.read(at + 4, n), aad(tag, count));
+        } catch {
+          break;
+        }
+        at += 4 + n;
+        count++;
+      }
+      if (at < size) await h.truncate(at);
+      await h.sync();
+      const w = new SealedChunkWriter(h, sealer, tag);
+      w.count = count;
+      return { writer: w, cutBytes: size - at };
+    } catch (e) {
+      await h.close().catch(() => undefined);
+      throw e;
+    }
   }
 
   get chunks(): number {

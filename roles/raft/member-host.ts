@@ -6,7 +6,7 @@ import { COMMAND_VERSION_MAX, commandVersion, decodeCommand, encodeCommand } fro
 import { WriteForwarder } from '../../core/cluster/consensus/forward.js';
 import { ConsensusMember, type DurableRaftStorage } from '../../core/cluster/consensus/member.js';
 import { EMPTY_SNAPSHOT, type Snapshot, type Transport } from '../../core/cluster/raft/index.js';
-import { decodeImageRef, isStreamRequest, SNAPSHOT_STREAM_VERSION, SnapshotInbox, SnapshotStreams, STREAM_REQUEST } from '../../core/cluster/consensus/snapshot-stream.js';
+import { type ChunkSink, decodeImageRef, isStreamRequest, KEPT_IMAGE_MS, SNAPSHOT_STREAM_VERSION, SnapshotInbox, SnapshotStreams, STREAM_REQUEST } from '../../core/cluster/consensus/snapshot-stream.js';
 import { GroupVersions, UNVERSIONED, type Advertised } from '../../core/cluster/consensus/versions.js';
 import { raftEngine, type RaftEngine } from '../../core/cluster/consensus/raft-engine.js';
 import { deriveKey, parseMasterKeyHex } from '../../core/crypto/keys.js';
@@ -125,12 +125,16 @@ export async function startConsensusMember(
     if (ref === null) return (async function* () { yield s.data; })();
     return readSealedChunks(fs, imagePath(ref.id), sealer, ref.id, ref.chunks);
   };
-  /** Image files no snapshot names any more, nor a stream being received: removed. */
+  /**
+   * Image files no snapshot names any more, nor a stream being received, nor one kept from before this
+   * start for its leader to resume (SnapshotInbox: until a probe or a chunk names another stream, or
+   * KEPT_IMAGE_MS): removed.
+   */
   const removeStaleImages = async (): Promise<void> => {
     const names = await fs.readdir(raftDir);
     // Taken after the listing: a stream begun since has no file in it.
     const persisted = raftLog.snapshot();
-    const keep = inbox?.inUse(persisted.meta.index) ?? new Set<string>();
+    const keep = inbox?.inUse(persisted.meta.index) ?? new Set<string>(keptAtStart);
     const ref = decodeImageRef(persisted.data);
     if (ref !== null) keep.add(ref.id);
     for (const name of names) {
@@ -139,6 +143,12 @@ export async function startConsensusMember(
     }
   };
   let inbox: SnapshotInbox | null = null;
+  // Image files the log does not name: streams this member was receiving when it stopped (killed, or
+  // restarted). Their leader may still hold the stream and go on from the chunks the file holds.
+  const startRef = decodeImageRef(raftLog.snapshot().data);
+  const keptAtStart = (await fs.readdir(raftDir))
+    .map((n) => /^image-([0-9a-f]{32})\.img$/.exec(n)?.[1])
+    .filter((id): id is string => id !== undefined && id !== startRef?.id);
   const snap = raftLog.snapshot();
   if (applied < snap.meta.index && snap.data.length === 0) {
     // A marker is recorded only at an index already durable in the database: this one is not.
@@ -150,6 +160,7 @@ export async function startConsensusMember(
     log('info', 'consensus: the state will be restored from the log\'s snapshot', { index: snap.meta.index, applied });
   }
   await removeStaleImages();
+  if (keptAtStart.length > 0) log('info', 'consensus: partial image files kept for their leader to resume', { streams: keptAtStart, keep_ms: KEPT_IMAGE_MS });
   const { timing } = rc;
   /** Entries the log keeps before a snapshot, for a member a little behind. */
   const retainEntries = Math.floor(timing.snapshotEntries / 4);
@@ -222,20 +233,32 @@ export async function startConsensusMember(
     holdEntriesMax: Math.max(100_000, 10 * timing.snapshotEntries),
     log: (m, d) => log('warn', m, d),
   });
+  const sinkOf = (w: SealedChunkWriter, id: string): ChunkSink => ({
+    append: (c) => w.append(c),
+    finish: async () => {
+      await w.finish();
+      await fs.fsyncDir(raftDir);
+    },
+    abort: async () => {
+      await w.abort();
+      await fs.unlink(imagePath(id)).catch(() => undefined);
+    },
+  });
   inbox = new SnapshotInbox({
     create: async (id) => {
       await removeStaleImages();
-      return SealedChunkWriter.create(fs, imagePath(id), sealer, id).then((w) => ({
-        append: (c) => w.append(c),
-        finish: async () => {
-          await w.finish();
-          await fs.fsyncDir(raftDir);
-        },
-        abort: async () => {
-          await w.abort();
-          await fs.unlink(imagePath(id)).catch(() => undefined);
-        },
-      }));
+      return sinkOf(await SealedChunkWriter.create(fs, imagePath(id), sealer, id), id);
+    },
+    kept: {
+      ids: keptAtStart,
+      resume: async (id) => {
+        const { writer, cutBytes } = await SealedChunkWriter.resume(fs, imagePath(id), sealer, id);
+        // The file was synced by resume; its directory entry too, so what it holds outlives a power loss.
+        await fs.fsyncDir(raftDir);
+        log('info', 'consensus: resuming an image stream after a restart', { stream: id, chunks_held: writer.chunks, bytes_cut: cutBytes });
+        return { sink: sinkOf(writer, id), chunks: writer.chunks };
+      },
+      drop: (id) => fs.unlink(imagePath(id)),
     },
     sendAck: (to, payload) => void transport.sendSnapshotFrame(to, 'ack', payload),
     log: (m, d) => log('warn', m, d),
@@ -265,6 +288,9 @@ export async function startConsensusMember(
     // A member being sent an image applies the log from the image's index on: keep it.
     compact: (i) => raftLog.compact(Math.min(i, streams.floor ?? i)),
   };
+  // Files kept from before this start that no leader asked for are removed once their time is up.
+  const keptTimer = keptAtStart.length === 0 ? null : setTimeout(() => void removeStaleImages().catch(() => undefined), KEPT_IMAGE_MS + 1000);
+  keptTimer?.unref();
   const electionTicks = Math.max(3, Math.round(timing.electionMs / tickMs));
   const restoringWatchers: (() => void)[] = [];
   member = new ConsensusMember({
@@ -340,6 +366,7 @@ export async function startConsensusMember(
     requireCommandVersion: (version, what) => versions.requireCommand(version, what),
     close: async () => {
       clearInterval(timer);
+      if (keptTimer !== null) clearTimeout(keptTimer);
       forwarder?.close();
       streams.close();
       await transport.close();
@@ -361,6 +388,7 @@ export async function startConsensusMember(
     await transport.start();
   } catch (e) {
     clearInterval(timer);
+    if (keptTimer !== null) clearTimeout(keptTimer);
     await m.close();
     await raftLog.close();
     throw e;

@@ -1,8 +1,14 @@
-import { describe, expect, it } from 'vitest';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, truncateSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
 import { Prng } from '../../base/prng.js';
+import { XChaChaSealer } from '../../crypto/sealer.js';
+import { NodeFileSystem } from '../../storage/fs.js';
+import { readSealedChunks, SealedChunkWriter } from '../../storage/sealed-chunks.js';
 import type { SnapshotMessage } from '../raft/index.js';
 import {
-  CHUNK_BYTES, decodeImageRef, SNAPSHOT_STREAM_VERSION, streamVersionFor, isStreamRequest, SnapshotInbox, SnapshotStreams, STREAM_REQUEST, WINDOW_CHUNKS, type ChunkSink, type SnapshotStreamsOptions,
+  CHUNK_BYTES, decodeImageRef, KEPT_IMAGE_MS, SNAPSHOT_STREAM_VERSION, streamVersionFor, isStreamRequest, SnapshotInbox, SnapshotStreams, STREAM_REQUEST, WINDOW_CHUNKS, type ChunkSink, type SnapshotStreamsOptions,
 } from './snapshot-stream.js';
 
 /**
@@ -45,6 +51,8 @@ interface Wire {
   probes: number;
   /** A new SnapshotInbox in place of the member's (a member restarted). */
   restartMember(): void;
+  /** An ack frame from the member, on its connection to the leader (lost while `acksUp` is false). */
+  ack(payload: Uint8Array): void;
 }
 
 /** A chunk frame's seq (after the 16-byte stream id), and whether it is a probe (flag 2, no bytes). */
@@ -94,19 +102,105 @@ function wire(image: () => AsyncIterable<Uint8Array>, opts: Pick<SnapshotStreams
         };
         return Promise.resolve(sink);
       },
-      sendAck: (_to, payload) => {
-        if (!w.acksUp) return;
-        const a = Buffer.from(payload);
-        if (seqOf(a) !== 0xffff_ffff) ackedOf.set(a.toString('hex', 0, 16), Math.max(ackedOf.get(a.toString('hex', 0, 16)) ?? -1, seqOf(a)));
-        w.streams.onAck('n2', Buffer.from(payload));
-      },
+      sendAck: (_to, payload) => w.ack(payload),
     }, w.streams.stats);
+  };
+  w.ack = (payload) => {
+    if (!w.acksUp) return;
+    const a = Buffer.from(payload);
+    if (seqOf(a) !== 0xffff_ffff) ackedOf.set(a.toString('hex', 0, 16), Math.max(ackedOf.get(a.toString('hex', 0, 16)) ?? -1, seqOf(a)));
+    w.streams.onAck('n2', Buffer.from(payload));
   };
   w.restartMember();
   w.deliverAll = () => {
     for (const f of w.inFlight.splice(0)) w.inbox.onChunk('n1', f);
   };
   return w;
+}
+
+const dirs: string[] = [];
+afterEach(() => {
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+});
+
+interface DiskMember {
+  dir: string;
+  path(id: string): string;
+  /** Chunks appended to files by the member, over its restarts. */
+  appended: number;
+  /** A new process on the same directory: the image files found there are kept for their leader (KeptImages). */
+  start(): void;
+  /** SIGKILL: from now on nothing of this process is written or acknowledged. */
+  kill(): void;
+  /** The chunks of stream `id`'s file, read back as a restore reads them. */
+  chunks(id: string, count: number): Promise<Buffer[]>;
+  /** The image files in its directory. */
+  images(): string[];
+}
+
+/**
+ * The member of `w` on files, as roles/raft/member-host.ts keeps images: `image-<id>.img` in a directory,
+ * written by SealedChunkWriter, and on a restart the files found there kept and reopened with
+ * SealedChunkWriter.resume.
+ */
+function diskMember(w: Wire): DiskMember {
+  const dir = mkdtempSync(join(tmpdir(), 'svc-stream-'));
+  dirs.push(dir);
+  const fs = new NodeFileSystem();
+  const sealer = new XChaChaSealer(new Uint8Array(32).fill(9));
+  const path = (id: string): string => join(dir, `image-${id}.img`);
+  let gen = 0;
+  let writers: SealedChunkWriter[] = [];
+  const never = (): Promise<void> => new Promise<void>(() => undefined);
+  const m: DiskMember = {
+    dir, path, appended: 0,
+    start: () => {
+      const g = ++gen;
+      const sinkOf = (wr: SealedChunkWriter, id: string): ChunkSink => {
+        writers.push(wr);
+        return {
+          append: async (c) => {
+            if (g !== gen) return never();
+            await wr.append(c);
+            m.appended++;
+          },
+          finish: async () => (g !== gen ? never() : wr.finish()),
+          abort: async () => {
+            if (g !== gen) return;
+            await wr.abort();
+            await fs.unlink(path(id)).catch(() => undefined);
+          },
+        };
+      };
+      w.inbox = new SnapshotInbox({
+        create: async (id) => sinkOf(await SealedChunkWriter.create(fs, path(id), sealer, id), id),
+        kept: {
+          ids: m.images().map((n) => n.slice('image-'.length, -'.img'.length)),
+          resume: async (id) => {
+            const { writer } = await SealedChunkWriter.resume(fs, path(id), sealer, id);
+            return { sink: sinkOf(writer, id), chunks: writer.chunks };
+          },
+          drop: (id) => fs.unlink(path(id)),
+        },
+        sendAck: (_to, payload) => {
+          if (g === gen) w.ack(payload);
+        },
+      }, w.streams.stats);
+    },
+    kill: () => {
+      gen++;
+      for (const wr of writers.splice(0)) void wr.abort();
+    },
+    chunks: async (id, count) => {
+      const out: Buffer[] = [];
+      for await (const c of readSealedChunks(fs, path(id), sealer, id, count)) out.push(Buffer.from(c));
+      return out;
+    },
+    images: () => readdirSync(dir).filter((n) => n.startsWith('image-')),
+  };
+  writers = [];
+  m.start();
+  return m;
 }
 
 const until = async (cond: () => boolean, ms = 10_000): Promise<void> => {
@@ -340,7 +434,7 @@ describe('snapshot streams', () => {
     expect(w.streams.stats).toMatchObject({ sent: 1, failed: 1, resumed: 0 });
   });
 
-  it('a member restarted mid-stream holds nothing of it: it says so to the probe, and the leader starts over', async () => {
+  it('a member restarted mid-stream without its partial file (its disk lost) holds nothing of it: it says so to the probe, and the leader starts over', async () => {
     const img = imageOf(5 * CHUNK_BYTES, 13);
     const { w, cutDone } = await cutOnce(img, 2, 1, 50, { probeMs: 10 });
     await until(cutDone);
@@ -350,6 +444,224 @@ describe('snapshot streams', () => {
     w.streams.send(request('n2', 8));
     await until(() => w.delivered.length === 1);
     expect(Buffer.concat(w.files.get(decodeImageRef(w.delivered[0].snapshot.data)!.id)!).equals(img.whole)).toBe(true);
+  });
+
+  /** Chunk by chunk the same bytes (toEqual on MiB buffers is far too slow). */
+  const same = (a: Buffer[], b: Buffer[]): boolean => a.length === b.length && a.every((c, i) => c.equals(b[i]));
+
+  /** The byte offsets where each whole record of a sealed-chunk file ends. */
+  const recordEnds = (path: string): number[] => {
+    const b = readFileSync(path);
+    const ends: number[] = [];
+    for (let at = 0; at + 4 <= b.length && at + 4 + b.readUInt32LE(at) <= b.length; at += 4 + b.readUInt32LE(at)) ends.push(at + 4 + b.readUInt32LE(at));
+    return ends;
+  };
+
+  /**
+   * A member on files SIGKILLed mid-stream: chunks 0..held-1 reached its file, it acknowledged through
+   * `acked` only (its later acks lost), and the chunks sent after `held` were lost on the wire with the
+   * connection. `damage` runs on its directory, then it starts again on it.
+   */
+  async function killMidStream(img: ReturnType<typeof imageOf>, held: number, acked: number, damage?: (m: DiskMember, id: string) => void) {
+    const w = wire(img.pieces, { probeMs: 10 });
+    const m = diskMember(w);
+    let killed = false;
+    const deliver = w.deliverAll;
+    w.deliverAll = () => {
+      if (!killed) w.inFlight = w.inFlight.filter((f) => isProbe(f) || seqOf(f) < held);
+      deliver();
+    };
+    const ack = w.ack;
+    w.ack = (p) => {
+      if (killed || Buffer.from(p).readUInt32LE(16) <= acked) ack(p);
+    };
+    w.streams.send(request('n2'));
+    // The leader sent a whole window past what was acknowledged, and the member wrote what reached it.
+    await until(() => m.appended === held && w.sentSeqs.length === acked + 1 + WINDOW_CHUNKS);
+    const [name] = m.images();
+    const id = name.slice('image-'.length, -'.img'.length);
+    m.kill();
+    killed = true;
+    w.up = false;
+    w.streams.peerLost('n2');
+    damage?.(m, id);
+    m.start();
+    w.up = true;
+    return { w, m, id };
+  }
+
+  /** The same image streamed uninterrupted to a member on files: its chunks, and its file's size. */
+  async function uninterrupted(img: ReturnType<typeof imageOf>): Promise<{ chunks: Buffer[]; bytes: number }> {
+    const w = wire(img.pieces);
+    const m = diskMember(w);
+    w.streams.send(request('n2'));
+    await until(() => w.delivered.length === 1);
+    const ref = decodeImageRef(w.delivered[0].snapshot.data)!;
+    return { chunks: await m.chunks(ref.id, ref.chunks), bytes: statSync(m.path(ref.id)).size };
+  }
+
+  it('a member SIGKILLed mid-stream and started again on its directory goes on with the stream: only the chunks its file lacks are sent again, and the image is the one an uninterrupted stream gives', async () => {
+    const img = imageOf(12 * CHUNK_BYTES + 777, 21);
+    const plain = await uninterrupted(img);
+    expect(plain.chunks).toHaveLength(13);
+    expect(Buffer.concat(plain.chunks).equals(img.whole)).toBe(true);
+
+    const { w, m, id } = await killMidStream(img, 6, 1);
+    await until(() => w.delivered.length === 1);
+    const ref = decodeImageRef(w.delivered[0].snapshot.data)!;
+    // The same stream (one read), completed in the file the killed process began.
+    expect(ref).toEqual({ id, chunks: 13 });
+    expect(m.images()).toEqual([`image-${id}.img`]);
+    expect(same(await m.chunks(id, 13), plain.chunks)).toBe(true);
+    expect(statSync(m.path(id)).size).toBe(plain.bytes);
+    // Chunks 0..5 were in its file: sent once. 6..9 (sent, lost with the connection): twice. The rest once.
+    const times = (q: number): number => w.sentSeqs.filter((x) => x === q).length;
+    for (let q = 0; q < 13; q++) expect(times(q), `chunk ${q}`).toBe(q >= 6 && q <= 9 ? 2 : 1);
+    // Written once each: 6 before the kill, 7 after it.
+    expect(m.appended).toBe(13);
+    expect(w.streams.stats).toMatchObject({ sent: 1, failed: 0, resumed: 1, chunksResent: 4, received: 1 });
+    expect(w.streams.floor).toBeNull();
+  });
+
+  for (const [what, damage] of [
+    ['cut in the middle of its last chunk', (path: string, ends: number[]) => truncateSync(path, ends[4] + 1000)],
+    ['with its last chunk garbled', (path: string, ends: number[]) => {
+      const b = readFileSync(path);
+      b[ends[4] + 500] ^= 0x40;
+      writeFileSync(path, b);
+    }],
+  ] as const) {
+    it(`a restarted member whose partial file was left ${what} goes on from its last whole chunk`, async () => {
+      const img = imageOf(12 * CHUNK_BYTES + 777, 22);
+      const plain = await uninterrupted(img);
+      const { w, m, id } = await killMidStream(img, 6, 1, (mm, i) => {
+        const ends = recordEnds(mm.path(i));
+        expect(ends).toHaveLength(6);
+        damage(mm.path(i), ends);
+      });
+      await until(() => w.delivered.length === 1);
+      expect(decodeImageRef(w.delivered[0].snapshot.data)).toEqual({ id, chunks: 13 });
+      expect(same(await m.chunks(id, 13), plain.chunks)).toBe(true);
+      expect(statSync(m.path(id)).size).toBe(plain.bytes);
+      // It held 0..4: chunk 5 (damaged) and 6..9 (lost on the wire) went again.
+      const times = (q: number): number => w.sentSeqs.filter((x) => x === q).length;
+      for (let q = 0; q < 13; q++) expect(times(q), `chunk ${q}`).toBe(q >= 5 && q <= 9 ? 2 : 1);
+      expect(w.streams.stats).toMatchObject({ sent: 1, failed: 0, resumed: 1, chunksResent: 5 });
+    });
+  }
+
+  it('a restarted member that lost chunks it had acknowledged (a power loss) holds fewer than the leader keeps: the stream ends, and the next one starts over in a new file', async () => {
+    const img = imageOf(16 * CHUNK_BYTES + 777, 23);
+    // All six chunks acknowledged; the power loss leaves three in the file.
+    const { w, m, id } = await killMidStream(img, 6, 5, (mm, i) => truncateSync(mm.path(i), recordEnds(mm.path(i))[2]));
+    await until(() => w.streams.stats.failed === 1, 3000);
+    expect(w.delivered).toEqual([]);
+    // Nothing of that stream went again: the leader no longer kept chunks 3..5.
+    expect(w.sentSeqs).toEqual(Array.from({ length: 14 }, (_, q) => q));
+    expect(w.streams.stats).toMatchObject({ resumed: 0, chunksResent: 0 });
+    expect(m.appended).toBe(6);
+    w.streams.send(request('n2', 8));
+    await until(() => w.delivered.length === 1);
+    const ref = decodeImageRef(w.delivered[0].snapshot.data)!;
+    expect(ref.id).not.toBe(id);
+    expect(Buffer.concat(await m.chunks(ref.id, ref.chunks)).equals(img.whole)).toBe(true);
+    // The first stream's file went when the second began: one read per file, nothing written into the old one.
+    await until(() => m.images().length === 1);
+    expect(m.images()).toEqual([`image-${ref.id}.img`]);
+    expect(m.appended).toBe(6 + 17);
+    expect(w.streams.stats).toMatchObject({ sent: 1, failed: 1, resumed: 0 });
+  });
+
+  it('a restarted member keeps the files it found only for their stream: let go at a probe or a chunk of another stream, and after KEPT_IMAGE_MS', async () => {
+    const stats = { sent: 0, bytesSent: 0, failed: 0, received: 0, dropped: 0, refused: 0, resumed: 0, chunksResent: 0 };
+    const A = 'aa'.repeat(16);
+    const B = 'bb'.repeat(16);
+    const C = 'cc'.repeat(16);
+    const frame = (id: string, seq: number, flag: number): Buffer => {
+      const b = Buffer.alloc(21 + (flag === 2 ? 0 : 3));
+      Buffer.from(id, 'hex').copy(b);
+      b.writeUInt32LE(seq, 16);
+      b[20] = flag;
+      return b;
+    };
+    const token = (id: string, chunks: number): Buffer => Buffer.concat([Buffer.from('svc-stm1', 'latin1'), Buffer.from(id, 'hex'), Buffer.from(Uint32Array.of(chunks).buffer)]);
+    function member(ids: string[], held: number | Error = 4) {
+      let now = 1000;
+      const log = { resumed: [] as string[], dropped: [] as string[], created: [] as string[], finished: 0, aborted: 0, acks: [] as { id: string; seq: number }[] };
+      const sink: ChunkSink = { append: async () => undefined, finish: async () => void log.finished++, abort: async () => void log.aborted++ };
+      const inbox = new SnapshotInbox({
+        create: async (id) => {
+          log.created.push(id);
+          return sink;
+        },
+        kept: {
+          ids,
+          resume: async (id) => {
+            log.resumed.push(id);
+            if (held instanceof Error) throw held;
+            return { sink, chunks: held };
+          },
+          drop: async (id) => void log.dropped.push(id),
+        },
+        sendAck: (_to, p) => void log.acks.push({ id: Buffer.from(p).toString('hex', 0, 16), seq: Buffer.from(p).readUInt32LE(16) }),
+        now: () => now,
+      }, stats);
+      return { inbox, log, advance: (ms: number) => { now += ms; } };
+    }
+
+    // A probe for a kept stream reopens its file (the other kept file goes) and is answered with its last whole chunk.
+    const a = member([A, B]);
+    expect(a.inbox.inUse(0)).toEqual(new Set([A, B]));
+    // A chunk of a kept stream before any probe: dropped, and no file made for it.
+    a.inbox.onChunk('n1', frame(A, 6, 0));
+    expect(a.log.created).toEqual([]);
+    a.inbox.onChunk('n1', frame(A, 9, 2));
+    await until(() => a.log.acks.length === 1);
+    expect(a.log).toMatchObject({ resumed: [A], dropped: [B], acks: [{ id: A, seq: 3 }] });
+    expect(a.inbox.inUse(0)).toEqual(new Set([A]));
+    // It held every chunk (it had written the last one when killed): the leader's token is taken, the file closed.
+    expect(a.inbox.complete('n1', token(A, 5), 9)).toBeNull();
+    expect(decodeImageRef(a.inbox.complete('n1', token(A, 4), 9)!)).toEqual({ id: A, chunks: 4 });
+    await until(() => a.log.finished === 1);
+
+    // A probe for another stream, or another stream's first chunk: the kept files go, none is reopened.
+    const b = member([A]);
+    b.inbox.onChunk('n1', frame(C, 0, 2));
+    await until(() => b.log.acks.length === 1);
+    expect(b.log).toMatchObject({ resumed: [], dropped: [A], acks: [{ id: C, seq: 0xffff_ffff }] });
+    b.inbox.onChunk('n1', frame(A, 3, 2));
+    await until(() => b.log.acks.length === 2);
+    expect(b.log.acks[1]).toEqual({ id: A, seq: 0xffff_ffff });
+    const c = member([A]);
+    c.inbox.onChunk('n1', frame(C, 0, 0));
+    expect(c.log).toMatchObject({ dropped: [A], created: [C] });
+    expect(c.inbox.inUse(0)).toEqual(new Set([C]));
+
+    // Asked for by no leader within KEPT_IMAGE_MS: let go.
+    const d = member([A]);
+    d.advance(KEPT_IMAGE_MS - 1);
+    expect(d.inbox.inUse(0)).toEqual(new Set([A]));
+    d.advance(1);
+    expect(d.inbox.inUse(0)).toEqual(new Set());
+    expect(d.log.dropped).toEqual([A]);
+    d.inbox.onChunk('n1', frame(A, 3, 2));
+    await until(() => d.log.acks.length === 1);
+    expect(d.log).toMatchObject({ resumed: [], acks: [{ id: A, seq: 0xffff_ffff }] });
+
+    // A kept file holding no whole chunk: nothing held, the file removed.
+    const e = member([A], 0);
+    e.inbox.onChunk('n1', frame(A, 0, 2));
+    await until(() => e.log.acks.length === 1);
+    expect(e.log).toMatchObject({ resumed: [A], aborted: 1, acks: [{ id: A, seq: 0xffff_ffff }] });
+    expect(e.inbox.inUse(0)).toEqual(new Set());
+    // One that fails to open (gone, unreadable): nothing held, the file removed; the stream's chunks are then dropped.
+    const f = member([A], new Error('ENOENT'));
+    f.inbox.onChunk('n1', frame(A, 0, 2));
+    await until(() => f.log.acks.length === 1);
+    expect(f.log).toMatchObject({ resumed: [A], dropped: [A], acks: [{ id: A, seq: 0xffff_ffff }] });
+    f.inbox.onChunk('n1', frame(A, 4, 0));
+    expect(f.log.created).toEqual([]);
+    expect(f.inbox.inUse(0)).toEqual(new Set());
   });
 
   it('acknowledgements lost on the member\'s own connection: the leader asks a quiet member where it is and goes on', async () => {

@@ -44,15 +44,20 @@ import type { NodeId, SnapshotMessage } from '../raft/index.js';
  *   and reads on. A probe goes too when the member has acknowledged nothing for PROBE_MS with the
  *   connection up (its acknowledgements ride its own connection to the leader, which may have broken).
  * - The member answers a probe for the stream it is receiving from that peer, after every chunk it took
- *   before it is written, with an ack of the last chunk written; for any other stream (a member restarted,
- *   a stream it let go or that failed) with an ack of seq 0xffffffff: nothing held, and the leader ends
- *   the stream (Raft's next probe starts another). A chunk of its stream it took already (sent again) is
- *   not written twice: it acknowledges where it is instead.
+ *   before it is written, with an ack of the last chunk written; for any other stream (one it let go or
+ *   whose file failed) with an ack of seq 0xffffffff: nothing held, and the leader ends the stream (Raft's
+ *   next probe starts another). A chunk of its stream it took already (sent again) is not written twice:
+ *   it acknowledges where it is instead.
+ * - A member restarted mid-stream keeps the partial files it finds at start (KeptImages) for at most
+ *   KEPT_IMAGE_MS. A probe naming one of them reopens it (its whole chunks verified, a torn or garbled
+ *   tail cut, synced) as the stream being received, and is answered with an ack of its last whole chunk.
+ *   A leader that no longer keeps the chunks after it (the member lost chunks it had acknowledged: a
+ *   power loss, chunks not being synced one by one) ends the stream, and Raft's next probe starts another.
  * - Safety: a stream id is one fuzzy read; a member writes a stream's chunks to that id's file only in
  *   order, each once, and creates the file only at seq 0 of an id it is not receiving; the token names
  *   the id and the count. So a file handed to Raft holds every chunk of exactly one read.
- * Chunks are not synced one by one (SealedChunkWriter syncs at the end), and a member drops partial image
- * files when it starts: a member restarted mid-stream answers "nothing held", and its stream starts over.
+ * Chunks are not synced one by one (SealedChunkWriter syncs at the end): what a restarted member holds
+ * may be less than it acknowledged, never more than it was sent.
  *
  * A version-1 member drops a probe as malformed and would refuse a chunk sent twice, so a leader resumes
  * only streams in version 2, to a member advertising 2; to a version-1 member it streams as version 1
@@ -74,6 +79,11 @@ export const ACK_TIMEOUT_MS = 30_000;
 export const RESUME_KEEP_MS = ACK_TIMEOUT_MS;
 /** How often a kept stream asks its member where it is, and how long a quiet member is waited on before it is asked. */
 export const PROBE_MS = 1000;
+/**
+ * How long a restarted member keeps the partial image files it found at start for their leader to resume
+ * (counted from its start): a leader keeps a broken stream RESUME_KEEP_MS from the break, which came first.
+ */
+export const KEPT_IMAGE_MS = RESUME_KEEP_MS + 5 * PROBE_MS;
 
 const REQUEST = Buffer.from('svc-srq1', 'latin1');
 const TOKEN = Buffer.from('svc-stm1', 'latin1');
@@ -241,8 +251,8 @@ interface OutStream {
   /** When the connection broke, and what was acknowledged then: a break with no progress since keeps the deadline. */
   brokenSince: number | null;
   ackedAtBreak: number;
-  /** The member answered that it holds nothing of this stream. */
-  gone: boolean;
+  /** Why the stream cannot go on from where its member is (it holds nothing of it, or less than it acknowledged); null while it can. */
+  gone: string | null;
   readonly stop: AbortController;
   wake: (() => void) | null;
 }
@@ -280,7 +290,7 @@ export class SnapshotStreams {
     this.refusalLogged.delete(m.to);
     const s: OutStream = {
       id: randomBytes(ID_BYTES), to: m.to, index: m.snapshot.meta.index, resumable: this.versionFor(m.to) >= RESUME_STREAM_VERSION,
-      acked: -1, sent: 0, unacked: new Map(), acks: 0, broken: false, brokenSince: null, ackedAtBreak: -1, gone: false, stop: new AbortController(), wake: null,
+      acked: -1, sent: 0, unacked: new Map(), acks: 0, broken: false, brokenSince: null, ackedAtBreak: -1, gone: null, stop: new AbortController(), wake: null,
     };
     this.out.set(m.to, s);
     void this.run(s, m).then(
@@ -350,7 +360,11 @@ export class SnapshotStreams {
       return;
     }
     if (a.seq === NOTHING_HELD) {
-      s.gone = true;
+      s.gone = `'${s.to}' holds nothing of the stream (it let it go, or restarted without its file)`;
+    } else if (a.seq < s.acked) {
+      // A member restarted after a power loss lost chunks it had acknowledged: the chunks after those it
+      // holds are no longer kept here (nor can the image's read go back), so the stream starts over.
+      s.gone = `'${s.to}' holds chunks through ${a.seq} only, fewer than the ${s.acked + 1} it acknowledged (it restarted and lost some)`;
     } else {
       s.acks++;
       if (a.seq > s.acked) {
@@ -392,7 +406,7 @@ export class SnapshotStreams {
       s.stop.signal.addEventListener('abort', done, { once: true });
     });
     if (s.stop.signal.aborted) throw s.stop.signal.reason;
-    if (s.gone) throw new Error(`'${s.to}' holds nothing of the stream (it restarted, or let the stream go)`);
+    if (s.gone !== null) throw new Error(s.gone);
   }
 
   /** Throws when this member stopped leading or the member holds the image's index already. */
@@ -526,9 +540,28 @@ export interface ChunkSink {
   abort(): Promise<void>;
 }
 
+/**
+ * The partial files of streams a member found when it started (it was restarted mid-stream), for their
+ * leader to resume: kept until a probe names one (reopened; the others are let go), a probe names another
+ * stream or a new stream begins (all let go), or KEPT_IMAGE_MS after the member started. Nothing is added
+ * to them after the start, so they never pile up.
+ */
+export interface KeptImages {
+  readonly ids: readonly string[];
+  /**
+   * Stream `id`'s file, reopened for appending after its last whole chunk (SealedChunkWriter.resume: every
+   * chunk verified, a torn or garbled tail cut, the file synced), and how many chunks it holds.
+   */
+  resume(id: string): Promise<{ sink: ChunkSink; chunks: number }>;
+  /** Stream `id`'s file is not wanted any more: removed. */
+  drop(id: string): Promise<void>;
+}
+
 export interface SnapshotInboxOptions {
   /** A sink for stream `id` (a new file). */
   create(id: string): Promise<ChunkSink>;
+  /** What this member kept of streams it was receiving when it stopped (absent: nothing). */
+  kept?: KeptImages;
   sendAck(to: NodeId, payload: Uint8Array): void;
   log?(message: string, detail?: Record<string, unknown>): void;
   now?(): number;
@@ -543,6 +576,10 @@ interface InStream {
   written: number;
   done: boolean;
   failed: boolean;
+  /** A kept file being reopened: the chunks it holds are not known yet. */
+  opening: boolean;
+  /** The chunks its file held, synced, when it was reopened after a restart; -1 for a stream begun here. */
+  reopened: number;
   chain: Promise<ChunkSink | null>;
   /** When its last chunk came. */
   at: number;
@@ -551,8 +588,18 @@ interface InStream {
 /** A member's side: at most one incoming stream per peer (a newer one from it replaces the older). */
 export class SnapshotInbox {
   private readonly in = new Map<NodeId, InStream>();
+  /** The ids of KeptImages not reopened nor let go yet, and until when they are kept. */
+  private readonly kept: Set<string>;
+  private readonly keptUntil: number;
 
-  constructor(private readonly o: SnapshotInboxOptions, readonly stats: SnapshotStreamStats) {}
+  constructor(private readonly o: SnapshotInboxOptions, readonly stats: SnapshotStreamStats) {
+    this.kept = new Set(o.kept?.ids ?? []);
+    this.keptUntil = this.now() + KEPT_IMAGE_MS;
+  }
+
+  private now(): number {
+    return (this.o.now ?? Date.now)();
+  }
 
   onChunk(from: NodeId, payload: Buffer): void {
     const c = decodeChunk(payload);
@@ -565,6 +612,12 @@ export class SnapshotInbox {
       this.answerProbe(from, c.id, s);
       return;
     }
+    if ((s !== undefined && s.id === c.id && s.opening) || ((s === undefined || s.id !== c.id) && this.kept.has(c.id))) {
+      // A kept stream not reopened yet (a probe reopens it): where its chunks go is not known yet, and its
+      // file is not a new one to create. Its leader, hearing nothing, probes.
+      this.stats.dropped++;
+      return;
+    }
     if (s !== undefined && s.id === c.id && !s.failed && c.seq < s.next) {
       // A chunk taken already, sent again by a leader resuming the stream (version 2): not written twice.
       this.ackWhereItIs(s);
@@ -572,7 +625,9 @@ export class SnapshotInbox {
     }
     if (c.seq === 0) {
       if (s !== undefined) this.abandon(s);
-      s = { id: c.id, from, next: 0, written: -1, done: false, failed: false, chain: Promise.resolve(null), at: 0 };
+      // A new stream: what was kept from before a restart will not be resumed.
+      this.dropKept();
+      s = { id: c.id, from, next: 0, written: -1, done: false, failed: false, opening: false, reopened: -1, chain: Promise.resolve(null), at: 0 };
       const created = s;
       s.chain = this.o.create(c.id).catch((e: unknown) => {
         created.failed = true;
@@ -589,7 +644,7 @@ export class SnapshotInbox {
       return;
     }
     s.next++;
-    s.at = (this.o.now ?? Date.now)();
+    s.at = this.now();
     const stream = s;
     const seq = c.seq;
     const bytes = Buffer.from(c.bytes); // the frame's buffer is not ours to keep
@@ -620,17 +675,69 @@ export class SnapshotInbox {
 
   /**
    * A leader's probe (version 2: its connection broke, or it heard nothing for a while): once every chunk
-   * taken before it is written, an ack of the last one written; for a stream not being received from that
-   * peer (this member restarted, let it go, or its file failed), an ack saying that nothing is held.
+   * taken before it is written, an ack of the last one written. For a stream kept from before a restart,
+   * its file is reopened first (reopen). For any other stream (one this member let go, or whose file
+   * failed), an ack saying that nothing is held.
    */
   private answerProbe(from: NodeId, id: string, s: InStream | undefined): void {
-    if (s === undefined || s.id !== id || s.failed) {
-      this.o.sendAck(from, encodeAck(id, NOTHING_HELD));
+    if (s !== undefined && s.id === id && !s.failed) {
+      // Its leader still holds it: not a stream to let go of as stale.
+      s.at = this.now();
+      this.ackWhereItIs(s);
       return;
     }
-    // Its leader still holds it: not a stream to let go of as stale.
-    s.at = (this.o.now ?? Date.now)();
+    if (this.kept.has(id)) {
+      this.reopen(from, id, s);
+      return;
+    }
+    // Its leader streams something else: what was kept from before a restart will not be resumed.
+    this.dropKept();
+    this.o.sendAck(from, encodeAck(id, NOTHING_HELD));
+  }
+
+  /**
+   * Stream `id`, kept from before a restart, becomes the stream received from `from`: its file reopened
+   * after its last whole chunk, the next chunk expected the one after it, and the probe answered with an
+   * ack of that chunk (nothing held, when the file holds no whole chunk or fails to open: it is removed).
+   */
+  private reopen(from: NodeId, id: string, prev: InStream | undefined): void {
+    this.dropKept(id);
+    if (prev !== undefined) this.abandon(prev);
+    const s: InStream = { id, from, next: 0, written: -1, done: false, failed: false, opening: true, reopened: -1, chain: Promise.resolve(null), at: this.now() };
+    this.in.set(from, s);
+    const fail = (why: string): null => {
+      s.failed = true;
+      s.opening = false;
+      if (this.in.get(from) === s) this.in.delete(from);
+      this.o.log?.('consensus: a kept snapshot stream could not be resumed (it starts over)', { from, stream: id, error: why });
+      return null;
+    };
+    s.chain = this.o.kept!.resume(id).then(
+      async ({ sink, chunks }) => {
+        // Let go meanwhile (a new stream began): the abort queued behind this removes the file.
+        if (s.failed) return sink;
+        if (chunks === 0) {
+          await sink.abort().catch(() => undefined);
+          return fail('its file holds no whole chunk');
+        }
+        s.next = chunks;
+        s.written = chunks - 1;
+        s.reopened = chunks;
+        s.opening = false;
+        return sink;
+      },
+      (e: unknown) => {
+        void this.o.kept!.drop(id).catch(() => undefined);
+        return fail(e instanceof Error ? e.message : String(e));
+      },
+    );
     this.ackWhereItIs(s);
+  }
+
+  /** Lets go of the files kept from before a restart, all but `except`'s (removed). */
+  private dropKept(except?: string): void {
+    for (const id of this.kept) if (id !== except) void this.o.kept!.drop(id).catch(() => undefined);
+    this.kept.clear();
   }
 
   /** After the writes queued before this call: an ack of the last chunk written (nothing held, if none or it failed). */
@@ -649,9 +756,16 @@ export class SnapshotInbox {
   complete(from: NodeId, data: Uint8Array, index: number): Uint8Array | null {
     const t = decodeRef(TOKEN, data);
     const s = this.in.get(from);
-    if (t === null || s === undefined || s.id !== t.id || !s.done || s.next !== t.chunks) {
+    // A stream reopened after a restart that held every chunk already: its file was synced when reopened.
+    const whole = s !== undefined && (s.done || (!s.opening && !s.failed && s.reopened === s.next));
+    if (t === null || s === undefined || s.id !== t.id || !whole || s.next !== t.chunks) {
       this.stats.dropped++;
       return null;
+    }
+    if (!s.done) {
+      s.done = true;
+      // Closed: its data and directory entry were synced when it was reopened (a failing close changes nothing held).
+      void s.chain.then((sink) => sink?.finish()).catch(() => undefined);
     }
     this.in.delete(from);
     this.stats.received++;
@@ -669,11 +783,14 @@ export class SnapshotInbox {
    */
   inUse(persistedIndex: number): Set<string> {
     // A stream its leader stopped sending (it died, or lost its leadership) is not in use any more.
-    const now = (this.o.now ?? Date.now)();
+    const now = this.now();
     for (const s of [...this.in.values()]) if (!s.done && now - s.at > 2 * ACK_TIMEOUT_MS) this.abandon(s);
     for (const [id, index] of [...this.handed]) if (index <= persistedIndex) this.handed.delete(id);
+    // Files kept from before a restart that no leader asked for in time: no leader keeps their streams now.
+    if (now >= this.keptUntil) this.dropKept();
     const ids = new Set([...this.in.values()].map((s) => s.id));
     for (const id of this.handed.keys()) ids.add(id);
+    for (const id of this.kept) ids.add(id);
     return ids;
   }
 
