@@ -79,17 +79,31 @@ async function imageAtLeast(member: RaftMember, bytes: number): Promise<void> {
   }
 }
 
+/** Slow links both ways (the image's chunks, and the member's acknowledgements): the stream takes a few windows of 8 chunks. */
+function slowLinks(links: Awaited<ReturnType<typeof memberBehind>>['links'], leaderId: string, memberId: string) {
+  const down = links.get(`${leaderId}>${memberId}`)!;
+  const up = links.get(`${memberId}>${leaderId}`)!;
+  down.delayMs = 150;
+  up.delayMs = 400;
+  return { down, up, fast: () => { down.delayMs = 0; up.delayMs = 0; } };
+}
+
+/** The member ends with exactly the leader's points. */
+async function holdsLeadersPoints(leader: { server: Parameters<typeof allPoints>[0] }, member: { server: Parameters<typeof allPoints>[0] }): Promise<void> {
+  const want = await allPoints(leader.server, COLL);
+  expect(want.length).toBe(24 * 20 + 60);
+  await eventually('the member holds the leader\'s exact points', async () => {
+    const got = await allPoints(member.server, COLL);
+    return JSON.stringify(got) === JSON.stringify(want) ? true : `${got.length} of ${want.length} points`;
+  }, 60_000);
+}
+
 describe('a snapshot stream cut mid-way', () => {
   it('resumes from the first chunk the member does not hold, and the member ends with the leader\'s exact points', async () => {
     const { members, links, leader, member } = await memberBehind(join(root, 'cut'));
     try {
-
-      // Slow links both ways (the image's chunks, and the member's acknowledgements), so the stream takes a
-      // few windows of 8 chunks and can be cut in the middle with chunks on the wire.
-      const down = links.get(`${leader.id}>${member.id}`)!;
-      const up = links.get(`${member.id}>${leader.id}`)!;
-      down.delayMs = 150;
-      up.delayMs = 400;
+      // Slow links, so the stream can be cut in the middle with chunks on the wire.
+      const { down, fast } = slowLinks(links, leader.id, member.id);
       await restartMember(member);
       await imageAtLeast(member, 10 * MIB);
       // From now on what the leader sends the member is lost: the next window's chunks, once the
@@ -100,15 +114,8 @@ describe('a snapshot stream cut mid-way', () => {
       expect(metric(before, 'svc_raft_snapshot_streams_total{outcome="sent"}')).toBe(0);
       down.cut();
       down.drop(false);
-      down.delayMs = 0;
-      up.delayMs = 0;
-
-      const want = await allPoints(leader.server, COLL);
-      expect(want.length).toBe(24 * 20 + 60);
-      await eventually('the member holds the leader\'s exact points', async () => {
-        const got = await allPoints(member.server, COLL);
-        return JSON.stringify(got) === JSON.stringify(want) ? true : `${got.length} of ${want.length} points`;
-      }, 60_000);
+      fast();
+      await holdsLeadersPoints(leader, member);
 
       // One stream, sent whole, resumed after the cut: none failed since, and only a window's chunks went again.
       const after = await metricsOf(leader);
@@ -129,29 +136,19 @@ describe('a snapshot stream cut mid-way', () => {
   it('a member SIGKILLed mid-stream and started again on its data directory goes on with the stream from its partial file', async () => {
     const { members, links, leader, member } = await memberBehind(join(root, 'kill'));
     try {
-      // Slow links both ways, so the member can be killed with part of the image in its file.
-      const down = links.get(`${leader.id}>${member.id}`)!;
-      const up = links.get(`${member.id}>${leader.id}`)!;
-      down.delayMs = 150;
-      up.delayMs = 400;
+      // Slow links, so the member can be killed with part of the image in its file.
+      const { fast } = slowLinks(links, leader.id, member.id);
       await restartMember(member);
       await imageAtLeast(member, 8 * MIB);
       await member.server.stop('SIGKILL');
       const before = await metricsOf(leader);
       expect(metric(before, 'svc_raft_snapshot_streams_total{outcome="sent"}')).toBe(0);
-      down.delayMs = 0;
-      up.delayMs = 0;
+      fast();
       // Within the leader's keep bound (RESUME_KEEP_MS, 30 s from the break): its stream waits for the member.
       // (Its consensus lines at info: the one saying it resumes.)
       member.env = { ...member.env, RUST_LOG: 'warn,svc::raft=info' };
       await restartMember(member);
-
-      const want = await allPoints(leader.server, COLL);
-      expect(want.length).toBe(24 * 20 + 60);
-      await eventually('the member holds the leader\'s exact points', async () => {
-        const got = await allPoints(member.server, COLL);
-        return JSON.stringify(got) === JSON.stringify(want) ? true : `${got.length} of ${want.length} points`;
-      }, 60_000);
+      await holdsLeadersPoints(leader, member);
 
       // One stream, resumed from the partial file: none failed (a new stream from chunk 0 would follow a failed one).
       const after = await metricsOf(leader);
