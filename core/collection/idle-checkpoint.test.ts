@@ -43,6 +43,16 @@ async function powerLoss(fs: FaultyFileSystem, db: Database): Promise<void> {
   fs.restart();
 }
 
+/** A quiet collection (one point, `first`) and an empty busy one, on a database checkpointing every 100 points. */
+async function quietAndBusy(fs: FaultyFileSystem, quiet: string, first: string) {
+  const open = () => Database.open({ dataDir: '/data', masterKey: KEY, fs, buildIndex: buildIndexInline, checkpointPoints: 100 });
+  const db = await open();
+  await db.createCollection({ name: quiet, dim: 4, metric: 'l2', index: 'flat' });
+  await db.upsert(quiet, { points: [{ id: first, vector: [0, 0, 0, 1] }] });
+  await db.createCollection({ name: 'busy', dim: 4, metric: 'l2', index: 'flat' });
+  return { open, db };
+}
+
 describe('an idle collection beside a busy one', () => {
   it('does not keep the WAL: its files are deleted as the busy collection is checkpointed, and everything is there after a reopen', async () => {
     const fs = new FaultyFileSystem(31);
@@ -103,11 +113,8 @@ describe('an idle collection beside a busy one', () => {
     // One WAL file (the default size): the idle collection's one write is in no segment yet, so its
     // checkpoint stays before it (its changes go into a segment only once it keeps an older WAL file),
     // and the replay starts there and reads every record of the busy collection since.
-    const open = () => Database.open({ dataDir: '/data', masterKey: KEY, fs, buildIndex: buildIndexInline, checkpointPoints: 100 });
-    let db = await open();
-    await db.createCollection({ name: 'idle', dim: 4, metric: 'l2', index: 'flat' });
-    await db.upsert('idle', { points: [{ id: 'i0', vector: [0, 0, 0, 1] }] });
-    await db.createCollection({ name: 'busy', dim: 4, metric: 'l2', index: 'flat' });
+    const { open, db: first } = await quietAndBusy(fs, 'idle', 'i0');
+    let db = first;
     for (let b = 0; b < 200; b++) await db.upsert('busy', { points: [{ id: `b${b}`, vector: [b, 1, 1, 1] }] });
     await settle();
     await powerLoss(fs, db);
@@ -129,41 +136,33 @@ describe('an idle collection beside a busy one', () => {
 
   it('moves a quiet collection\'s checkpoint only through what it held when chosen: a write to it while the move waits survives a power loss', async () => {
     const fs = new FaultyFileSystem(33);
-    const open = () => Database.open({ dataDir: '/data', masterKey: KEY, fs, buildIndex: buildIndexInline, checkpointPoints: 100 });
-    let db = await open();
-    await db.createCollection({ name: 'quiet', dim: 4, metric: 'l2', index: 'flat' });
-    await db.upsert('quiet', { points: [{ id: 'q0', vector: [0, 0, 0, 1] }] });
-    await db.createCollection({ name: 'busy', dim: 4, metric: 'l2', index: 'flat' });
-    await db.close();
+    const { open, db: first } = await quietAndBusy(fs, 'quiet', 'q0');
+    await first.close();
     // Reopened: the close put the quiet collection's point in a segment, so it is quiet (nothing outside them).
-    db = await open();
-    /** One-shot gates on the faulty fs: `reached` once the operation is called, it goes on at `release()`. */
-    const gate = (match: (path: string) => boolean) => {
+    let db = await open();
+    /**
+     * A one-shot gate on one operation of the faulty fs, for the first call whose path (`to` of a rename)
+     * matches: `reachedP` resolves once it is called, and it goes on at `release()`.
+     */
+    const gate = (op: 'rename' | 'mkdir', match: string) => {
       let release!: () => void;
       let reached!: () => void;
-      const g = { armed: true, match, held: new Promise<void>((r) => { release = r; }), reachedP: new Promise<void>((r) => { reached = r; }), release: () => release(), reached: () => reached() };
-      return g;
+      const held = new Promise<void>((r) => { release = r; });
+      const reachedP = new Promise<void>((r) => { reached = r; });
+      let armed = true;
+      const real = fs[op].bind(fs) as (...a: unknown[]) => Promise<void>;
+      (fs as unknown as Record<string, unknown>)[op] = async (...args: unknown[]) => {
+        if (armed && args[op === 'rename' ? 1 : 0] === match) {
+          armed = false;
+          reached();
+          await held;
+        }
+        return real(...args);
+      };
+      return { reachedP, release: () => release() };
     };
-    const manifest = gate((to) => to === '/data/manifest');
-    const snapshotDir = gate((p) => p === '/data-snapshots/s1');
-    const rename = fs.rename.bind(fs);
-    const mkdir = fs.mkdir.bind(fs);
-    fs.rename = async (from, to) => {
-      if (manifest.armed && manifest.match(to)) {
-        manifest.armed = false;
-        manifest.reached();
-        await manifest.held;
-      }
-      return rename(from, to);
-    };
-    fs.mkdir = async (path, o) => {
-      if (snapshotDir.armed && snapshotDir.match(path)) {
-        snapshotDir.armed = false;
-        snapshotDir.reached();
-        await snapshotDir.held;
-      }
-      return mkdir(path, o);
-    };
+    const manifest = gate('rename', '/data/manifest');
+    const snapshotDir = gate('mkdir', '/data-snapshots/s1');
     // The busy collection's checkpoint starts at its 100th point and waits at its manifest save.
     for (let i = 0; i < 100; i++) await db.upsert('busy', { points: [{ id: `b${i}`, vector: [i, 1, 1, 1] }] });
     await manifest.reachedP;
