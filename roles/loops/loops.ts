@@ -171,8 +171,13 @@ export async function startLoops(o: LoopsOptions): Promise<Loops> {
         releaseLoopConnections(connections, index);
         // The scratch lanes its views held in the collections' shared memories (a loop that dies never
         // closes them), before a replacement claims its own: else each death would keep one for good.
-        const lanes = o.reads?.releaseLanesOf(thread) ?? 0;
-        if (lanes > 0) log.info({ loop: index, lanes }, "a request loop's scratch lanes went back");
+        // Never in the way of the replacement: a failure here is logged, and the loop replaced anyway.
+        try {
+          const lanes = o.reads?.releaseLanesOf(thread) ?? 0;
+          if (lanes > 0) log.info({ loop: index, lanes }, "a request loop's scratch lanes went back");
+        } catch (e) {
+          log.error({ loop: index, err: (e as Error).message }, "a request loop's scratch lanes could not be given back");
+        }
         if (loops[index] === handle) loops[index] = null;
         if (!closing) {
           log.error({ loop: index, exit_code: code }, 'a request loop ended; starting another on the same ports');

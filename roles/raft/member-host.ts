@@ -254,7 +254,13 @@ export async function startConsensusMember(
       resume: async (id) => {
         const { writer, cutBytes } = await SealedChunkWriter.resume(fs, imagePath(id), sealer, id);
         // The file was synced by resume; its directory entry too, so what it holds outlives a power loss.
-        await fs.fsyncDir(raftDir);
+        try {
+          await fs.fsyncDir(raftDir);
+        } catch (e) {
+          // Its handle closed before the inbox drops the file (else the unlinked file kept its space).
+          await writer.abort().catch(() => undefined);
+          throw e;
+        }
         log('info', 'consensus: resuming an image stream after a restart', { stream: id, chunks_held: writer.chunks, bytes_cut: cutBytes });
         return { sink: sinkOf(writer, id), chunks: writer.chunks };
       },
@@ -289,7 +295,10 @@ export async function startConsensusMember(
     compact: (i) => raftLog.compact(Math.min(i, streams.floor ?? i)),
   };
   // Files kept from before this start that no leader asked for are removed once their time is up.
-  const keptTimer = keptAtStart.length === 0 ? null : setTimeout(() => void removeStaleImages().catch(() => undefined), KEPT_IMAGE_MS + 1000);
+  const keptTimer = keptAtStart.length === 0 ? null : setTimeout(() => {
+    inbox?.expireKept();
+    void removeStaleImages().catch(() => undefined);
+  }, KEPT_IMAGE_MS + 1000);
   keptTimer?.unref();
   const electionTicks = Math.max(3, Math.round(timing.electionMs / tickMs));
   const restoringWatchers: (() => void)[] = [];

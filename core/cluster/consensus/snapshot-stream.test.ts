@@ -647,6 +647,12 @@ describe('snapshot streams', () => {
     d.inbox.onChunk('n1', frame(A, 3, 2));
     await until(() => d.log.acks.length === 1);
     expect(d.log).toMatchObject({ resumed: [], acks: [{ id: A, seq: 0xffff_ffff }] });
+    // The host's timer lets them go whatever the clock reads (a wall clock stepped back).
+    const g = member([A, B]);
+    g.advance(-60_000);
+    g.inbox.expireKept();
+    expect(g.inbox.inUse(0)).toEqual(new Set());
+    expect(g.log.dropped).toEqual([A, B]);
 
     // A kept file holding no whole chunk: nothing held, the file removed.
     const e = member([A], 0);

@@ -794,6 +794,11 @@ export class SnapshotInbox {
     return ids;
   }
 
+  /** The kept files' time is up (the host's timer, whatever the wall clock did meanwhile): let them go. */
+  expireKept(): void {
+    this.dropKept();
+  }
+
   private abandon(s: InStream): void {
     s.failed = true;
     if (this.in.get(s.from) === s) this.in.delete(s.from);
