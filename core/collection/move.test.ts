@@ -343,7 +343,7 @@ describe('a node as the source of a rebalance move', () => {
       last = d.log.lastSeq;
       // What every build's open decodes (finishInterrupted): each 'db' record from the first retained seq,
       // whatever the replay range. One kind it does not know refuses its open.
-      for await (const r of d.log.readFrom(first, { keyIds: new Set(['db']) })) dbKinds.push((decodeOp(r.body!) as Op | DbOp).t);
+      for await (const r of d.log.readFrom(first, { want: (keyId) => keyId === 'db' })) dbKinds.push((decodeOp(r.body!) as Op | DbOp).t);
       // And nothing at all is left: a move's commit (a delete carrying its cursor) is gone with the rest.
       for await (const r of d.log.readFrom(first)) {
         const op = decodeOp(r.body!) as Op | DbOp;

@@ -34,9 +34,9 @@ export interface CommitLog {
   readonly firstRetainedSeq: number;
   /**
    * Every retained record from `seq` up to the last durable one at the time of the call, in order;
-   * `keyIds` skips others. Throws not_found when `seq` is below firstRetainedSeq.
+   * those `want` returns false for are skipped, unopened. Throws not_found when `seq` is below firstRetainedSeq.
    */
-  readFrom(seq: number, opts?: { keyIds?: ReadonlySet<string> }): AsyncIterable<LogRecord>;
+  readFrom(seq: number, opts?: { want?: (keyId: string, seq: number) => boolean }): AsyncIterable<LogRecord>;
   /**
    * Resolves once `lastSeq >= seq` (woken by the group commit that made it durable), or at once when
    * `signal` aborts or the log closes: callers check their own state again. Rejects when the log failed

@@ -454,7 +454,7 @@ describe('DataDir: a clean close seals a move\'s records (sealMoveRecords)', () 
   /** Every retained 'db' record's kind, decoded as every build's open decodes them (finishInterrupted). */
   async function dbKinds(d: DataDir): Promise<string[]> {
     const kinds: string[] = [];
-    for await (const r of d.log.readFrom(d.log.firstRetainedSeq, { keyIds: new Set(['db']) })) kinds.push(decodeOp(r.body!).t);
+    for await (const r of d.log.readFrom(d.log.firstRetainedSeq, { want: (keyId) => keyId === 'db' })) kinds.push(decodeOp(r.body!).t);
     return kinds;
   }
 

@@ -279,7 +279,7 @@ export class DataDir implements Keyring {
   private async finishInterrupted(): Promise<void> {
     const creates = new Map<string, { seq: number; name: string; params: object; createdSeq: number }>();
     const dropped = new Set<string>();
-    for await (const r of this.wal.readFrom(this.wal.firstRetainedSeq, { keyIds: new Set(['db']) })) {
+    for await (const r of this.wal.readFrom(this.wal.firstRetainedSeq, { want: (keyId) => keyId === 'db' })) {
       const op = this.decode(r.body!, r.seq);
       if (op.t === 'create_collection') creates.set(op.uid, { seq: r.seq, name: op.name, params: op.params, createdSeq: op.origin_seq ?? r.seq });
       else if (op.t === 'drop_collection') dropped.add(op.uid);

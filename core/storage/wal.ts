@@ -660,11 +660,11 @@ export class Wal implements CommitLog {
 
   /**
    * Every retained record from `seq` up to the last durable one at the time of the call, in order.
-   * Bodies are opened with the keyring; a body whose key is gone comes back null. `keyIds` skips others;
-   * so does `want` when it returns false, asked just before a record is opened (an open's replay skips
-   * what the segments hold without decrypting it).
+   * Bodies are opened with the keyring; a body whose key is gone comes back null. A record `want`
+   * returns false for is skipped, asked just before it would be opened (an open's replay skips what the
+   * segments hold without decrypting it).
    */
-  async *readFrom(seq: number, opts: { keyIds?: ReadonlySet<string>; want?: (keyId: string, seq: number) => boolean } = {}): AsyncIterable<WalRecord> {
+  async *readFrom(seq: number, opts: { want?: (keyId: string, seq: number) => boolean } = {}): AsyncIterable<WalRecord> {
     const first = this.firstRetainedSeq;
     if (seq < first) {
       throw new SvcError('not_found', `seq ${seq} is no longer retained (first retained seq is ${first})`, { firstRetainedSeq: first });
@@ -676,7 +676,6 @@ export class Wal implements CommitLog {
       for (let i = this.recentHead + (seq - cached); i < this.recent.length; i++) {
         const r = this.recent[i];
         if (r.seq > limit) break;
-        if (opts.keyIds !== undefined && !opts.keyIds.has(r.keyId)) continue;
         if (opts.want !== undefined && !opts.want(r.keyId, r.seq)) continue;
         const open = this.opts.keyring.sealerFor(r.keyId) !== undefined;
         yield { seq: r.seq, keyId: r.keyId, body: open ? r.body : null };
@@ -700,7 +699,6 @@ export class Wal implements CommitLog {
         for await (const r of scanFrames(h, path, f.firstSeq, false, f.bytes, from.offset > FILE_HEADER_BYTES ? from : undefined)) {
           if (r.seq < seq) continue;
           if (r.seq > limit) break;
-          if (opts.keyIds !== undefined && !opts.keyIds.has(r.keyId)) continue;
           if (opts.want !== undefined && !opts.want(r.keyId, r.seq)) continue;
           yield { seq: r.seq, keyId: r.keyId, body: this.openBody(r, path) };
         }

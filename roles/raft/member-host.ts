@@ -67,6 +67,9 @@ export interface ConsensusHost {
 
 /** An image streamed to this member, in `<data dir>/raft/image-<stream id>.img` until a newer snapshot replaces it. */
 const IMAGE_SUFFIX = '.img';
+/** The stream id an image file's name carries (`image-<id>.img`), or null for another file. */
+const imageIdOf = (name: string): string | null =>
+  (name.startsWith('image-') && name.endsWith(IMAGE_SUFFIX) ? name.slice('image-'.length, -IMAGE_SUFFIX.length) : null);
 
 /** Codes a command's apply refuses with on every member alike (Database.applyCommand): the write's answer. */
 const DETERMINISTIC = new Set(['already_exists', 'not_found', 'invalid_argument']);
@@ -138,8 +141,8 @@ export async function startConsensusMember(
     const ref = decodeImageRef(persisted.data);
     if (ref !== null) keep.add(ref.id);
     for (const name of names) {
-      if (!name.startsWith('image-') || !name.endsWith(IMAGE_SUFFIX)) continue;
-      if (!keep.has(name.slice('image-'.length, -IMAGE_SUFFIX.length))) await fs.unlink(join(raftDir, name)).catch(() => undefined);
+      const id = imageIdOf(name);
+      if (id !== null && !keep.has(id)) await fs.unlink(join(raftDir, name)).catch(() => undefined);
     }
   };
   let inbox: SnapshotInbox | null = null;
@@ -147,8 +150,8 @@ export async function startConsensusMember(
   // restarted). Their leader may still hold the stream and go on from the chunks the file holds.
   const startRef = decodeImageRef(raftLog.snapshot().data);
   const keptAtStart = (await fs.readdir(raftDir))
-    .map((n) => /^image-([0-9a-f]{32})\.img$/.exec(n)?.[1])
-    .filter((id): id is string => id !== undefined && id !== startRef?.id);
+    .map(imageIdOf)
+    .filter((id): id is string => id !== null && id !== startRef?.id);
   const snap = raftLog.snapshot();
   if (applied < snap.meta.index && snap.data.length === 0) {
     // A marker is recorded only at an index already durable in the database: this one is not.
