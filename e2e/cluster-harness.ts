@@ -72,7 +72,10 @@ export async function caughtUp(leader: Server, follower: Server, ms = 30_000): P
 /**
  * A TCP proxy on 127.0.0.1 to a target port, with faults: `cut()` closes every connection now,
  * `refuse(true)` closes new ones at once, `delayMs` holds each chunk in both directions, `drop(true)`
- * swallows bytes (a connection that hangs). Bounded: every socket it made goes at `close()`.
+ * swallows bytes (a connection that hangs, until bytes flow again mid-frame), `hang()` stops every
+ * connection made so far for good without closing it (reads nothing, forwards nothing: what a partition
+ * or a peer gone from its address leaves a TCP connection as; new connections work). Bounded: every
+ * socket it made goes at `close()`.
  *
  * With `mirrorRefusal`, a target that refuses a connection (its process is gone) makes the proxy stop
  * listening until the target listens again, so that the proxy's address refuses connections too, as a
@@ -158,11 +161,29 @@ export class FaultProxy {
     });
   }
 
+  /**
+   * Forwards `from`'s bytes to `to`, each chunk `delayMs` after it came and never before one that came
+   * earlier: a delay lowered while chunks wait (a link made fast again) must not reorder the stream.
+   */
   private pipe(from: Socket, to: Socket): void {
+    const waiting: { due: number; chunk: Buffer }[] = [];
+    let timer: NodeJS.Timeout | null = null;
+    const drain = (): void => {
+      timer = null;
+      while (waiting.length > 0 && waiting[0].due <= Date.now()) {
+        const { chunk } = waiting.shift()!;
+        if (!to.destroyed) to.write(chunk);
+      }
+      if (waiting.length > 0) timer = setTimeout(drain, waiting[0].due - Date.now());
+    };
     from.on('data', (chunk: Buffer) => {
       if (this.dropping) return;
-      if (this.delayMs === 0) to.write(chunk);
-      else setTimeout(() => { if (!to.destroyed) to.write(chunk); }, this.delayMs);
+      if (this.delayMs === 0 && waiting.length === 0) {
+        to.write(chunk);
+        return;
+      }
+      waiting.push({ due: Date.now() + this.delayMs, chunk });
+      if (timer === null) timer = setTimeout(drain, waiting[0].due - Date.now());
     });
   }
 
@@ -200,6 +221,13 @@ export class FaultProxy {
 
   drop(on: boolean): void {
     this.dropping = on;
+  }
+
+  hang(): void {
+    for (const s of this.sockets) {
+      s.removeAllListeners('data');
+      s.pause();
+    }
   }
 
   async close(): Promise<void> {

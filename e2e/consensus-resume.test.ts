@@ -133,6 +133,29 @@ describe('a snapshot stream cut mid-way', () => {
     }
   }, 180_000);
 
+  it('a connection that hangs mid-stream (no FIN, no RST) is found by its pings, dialled again, and the stream goes on from where the member is', async () => {
+    const { members, links, leader, member } = await memberBehind(join(root, 'hang'));
+    try {
+      const { down, fast } = slowLinks(links, leader.id, member.id);
+      await restartMember(member);
+      await imageAtLeast(member, 10 * MIB);
+      // (fast() below reorders nothing: the proxy keeps each direction's bytes in order as it speeds up.)
+      // The leader's connection to the member freezes both ways and stays open, as a partition leaves it:
+      // TCP alone would retransmit into it for minutes, and every chunk and probe would sit there.
+      down.hang();
+      fast();
+      await holdsLeadersPoints(leader, member);
+      const after = await metricsOf(leader);
+      expect(metric(after, 'svc_raft_hung_connections_total')).toBeGreaterThanOrEqual(1);
+      expect(metric(after, 'svc_raft_snapshot_streams_total{outcome="sent"}')).toBe(1);
+      expect(metric(after, 'svc_raft_snapshot_streams_total{outcome="failed"}')).toBe(0);
+      expect(metric(after, 'svc_raft_snapshot_stream_resumes_total')).toBeGreaterThanOrEqual(1);
+      for (const l of links.values()) await l.close();
+    } finally {
+      await Promise.all(members.map((m) => m.server.stop('SIGKILL')));
+    }
+  }, 180_000);
+
   it('a member SIGKILLed mid-stream and started again on its data directory goes on with the stream from its partial file', async () => {
     const { members, links, leader, member } = await memberBehind(join(root, 'kill'));
     try {

@@ -5,10 +5,12 @@ import fc from 'fast-check';
 import type { Message } from '../../core/cluster/raft/index.js';
 import { decodeMessages, encodeMessages } from '../../core/cluster/raft-wire/codec.js';
 import { encodeFrame, FrameDecoder, FrameType } from '../../core/cluster/raft-wire/frame.js';
-import { authKey, decodeChallenge, decodeHello, decodeProof, encodeChallenge, encodeHello, nonceVersions, proof, proofMatches, type NonceVersions } from '../../core/cluster/raft-wire/handshake.js';
+import {
+  authKey, decodeChallenge, decodeHello, decodeProof, encodeChallenge, encodeHello, nonceLinkVersion, nonceVersions, proof, proofMatches, versionedNonce, type NonceVersions,
+} from '../../core/cluster/raft-wire/handshake.js';
 import { freePort } from '../testing/free-port.js';
 import { WriteForwarder } from '../../core/cluster/consensus/forward.js';
-import { RaftTransport, type RaftPeer, type RaftTransportOptions } from './transport.js';
+import { LINK_VERSION, RaftTransport, type RaftPeer, type RaftTransportOptions } from './transport.js';
 
 const SECRET = Buffer.from('correct horse battery staple, 32+ chars');
 const open: RaftTransport[] = [];
@@ -394,5 +396,148 @@ describe('RaftTransport: versions in the handshake', () => {
     await t.start();
     await until('the handshake with the older acceptor', () => proved && t.stats.handshakes === 1);
     expect(heard).toEqual([null]);
+  });
+});
+
+describe('RaftTransport: a connection that hangs', () => {
+  const V = { command: 3, stream: 2 };
+  const FAST = { backoffBaseMs: 10, backoffMaxMs: 100, handshakeTimeoutMs: 1000, pingIntervalMs: 30, linkDeadMs: 400 };
+  const hung: net.Socket[] = [];
+  afterEach(() => {
+    for (const x of hung.splice(0)) x.destroy();
+  });
+
+  /**
+   * A TCP relay to `target`: `hang()` makes every connection through it so far forward nothing either
+   * way and close nothing, as a partition or a peer gone from its address (no FIN, no RST) leaves them;
+   * connections made after it work.
+   */
+  async function relay(target: number): Promise<{ port: number; hang: () => void }> {
+    const pairs: [net.Socket, net.Socket][] = [];
+    const server = net.createServer((c) => {
+      const u = net.connect({ host: '127.0.0.1', port: target });
+      for (const x of [c, u]) x.on('error', () => undefined);
+      c.pipe(u);
+      u.pipe(c);
+      c.on('close', () => u.destroy());
+      u.on('close', () => c.destroy());
+      pairs.push([c, u]);
+    });
+    servers.push(server);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', () => r()));
+    return {
+      port: (server.address() as net.AddressInfo).port,
+      hang: () => {
+        for (const [c, u] of pairs.splice(0)) {
+          c.unpipe(u);
+          u.unpipe(c);
+          c.pause();
+          u.pause();
+          hung.push(c, u);
+        }
+      },
+    };
+  }
+
+  /** n1 dials n2 through a relay; n2 dials n1 directly. */
+  async function viaRelay(versions: NonceVersions | null = V): Promise<{ n1: Member; n2: Member; relay: { hang: () => void }; lost: string[] }> {
+    const [p1, p2] = [await freePort(), await freePort()];
+    const r = await relay(p2);
+    const lost: string[] = [];
+    const make = (id: string, port: number, peers: RaftPeer[], onPeerLost?: (p: string) => void): Member => {
+      const got: Message[] = [];
+      const t = new RaftTransport({
+        id, listen: { host: '127.0.0.1', port }, peers, secret: SECRET, tls: null, insecure: false, versions, onMessage: (m) => got.push(m), limits: FAST,
+        ...(onPeerLost === undefined ? {} : { onPeerLost }),
+      });
+      open.push(t);
+      return { t, got };
+    };
+    const n1 = make('n1', p1, [{ id: 'n1', host: '127.0.0.1', port: p1 }, { id: 'n2', host: '127.0.0.1', port: r.port }], (p) => lost.push(p));
+    const n2 = make('n2', p2, [{ id: 'n1', host: '127.0.0.1', port: p1 }, { id: 'n2', host: '127.0.0.1', port: p2 }]);
+    await Promise.all([n1.t.start(), n2.t.start()]);
+    await sendUntil(n1.t, () => [hb('n1', 'n2', 1)], () => n2.got.length > 0);
+    return { n1, n2, relay: r, lost };
+  }
+
+  it('is closed once it answers no ping for linkDeadMs, dialled again, and the peer gets what is sent after', async () => {
+    const { n1, n2, relay: r, lost } = await viaRelay();
+    r.hang();
+    const t0 = performance.now();
+    // Without pings this connection would hang on (TCP retransmits for about 15 minutes): term 2 would never arrive.
+    await sendUntil(n1.t, () => [hb('n1', 'n2', 2)], () => n2.got.some((m) => m.term === 2));
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(FAST.linkDeadMs - 50);
+    expect(n1.t.stats.deadLinks).toBe(1);
+    expect(lost).toEqual(['n2']);
+    expect(n1.t.stats.handshakes).toBe(2);
+  });
+
+  it('an idle connection whose peer answers its pings stays up, however long', async () => {
+    const { n1, n2 } = await viaRelay();
+    await new Promise((r) => setTimeout(r, 6 * FAST.linkDeadMs));
+    expect(n1.t.stats.deadLinks + n2.t.stats.deadLinks).toBe(0);
+    expect(n1.t.stats.handshakes).toBe(1);
+    expect(n2.t.stats.handshakes).toBe(1);
+  });
+
+  it('a peer that does not say it answers pings (an older build) is sent none, and its connection is never closed for silence', async () => {
+    // Stands in for the build before pings: it advertises versions without the link mark, and closes a
+    // connection on a frame type it does not know.
+    const port = await freePort();
+    const key = authKey(SECRET);
+    const types: number[] = [];
+    let closedByUs = false;
+    const server = net.createServer((s) => {
+      const d = new FrameDecoder();
+      let hello: ReturnType<typeof decodeHello> | null = null;
+      let proved = false;
+      const nonceB = versionedNonce(V);
+      s.on('data', (c: Buffer) => {
+        for (const f of d.push(c)) {
+          if (hello === null) {
+            hello = decodeHello(f.payload);
+            s.write(encodeFrame(FrameType.challenge, encodeChallenge(nonceB, proof(key, 'acceptor', hello.from, hello.to, hello.nonce, nonceB))));
+          } else if (!proved) {
+            proved = proofMatches(proof(key, 'dialer', hello.from, hello.to, hello.nonce, nonceB), decodeProof(f.payload));
+          } else {
+            types.push(f.type);
+          }
+        }
+      });
+      s.on('close', () => { closedByUs = true; });
+      s.on('error', () => undefined);
+    });
+    servers.push(server);
+    await new Promise<void>((r) => server.listen(port, '127.0.0.1', () => r()));
+    const t = new RaftTransport({
+      id: 'a', listen: { host: '127.0.0.1', port: await freePort() }, peers: [{ id: 'a', host: '127.0.0.1', port: 0 }, { id: 'old', host: '127.0.0.1', port }],
+      secret: SECRET, tls: null, insecure: false, versions: V, onMessage: () => undefined, limits: FAST,
+    });
+    open.push(t);
+    await t.start();
+    await until('the handshake with the older acceptor', () => t.stats.handshakes === 1);
+    const end = Date.now() + 4 * FAST.linkDeadMs;
+    while (Date.now() < end) {
+      t.send([hb('a', 'old', 1)]);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(types.length).toBeGreaterThan(0);
+    expect(new Set(types)).toEqual(new Set([FrameType.messages]));
+    expect(t.stats.deadLinks).toBe(0);
+    expect(t.stats.handshakes).toBe(1);
+    expect(closedByUs).toBe(false);
+  });
+
+  it('the link version rides in the nonce after the versions, and a nonce without its mark reads as 0', () => {
+    const withLink = versionedNonce(V, LINK_VERSION);
+    expect(nonceVersions(withLink)).toEqual(V);
+    expect(nonceLinkVersion(withLink)).toBe(1);
+    // The bytes an older build reads are where they were.
+    expect(withLink.subarray(0, 10)).toEqual(versionedNonce(V).subarray(0, 10));
+    expect(nonceLinkVersion(versionedNonce(V))).toBe(0);
+    expect(nonceLinkVersion(randomBytes(32))).toBe(0);
+    expect(nonceLinkVersion(versionedNonce(null, LINK_VERSION))).toBe(0);
+    // Fresh every time.
+    expect(versionedNonce(V, LINK_VERSION).equals(versionedNonce(V, LINK_VERSION))).toBe(false);
   });
 });

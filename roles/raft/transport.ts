@@ -5,7 +5,7 @@ import type { Message, MessageHandler, NodeId, Transport } from '../../core/clus
 import { decodeMessages, encodeMessages, encodedMessageBytes, WireError, WIRE_BATCH_MESSAGES_MAX } from '../../core/cluster/raft-wire/codec.js';
 import { encodeFrame, FrameDecoder, FrameType, HANDSHAKE_FRAME_BYTES_MAX, RAFT_FRAME_BYTES_MAX, type Frame } from '../../core/cluster/raft-wire/frame.js';
 import {
-  authKey, decodeChallenge, decodeHello, decodeProof, encodeChallenge, encodeHello, nonceVersions, proof, proofMatches, versionedNonce, type NonceVersions,
+  authKey, decodeChallenge, decodeHello, decodeProof, encodeChallenge, encodeHello, nonceLinkVersion, nonceVersions, proof, proofMatches, versionedNonce, type NonceVersions,
 } from '../../core/cluster/raft-wire/handshake.js';
 import { isLoopback } from '../config.js';
 
@@ -37,9 +37,21 @@ import { isLoopback } from '../config.js';
  *   said (null: nothing, an older build) goes to `onPeerVersions`, from either direction.
  * - A malformed or oversize frame, a failed handshake, a message naming other members: the connection
  *   is closed and the reason counted (`rejected`); nothing a peer sends can throw out of this class.
+ * - A connection that hangs (the peer's machine gone, or the peer moved to another address, without a
+ *   FIN or RST; a partition): TCP would keep it open, retransmitting into the void, for up to about 15
+ *   minutes (Linux's tcp_retries2), and every message to the peer would sit in it. So the dialer sends a
+ *   `ping` frame every `pingIntervalMs` and the peer answers `pong` on the same connection; a connection
+ *   that has had no pong and drained nothing for `linkDeadMs` is closed (`deadLinks`) and dialled again,
+ *   as any lost connection is: the peer's address is resolved anew, and what waited on the link (a
+ *   snapshot stream: it resumes) sees a break. gRPC's keepalive and etcd's stream read timeouts do the
+ *   same. Only to a peer whose handshake said it answers (link version 1, in its nonce): an older build
+ *   would close the connection at the unknown frame.
  */
 
 const INBOUND_KEEPALIVE_MS = 10_000;
+/** The transport link version this build speaks: 1 answers `ping` with `pong`. */
+export const LINK_VERSION = 1;
+const EMPTY = Buffer.alloc(0);
 /** A connection that lasted this long is dialled again at once when it ends (PeerLink.lost). */
 const REDIAL_AT_ONCE_AFTER_MS = 1000;
 
@@ -67,6 +79,10 @@ export interface RaftTransportLimits {
   readonly inboundConnectionsMax: number;
   readonly backoffBaseMs: number;
   readonly backoffMaxMs: number;
+  /** How often a dialer asks a peer that answers pings whether the connection still reaches it. */
+  readonly pingIntervalMs: number;
+  /** A connection with no pong and nothing drained for this long hangs: it is closed and dialled again. */
+  readonly linkDeadMs: number;
 }
 
 export const RAFT_TRANSPORT_LIMITS: RaftTransportLimits = Object.freeze({
@@ -78,6 +94,10 @@ export const RAFT_TRANSPORT_LIMITS: RaftTransportLimits = Object.freeze({
   inboundConnectionsMax: 64,
   backoffBaseMs: 50,
   backoffMaxMs: 2000,
+  pingIntervalMs: 1000,
+  // Ten pings: well past a busy peer's pause (a loaded event loop, a stop of a second or two), well
+  // short of TCP's own give-up.
+  linkDeadMs: 10_000,
 });
 
 export interface RaftTransportOptions {
@@ -121,6 +141,8 @@ export interface RaftTransportStats {
   reconnects: number;
   /** Dials a peer's address refused (onPeerRefused). */
   refusedDials: number;
+  /** Connections closed because they hung: no pong and nothing drained for linkDeadMs. */
+  deadLinks: number;
   dropped: { queueFull: number; notConnected: number; tooLarge: number; unknownPeer: number };
   rejected: { malformed: number; oversize: number; auth: number; misaddressed: number; handshakeTimeout: number; tooManyConnections: number; tls: number };
 }
@@ -135,7 +157,7 @@ class Rejected extends Error {
 
 export class RaftTransport implements Transport {
   readonly stats: RaftTransportStats = {
-    messagesSent: 0, messagesReceived: 0, framesSent: 0, bytesSent: 0, handshakes: 0, reconnects: 0, refusedDials: 0,
+    messagesSent: 0, messagesReceived: 0, framesSent: 0, bytesSent: 0, handshakes: 0, reconnects: 0, refusedDials: 0, deadLinks: 0,
     dropped: { queueFull: 0, notConnected: 0, tooLarge: 0, unknownPeer: 0 },
     rejected: { malformed: 0, oversize: 0, auth: 0, misaddressed: 0, handshakeTimeout: 0, tooManyConnections: 0, tls: 0 },
   };
@@ -266,9 +288,9 @@ export class RaftTransport implements Transport {
     }
   }
 
-  /** A fresh nonce carrying this member's versions. */
+  /** A fresh nonce carrying this member's versions (and the link version: with versions only, as a build before links had none). */
   nonce(): Buffer {
-    return versionedNonce(this.options.versions ?? null);
+    return versionedNonce(this.options.versions ?? null, LINK_VERSION);
   }
 
   peerVersions(peer: NodeId, nonce: Uint8Array): void {
@@ -324,6 +346,11 @@ export class RaftTransport implements Transport {
     socket.on('error', () => undefined);
     const onFrame = (f: Frame): void => {
       if (state === 'ready') {
+        if (f.type === FrameType.ping) {
+          if (f.payload.length !== 0) throw new WireError('a ping with a payload');
+          socket.write(encodeFrame(FrameType.pong, EMPTY));
+          return;
+        }
         if (f.type === FrameType.forward && this.options.onForward !== undefined) {
           this.options.onForward(f.payload, peer!);
           return;
@@ -425,6 +452,11 @@ class PeerLink {
   private mayHurry = true;
   /** When the connection last became ready (performance.now()). */
   private readyAt = -Infinity;
+  /** Whether the peer called answers pings (its challenge's link version); pings go only then. */
+  private pinging = false;
+  private pingTimer: NodeJS.Timeout | null = null;
+  /** When the connection last showed it reaches the peer: ready, a pong, a drain (performance.now()). */
+  private aliveAt = -Infinity;
 
   constructor(private readonly t: RaftTransport, private readonly peer: RaftPeer) {}
 
@@ -476,6 +508,10 @@ class PeerLink {
     socket.on('data', (chunk: Buffer) => {
       try {
         for (const f of decoder.push(chunk)) {
+          if (f.type === FrameType.pong && this.state === 'ready' && this.pinging && f.payload.length === 0) {
+            this.aliveAt = performance.now();
+            continue;
+          }
           if (this.state !== 'connecting' || f.type !== FrameType.challenge) throw new WireError(`frame type ${f.type} from the peer called`);
           const c = decodeChallenge(f.payload);
           const key = this.t.authKey;
@@ -485,6 +521,7 @@ class PeerLink {
           socket.write(encodeFrame(FrameType.proof, proof(key, 'dialer', o.id, this.peer.id, nonceA, c.nonce)));
           clearTimeout(handshakeTimer);
           this.t.peerVersions(this.peer.id, c.nonce);
+          this.pinging = nonceLinkVersion(c.nonce) >= 1;
           this.ready();
         }
       } catch (e) {
@@ -492,6 +529,7 @@ class PeerLink {
       }
     });
     socket.on('drain', () => {
+      this.aliveAt = performance.now();
       this.waitingDrain = false;
       this.flush();
     });
@@ -528,9 +566,15 @@ class PeerLink {
   private ready(): void {
     this.state = 'ready';
     this.readyAt = performance.now();
+    this.aliveAt = this.readyAt;
     this.attempts = 0;
     this.mayHurry = true;
     this.t.stats.handshakes++;
+    if (this.pinging) {
+      const socket = this.socket!;
+      this.pingTimer = setInterval(() => this.ping(socket), this.t.lim.pingIntervalMs);
+      this.pingTimer.unref();
+    }
     this.flush();
     // A waiter's send may end the connection: those not called yet wait on for the next one.
     for (const w of [...this.waiters]) {
@@ -544,8 +588,30 @@ class PeerLink {
     }
   }
 
+  /**
+   * Every pingIntervalMs while the connection is up: closes it when it has shown nothing for linkDeadMs
+   * (it hangs: see the file's comment), else asks again. The close is a lost connection like any other.
+   */
+  private ping(socket: net.Socket): void {
+    if (this.socket !== socket || this.state !== 'ready') return;
+    const silentMs = performance.now() - this.aliveAt;
+    if (silentMs >= this.t.lim.linkDeadMs) {
+      this.t.stats.deadLinks++;
+      this.t.log('raft transport: a connection to a peer hangs (no answer to pings); dialling again', { peer: this.peer.id, silent_ms: Math.round(silentMs) });
+      socket.destroy();
+      return;
+    }
+    if (!socket.write(encodeFrame(FrameType.ping, EMPTY))) this.waitingDrain = true;
+  }
+
+  private stopPings(): void {
+    if (this.pingTimer !== null) clearInterval(this.pingTimer);
+    this.pingTimer = null;
+  }
+
   /** The connection ended: drop what waited for it and dial again after a jittered backoff. */
   private lost(): void {
+    this.stopPings();
     this.socket = null;
     const wasReady = this.state === 'ready';
     if (wasReady) this.t.peerLost(this.peer.id);
@@ -614,6 +680,7 @@ class PeerLink {
 
   close(): void {
     this.state = 'closed';
+    this.stopPings();
     this.waiters.clear();
     if (this.timer !== null) clearTimeout(this.timer);
     this.socket?.destroy();

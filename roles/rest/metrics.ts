@@ -33,7 +33,7 @@ export interface ConsensusMetricsSource {
   /** Times this member stopped waiting for a leader whose address refused connections (Raft.leaderGone). */
   leaderGone: number;
   transport: {
-    messagesSent: number; messagesReceived: number; bytesSent: number; reconnects: number;
+    messagesSent: number; messagesReceived: number; bytesSent: number; reconnects: number; deadLinks: number;
     dropped: Readonly<Record<string, number>>; rejected: Readonly<Record<string, number>>;
   };
   forward: { forwarded: number; served: number; malformed: number; unanswered: number };
@@ -220,6 +220,7 @@ function consensusSeries(registry: Registry, read: () => ConsensusMetricsSource)
   counter('svc_raft_bytes_sent_total', 'Bytes of consensus frames this member sent', [], (s) => ({ '': s.transport.bytesSent }));
   counter('svc_raft_leader_gone_total', 'Times this member ended its leader\'s lease early: the leader\'s address refused connections (its process was gone) and it missed a heartbeat', [], (s) => ({ '': s.leaderGone }));
   counter('svc_raft_reconnects_total', 'Times this member dialled a peer again after losing its connection', [], (s) => ({ '': s.transport.reconnects }));
+  counter('svc_raft_hung_connections_total', 'Connections to a peer this member closed because they hung (no answer to its pings for 10 s) and dialled again', [], (s) => ({ '': s.transport.deadLinks }));
   counter('svc_raft_dropped_total', 'Consensus messages dropped before sending (a full queue, a peer not connected, too large): Raft sends again',
     ['reason'], (s) => snakeKeys(s.transport.dropped));
   counter('svc_raft_rejected_total', 'Inbound consensus connections closed for what they sent (malformed, oversize, auth, tls, ...)',

@@ -16,9 +16,11 @@ export const HANDSHAKE_FRAME_BYTES_MAX = 4096;
 /**
  * `forward`: a write a follower member hands to its leader, or the leader's answer
  * (core/cluster/consensus/forward.ts). `snapshotChunk` and `snapshotAck`: a database image streamed to a
- * member, and its acknowledgements (core/cluster/consensus/snapshot-stream.ts).
+ * member, and its acknowledgements (core/cluster/consensus/snapshot-stream.ts). `ping` and `pong`
+ * (empty): the dialer asks whether its connection still reaches the peer, which answers on the same
+ * connection (roles/raft/transport.ts, "A connection that hangs"); only to a peer that said it answers.
  */
-export const FrameType = { hello: 1, challenge: 2, proof: 3, messages: 4, forward: 5, snapshotChunk: 6, snapshotAck: 7 } as const;
+export const FrameType = { hello: 1, challenge: 2, proof: 3, messages: 4, forward: 5, snapshotChunk: 6, snapshotAck: 7, ping: 8, pong: 9 } as const;
 export type FrameTypeCode = (typeof FrameType)[keyof typeof FrameType];
 const KNOWN = new Set<number>(Object.values(FrameType));
 

@@ -20,7 +20,13 @@ import { WireError, WIRE_STRING_BYTES_MAX } from './codec.js';
  * random bytes it always was (it only hashes it into the proofs), so it connects as before; this build
  * reads a nonce without the mark (an older build's, all random: the mark's 64 bits match by chance once
  * in 2^64) as "no versions". Both nonces are in both proofs, so with a secret a relay cannot change what
- * a member advertises without failing the handshake; 176 random bits keep the nonce fresh.
+ * a member advertises without failing the handshake.
+ *
+ * A nonce with versions may also say the transport's link version (the frames a connection carries
+ * besides messages: 1 answers `ping` with `pong`), as a second mark after the first:
+ * `'svc-ver1' | command u8 | stream u8 | 'svc-lnk1' | link u8 | 13 random bytes`. A build before it
+ * (the first mark alone) put random bytes there, so without the second mark the link version is 0; 104
+ * random bits keep the nonce fresh.
  */
 
 export const NONCE_BYTES = 32;
@@ -61,19 +67,35 @@ export interface NonceVersions {
 
 const VERSIONS_MARK = Buffer.from('svc-ver1', 'latin1');
 
+const LINK_MARK = Buffer.from('svc-lnk1', 'latin1');
+const LINK_AT = VERSIONS_MARK.length + 2;
+
 /**
- * A fresh nonce carrying `versions` (each 0 to 255); null: all random, as builds before versions made
- * them (tests stand in for such a build with it).
+ * A fresh nonce carrying `versions` (each 0 to 255) and, when above 0, the transport's `link` version;
+ * null: all random, as builds before versions made them (tests stand in for such a build with it).
  */
-export function versionedNonce(versions: NonceVersions | null): Buffer {
+export function versionedNonce(versions: NonceVersions | null, link = 0): Buffer {
   const n = randomBytes(NONCE_BYTES);
   if (versions === null) return n;
   assert(Number.isInteger(versions.command) && versions.command >= 0 && versions.command <= 255, 'a command version is a byte');
   assert(Number.isInteger(versions.stream) && versions.stream >= 0 && versions.stream <= 255, 'a stream version is a byte');
+  assert(Number.isInteger(link) && link >= 0 && link <= 255, 'a link version is a byte');
   VERSIONS_MARK.copy(n, 0);
   n[VERSIONS_MARK.length] = versions.command;
   n[VERSIONS_MARK.length + 1] = versions.stream;
+  if (link > 0) {
+    LINK_MARK.copy(n, LINK_AT);
+    n[LINK_AT + LINK_MARK.length] = link;
+  }
   return n;
+}
+
+/** The transport link version a peer's nonce carries: 0 when it carries none (an older build's). */
+export function nonceLinkVersion(nonce: Uint8Array): number {
+  if (nonceVersions(nonce) === null) return 0;
+  const b = Buffer.from(nonce.buffer, nonce.byteOffset, nonce.byteLength);
+  if (!b.subarray(LINK_AT, LINK_AT + LINK_MARK.length).equals(LINK_MARK)) return 0;
+  return b[LINK_AT + LINK_MARK.length];
 }
 
 /** The versions a peer's nonce carries; null when it carries none (an older build's). */
