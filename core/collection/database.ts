@@ -243,7 +243,8 @@ export class Database {
     const workers = opts.searchWorkers ?? 0;
     if (!Number.isInteger(workers) || workers < 0) throw invalidArgument(`searchWorkers must be a non-negative integer, got ${workers}`);
     this.buildIndex = indexBuilderInWorkers(opts.buildWorkers ?? defaultBuildWorkers(availableParallelism(), workers), workers);
-    this.pool = workers > 0 ? new SearchPool({ workers }) : null;
+    // The pool's clock times its respawn bound; its log tells of a worker that died and its replacement.
+    this.pool = workers > 0 ? new SearchPool({ workers, clock: this.clock, log: this.log }) : null;
     this.dispatch = new SearchDispatch({ quietMs: opts.searchPoolIdleMs });
   }
 

@@ -1,4 +1,5 @@
 import { Worker } from 'node:worker_threads';
+import { systemClock, type Clock } from '../base/clock.js';
 import { SvcError } from '../base/errors.js';
 import type { SearchResult } from '../index/flat.js';
 import type { Hnsw, HnswData } from '../index/hnsw/hnsw.js';
@@ -13,6 +14,8 @@ export interface PoolCollection {
   readonly kind: DistanceKind;
   readonly store: VectorStore;
   readonly searchGraph: Hnsw | null;
+  /** Gives back every scratch lane thread `thread` held in the collection's shared memories; how many. */
+  releaseLanesOf(thread: number): number;
 }
 
 /** Searches in flight per worker by default: enough to hide a round trip's latency behind the worker's work. */
@@ -22,6 +25,13 @@ export const IN_FLIGHT_PER_WORKER = 8;
  * ef 16) that is some 25 ms of queueing: a burst is absorbed, a sustained overload is answered early.
  */
 export const WAITING_PER_WORKER = 256;
+/**
+ * Replacements of dead workers, per worker, within RESPAWN_WINDOW_MS by default. A worker that dies
+ * now and then (an out-of-memory, a bug one query hits) is replaced every time; one that dies as soon
+ * as it starts is replaced this many times a minute at most, rather than spinning a core on starts.
+ */
+export const RESPAWNS_PER_WORKER = 4;
+export const RESPAWN_WINDOW_MS = 60_000;
 
 export interface SearchPoolOptions {
   /** Worker threads (at least 1). */
@@ -33,6 +43,14 @@ export interface SearchPoolOptions {
    * (default WAITING_PER_WORKER per worker). Past it a search is refused with `rate_limited`.
    */
   waitingMax?: number;
+  /** Replacements of dead workers within `respawnWindowMs` at most (default RESPAWNS_PER_WORKER per worker). */
+  respawnsMax?: number;
+  /** The window `respawnsMax` counts in (default RESPAWN_WINDOW_MS). */
+  respawnWindowMs?: number;
+  /** Reads the time for the respawn window (default systemClock). */
+  clock?: Clock;
+  /** Where a worker's death, its lanes' release and its replacement (or not) are told (default: nowhere). */
+  log?: (level: 'info' | 'error', message: string, detail?: Record<string, unknown>) => void;
 }
 
 /** Main thread -> worker. */
@@ -121,6 +139,8 @@ interface Epoch {
 
 class PoolWorker {
   readonly worker: Worker;
+  /** Its thread's id, read at start (a thread that has ended answers -1): the owner its lanes name. */
+  readonly thread: number;
   readonly pending = new Map<number, Pending>();
   /** Per collection uid: the graph epoch this worker was last sent. */
   readonly epochs = new Map<string, Epoch>();
@@ -131,13 +151,19 @@ class PoolWorker {
   alive = true;
   exited: Promise<void>;
 
-  constructor(onReply: (w: PoolWorker, r: PoolReply) => void, onDeath: (w: PoolWorker, e: unknown) => void) {
+  /**
+   * `onDeath` as soon as the worker is known to be dead (an 'error' comes before its 'exit'); `onExit`
+   * once its thread has ended, when nothing can claim a lane for it any more.
+   */
+  constructor(onReply: (w: PoolWorker, r: PoolReply) => void, onDeath: (w: PoolWorker, e: unknown) => void, onExit: (w: PoolWorker, code: number) => void) {
     const entry = workerEntry(import.meta.url, 'search-pool-worker');
     this.worker = new Worker(entry.filename, { eval: entry.eval });
+    this.thread = this.worker.threadId;
     this.worker.on('message', (r: PoolReply) => onReply(this, r));
     this.worker.on('error', (e) => onDeath(this, e));
-    this.exited = new Promise((resolve) => this.worker.once('exit', () => {
+    this.exited = new Promise((resolve) => this.worker.once('exit', (code) => {
       onDeath(this, new Error('search worker exited'));
+      onExit(this, code);
       resolve();
     }));
   }
@@ -169,6 +195,10 @@ export interface SearchPoolStats {
   /** Messages that carried searches to workers, and answer messages back (a hand-off's cost is per message). */
   messages?: number;
   replies?: number;
+  /** Workers that died outside the pool's close (crashed, exited, terminated). */
+  deaths?: number;
+  /** Dead workers replaced: deaths less these are those left dead by the respawn bound. */
+  replaced?: number;
 }
 
 /** A first-in first-out queue of waiting searches (an array with a moving head, compacted now and then). */
@@ -237,6 +267,14 @@ const closingError = (): SvcError => new SvcError('not_ready', 'the database is 
  * planning) and to slots below the plan's graph bound, distances are recomputed from the vectors, and
  * the tail above the bound is scanned exactly. Arrays a growth replaced are never written again, so a
  * worker still on them reads a consistent older graph.
+ *
+ * A worker that dies (an uncaught error, `process.exit` in it, a terminate) outside `close`: its searches
+ * in flight are answered on the calling thread; once its thread has ended, the scratch lanes it held in
+ * every collection it was sent are given back (it never closed its views: without this each death kept
+ * one of a store's 16 engine lanes for good, and the 16th replacement could open nothing), then a new
+ * worker takes its place, sent each collection on its first search there as the others were. At most
+ * `respawnsMax` replacements happen within `respawnWindowMs`: a worker that dies as it starts is not
+ * restarted forever, and past the bound the pool runs with fewer workers (with none, on the calling thread).
  */
 export class SearchPool {
   private readonly workers: PoolWorker[] = [];
@@ -253,8 +291,22 @@ export class SearchPool {
   private nextId = 1;
   private turn = 0;
   private closed = false;
-  /** Searches answered by a worker, waited for a slot, refused, or answered here after a worker died (metrics, tests). */
-  readonly counters = { dispatched: 0, overflow: 0, fallbacks: 0, waited: 0, rejected: 0, messages: 0, replies: 0 };
+  /**
+   * The collections workers were sent, by uid, until forgotten: those whose shared memories a dead
+   * worker may hold lanes in.
+   */
+  private readonly opened = new Map<string, PoolCollection>();
+  private readonly respawnsMax: number;
+  private readonly respawnWindowMs: number;
+  private readonly clock: Clock;
+  private readonly log: NonNullable<SearchPoolOptions['log']>;
+  /** When each replacement within the respawn window started (monotonic ms, oldest first). */
+  private readonly respawns: number[] = [];
+  /**
+   * Searches answered by a worker, waited for a slot, refused, or answered here after a worker died;
+   * workers that died outside close, and those replaced (metrics, tests).
+   */
+  readonly counters = { dispatched: 0, overflow: 0, fallbacks: 0, waited: 0, rejected: 0, messages: 0, replies: 0, deaths: 0, replaced: 0 };
   /** Workers alive and requests in flight, kept as counts: read on every search. */
   private alive = 0;
   private pendingTotal = 0;
@@ -265,10 +317,19 @@ export class SearchPool {
     this.waitingMax = opts.waitingMax ?? WAITING_PER_WORKER * opts.workers;
     if (!Number.isInteger(this.inFlightPerWorker) || this.inFlightPerWorker < 1) throw new SvcError('invalid_argument', `inFlightPerWorker must be a positive integer, got ${this.inFlightPerWorker}`);
     if (!Number.isInteger(this.waitingMax) || this.waitingMax < 0) throw new SvcError('invalid_argument', `waitingMax must be a non-negative integer, got ${this.waitingMax}`);
-    for (let i = 0; i < opts.workers; i++) {
-      this.workers.push(new PoolWorker((w, r) => this.onReply(w, r), (w, e) => this.onDeath(w, e)));
-    }
+    this.respawnsMax = opts.respawnsMax ?? RESPAWNS_PER_WORKER * opts.workers;
+    this.respawnWindowMs = opts.respawnWindowMs ?? RESPAWN_WINDOW_MS;
+    if (!Number.isInteger(this.respawnsMax) || this.respawnsMax < 0) throw new SvcError('invalid_argument', `respawnsMax must be a non-negative integer, got ${this.respawnsMax}`);
+    if (!(this.respawnWindowMs >= 0)) throw new SvcError('invalid_argument', `respawnWindowMs must be non-negative, got ${this.respawnWindowMs}`);
+    this.clock = opts.clock ?? systemClock;
+    this.log = opts.log ?? (() => undefined);
+    for (let i = 0; i < opts.workers; i++) this.workers.push(this.spawn());
     this.alive = opts.workers;
+  }
+
+  /** The live workers' threads, for tests that make one die. */
+  workersForTests(): Worker[] {
+    return this.workers.filter((w) => w.alive).map((w) => w.worker);
   }
 
   /** Workers alive. */
@@ -314,6 +375,7 @@ export class SearchPool {
       s.reject(new SvcError('not_found', 'the collection was dropped while the search waited for a search worker'));
     }
     this.current.delete(uid);
+    this.opened.delete(uid);
     for (const w of this.workers) {
       if (!w.alive || !w.epochs.delete(uid)) continue;
       // Searches already handed to this worker go first: they run before its view is released.
@@ -459,7 +521,10 @@ export class SearchPool {
     if (seen === cur) return;
     // Searches planned against the previous epoch go first: the worker reads them with its graph.
     this.flushOutbox(w);
-    if (seen === undefined) w.worker.postMessage({ t: 'open', uid: col.uid, store: col.store.handle() } satisfies PoolMessage);
+    if (seen === undefined) {
+      w.worker.postMessage({ t: 'open', uid: col.uid, store: col.store.handle() } satisfies PoolMessage);
+      this.opened.set(col.uid, col);
+    }
     w.epochs.set(col.uid, cur);
     w.worker.postMessage({ t: 'graph', uid: col.uid, data: graph === null ? null : graph.serialize() } satisfies PoolMessage);
   }
@@ -517,6 +582,67 @@ export class SearchPool {
     for (let s = this.waiting.shift(); s !== undefined; s = this.waiting.shift()) {
       const { resolve, reject } = s;
       this.runHere(s.col, s.query, s.makePlan).then(resolve, reject);
+    }
+  }
+
+  private spawn(): PoolWorker {
+    return new PoolWorker((w, r) => this.onReply(w, r), (w, e) => this.onDeath(w, e), (w, code) => this.onExit(w, code));
+  }
+
+  /**
+   * A worker's thread has ended: the lanes it held go back, then, unless the pool is closing or the
+   * respawn bound is reached, a new worker takes its place (and takes searches waiting for a slot).
+   */
+  private onExit(w: PoolWorker, code: number): void {
+    // Also at close: a worker terminated after close's grace period never released its own.
+    this.releaseLanes(w);
+    if (this.closed) return;
+    this.counters.deaths++;
+    const now = this.clock.monotonicMs();
+    while (this.respawns.length > 0 && now - this.respawns[0] >= this.respawnWindowMs) this.respawns.shift();
+    if (this.respawns.length >= this.respawnsMax) {
+      this.tell('error', 'a search worker ended; not replaced: too many ended lately', { exit_code: code, replaced: this.respawns.length, window_ms: this.respawnWindowMs, workers: this.alive });
+      return;
+    }
+    let next: PoolWorker;
+    try {
+      next = this.spawn();
+    } catch (e) {
+      this.tell('error', 'a search worker ended; its replacement failed to start', { exit_code: code, error: String(e), workers: this.alive });
+      return;
+    }
+    this.respawns.push(now);
+    this.counters.replaced++;
+    // In the dead one's place: the array stays one entry per worker the pool was sized for.
+    this.workers[this.workers.indexOf(w)] = next;
+    this.alive++;
+    this.tell('error', 'a search worker ended; starting another', { exit_code: code, workers: this.alive });
+    this.pump();
+  }
+
+  /**
+   * Gives back every scratch lane a dead worker's thread held in the collections it was sent. Never in
+   * the way of its replacement: a failure is logged, and the other collections are still freed.
+   */
+  private releaseLanes(w: PoolWorker): void {
+    if (w.thread < 0) return;
+    let lanes = 0;
+    for (const col of this.opened.values()) {
+      try {
+        lanes += col.releaseLanesOf(w.thread);
+      } catch (e) {
+        this.tell('error', "a search worker's scratch lanes could not be given back", { collection: col.uid, thread: w.thread, error: String(e) });
+      }
+    }
+    if (lanes > 0) this.tell('info', "a search worker's scratch lanes went back", { thread: w.thread, lanes });
+  }
+
+  /** Logs, never throwing (a log that fails must not stop a worker's replacement). */
+  private tell(level: 'info' | 'error', message: string, detail: Record<string, unknown>): void {
+    try {
+      this.log(level, message, detail);
+    } catch {
+      // nowhere left to tell it
     }
   }
 

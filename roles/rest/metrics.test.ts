@@ -21,6 +21,9 @@ describe('prom metrics: the search pool', () => {
     Object.assign(pool, { inFlight: 7, waiting: 4, waited: 9, rejected: 2 });
     expect([await value('svc_search_worker_in_flight'), await value('svc_search_queue_waiting'), await value('svc_search_queue_waited_total'), await value('svc_search_queue_rejected_total')])
       .toEqual([7, 4, 9, 2]);
+    // Workers that died, and those replaced.
+    Object.assign(pool, { deaths: 5, replaced: 4 });
+    expect([await value('svc_search_worker_deaths_total'), await value('svc_search_worker_replaced_total')]).toEqual([5, 4]);
     m.setSearchPoolSource(() => null); // a database opened without workers
     expect([await value('svc_search_workers'), await value('svc_search_worker_searches_total'), await value('svc_search_queue_waiting')]).toEqual([0, 12, 0]);
   });

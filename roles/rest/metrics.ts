@@ -98,6 +98,9 @@ export function createPromMetrics(): PromMetrics {
   poolCounter('svc_search_worker_searches_total', 'Dense searches a search worker answered', (s) => s.dispatched);
   poolCounter('svc_search_worker_overflow_total', 'Dense searches run on the event loop because every worker was full', (s) => s.overflow);
   poolCounter('svc_search_worker_fallbacks_total', 'Dense searches answered on the event loop because their worker died', (s) => s.fallbacks);
+  // A worker that dies is replaced, within a bound (search-pool.ts): deaths less replacements are those left dead.
+  poolCounter('svc_search_worker_deaths_total', 'Search workers that ended outside shutdown (crashed, exited, terminated)', (s) => s.deaths ?? 0);
+  poolCounter('svc_search_worker_replaced_total', 'Search workers started in place of one that ended', (s) => s.replaced ?? 0);
   // The bounded queue in front of the workers (issue 20): searches wait for a slot, and past the bound are refused.
   new Gauge({
     name: 'svc_search_queue_waiting', help: 'Dense searches waiting now for a search worker slot', registers: [registry],
