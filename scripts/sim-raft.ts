@@ -1,6 +1,6 @@
 /**
- * npm run sim:raft -- --seeds 10000          runs seeds 1..10000 (or --from S)
- * npm run sim:raft -- --seed N [--trace]     replays one seed, printing every event with --trace
+ * npm run sim:raft (or npm run sim) -- --seeds 10000          runs seeds 1..10000 (or --from S)
+ * npm run sim:raft (or npm run sim) -- --seed N [--trace]     replays one seed, printing every event with --trace
  * add --files to keep every member's log in real files (the durable consensus log) in a temp dir
  * Exits 1 on the first failing seed and prints how to replay it.
  */
