@@ -149,6 +149,8 @@ class PoolWorker {
   /** Searches handed to this worker in this turn, posted together at its end (flushOutbox). */
   outbox: Extract<PoolMessage, { t: 'search' }> | null = null;
   alive = true;
+  /** Its thread has ended (after `alive` went false): its place may take a new worker. */
+  ended = false;
   exited: Promise<void>;
 
   /**
@@ -163,6 +165,7 @@ class PoolWorker {
     this.worker.on('error', (e) => onDeath(this, e));
     this.exited = new Promise((resolve) => this.worker.once('exit', (code) => {
       onDeath(this, new Error('search worker exited'));
+      this.ended = true;
       onExit(this, code);
       resolve();
     }));
@@ -302,6 +305,10 @@ export class SearchPool {
   private readonly log: NonNullable<SearchPoolOptions['log']>;
   /** When each replacement within the respawn window started (monotonic ms, oldest first). */
   private readonly respawns: number[] = [];
+  /** Places whose worker's thread ended and no new one took yet. */
+  private vacant = 0;
+  /** The respawn bound was met (told once, until a worker is started again). */
+  private bounded = false;
   /**
    * Searches answered by a worker, waited for a slot, refused, or answered here after a worker died;
    * workers that died outside close, and those replaced (metrics, tests).
@@ -355,6 +362,8 @@ export class SearchPool {
    */
   search(col: PoolCollection, query: Float32Array, makePlan: () => DensePlan | null): Promise<SearchResult> {
     if (this.closed) return Promise.reject(closingError());
+    // Places left empty at the respawn bound are filled again once it allows (on demand: no timer).
+    if (this.vacant > 0) this.refill();
     if (this.size === 0) return this.runHere(col, query, makePlan);
     const w = this.waiting.length === 0 ? this.pick() : null;
     if (w !== null) return new Promise((resolve, reject) => this.send(w, { col, query, makePlan, resolve, reject }));
@@ -393,7 +402,15 @@ export class SearchPool {
     this.closed = true;
     for (let s = this.waiting.shift(); s !== undefined; s = this.waiting.shift()) s.reject(closingError());
     await Promise.all(this.workers.map(async (w) => {
-      if (!w.alive) return;
+      if (!w.alive) {
+        // Dead ('error') but its thread not ended yet: close waits for it too.
+        if (!w.ended) {
+          const timer = setTimeout(() => void w.worker.terminate(), 5000);
+          await w.exited;
+          clearTimeout(timer);
+        }
+        return;
+      }
       await Promise.all([...w.pending.values()].map((p) => new Promise<void>((res) => {
         const { resolve, reject } = p;
         p.resolve = (r) => { resolve(r); res(); };
@@ -590,33 +607,52 @@ export class SearchPool {
   }
 
   /**
-   * A worker's thread has ended: the lanes it held go back, then, unless the pool is closing or the
-   * respawn bound is reached, a new worker takes its place (and takes searches waiting for a slot).
+   * A worker's thread has ended: the lanes it held go back, then, unless the pool is closing, a new
+   * worker takes its place within the respawn bound (refill).
    */
   private onExit(w: PoolWorker, code: number): void {
     // Also at close: a worker terminated after close's grace period never released its own.
     this.releaseLanes(w);
     if (this.closed) return;
     this.counters.deaths++;
-    const now = this.clock.monotonicMs();
-    while (this.respawns.length > 0 && now - this.respawns[0] >= this.respawnWindowMs) this.respawns.shift();
-    if (this.respawns.length >= this.respawnsMax) {
-      this.tell('error', 'a search worker ended; not replaced: too many ended lately', { exit_code: code, replaced: this.respawns.length, window_ms: this.respawnWindowMs, workers: this.alive });
-      return;
+    this.vacant++;
+    this.tell('error', 'a search worker ended', { exit_code: code, workers: this.alive });
+    this.refill();
+  }
+
+  /**
+   * Starts a worker in each ended one's place while the respawn bound allows (at most respawnsMax
+   * within respawnWindowMs), then hands it the searches waiting for a slot. Past the bound the places
+   * stay empty until a later search finds the window moved on: a worker that dies as it starts cannot
+   * spin a core, and the pool is whole again once the deaths stop.
+   */
+  private refill(): void {
+    if (this.closed) return;
+    for (let i = 0; i < this.workers.length && this.vacant > 0; i++) {
+      if (!this.workers[i].ended) continue;
+      const now = this.clock.monotonicMs();
+      while (this.respawns.length > 0 && now - this.respawns[0] >= this.respawnWindowMs) this.respawns.shift();
+      if (this.respawns.length >= this.respawnsMax) {
+        if (!this.bounded) this.tell('error', 'search workers not replaced for now: too many ended lately', { replaced: this.respawns.length, window_ms: this.respawnWindowMs, workers: this.alive });
+        this.bounded = true;
+        break;
+      }
+      let next: PoolWorker;
+      try {
+        next = this.spawn();
+      } catch (e) {
+        this.tell('error', 'a search worker could not be started in place of one that ended', { error: String(e), workers: this.alive });
+        break;
+      }
+      this.bounded = false;
+      this.respawns.push(now);
+      this.counters.replaced++;
+      // In the dead one's place: the array stays one entry per worker the pool was sized for.
+      this.workers[i] = next;
+      this.vacant--;
+      this.alive++;
+      this.tell('info', 'a search worker started in place of one that ended', { workers: this.alive });
     }
-    let next: PoolWorker;
-    try {
-      next = this.spawn();
-    } catch (e) {
-      this.tell('error', 'a search worker ended; its replacement failed to start', { exit_code: code, error: String(e), workers: this.alive });
-      return;
-    }
-    this.respawns.push(now);
-    this.counters.replaced++;
-    // In the dead one's place: the array stays one entry per worker the pool was sized for.
-    this.workers[this.workers.indexOf(w)] = next;
-    this.alive++;
-    this.tell('error', 'a search worker ended; starting another', { exit_code: code, workers: this.alive });
     this.pump();
   }
 

@@ -401,7 +401,7 @@ describe('RaftTransport: versions in the handshake', () => {
 
 describe('RaftTransport: a connection that hangs', () => {
   const V = { command: 3, stream: 2 };
-  const FAST = { backoffBaseMs: 10, backoffMaxMs: 100, handshakeTimeoutMs: 1000, pingIntervalMs: 30, linkDeadMs: 400 };
+  const FAST = { backoffBaseMs: 10, backoffMaxMs: 100, handshakeTimeoutMs: 1000, pingIntervalMs: 50, linkDeadMs: 500 };
   const hung: net.Socket[] = [];
   afterEach(() => {
     for (const x of hung.splice(0)) x.destroy();
@@ -412,12 +412,22 @@ describe('RaftTransport: a connection that hangs', () => {
    * way and close nothing, as a partition or a peer gone from its address (no FIN, no RST) leaves them;
    * connections made after it work.
    */
-  async function relay(target: number): Promise<{ port: number; hang: () => void }> {
+  async function relay(target: number, bytesPerS = 0): Promise<{ port: number; hang: () => void }> {
     const pairs: [net.Socket, net.Socket][] = [];
     const server = net.createServer((c) => {
       const u = net.connect({ host: '127.0.0.1', port: target });
       for (const x of [c, u]) x.on('error', () => undefined);
-      c.pipe(u);
+      if (bytesPerS === 0) c.pipe(u);
+      else {
+        // Dialler to peer at bytesPerS: each chunk passed on after its share of a second, reading paused meanwhile.
+        c.on('data', (chunk: Buffer) => {
+          c.pause();
+          setTimeout(() => {
+            if (!u.destroyed) u.write(chunk);
+            c.resume();
+          }, (1000 * chunk.length) / bytesPerS);
+        });
+      }
       u.pipe(c);
       c.on('close', () => u.destroy());
       u.on('close', () => c.destroy());
@@ -439,22 +449,23 @@ describe('RaftTransport: a connection that hangs', () => {
     };
   }
 
-  /** n1 dials n2 through a relay; n2 dials n1 directly. */
-  async function viaRelay(versions: NonceVersions | null = V): Promise<{ n1: Member; n2: Member; relay: { hang: () => void }; lost: string[] }> {
+  /** n1 dials n2 through a relay (at `bytesPerS`, 0: as fast as it goes); n2 dials n1 directly. */
+  async function viaRelay(bytesPerS = 0, onSnapshotFrame?: RaftTransportOptions['onSnapshotFrame']): Promise<{ n1: Member; n2: Member; relay: { hang: () => void }; lost: string[] }> {
+    const versions = V;
     const [p1, p2] = [await freePort(), await freePort()];
-    const r = await relay(p2);
+    const r = await relay(p2, bytesPerS);
     const lost: string[] = [];
-    const make = (id: string, port: number, peers: RaftPeer[], onPeerLost?: (p: string) => void): Member => {
+    const make = (id: string, port: number, peers: RaftPeer[], onPeerLost?: (p: string) => void, onSnap?: RaftTransportOptions['onSnapshotFrame']): Member => {
       const got: Message[] = [];
       const t = new RaftTransport({
         id, listen: { host: '127.0.0.1', port }, peers, secret: SECRET, tls: null, insecure: false, versions, onMessage: (m) => got.push(m), limits: FAST,
-        ...(onPeerLost === undefined ? {} : { onPeerLost }),
+        ...(onPeerLost === undefined ? {} : { onPeerLost }), ...(onSnap === undefined ? {} : { onSnapshotFrame: onSnap }),
       });
       open.push(t);
       return { t, got };
     };
     const n1 = make('n1', p1, [{ id: 'n1', host: '127.0.0.1', port: p1 }, { id: 'n2', host: '127.0.0.1', port: r.port }], (p) => lost.push(p));
-    const n2 = make('n2', p2, [{ id: 'n1', host: '127.0.0.1', port: p1 }, { id: 'n2', host: '127.0.0.1', port: p2 }]);
+    const n2 = make('n2', p2, [{ id: 'n1', host: '127.0.0.1', port: p1 }, { id: 'n2', host: '127.0.0.1', port: p2 }], undefined, onSnapshotFrame);
     await Promise.all([n1.t.start(), n2.t.start()]);
     await sendUntil(n1.t, () => [hb('n1', 'n2', 1)], () => n2.got.length > 0);
     return { n1, n2, relay: r, lost };
@@ -472,6 +483,31 @@ describe('RaftTransport: a connection that hangs', () => {
     expect(n1.t.stats.handshakes).toBe(2);
   });
 
+  it('a slow link draining a backlog for many times linkDeadMs stays up: the peer says bytes arrive, not that a ping came', async () => {
+    const got: number[] = [];
+    // 4 MiB at 1.5 MB/s: close to 3 s of backlog ahead of every ping, six times the bound.
+    const { n1, lost } = await viaRelay(1_500_000, (_kind, payload) => got.push(payload.length));
+    const frames = 4;
+    for (let i = 0; i < frames; i++) expect(n1.t.sendSnapshotFrame('n2', 'chunk', new Uint8Array(1 << 20).fill(i))).toBe(true);
+    await until('every chunk across the slow link', () => got.length === frames, 20_000).catch((e) => { throw new Error(`${String(e)}: got ${got.length}, dead ${n1.t.stats.deadLinks}, lost ${lost.join()}, rejected ${JSON.stringify(n1.t.stats.rejected)}`); });
+    expect(got).toEqual(Array(frames).fill(1 << 20));
+    expect(n1.t.stats.deadLinks).toBe(0);
+    expect(lost).toEqual([]);
+    expect(n1.t.stats.handshakes).toBe(1);
+  }, 30_000);
+
+  it('a stall of this member\'s own event loop is not taken for a hung connection', async () => {
+    const { n1, n2, lost } = await viaRelay();
+    // Blocks this process (both members) for three times the bound: when it ends, timers run before the
+    // sockets are read, so the pongs that wait are not seen yet.
+    const end = performance.now() + 3 * FAST.linkDeadMs;
+    while (performance.now() < end) { /* a stalled loop */ }
+    await new Promise((r) => setTimeout(r, 4 * FAST.pingIntervalMs));
+    await sendUntil(n1.t, () => [hb('n1', 'n2', 5)], () => n2.got.some((m) => m.term === 5));
+    expect(n1.t.stats.deadLinks).toBe(0);
+    expect(lost).toEqual([]);
+  });
+
   it('an idle connection whose peer answers its pings stays up, however long', async () => {
     const { n1, n2 } = await viaRelay();
     await new Promise((r) => setTimeout(r, 6 * FAST.linkDeadMs));
@@ -486,7 +522,7 @@ describe('RaftTransport: a connection that hangs', () => {
     const port = await freePort();
     const key = authKey(SECRET);
     const types: number[] = [];
-    let closedByUs = false;
+    let connectionClosed = false;
     const server = net.createServer((s) => {
       const d = new FrameDecoder();
       let hello: ReturnType<typeof decodeHello> | null = null;
@@ -504,7 +540,7 @@ describe('RaftTransport: a connection that hangs', () => {
           }
         }
       });
-      s.on('close', () => { closedByUs = true; });
+      s.on('close', () => { connectionClosed = true; });
       s.on('error', () => undefined);
     });
     servers.push(server);
@@ -525,7 +561,7 @@ describe('RaftTransport: a connection that hangs', () => {
     expect(new Set(types)).toEqual(new Set([FrameType.messages]));
     expect(t.stats.deadLinks).toBe(0);
     expect(t.stats.handshakes).toBe(1);
-    expect(closedByUs).toBe(false);
+    expect(connectionClosed).toBe(false);
   });
 
   it('the link version rides in the nonce after the versions, and a nonce without its mark reads as 0', () => {

@@ -40,16 +40,21 @@ import { isLoopback } from '../config.js';
  * - A connection that hangs (the peer's machine gone, or the peer moved to another address, without a
  *   FIN or RST; a partition): TCP would keep it open, retransmitting into the void, for up to about 15
  *   minutes (Linux's tcp_retries2), and every message to the peer would sit in it. So the dialer sends a
- *   `ping` frame every `pingIntervalMs` and the peer answers `pong` on the same connection; a connection
- *   that has had no pong and drained nothing for `linkDeadMs` is closed (`deadLinks`) and dialled again,
- *   as any lost connection is: the peer's address is resolved anew, and what waited on the link (a
- *   snapshot stream: it resumes) sees a break. gRPC's keepalive and etcd's stream read timeouts do the
- *   same. Only to a peer whose handshake said it answers (link version 1, in its nonce): an older build
- *   would close the connection at the unknown frame.
+ *   `ping` frame every `pingIntervalMs`, and the peer, once a connection has carried a ping, answers on
+ *   it with a `pong` whenever bytes have arrived, at most one per `pingIntervalMs / 2`: a pong says "your
+ *   bytes are arriving", not "your ping came", so a slow link draining a backlog (a snapshot window, a
+ *   large forward: a ping queued behind them would come late) keeps showing progress, and an idle one
+ *   has its pings. A connection with no pong and nothing drained for `linkDeadMs` is closed
+ *   (`deadLinks`) and dialled again, as any lost connection is: the peer's address is resolved anew, and
+ *   what waited on the link (a snapshot stream: it resumes) sees a break. A ping tick that comes late
+ *   (this member's own event loop stalled, and timers run before the sockets are read) gives the peer a
+ *   fresh interval rather than a verdict. gRPC's keepalive and etcd's stream read timeouts do the same
+ *   job. Both ways only with a peer whose handshake said it speaks link version 1 (in its nonce): an
+ *   older build would close the connection at the unknown frame.
  */
 
 const INBOUND_KEEPALIVE_MS = 10_000;
-/** The transport link version this build speaks: 1 answers `ping` with `pong`. */
+/** The transport link version this build speaks: 1 reads pings, and answers with pongs on a connection that carried one. */
 export const LINK_VERSION = 1;
 const EMPTY = Buffer.alloc(0);
 /** A connection that lasted this long is dialled again at once when it ends (PeerLink.lost). */
@@ -172,6 +177,10 @@ export class RaftTransport implements Transport {
 
   constructor(readonly options: RaftTransportOptions) {
     this.limits = { ...RAFT_TRANSPORT_LIMITS, ...options.limits };
+    const { pingIntervalMs, linkDeadMs } = this.limits;
+    if (!(pingIntervalMs >= 1 && linkDeadMs >= 2 * pingIntervalMs)) {
+      throw new SvcError('invalid_argument', `the transport's linkDeadMs (${linkDeadMs}) must be at least twice its pingIntervalMs (${pingIntervalMs}), which is at least 1`);
+    }
     if (!isLoopback(options.listen.host) && options.tls === null && !options.insecure) {
       throw new SvcError('invalid_argument', `the consensus address ${options.listen.host}:${options.listen.port} is not loopback and has no TLS. Fix: set SVC_TLS_CERT and SVC_TLS_KEY, or use 127.0.0.1; SVC_INSECURE=true waives this`);
     }
@@ -288,6 +297,11 @@ export class RaftTransport implements Transport {
     }
   }
 
+  /** Whether this member's nonces say it speaks link version 1 (only with versions: a build before either said neither). */
+  get advertisesLink(): boolean {
+    return (this.options.versions ?? null) !== null;
+  }
+
   /** A fresh nonce carrying this member's versions (and the link version: with versions only, as a build before links had none). */
   nonce(): Buffer {
     return versionedNonce(this.options.versions ?? null, LINK_VERSION);
@@ -337,6 +351,9 @@ export class RaftTransport implements Transport {
     let peer: string | null = null;
     let expected: Buffer | null = null;
     let helloNonce: Uint8Array | null = null;
+    /** Whether the dialer reads pongs (its hello's link version), and when this side last sent one. */
+    let pongs = false;
+    let pongAt = -Infinity;
     const timer = setTimeout(() => this.reject('handshakeTimeout', socket, 'no handshake in time', peer), this.limits.handshakeTimeoutMs);
     socket.on('close', () => {
       clearTimeout(timer);
@@ -348,7 +365,6 @@ export class RaftTransport implements Transport {
       if (state === 'ready') {
         if (f.type === FrameType.ping) {
           if (f.payload.length !== 0) throw new WireError('a ping with a payload');
-          socket.write(encodeFrame(FrameType.pong, EMPTY));
           return;
         }
         if (f.type === FrameType.forward && this.options.onForward !== undefined) {
@@ -372,6 +388,8 @@ export class RaftTransport implements Transport {
         this.checkPeerCertificate(socket, hello.from);
         const nonce = this.nonce();
         helloNonce = hello.nonce;
+        // Both sides speak link version 1: the dialer said so in its hello, this side in its challenge.
+        pongs = this.advertisesLink && nonceLinkVersion(hello.nonce) >= 1;
         expected = proof(this.key, 'dialer', hello.from, hello.to, hello.nonce, nonce);
         socket.write(encodeFrame(FrameType.challenge, encodeChallenge(nonce, proof(this.key, 'acceptor', hello.from, hello.to, hello.nonce, nonce))));
         state = 'proof';
@@ -395,6 +413,16 @@ export class RaftTransport implements Transport {
         }
       } catch (e) {
         this.refuse(e, socket, peer);
+        return;
+      }
+      // Bytes arrived: say so, at most twice a ping interval (see the file's comment), never into a
+      // connection whose dialer stopped reading.
+      if (pongs && state === 'ready' && !socket.destroyed && !socket.writableNeedDrain) {
+        const now = performance.now();
+        if (now - pongAt >= this.limits.pingIntervalMs / 2) {
+          pongAt = now;
+          socket.write(encodeFrame(FrameType.pong, EMPTY));
+        }
       }
     });
   }
@@ -457,6 +485,8 @@ class PeerLink {
   private pingTimer: NodeJS.Timeout | null = null;
   /** When the connection last showed it reaches the peer: ready, a pong, a drain (performance.now()). */
   private aliveAt = -Infinity;
+  /** When the ping timer last ran (a late tick means this member's loop stalled, not the link). */
+  private tickAt = -Infinity;
 
   constructor(private readonly t: RaftTransport, private readonly peer: RaftPeer) {}
 
@@ -508,7 +538,8 @@ class PeerLink {
     socket.on('data', (chunk: Buffer) => {
       try {
         for (const f of decoder.push(chunk)) {
-          if (f.type === FrameType.pong && this.state === 'ready' && this.pinging && f.payload.length === 0) {
+          // Read whether or not this side pings: its hello said it reads pongs.
+          if (f.type === FrameType.pong && this.state === 'ready' && f.payload.length === 0) {
             this.aliveAt = performance.now();
             continue;
           }
@@ -567,6 +598,7 @@ class PeerLink {
     this.state = 'ready';
     this.readyAt = performance.now();
     this.aliveAt = this.readyAt;
+    this.tickAt = this.readyAt;
     this.attempts = 0;
     this.mayHurry = true;
     this.t.stats.handshakes++;
@@ -594,7 +626,12 @@ class PeerLink {
    */
   private ping(socket: net.Socket): void {
     if (this.socket !== socket || this.state !== 'ready') return;
-    const silentMs = performance.now() - this.aliveAt;
+    const now = performance.now();
+    const interval = this.t.lim.pingIntervalMs;
+    // Late: this loop was busy, and pongs that came meanwhile are not read yet (timers run first).
+    if (now - this.tickAt > 2 * interval) this.aliveAt = Math.max(this.aliveAt, now - interval);
+    this.tickAt = now;
+    const silentMs = now - this.aliveAt;
     if (silentMs >= this.t.lim.linkDeadMs) {
       this.t.stats.deadLinks++;
       this.t.log('raft transport: a connection to a peer hangs (no answer to pings); dialling again', { peer: this.peer.id, silent_ms: Math.round(silentMs) });
