@@ -9,7 +9,8 @@ import { tempDir } from './harness.js';
  * Linearizability of a consensus group of three real `svc serve` processes under faults (issue 17).
  * Clients write (upsert of a point whose payload holds a unique value; delete) and read
  * (`consistency: "strong"`) a few keys through random members, while a nemesis SIGKILLs the leader and
- * restarts it, SIGSTOPs a member, and cuts a member off through the fault proxies. Every operation is
+ * restarts it, SIGSTOPs a member, cuts a member off through the fault proxies, and freezes a member's
+ * connections (neither closed nor forwarding, as a path that died silently leaves them). Every operation is
  * recorded with its call and return instants; a write whose client never learned its outcome (a 503, a
  * dropped connection, a timeout) may have happened or not. The history is checked by Wing and Gong's
  * search (core/testing/linearizability.ts): zero violations. At the end every acknowledged write's
@@ -100,7 +101,7 @@ describe('a consensus group under kills, pauses and partitions', () => {
         while (!stopped) {
           await pause(1500);
           if (stopped) break;
-          const kind = round++ % 3;
+          const kind = round++ % 4;
           if (kind === 0) {
             // SIGKILL the leader, restart it a moment later on its data directory.
             const views = await Promise.all(members.map((m) => raftView(m).catch(() => null)));
@@ -118,6 +119,12 @@ describe('a consensus group under kills, pauses and partitions', () => {
             faults.push(`pause ${m.id} at ${Math.round(now())} ms`);
             await pause(1200);
             m.server.child.kill('SIGCONT');
+          } else if (kind === 3) {
+            // Every connection to and from a member freezes, neither closed nor forwarding (its network
+            // path died silently; new connections work): found by the transport's pings, then dialled again.
+            const m = members[round % members.length];
+            for (const [name, l] of links) if (name.includes(m.id)) l.hang();
+            faults.push(`hang ${m.id}'s connections at ${Math.round(now())} ms`);
           } else {
             const m = members[(round + 1) % members.length];
             const cut = [...links].filter(([name]) => name.includes(m.id)).map(([, l]) => l);
