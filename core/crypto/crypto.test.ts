@@ -67,6 +67,20 @@ describe('XChaChaSealer', () => {
     expect(a.includes(plain)).toBe(false);
   });
 
+  it('never repeats a nonce across the nonce pool\'s refills (2,000 seals, 256 to a fill), and each seal opens alone', () => {
+    const s = new XChaChaSealer(randomDataKey());
+    const seen = new Set<string>();
+    const sealed: Uint8Array[] = [];
+    for (let i = 0; i < 2000; i++) {
+      const x = s.seal(Buffer.from(`record ${i}`), Buffer.from(`aad ${i}`));
+      seen.add(Buffer.from(x.subarray(0, 24)).toString('hex'));
+      sealed.push(x);
+    }
+    expect(seen.size).toBe(2000);
+    // A sealed record owns its bytes: none is a view another seal writes into later.
+    for (let i = 0; i < 2000; i++) expect(Buffer.from(s.open(sealed[i], Buffer.from(`aad ${i}`))).toString()).toBe(`record ${i}`);
+  });
+
   it('refuses a different key', () => {
     const sealed = new XChaChaSealer(randomDataKey()).seal(Buffer.from('x'), new Uint8Array());
     expect(() => new XChaChaSealer(randomDataKey()).open(sealed, new Uint8Array())).toThrow();

@@ -1,6 +1,6 @@
-import { createHash, randomBytes } from 'node:crypto';
+import { createHash, randomFillSync } from 'node:crypto';
 import { SvcError } from '../base/errors.js';
-import { POLY1305_TAG_BYTES, XCHACHA_KEY_BYTES, XCHACHA_NONCE_BYTES, xchachaDecrypt, xchachaEncrypt } from './xchacha.js';
+import { POLY1305_TAG_BYTES, XCHACHA_KEY_BYTES, XCHACHA_NONCE_BYTES, xchachaDecrypt, xchachaEncryptInto, xchachaKeyWords } from './xchacha.js';
 import { assert } from '../base/assert.js';
 
 /**
@@ -23,28 +23,46 @@ export class SealOpenError extends SvcError {
 
 export const SEAL_OVERHEAD_BYTES = XCHACHA_NONCE_BYTES + POLY1305_TAG_BYTES;
 
+/**
+ * Random bytes for nonces, drawn from the CSPRNG 256 nonces at a time: one randomBytes call per seal
+ *  cost about as much as the cipher's setup (7 µs of a 28 µs seal of 200 bytes, measured on our 2-core machine), and a
+ * nonce drawn from a bigger fill is as random. Each thread has its own (module state); bytes handed out
+ * are never handed out again.
+ */
+const NONCE_POOL = Buffer.allocUnsafe(XCHACHA_NONCE_BYTES * 256);
+let noncePoolAt = NONCE_POOL.length;
+
+/** Writes a fresh random 24-byte nonce into `out` at `at`. */
+function freshNonce(out: Uint8Array, at: number): void {
+  if (noncePoolAt + XCHACHA_NONCE_BYTES > NONCE_POOL.length) {
+    randomFillSync(NONCE_POOL);
+    noncePoolAt = 0;
+  }
+  out.set(NONCE_POOL.subarray(noncePoolAt, noncePoolAt + XCHACHA_NONCE_BYTES), at);
+  noncePoolAt += XCHACHA_NONCE_BYTES;
+}
+
 /** XChaCha20-Poly1305 with a fresh random 24-byte nonce per seal: nonce || ciphertext || tag. */
 export class XChaChaSealer implements Sealer {
   readonly encrypted = true;
-  readonly #key: Buffer;
+  /** The key as HChaCha20's words, read once (a copy: the caller's key bytes may change after). */
+  readonly #words: Uint32Array;
 
   constructor(key: Uint8Array) {
     assert(key.length === XCHACHA_KEY_BYTES, 'a data key is 32 bytes');
-    this.#key = Buffer.from(key);
+    this.#words = xchachaKeyWords(key);
   }
 
   seal(plain: Uint8Array, aad: Uint8Array): Uint8Array {
-    const nonce = randomBytes(XCHACHA_NONCE_BYTES);
-    const body = xchachaEncrypt(this.#key, nonce, plain, aad);
-    const out = Buffer.allocUnsafe(XCHACHA_NONCE_BYTES + body.length);
-    out.set(nonce, 0);
-    out.set(body, XCHACHA_NONCE_BYTES);
+    const out = Buffer.allocUnsafe(XCHACHA_NONCE_BYTES + plain.length + POLY1305_TAG_BYTES);
+    freshNonce(out, 0);
+    xchachaEncryptInto(this.#words, out.subarray(0, XCHACHA_NONCE_BYTES), plain, aad, out, XCHACHA_NONCE_BYTES);
     return out;
   }
 
   open(sealed: Uint8Array, aad: Uint8Array): Uint8Array {
     if (sealed.length < SEAL_OVERHEAD_BYTES) throw new SealOpenError('sealed data is too short');
-    const out = xchachaDecrypt(this.#key, sealed.subarray(0, XCHACHA_NONCE_BYTES), sealed.subarray(XCHACHA_NONCE_BYTES), aad);
+    const out = xchachaDecrypt(this.#words, sealed.subarray(0, XCHACHA_NONCE_BYTES), sealed.subarray(XCHACHA_NONCE_BYTES), aad);
     if (out === null) throw new SealOpenError();
     return out;
   }

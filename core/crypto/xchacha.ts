@@ -20,16 +20,27 @@ function u32le(bytes: Uint8Array, words: number): Uint32Array {
   return out;
 }
 
-/** HChaCha20 subkey for a 32-byte key and the first 16 bytes of a 24-byte nonce. */
-export function hchacha20(key: Uint8Array, nonce: Uint8Array): Buffer {
+/** A 32-byte key as the eight little-endian words HChaCha20 takes (a sealer reads them once, not per seal). */
+export function xchachaKeyWords(key: Uint8Array): Uint32Array {
   assert(key.length === XCHACHA_KEY_BYTES, 'xchacha key is 32 bytes');
+  return u32le(key, 8);
+}
+
+/** HChaCha20 subkey for a 32-byte key (or its words) and the first 16 bytes of a 24-byte nonce. */
+export function hchacha20(key: Uint8Array | Uint32Array, nonce: Uint8Array): Buffer {
+  const words = key instanceof Uint32Array ? key : xchachaKeyWords(key);
+  assert(words.length === 8, 'xchacha key is 32 bytes');
   assert(nonce.length >= 16, 'hchacha nonce is 16 bytes');
   const out = new Uint32Array(8);
-  hchacha(SIGMA, u32le(key, 8), u32le(nonce.subarray(0, 16), 4), out);
+  hchacha(SIGMA, words, u32le(nonce.subarray(0, 16), 4), out);
+  // The words' own bytes are the subkey on a little-endian machine (every one Node ships for but s390x).
+  if (LITTLE_ENDIAN) return Buffer.from(out.buffer, 0, 32);
   const sub = Buffer.alloc(32);
   for (let i = 0; i < 8; i++) sub.writeUInt32LE(out[i], i * 4);
   return sub;
 }
+
+const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 
 function ietfNonce(nonce: Uint8Array): Buffer {
   const iv = Buffer.alloc(12);
@@ -38,17 +49,26 @@ function ietfNonce(nonce: Uint8Array): Buffer {
 }
 
 /** Returns ciphertext || tag (no nonce). */
-export function xchachaEncrypt(key: Uint8Array, nonce: Uint8Array, plain: Uint8Array, aad: Uint8Array): Buffer {
+export function xchachaEncrypt(key: Uint8Array | Uint32Array, nonce: Uint8Array, plain: Uint8Array, aad: Uint8Array): Buffer {
+  const out = Buffer.allocUnsafe(plain.length + POLY1305_TAG_BYTES);
+  xchachaEncryptInto(key, nonce, plain, aad, out, 0);
+  return out;
+}
+
+/** Writes ciphertext || tag into `out` at `at` (plain.length + 16 bytes): no copy of the whole through a concat. */
+export function xchachaEncryptInto(key: Uint8Array | Uint32Array, nonce: Uint8Array, plain: Uint8Array, aad: Uint8Array, out: Uint8Array, at: number): void {
   assert(nonce.length === XCHACHA_NONCE_BYTES, 'xchacha nonce is 24 bytes');
+  assert(out.length - at >= plain.length + POLY1305_TAG_BYTES, 'room for the ciphertext and its tag');
   const c = createCipheriv('chacha20-poly1305', hchacha20(key, nonce), ietfNonce(nonce), { authTagLength: POLY1305_TAG_BYTES });
   c.setAAD(aad, { plaintextLength: plain.length });
   const body = c.update(plain);
   c.final();
-  return Buffer.concat([body, c.getAuthTag()]);
+  out.set(body, at);
+  out.set(c.getAuthTag(), at + body.length);
 }
 
 /** Opens ciphertext || tag; returns null when authentication fails (any tamper). */
-export function xchachaDecrypt(key: Uint8Array, nonce: Uint8Array, sealed: Uint8Array, aad: Uint8Array): Buffer | null {
+export function xchachaDecrypt(key: Uint8Array | Uint32Array, nonce: Uint8Array, sealed: Uint8Array, aad: Uint8Array): Buffer | null {
   assert(nonce.length === XCHACHA_NONCE_BYTES, 'xchacha nonce is 24 bytes');
   if (sealed.length < POLY1305_TAG_BYTES) return null;
   const bodyLen = sealed.length - POLY1305_TAG_BYTES;
