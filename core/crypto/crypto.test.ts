@@ -81,6 +81,29 @@ describe('XChaChaSealer', () => {
     for (let i = 0; i < 2000; i++) expect(Buffer.from(s.open(sealed[i], Buffer.from(`aad ${i}`))).toString()).toBe(`record ${i}`);
   });
 
+  it('writes what an independent XChaCha20-Poly1305 (noble) opens with the key bytes, and opens what it writes, at every length', () => {
+    const key = randomDataKey();
+    const s = new XChaChaSealer(key);
+    for (const n of [0, 1, 15, 16, 63, 64, 65, 1000, 4096, 70_000]) {
+      const plain = new Uint8Array(n).map((_, i) => (i * 31 + n) & 255);
+      const aad = Buffer.from(`aad ${n}`);
+      const sealed = s.seal(plain, aad);
+      const nonce = sealed.subarray(0, 24);
+      expect(Buffer.from(xchacha20poly1305(key, nonce, aad).decrypt(sealed.subarray(24))).equals(Buffer.from(plain))).toBe(true);
+      const theirs = Buffer.concat([nonce, xchacha20poly1305(key, nonce, aad).encrypt(plain)]);
+      expect(Buffer.from(s.open(theirs, aad)).equals(Buffer.from(plain))).toBe(true);
+    }
+  });
+
+  it('keeps its own copy of the key: the caller may zero its bytes after (as the data directory does)', () => {
+    const key = randomDataKey();
+    const kept = Buffer.from(key);
+    const s = new XChaChaSealer(key);
+    key.fill(0);
+    const sealed = s.seal(Buffer.from('after the zeroing'), new Uint8Array());
+    expect(Buffer.from(new XChaChaSealer(kept).open(sealed, new Uint8Array())).toString()).toBe('after the zeroing');
+  });
+
   it('refuses a different key', () => {
     const sealed = new XChaChaSealer(randomDataKey()).seal(Buffer.from('x'), new Uint8Array());
     expect(() => new XChaChaSealer(randomDataKey()).open(sealed, new Uint8Array())).toThrow();

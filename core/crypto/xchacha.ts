@@ -12,6 +12,7 @@ export const XCHACHA_NONCE_BYTES = 24;
 export const POLY1305_TAG_BYTES = 16;
 
 const SIGMA = new Uint32Array([0x61707865, 0x3320646e, 0x79622d32, 0x6b206574]);
+assert(new Uint8Array(new Uint32Array([1]).buffer)[0] === 1, 'svc runs on little-endian machines only');
 
 function u32le(bytes: Uint8Array, words: number): Uint32Array {
   const out = new Uint32Array(words);
@@ -33,14 +34,10 @@ export function hchacha20(key: Uint8Array | Uint32Array, nonce: Uint8Array): Buf
   assert(nonce.length >= 16, 'hchacha nonce is 16 bytes');
   const out = new Uint32Array(8);
   hchacha(SIGMA, words, u32le(nonce.subarray(0, 16), 4), out);
-  // The words' own bytes are the subkey on a little-endian machine (every one Node ships for but s390x).
-  if (LITTLE_ENDIAN) return Buffer.from(out.buffer, 0, 32);
-  const sub = Buffer.alloc(32);
-  for (let i = 0; i < 8; i++) sub.writeUInt32LE(out[i], i * 4);
-  return sub;
+  // The words' own bytes are the subkey on a little-endian machine, the only kind svc runs on
+  // (core/storage/codec.ts refuses the others; noble's hchacha takes words as little-endian memory too).
+  return Buffer.from(out.buffer, 0, 32);
 }
-
-const LITTLE_ENDIAN = new Uint8Array(new Uint32Array([1]).buffer)[0] === 1;
 
 function ietfNonce(nonce: Uint8Array): Buffer {
   const iv = Buffer.alloc(12);
@@ -63,8 +60,11 @@ export function xchachaEncryptInto(key: Uint8Array | Uint32Array, nonce: Uint8Ar
   c.setAAD(aad, { plaintextLength: plain.length });
   const body = c.update(plain);
   c.final();
+  // A stream cipher gives back every byte at once; were it ever fewer, the tag must not leave a gap of
+  // uninitialised memory (the output comes from allocUnsafe) that would reach the disk.
+  assert(body.length === plain.length, 'chacha20-poly1305 returned every byte of the plaintext');
   out.set(body, at);
-  out.set(c.getAuthTag(), at + body.length);
+  out.set(c.getAuthTag(), at + plain.length);
 }
 
 /** Opens ciphertext || tag; returns null when authentication fails (any tamper). */
