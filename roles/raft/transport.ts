@@ -40,8 +40,8 @@ import { isLoopback } from '../config.js';
  * - A connection that hangs (the peer's machine gone, or the peer moved to another address, without a
  *   FIN or RST; a partition): TCP would keep it open, retransmitting into the void, for up to about 15
  *   minutes (Linux's tcp_retries2), and every message to the peer would sit in it. So the dialer sends a
- *   `ping` frame every `pingIntervalMs`, and the peer, once a connection has carried a ping, answers on
- *   it with a `pong` whenever bytes have arrived, at most one per `pingIntervalMs / 2`: a pong says "your
+ *   `ping` frame every `pingIntervalMs`, and the peer sends a `pong` on the same connection whenever
+ *   bytes have arrived on it, at most one per `pingIntervalMs / 2`: a pong says "your
  *   bytes are arriving", not "your ping came", so a slow link draining a backlog (a snapshot window, a
  *   large forward: a ping queued behind them would come late) keeps showing progress, and an idle one
  *   has its pings. A connection with no pong and nothing drained for `linkDeadMs` is closed
@@ -54,7 +54,7 @@ import { isLoopback } from '../config.js';
  */
 
 const INBOUND_KEEPALIVE_MS = 10_000;
-/** The transport link version this build speaks: 1 reads pings, and answers with pongs on a connection that carried one. */
+/** The transport link version this build speaks: 1 pings the peers it dials, and tells those that dial it with pongs that their bytes arrive. */
 export const LINK_VERSION = 1;
 const EMPTY = Buffer.alloc(0);
 /** A connection that lasted this long is dialled again at once when it ends (PeerLink.lost). */
