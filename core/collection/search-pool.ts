@@ -277,7 +277,8 @@ const closingError = (): SvcError => new SvcError('not_ready', 'the database is 
  * one of a store's 16 engine lanes for good, and the 16th replacement could open nothing), then a new
  * worker takes its place, sent each collection on its first search there as the others were. At most
  * `respawnsMax` replacements happen within `respawnWindowMs`: a worker that dies as it starts is not
- * restarted forever, and past the bound the pool runs with fewer workers (with none, on the calling thread).
+ * restarted forever, and past the bound the pool runs with fewer workers (with none, on the calling
+ * thread) until a search after the window has moved on fills the places again (refill).
  */
 export class SearchPool {
   private readonly workers: PoolWorker[] = [];
