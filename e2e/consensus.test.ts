@@ -58,8 +58,8 @@ describe('a consensus group of three svc processes', () => {
   it('takes writes on every member, survives the leader\'s SIGKILL, and catches a member up by snapshot', async () => {
     const { members, links } = await startRaftGroup(['n1', 'n2', 'n3'], (id) => join(root, `a-${id}`), TIMING);
     try {
-      const leader = await raftLeader(members);
-      const followers = members.filter((m) => m !== leader);
+      let leader = await raftLeader(members);
+      let followers = members.filter((m) => m !== leader);
       // A follower learns its leader from the leader's first heartbeat, a moment after the election.
       await eventually('the follower knows its leader', async () => ((await raftView(followers[0])).leader_id === leader.id ? true : 'not yet'));
       const v = await raftView(followers[0]);
@@ -80,15 +80,32 @@ describe('a consensus group of three svc processes', () => {
       // The follower's own link to its leader breaks and is refused for a while, so it reconnects with a
       // back-off grown to its ceiling (2 s), while the leader's heartbeats still reach it on the leader's
       // own connection (as when a follower dialled before its leader listened; seen once in CI).
-      const own = links.get(`${followers[0].id}>${leader.id}`)!;
-      own.refuse(true);
-      own.cut();
-      // A write meanwhile waits for the link up to its deadline (3 s), then is 503: never sent, so not applied.
-      const t0 = Date.now();
-      const unsent = await call(followers[0].server)('POST', '/v1/collections', { name: 'never', dim: 4 });
-      expect(unsent.status, JSON.stringify(unsent.json)).toBe(503);
-      expect(unsent.json.error.message).toMatch(/cannot be reached to take this write .*not sent, so it is not applied/);
-      expect(Date.now() - t0).toBeGreaterThan(2500);
+      let own = links.get(`${followers[0].id}>${leader.id}`)!;
+      for (let attempt = 1; ; attempt++) {
+        const term = (await raftView(leader)).term;
+        own.refuse(true);
+        own.cut();
+        // A write meanwhile waits for the link up to its deadline (3 s), then is 503: never sent, so not applied.
+        const t0 = Date.now();
+        const unsent = await call(followers[0].server)('POST', '/v1/collections', { name: 'never', dim: 4 });
+        // On a loaded machine (CI runs several such groups at once) an election may come between finding
+        // the leader and this write: the roles the step assumes no longer hold, so it runs again with the
+        // new ones. Without an election, anything but the 503 fails below.
+        const views = await Promise.all(members.map((m) => raftView(m).catch(() => null)));
+        if (unsent.status !== 503 && attempt < 3 && views.some((v) => v !== null && v.term !== term)) {
+          own.refuse(false);
+          if (unsent.status === 201) await retried(() => call(leader.server)('DELETE', '/v1/collections/never').then((r) => (r.status === 503 ? Promise.reject(new Error(': 503 ')) : r)));
+          leader = await raftLeader(members);
+          followers = members.filter((m) => m !== leader);
+          await eventually('the follower knows its new leader', async () => ((await raftView(followers[0])).leader_id === leader.id ? true : 'not yet'));
+          own = links.get(`${followers[0].id}>${leader.id}`)!;
+          continue;
+        }
+        expect(unsent.status, JSON.stringify(unsent.json)).toBe(503);
+        expect(unsent.json.error.message).toMatch(/cannot be reached to take this write .*not sent, so it is not applied/);
+        expect(Date.now() - t0).toBeGreaterThan(2500);
+        break;
+      }
       // The link may be taken again; it is still in its back-off. The first try succeeds at once: the forward
       // waits for the link (which dials early for it) instead of failing with 503 (docs/consensus.md).
       own.refuse(false);
