@@ -23,7 +23,8 @@ import { WireError, WIRE_STRING_BYTES_MAX } from './codec.js';
  * a member advertises without failing the handshake.
  *
  * A nonce with versions may also say the transport's link version (the frames a connection carries
- * besides messages: 1 answers `ping` with `pong`), as a second mark after the first:
+ * besides messages: 1 pings, and pongs when a dialer's bytes arrive: roles/raft/transport.ts), as a
+ * second mark after the first:
  * `'svc-ver1' | command u8 | stream u8 | 'svc-lnk1' | link u8 | 13 random bytes`. A build before it
  * (the first mark alone) put random bytes there, so without the second mark the link version is 0; 104
  * random bits keep the nonce fresh.
