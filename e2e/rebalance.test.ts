@@ -1,8 +1,9 @@
 /**
  * Rebalancing end to end (issue 16, docs/cluster.md "Rebalancing"): two shards, a coordinator, a router
  * and a single reference node fed the same writes. A continuous writer (upserts, overwrites, deletes)
- * and reader go through the router while a third shard registers and its points move to it, with the
- * coordinator killed with -9 and restarted mid-move; then a shard drains under the same load and is
+ * and reader go through the router while a third shard registers (the router stopped meanwhile, so the
+ * move waits for it to read the new map) and its points move to it, with the coordinator killed with -9
+ * and restarted mid-move; then a shard drains under the same load and is
  * deleted. Zero failed requests, every acknowledged point readable with its last vector at every
  * sample, no duplicates, the new shard holds about a third, queries equal the reference's. Imports no
  * project code.
@@ -78,7 +79,7 @@ describe('rebalancing under load', () => {
     }, { cwd }));
     router = await started(serve({
       SVC_COORDINATOR_URL: coordinator.base, SVC_CLUSTER_SHARD_KEY: KEY, SVC_API_KEYS: ROUTER_KEY, SVC_ENCRYPTION_KEY: MASTER,
-      SVC_CLUSTER_MAP_REFRESH_SECS: '0.5',
+      SVC_CLUSTER_MAP_REFRESH_SECS: '0.5', RUST_LOG: 'info',
     }, { cwd }));
     viaRouter = api(router.base, ROUTER_KEY);
     ref = call(reference);
@@ -102,9 +103,16 @@ describe('rebalancing under load', () => {
   it('scales out: a third shard takes about a third of the points, through a kill -9 of the coordinator, with no failed request', async () => {
     const load = startLoad(viaRouter, ref, model, { int, vec, dim: DIM });
     await new Promise((r) => setTimeout(r, 500));
+    // The router is stopped while the shard registers (a router that reads the map late): the move waits
+    // for it to route by the map with the joining shard, well past the settle time (twice 0.5 s).
+    router.child.kill('SIGSTOP');
     const reg = await admin('POST', '/cluster/shards', { url: shards[2].base });
     expect(reg.status).toBe(201);
     const id = reg.json.id as number;
+    await new Promise((r) => setTimeout(r, 2500));
+    const movedEarly = await countOn(shards[2], 'c');
+    router.child.kill('SIGCONT');
+    expect(movedEarly).toBe(0);
     // Mid-move (points have reached the new shard, the move is not over): the coordinator dies.
     await eventually('points reach the new shard', async () => ((await countOn(shards[2], 'c')) > 0 ? true : 'none yet'), 30_000);
     const env = coordinator.env;
@@ -128,6 +136,7 @@ describe('rebalancing under load', () => {
     if (failures.length > 0) {
       console.log('restart ms', restartMs, killed.stdout().slice(-3000), killed.stderr().slice(-2000), coordinator.stdout().slice(-5000), coordinator.stderr().slice(-2000));
       for (const s of shards) console.log(s.base, s.stdout().slice(-3000), s.stderr().slice(-2000));
+      console.log('router', router.stdout().slice(-5000), router.stderr().slice(-2000));
     }
     expect(failures).toEqual([]);
     expect(writes).toBeGreaterThan(20);
@@ -159,6 +168,7 @@ describe('rebalancing under load', () => {
     }, 60_000);
     await new Promise((r) => setTimeout(r, 1000));
     const { failures } = await load.stop();
+    if (failures.length > 0) console.log('coordinator', coordinator.stdout().slice(-5000), 'router', router.stdout().slice(-5000));
     expect(failures).toEqual([]);
     expect(await countOn(shards[0], 'c')).toBe(0);
     expect(await countOn(shards[0], 'm')).toBe(0);

@@ -1,5 +1,6 @@
 import { SvcError } from '../base/errors.js';
 import type { MembershipApi } from '../cluster/coordinator/coordinator.js';
+import { parseMapReader } from '../cluster/coordinator/map-readers.js';
 import type { ShardMap } from '../cluster/routing/shard-map.js';
 import type { CallContext, EngineApi } from './api.js';
 import { createService, type Service, type ServiceOptions } from './service.js';
@@ -12,7 +13,8 @@ import { createService, type Service, type ServiceOptions } from './service.js';
 export interface ClusterService {
   /** Authentication for the transport (the service's own). */
   readonly service: Service;
-  map(ctx: CallContext): Promise<ShardMap>;
+  /** `router`: the two headers a router names itself by (map-readers.ts), as the transport got them. */
+  map(ctx: CallContext, router?: { id: unknown; version: unknown }): Promise<ShardMap>;
   registerShard(ctx: CallContext, body: unknown): Promise<{ id: number; version: number }>;
   drainShard(ctx: CallContext, id: string): Promise<{ id: number; state: 'draining'; version: number }>;
   removeShard(ctx: CallContext, id: string): Promise<{ removed: true; version: number }>;
@@ -38,7 +40,7 @@ export function createClusterService(membership: MembershipApi, opts: ServiceOpt
   const shard = (id: unknown): string => `cluster/shard/${typeof id === 'string' ? id.slice(0, 40) : '?'}`;
   return {
     service,
-    map: (ctx) => service.guarded('clusterMap', ctx, 'cluster/map', async () => membership.map()),
+    map: (ctx, router) => service.guarded('clusterMap', ctx, 'cluster/map', async () => membership.map(router === undefined ? null : parseMapReader(router.id, router.version))),
     registerShard: (ctx, body) => service.guarded('registerShard', ctx, 'cluster/shards', () => membership.register(body)),
     drainShard: (ctx, id) => service.guarded('drainShard', ctx, shard(id), () => membership.drain(id)),
     removeShard: (ctx, id) => service.guarded('removeShard', ctx, shard(id), () => membership.remove(id)),

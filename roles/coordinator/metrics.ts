@@ -50,6 +50,14 @@ export function coordinatorMetrics(metrics: PromMetrics, coordinator: Coordinato
     name: 'svc_autoscale_last_scale_out_timestamp_seconds', help: 'Unix time of the last scale-out (0: never), kept across restarts', registers,
     collect() { this.set((coordinator.stats().lastScaleOutMs ?? 0) / 1000); },
   });
+  new Gauge({
+    name: 'svc_cluster_routers', help: 'Routers that read the shard map lately, by whether they route by its current version', labelNames: ['map'], registers,
+    collect() {
+      const behind = coordinator.routersBehind().length;
+      this.set({ map: 'current' }, coordinator.routers() - behind);
+      this.set({ map: 'behind' }, behind);
+    },
+  });
   const scaleOuts = new Counter({ name: 'svc_autoscale_scale_outs_total', help: 'Scale-outs this coordinator made since it started', registers });
   const decisions = new Counter({
     name: 'svc_autoscale_decisions_total', help: 'Autoscale decisions by outcome: scale_out, or the reason to hold', labelNames: ['decision'], registers,

@@ -19,7 +19,9 @@ export interface RebalanceLoopOptions {
   leaseMs: number;
   /**
    * How long a map version must have been served before a move starts (twice the routers' refresh
-   * interval): a router that has not read the joining shard yet would not look for moved points there.
+   * interval); then it waits until every router heard from lately says it routes by that version
+   * (core/cluster/coordinator/map-readers.ts): a router that has not read the joining shard yet would
+   * not look for moved points there.
    */
   settleMs: number;
 }
@@ -37,6 +39,7 @@ export function startRebalanceLoop(
   // The map version seen and since when (monotonic): a move waits until it has been served settleMs.
   let seenVersion = -1;
   let seenAt = 0;
+  let toldBehind = -1;
 
   const audit = (action: string, move: MoveRecord, reason: string): void => {
     cluster.service.auditEvent({ actor: 'rebalance', action, resource: `cluster/move/${move.id}`, outcome: 'ok', status: 200, requestId: `rebalance-${move.id}`, reason });
@@ -61,8 +64,21 @@ export function startRebalanceLoop(
       seenVersion = version;
       seenAt = performance.now();
     }
-    const wait = coordinator.current.move === null ? o.settleMs - (performance.now() - seenAt) : 0;
-    if (wait > 0 && moveNeeded(coordinator.current)) return Math.min(wait, o.idleMs);
+    if (coordinator.current.move === null && moveNeeded(coordinator.current)) {
+      // Routers first: the map has been served settleMs (a restarted coordinator has heard its routers
+      // again by then), and every router heard from lately routes by it.
+      const wait = o.settleMs - (performance.now() - seenAt);
+      if (wait > 0) return Math.min(wait, o.idleMs);
+      const behind = coordinator.routersBehind();
+      if (behind.length > 0) {
+        if (toldBehind !== version) {
+          toldBehind = version;
+          log.info({ version, routers: behind.slice(0, 10).map((r) => ({ id: r.id, version: r.version, heard_ms_ago: Math.round(r.agoMs) })), behind: behind.length },
+            'a rebalance move waits for routers to read the new shard map');
+        }
+        return Math.min(o.settleMs / 2, o.idleMs);
+      }
+    }
     const begun = await coordinator.beginMove();
     series.moving(begun !== null);
     if (begun === null) return o.idleMs;

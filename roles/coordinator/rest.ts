@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import Fastify, { type FastifyInstance, type FastifyReply, type FastifyRequest, type onResponseHookHandler } from 'fastify';
 import type { Limits } from '../../core/base/limits.js';
+import { ROUTER_ID_HEADER, ROUTER_MAP_VERSION_HEADER } from '../../core/cluster/coordinator/map-readers.js';
 import type { CallContext } from '../../core/service/api.js';
 import type { ClusterService } from '../../core/service/cluster.js';
 import type { ClusterOperationName } from '../../core/service/roles.js';
@@ -38,7 +39,10 @@ interface ClusterRoute {
 const idOf = (req: FastifyRequest): string => (req.params as { id: string }).id;
 
 export const CLUSTER_ROUTES: readonly ClusterRoute[] = [
-  { method: 'GET', template: '/cluster/map', op: 'clusterMap', status: 200, call: (c, ctx) => c.map(ctx) },
+  {
+    method: 'GET', template: '/cluster/map', op: 'clusterMap', status: 200,
+    call: (c, ctx, req) => c.map(ctx, { id: req.headers[ROUTER_ID_HEADER], version: req.headers[ROUTER_MAP_VERSION_HEADER] }),
+  },
   { method: 'POST', template: '/cluster/shards', op: 'registerShard', status: 201, call: (c, ctx, req) => c.registerShard(ctx, req.body) },
   { method: 'POST', template: '/cluster/shards/{id}/drain', op: 'drainShard', status: 202, call: (c, ctx, req) => c.drainShard(ctx, idOf(req)) },
   { method: 'DELETE', template: '/cluster/shards/{id}', op: 'removeShard', status: 200, call: (c, ctx, req) => c.removeShard(ctx, idOf(req)) },

@@ -1,4 +1,6 @@
+import { randomBytes } from 'node:crypto';
 import type { Dispatcher } from 'undici';
+import { ROUTER_ID_HEADER, ROUTER_MAP_VERSION_HEADER } from '../../core/cluster/coordinator/map-readers.js';
 import { parseShardMap, presentShards, routedShards, type ShardMap } from '../../core/cluster/routing/shard-map.js';
 import type { ShardRef } from '../../core/engine/shard.js';
 import type { ServiceLogger } from '../../core/service/log.js';
@@ -132,11 +134,18 @@ export function startMapRefresh(map: RouterMap, opts: MapRefreshOptions): { stop
   let running: Promise<void> | null = null;
   let stopped = false;
   let failing = false;
+  const readerId = randomBytes(8).toString('hex');
 
   const read = async (): Promise<ShardMap> => {
+    // Who asks and the version it routes by: the coordinator starts a move only once its routers route
+    // by the map that names the move's shards (core/cluster/coordinator/map-readers.ts).
+    const held = map.source() === 'coordinator' ? { [ROUTER_MAP_VERSION_HEADER]: String(map.current().version) } : {};
     const res = await opts.dispatcher.request({
       origin: opts.coordinatorUrl, path: '/cluster/map', method: 'GET',
-      headers: { accept: 'application/json', ...(opts.key === null ? {} : { authorization: `Bearer ${opts.key}` }) },
+      headers: {
+        accept: 'application/json', [ROUTER_ID_HEADER]: readerId, ...held,
+        ...(opts.key === null ? {} : { authorization: `Bearer ${opts.key}` }),
+      },
       signal: AbortSignal.timeout(opts.timeoutMs),
     });
     const text = await res.body.text();

@@ -6,6 +6,7 @@ import { decide, type AutoscaleOptions, type Decision, type PointSample } from '
 import {
   drain, parseRegister, register, remove, scaleOut, seedState, shardIdOf, standbyLeft, type CoordinatorState,
 } from './state.js';
+import { MapReaders, type MapReader, type ReaderBehind } from './map-readers.js';
 import { finishMove, startMove, type MoveRecord } from './rebalance.js';
 import type { CoordinatorStore } from './store.js';
 
@@ -26,11 +27,14 @@ export interface CoordinatorOptions {
   autoscale: AutoscaleOptions;
   /** Most ms a shard may take to answer a count or a readiness probe. */
   probeTimeoutMs?: number;
+  /** How long a router that stopped reading the map is still waited for (map-readers.ts); default 30 s. */
+  readerForgetMs?: number;
 }
 
 /** The membership API, one method per route (CONTRACT.md section 11). */
 export interface MembershipApi {
-  map(): ShardMap;
+  /** `reader`: the router that asks, and the version it routes by (map-readers.ts). */
+  map(reader?: MapReader | null): ShardMap;
   register(body: unknown): Promise<{ id: number; version: number }>;
   drain(id: string): Promise<{ id: number; state: 'draining'; version: number }>;
   remove(id: string): Promise<{ removed: true; version: number }>;
@@ -53,6 +57,7 @@ export interface CoordinatorStats {
 }
 
 export const PROBE_TIMEOUT_MS_DEFAULT = 5000;
+export const READER_FORGET_MS_DEFAULT = 30_000;
 /** Shards counted at once in a sample: the map may hold SHARDS_MAX of them. */
 const SAMPLE_CONCURRENCY = 16;
 
@@ -62,9 +67,12 @@ export class Coordinator implements MembershipApi {
   private readonly points = new Map<number, number | null>();
   private queue: Promise<unknown> = Promise.resolve();
   private scaleOuts = 0;
+  /** The routers that read the map lately. Not state: a restarted coordinator hears them again. */
+  private readonly readers: MapReaders;
 
   private constructor(private readonly opts: CoordinatorOptions, state: CoordinatorState, readonly startedFrom: 'saved' | 'seed' | 'empty') {
     this.state = state;
+    this.readers = new MapReaders(opts.readerForgetMs ?? READER_FORGET_MS_DEFAULT);
   }
 
   /**
@@ -84,7 +92,8 @@ export class Coordinator implements MembershipApi {
     return this.state;
   }
 
-  map(): ShardMap {
+  map(reader: MapReader | null = null): ShardMap {
+    if (reader !== null) this.readers.heard(reader, this.opts.clock.monotonicMs());
     const s = this.state;
     return {
       version: s.version,
@@ -208,6 +217,19 @@ export class Coordinator implements MembershipApi {
       if (next !== this.state) await this.commit(next);
       return next.version;
     });
+  }
+
+  /**
+   * The routers heard from lately that do not route by the current map version yet: a move waits for
+   * them (roles/coordinator/rebalance-loop.ts).
+   */
+  routersBehind(): ReaderBehind[] {
+    return this.readers.behind(this.state.version, this.opts.clock.monotonicMs());
+  }
+
+  /** Routers heard from lately. */
+  routers(): number {
+    return this.readers.count(this.opts.clock.monotonicMs());
   }
 
   /** A shard's URL by id, or undefined once it left the map. */
