@@ -1,6 +1,7 @@
 import type { Coordinator } from '../../core/cluster/coordinator/coordinator.js';
 import { moveSource, type MoveClient } from '../../core/cluster/coordinator/mover.js';
-import { moveNeeded, type MoveRecord } from '../../core/cluster/coordinator/rebalance.js';
+import type { ReaderBehind } from '../../core/cluster/coordinator/map-readers.js';
+import type { MoveRecord } from '../../core/cluster/coordinator/rebalance.js';
 import type { ClusterService } from '../../core/service/cluster.js';
 import type { Logs } from '../log.js';
 import type { CoordinatorMetrics } from './metrics.js';
@@ -20,11 +21,14 @@ export interface RebalanceLoopOptions {
   /**
    * How long a map version must have been served before a move starts (twice the routers' refresh
    * interval); then it waits until every router heard from lately says it routes by that version
-   * (core/cluster/coordinator/map-readers.ts): a router that has not read the joining shard yet would
-   * not look for moved points there.
+   * (Coordinator.beginMove, core/cluster/coordinator/map-readers.ts): a router that has not read the
+   * joining shard yet would not look for moved points there.
    */
   settleMs: number;
 }
+
+/** How often a move still waiting for the same routers is logged again. */
+const WAIT_TELL_MS = 60_000;
 
 export const REBALANCE_DEFAULTS: RebalanceLoopOptions = { idleMs: 1000, retryMs: 1000, batchPoints: 1000, leaseMs: 5_000, settleMs: 10_000 };
 
@@ -36,10 +40,19 @@ export function startRebalanceLoop(
   let timer: NodeJS.Timeout | null = null;
   let running: Promise<void> | null = null;
   let failing = '';
-  // The map version seen and since when (monotonic): a move waits until it has been served settleMs.
-  let seenVersion = -1;
-  let seenAt = 0;
-  let toldBehind = -1;
+  // A move that waits for routers is told once per map version, then every WAIT_TELL_MS.
+  let toldVersion = -1;
+  let toldAt = 0;
+  const tellWaiting = (version: number, routers: readonly ReaderBehind[]): void => {
+    const now = performance.now();
+    if (version === toldVersion && now - toldAt < WAIT_TELL_MS) return;
+    toldVersion = version;
+    toldAt = now;
+    log.warn({
+      version, behind: routers.length,
+      routers: routers.slice(0, 10).map((r) => ({ id: r.id, version: r.version, heard_ms_ago: Math.round(r.agoMs) })),
+    }, 'a rebalance move waits for routers to route by the new shard map (a router that reads it but never routes by it holds every move)');
+  };
 
   const audit = (action: string, move: MoveRecord, reason: string): void => {
     cluster.service.auditEvent({ actor: 'rebalance', action, resource: `cluster/move/${move.id}`, outcome: 'ok', status: 200, requestId: `rebalance-${move.id}`, reason });
@@ -59,29 +72,14 @@ export function startRebalanceLoop(
   };
 
   const tick = async (): Promise<number> => {
-    const version = coordinator.current.version;
-    if (version !== seenVersion) {
-      seenVersion = version;
-      seenAt = performance.now();
-    }
-    if (coordinator.current.move === null && moveNeeded(coordinator.current)) {
-      // Routers first: the map has been served settleMs (a restarted coordinator has heard its routers
-      // again by then), and every router heard from lately routes by it.
-      const wait = o.settleMs - (performance.now() - seenAt);
-      if (wait > 0) return Math.min(wait, o.idleMs);
-      const behind = coordinator.routersBehind();
-      if (behind.length > 0) {
-        if (toldBehind !== version) {
-          toldBehind = version;
-          log.info({ version, routers: behind.slice(0, 10).map((r) => ({ id: r.id, version: r.version, heard_ms_ago: Math.round(r.agoMs) })), behind: behind.length },
-            'a rebalance move waits for routers to read the new shard map');
-        }
-        return Math.min(o.settleMs / 2, o.idleMs);
-      }
-    }
-    const begun = await coordinator.beginMove();
-    series.moving(begun !== null);
+    const begun = await coordinator.beginMove(o.settleMs);
+    series.moving(begun !== null && !('waiting' in begun));
     if (begun === null) return o.idleMs;
+    if ('waiting' in begun) {
+      const w = begun.waiting;
+      if (w.why === 'routers') tellWaiting(w.version, w.routers);
+      return Math.max(1, Math.min(w.forMs ?? o.idleMs, o.idleMs));
+    }
     const { move, started } = begun;
     const what = `sources ${move.sources.join(', ')} to targets ${move.targets.join(', ')}`
       + `${move.joining.length > 0 ? `; joining ${move.joining.join(', ')}` : ''}${move.draining.length > 0 ? `; draining ${move.draining.join(', ')}` : ''}`;

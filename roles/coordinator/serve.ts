@@ -41,8 +41,9 @@ export async function startCoordinator(config: SvcConfig, logs: Logs): Promise<R
       store, client, clock: systemClock,
       seedUrls: c.seedShards, seedReplicas: new Map(c.seedReplicas.map((r, i) => [i, r])),
       autoscale: { ...c.autoscale },
-      // A router unheard of for six of its refresh intervals (10 s at least) is no longer waited for.
-      readerForgetMs: Math.max(6 * c.routerRefreshMs, 10_000),
+      // A router unheard of for six of its refresh intervals (5 s at least) is no longer waited for; a
+      // new move waits that long after this process starts, to have heard every live router.
+      readerForgetMs: Math.max(6 * c.routerRefreshMs, 5_000),
     });
   } catch (e) {
     await store.close();

@@ -177,18 +177,24 @@ export function startMapRefresh(map: RouterMap, opts: MapRefreshOptions): { stop
       failing = true;
     }
   };
+  // One read at a time, the scheduled ones and those `moved` answers ask for alike: two in flight
+  // could be answered out of order, and the router would go back to the older map (and tell the
+  // coordinator it routes by the newer one).
+  let reading: Promise<void> | null = null;
+  const readOnce = (): Promise<void> => (reading ??= tick().finally(() => { reading = null; }));
   const schedule = (ms: number): void => {
     if (stopped) return;
     timer = setTimeout(() => {
-      running = tick().finally(() => {
+      running = readOnce().finally(() => {
         running = null;
         schedule(opts.intervalMs);
       });
     }, ms);
   };
   schedule(0);
-  // A shard said our map is old (`moved`): read it now, at most one read at a time, shared by every
-  // request that asks meanwhile, and at most every MAP_READ_GAP_MS.
+  // A shard said our map is old (`moved`): read it now, after any read in flight (which may have been
+  // asked before the shard's map changed), shared by every request that asks meanwhile, and at most
+  // every MAP_READ_GAP_MS.
   let asked: Promise<void> | null = null;
   let lastAskedMs = 0;
   return {
@@ -202,7 +208,7 @@ export function startMapRefresh(map: RouterMap, opts: MapRefreshOptions): { stop
       if (stopped) return Promise.resolve();
       if (asked === null && performance.now() - lastAskedMs >= MAP_READ_GAP_MS) {
         lastAskedMs = performance.now();
-        asked = tick().finally(() => { asked = null; });
+        asked = (reading ?? Promise.resolve()).then(readOnce).finally(() => { asked = null; });
       }
       return asked ?? Promise.resolve();
     },

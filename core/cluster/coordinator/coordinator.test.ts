@@ -170,3 +170,65 @@ describe('Coordinator', () => {
     expect(c.map().shards.map((s) => s.state)).toEqual(['active', 'active']);
   });
 });
+
+/** A store whose saves take as long as the test lets them (a register in flight). */
+class SlowStore extends MemoryStore {
+  gate: Promise<void> | null = null;
+  override async save(s: Parameters<MemoryStore['save']>[0]): Promise<void> {
+    await this.gate;
+    return super.save(s);
+  }
+}
+
+describe('Coordinator.beginMove: routers first', () => {
+  it('starts a new move only past the settle time, its own forget time, and once every router heard from routes by the map', async () => {
+    const { opts, clock } = setup({ readerForgetMs: 30_000 });
+    const c = await Coordinator.open(opts);
+    c.map({ id: 'r1', version: -1 });
+    const { version } = await c.register({ url: 'http://s2:6333' });
+    expect(await c.beginMove(10_000)).toMatchObject({ waiting: { why: 'settle', forMs: 10_000 } });
+    clock.advance(10);
+    // Up 10 s: a router alive but not heard from yet may still read within the forget time.
+    expect(await c.beginMove(10_000)).toMatchObject({ waiting: { why: 'started', forMs: 20_000 } });
+    clock.advance(20);
+    c.map({ id: 'r1', version: version - 1 });
+    c.map({ id: 'r2', version });
+    expect(await c.beginMove(10_000)).toMatchObject({ waiting: { why: 'routers', forMs: null, version, routers: [{ id: 'r1', version: version - 1 }] } });
+    c.map({ id: 'r1', version });
+    const begun = await c.beginMove(10_000);
+    expect(begun).toMatchObject({ started: true, move: { joining: [2] } });
+    // A saved move resumes without a wait, after a restart too.
+    c.map({ id: 'r1', version: -1 });
+    expect(await c.beginMove(10_000)).toMatchObject({ started: false });
+    const again = await Coordinator.open({ ...opts, store: opts.store });
+    expect(await again.beginMove(10_000)).toMatchObject({ started: false });
+  });
+
+  it('a router not heard from for the forget time is not waited for; nothing needed is null', async () => {
+    const { opts, clock } = setup({ readerForgetMs: 30_000 });
+    const c = await Coordinator.open(opts);
+    expect(await c.beginMove(10_000)).toBeNull();
+    c.map({ id: 'gone', version: -1 });
+    clock.advance(31);
+    expect(c.routers()).toBe(0);
+    await c.register({ url: 'http://s2:6333' });
+    clock.advance(10);
+    expect(await c.beginMove(10_000)).toMatchObject({ started: true });
+  });
+
+  it('a change of the map that lands while a move is asked for is waited for as any other (the check and the start are one step)', async () => {
+    const store = new SlowStore();
+    const { opts, clock } = setup({ store, readerForgetMs: 30_000 });
+    const c = await Coordinator.open(opts);
+    clock.advance(60);
+    c.map({ id: 'r1', version: c.map().version });
+    let release!: () => void;
+    store.gate = new Promise((r) => { release = r; });
+    const registering = c.register({ url: 'http://s2:6333' });
+    const asked = c.beginMove(0); // queued behind the register: sees its joining shard
+    release();
+    store.gate = null;
+    const { version } = await registering;
+    expect(await asked).toMatchObject({ waiting: { why: 'routers', version, routers: [{ id: 'r1' }] } });
+  });
+});

@@ -56,6 +56,18 @@ export interface CoordinatorStats {
   scaleOuts: number;
 }
 
+/**
+ * Why a move the map needs has not started (Coordinator.beginMove): its map version is newer than the
+ * settle time, this process has not run long enough to have heard every live router, or routers that
+ * were heard from route by another version. `forMs`: how long at most (null: until they read again).
+ */
+export interface MoveWait {
+  why: 'settle' | 'started' | 'routers';
+  forMs: number | null;
+  version: number;
+  routers: ReaderBehind[];
+}
+
 export const PROBE_TIMEOUT_MS_DEFAULT = 5000;
 export const READER_FORGET_MS_DEFAULT = 30_000;
 /** Shards counted at once in a sample: the map may hold SHARDS_MAX of them. */
@@ -69,10 +81,17 @@ export class Coordinator implements MembershipApi {
   private scaleOuts = 0;
   /** The routers that read the map lately. Not state: a restarted coordinator hears them again. */
   private readonly readers: MapReaders;
+  private readonly readerForgetMs: number;
+  /** When this process opened the state, and when the map's version last changed (monotonic ms). */
+  private readonly openedAtMs: number;
+  private versionAtMs: number;
 
   private constructor(private readonly opts: CoordinatorOptions, state: CoordinatorState, readonly startedFrom: 'saved' | 'seed' | 'empty') {
     this.state = state;
-    this.readers = new MapReaders(opts.readerForgetMs ?? READER_FORGET_MS_DEFAULT);
+    this.readerForgetMs = opts.readerForgetMs ?? READER_FORGET_MS_DEFAULT;
+    this.readers = new MapReaders(this.readerForgetMs);
+    this.openedAtMs = opts.clock.monotonicMs();
+    this.versionAtMs = this.openedAtMs;
   }
 
   /**
@@ -199,12 +218,24 @@ export class Coordinator implements MembershipApi {
   /**
    * The rebalance move to run: the saved one (a restarted coordinator resumes it), or a new one the map
    * needs (rebalance.ts), saved before it starts; null when there is nothing to move.
+   *
+   * Routers first (docs/cluster.md, Rebalancing): a new move starts only once the map's version has been
+   * served `settleMs`, this process has run long enough to have heard every live router (their forget
+   * time), and every router heard from lately routes by that version; else `waiting` says for what.
+   * Checked in the same turn as the move is saved: no change of the map can come between.
    */
-  beginMove(): Promise<{ move: MoveRecord; started: boolean } | null> {
+  beginMove(settleMs = 0): Promise<{ move: MoveRecord; started: boolean } | { waiting: MoveWait } | null> {
     return this.exclusive(async () => {
       if (this.state.move !== null) return { move: this.state.move, started: false };
       const r = startMove(this.state);
       if (r === null) return null;
+      const now = this.opts.clock.monotonicMs();
+      if (now - this.versionAtMs < settleMs) return { waiting: { why: 'settle', forMs: settleMs - (now - this.versionAtMs), version: this.state.version, routers: [] } };
+      if (now - this.openedAtMs < this.readerForgetMs) {
+        return { waiting: { why: 'started', forMs: this.readerForgetMs - (now - this.openedAtMs), version: this.state.version, routers: [] } };
+      }
+      const behind = this.routersBehind();
+      if (behind.length > 0) return { waiting: { why: 'routers', forMs: null, version: this.state.version, routers: behind } };
       await this.commit(r.state);
       return { move: r.move, started: true };
     });
@@ -260,6 +291,7 @@ export class Coordinator implements MembershipApi {
     } catch (e) {
       throw new SvcError('unavailable', `the coordinator could not save its state, so nothing changed: ${e instanceof Error ? e.message : String(e)}`);
     }
+    if (next.version !== this.state.version) this.versionAtMs = this.opts.clock.monotonicMs();
     this.state = next;
   }
 

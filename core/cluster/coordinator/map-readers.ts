@@ -26,7 +26,10 @@ export interface ReaderBehind {
   agoMs: number;
 }
 
-/** Routers remembered at once: one more forgets the one heard from longest ago. */
+/**
+ * Routers remembered at once. One more than that forgets only routers past `forgetMs`; with none to
+ * forget, every move waits (as for a router behind) until enough of them are past it.
+ */
 export const MAP_READERS_MAX = 4096;
 
 /** The header a router names itself by on `GET /cluster/map`, and the one with the version it routes by. */
@@ -50,25 +53,44 @@ export function parseMapReader(id: unknown, version: unknown): MapReader | null 
 
 export class MapReaders {
   private readonly readers = new Map<string, { version: number; atMs: number }>();
+  /** When a router could not be remembered (the table full of live ones), or -Infinity. */
+  private overflowAtMs = -Infinity;
 
   constructor(private readonly forgetMs: number, private readonly max = MAP_READERS_MAX) {
     if (!(forgetMs > 0)) throw new RangeError('forgetMs must be positive');
   }
 
   heard(reader: MapReader, nowMs: number): void {
-    this.readers.delete(reader.id); // re-inserted last: the map's order is oldest heard first
+    const known = this.readers.delete(reader.id); // re-inserted last: the map's order is oldest heard first
+    if (!known && this.readers.size >= this.max) {
+      this.forget(nowMs);
+      if (this.readers.size >= this.max) {
+        // Never a live router dropped to make room (it would no longer be waited for).
+        this.overflowAtMs = nowMs;
+        return;
+      }
+    }
     this.readers.set(reader.id, { version: reader.version, atMs: nowMs });
-    if (this.readers.size > this.max) this.readers.delete(this.readers.keys().next().value!);
   }
 
-  /** The routers heard from within `forgetMs` that route by a version before `version`, and forgets the rest. */
+  /**
+   * The routers heard from within `forgetMs` that do not route by `version` (before it, or after it: a
+   * coordinator whose state was reset), and forgets the rest.
+   */
   behind(version: number, nowMs: number): ReaderBehind[] {
+    this.forget(nowMs);
     const out: ReaderBehind[] = [];
-    for (const [id, r] of this.readers) {
-      if (nowMs - r.atMs > this.forgetMs) this.readers.delete(id);
-      else if (r.version < version) out.push({ id, version: r.version, agoMs: nowMs - r.atMs });
-    }
+    for (const [id, r] of this.readers) if (r.version !== version) out.push({ id, version: r.version, agoMs: nowMs - r.atMs });
+    if (nowMs - this.overflowAtMs <= this.forgetMs) out.push({ id: `(routers past ${this.max}, not remembered)`, version: -1, agoMs: nowMs - this.overflowAtMs });
     return out;
+  }
+
+  /** Drops the routers not heard from within `forgetMs` (the oldest heard come first). */
+  private forget(nowMs: number): void {
+    for (const [id, r] of this.readers) {
+      if (nowMs - r.atMs <= this.forgetMs) break;
+      this.readers.delete(id);
+    }
   }
 
   /** Routers heard from within `forgetMs`. */
