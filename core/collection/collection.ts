@@ -7,7 +7,7 @@ import { Hnsw, type HnswOptions } from '../index/hnsw/hnsw.js';
 import type { DistanceKind } from '../index/kernels/kernel.js';
 import { ScalarCodes } from '../index/scalar-codes.js';
 import { VectorStore } from '../index/vector-store.js';
-import type { CompiledFilter } from '../query/filter.js';
+import { compileFilter, type CompiledFilter } from '../query/filter.js';
 import { filterKey, PayloadIndex } from '../query/payload-index.js';
 import { planFilteredSearch } from '../query/planner.js';
 import type { DocRecord, Op, PayloadMode, PointRecord } from '../storage/codec.js';
@@ -17,7 +17,7 @@ import {
   GRAPH_PERSIST_CHANGED_SHARE, GRAPH_PERSIST_INTERVAL_MS, GRAPH_PERSIST_NODES_MIN, loadGraph, writeGraph, type GraphParams, type GraphPoints,
 } from './graph-persist.js';
 import { LiveSet } from './live-set.js';
-import { SharedReadState, type ReadViewHandle } from './shared-reads.js';
+import { SharedReadState, type MatchBits, type ReadViewHandle } from './shared-reads.js';
 import { runDensePlan, type DensePlan } from './search-pool-plan.js';
 import type { CollectionSpec } from './params.js';
 
@@ -212,6 +212,16 @@ export class Collection {
    * the points (or documents) it wrote: for a delete or a payload update, those that were here.
    */
   apply(op: Op, seq: number, bulk = false): number {
+    // Request loops' filtered searches hold their match bits only while no write runs or ran since.
+    this.reads?.writeBegin();
+    try {
+      return this.applyNow(op, seq, bulk);
+    } finally {
+      this.reads?.writeEnd();
+    }
+  }
+
+  private applyNow(op: Op, seq: number, bulk: boolean): number {
     let changed = 0;
     if (op.t === 'upsert') {
       for (const p of op.points) this.put(p);
@@ -749,6 +759,17 @@ export class Collection {
 
   vectorOf(slot: number): number[] {
     return Array.from(this.store.view(slot));
+  }
+
+  /**
+   * A filter's match bits for a request loop's searches (shared-reads.ts MatchBits), with the token
+   * they hold at; null without shared reads. Throws what compiling the filter throws.
+   */
+  matchBits(filter: unknown): MatchBits | null {
+    if (this.reads === null) return null;
+    const { bits, count } = this.matching(compileFilter(filter, this.spec.filterable));
+    // A copy: the bits may be the live set's own shared words, which move with the next write.
+    return { words: bits.words.slice(), capacity: bits.capacity, count, token: this.reads.writes };
   }
 
   /** Live slots matching a filter, or null for "every live slot". */

@@ -34,7 +34,7 @@ import { defaultBuildWorkers, extendGraphInline, extendGraphInWorker, indexBuild
 import { SearchDispatch } from './search-dispatch.js';
 import { SearchPool, type SearchPoolStats } from './search-pool.js';
 import { tieAtCut, tiesById, widenTies } from './ties.js';
-import type { ReadGraph, ReadViewHandle } from './shared-reads.js';
+import type { MatchBits, ReadGraph, ReadViewHandle } from './shared-reads.js';
 import { replicationStream, type ReplicationView } from './replication.js';
 import { owner } from '../cluster/routing/hrw.js';
 import { COMMAND_VERSION_MOVE_OUT, COMMAND_VERSION_MOVES, commandVersion, decodeCommand, encodeCommand, isMoveCommand, type ShardCommand } from '../cluster/consensus/command.js';
@@ -1173,6 +1173,20 @@ export class Database {
   readGraph(uid: string): ReadGraph | null {
     const col = this.byUid.get(uid);
     return col?.reads == null ? null : col.reads.currentGraph();
+  }
+
+  /**
+   * A filter's match bits in collection `uid` for request loops' searches (shared-reads.ts MatchBits),
+   * or null: no such collection, no shared reads, or a filter the search would refuse.
+   */
+  matchBits(uid: string, filter: unknown): MatchBits | null {
+    const col = this.byUid.get(uid);
+    if (col === undefined || this.closed) return null;
+    try {
+      return col.matchBits(filter);
+    } catch {
+      return null;
+    }
   }
 
   /** A request loop searched collection `uid`: what a read here starts (an absorb, a rebuild) starts. */

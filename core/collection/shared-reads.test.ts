@@ -87,20 +87,130 @@ describe('a collection read from shared memory (request loops, issue 20)', () =>
     for (const v of views.values()) v.close();
   });
 
-  it('hands on what only the engine thread answers: filters, strong reads, input it refuses', async () => {
+  it('hands on what only the engine thread answers: strong reads, input it refuses, filters it has no current match bits for', async () => {
     const db = await openDb();
     await db.createCollection({ name: 'c', dim: 2, metric: 'l2', filterable: [{ path: 'r', field_type: 'numeric' }] });
-    await db.upsert('c', { points: [{ id: 'a', vector: [0, 0], payload: { r: 1 } }] });
+    await db.upsert('c', { points: [{ id: 'a', vector: [0, 0], payload: { r: 1 } }, { id: 'b', vector: [1, 0], payload: { r: 2 } }] });
     const v = new ReadView(db.readView('c')!);
-    expect(v.search({ vector: [0, 0] })?.hits.map((h) => h.id)).toEqual(['a']);
+    expect(v.search({ vector: [0, 0] })?.hits.map((h) => h.id)).toEqual(['a', 'b']);
     for (const q of [
-      { vector: [0, 0], filter: { eq: { field: 'r', value: 1 } } }, { vector: [0, 0], consistency: 'strong' },
+      { vector: [0, 0], consistency: 'strong' }, { vector: [0, 0], filter: { eq: { field: 'nope', value: 1 } } }, { vector: [0, 0], filter: 7 },
       { vector: [0, 0, 0] }, { vector: [0, 0], k: 0 }, { vector: [0, 0], k: 1e9 }, { vector: [0, 0], surprise: 1 }, { vector: 'no' }, null,
     ]) {
       expect(v.search(q as SearchQuery)).toBeNull();
       expect(v.declined).toBe('shape');
     }
+    const filter = { gte: { field: 'r', value: 2 } };
+    expect(v.search({ vector: [0, 0], filter })).toBeNull();
+    expect([v.declined, v.wantBits?.filter]).toEqual(['filter', filter]);
+    const bits = db.matchBits(v.uid, filter)!;
+    expect(bits.count).toBe(1);
+    v.adoptBits(v.wantBits!.key, bits);
+    expect(v.search({ vector: [0, 0], filter })?.hits.map((h) => h.id)).toEqual(['b']);
+    // Another filter, or any write since: handed on again until the bits are asked for anew.
+    expect(v.search({ vector: [0, 0], filter: { lte: { field: 'r', value: 1 } } })).toBeNull();
+    expect(v.declined).toBe('filter');
+    await db.setPayload('c', { points: [{ id: 'a', payload: { r: 3 } }] });
+    expect(v.search({ vector: [0, 0], filter })).toBeNull();
+    expect(v.declined).toBe('filter');
+    // Bits computed before that write are not taken.
+    v.adoptBits(v.wantBits!.key, bits);
+    expect(v.search({ vector: [0, 0], filter })).toBeNull();
+    v.adoptBits(v.wantBits!.key, db.matchBits(v.uid, filter)!);
+    const again = viewSearch(db, v, { vector: [0, 0], filter });
+    expect(again?.hits.map((h) => h.id), `declined ${v.declined}`).toEqual(['a', 'b']);
+    expect(db.matchBits(v.uid, { eq: { field: 'nope', value: 1 } })).toBeNull();
+    expect(db.matchBits('no-such-uid', filter)).toBeNull();
     v.close();
+  });
+
+  it('answers filtered dense searches exactly as the engine thread does once it holds their match bits, through writes', async () => {
+    const db = await openDb();
+    const dim = 6;
+    const filterable = [{ path: 'tag', field_type: 'keyword' as const }, { path: 'x', field_type: 'numeric' as const }];
+    await db.createCollection({ name: 'c', dim, metric: 'l2', filterable });
+    await db.createCollection({ name: 'f', dim, metric: 'cosine', index: 'flat', filterable });
+    const prng = new Prng(20261128);
+    const vec = (): number[] => Array.from({ length: dim }, () => prng.int(4) - 1.5);
+    const filters = [
+      { eq: { field: 'tag', value: 'a' } }, { gte: { field: 'x', value: 6 } }, { lt: { field: 'x', value: 1 } },
+      { and: [{ eq: { field: 'tag', value: 'b' } }, { lte: { field: 'x', value: 4 } }] }, { or: [{ eq: { field: 'tag', value: 'c' } }, { gt: { field: 'x', value: 7 } }] },
+      { not: { eq: { field: 'tag', value: 'a' } } }, { eq: { field: 'tag', value: 'none' } },
+    ];
+    const views = new Map<string, ReadView>();
+    let answered = 0;
+    let asked = 0;
+    for (let round = 0; round < 16; round++) {
+      for (const name of ['c', 'f']) {
+        const points = Array.from({ length: 30 + prng.int(150) }, () => {
+          const id = `p${prng.int(2500)}`;
+          return { id, vector: vec(), payload: prng.int(6) === 0 ? null : { tag: ['a', 'b', 'c'][prng.int(3)], x: prng.int(9) } };
+        });
+        await db.upsert(name, { points });
+        if (prng.int(3) === 0) await db.deletePoints(name, { ids: Array.from({ length: 10 }, () => `p${prng.int(2500)}`) });
+        if (prng.int(3) === 0) await db.setPayload(name, { points: [{ id: points[0].id, payload: { tag: 'a', x: prng.int(9) } }], mode: 'merge' });
+        let v = views.get(name);
+        if (v === undefined) views.set(name, v = new ReadView(db.readView(name)!));
+        for (let i = 0; i < 8; i++) {
+          const q: SearchQuery = { vector: vec(), k: 1 + prng.int(30), filter: filters[prng.int(filters.length)], ...(prng.int(4) === 0 ? { ef_search: 8 + prng.int(100) } : {}) };
+          const before = v.epoch;
+          const theirs = await db.search(name, q);
+          let mine = viewSearch(db, v, q);
+          if (mine === null && v.declined === 'filter') {
+            asked++;
+            v.adoptBits(v.wantBits!.key, db.matchBits(v.uid, q.filter)!);
+            mine = viewSearch(db, v, q);
+          }
+          expect(mine, `declined: ${v.declined}`).not.toBeNull();
+          if (v.epoch !== before) continue;
+          expect(mine).toEqual(theirs);
+          answered++;
+        }
+      }
+      if (round % 7 === 6) for (const name of ['c', 'f']) await db.search(name, { vector: vec(), consistency: 'strong' });
+    }
+    expect(answered).toBeGreaterThan(200);
+    // Bits held across queries with no write between (not asked for each one).
+    expect(asked).toBeLessThan(answered);
+    for (const v of views.values()) v.close();
+  });
+
+  it('never shows another thread a filtered hit that does not match, while the writer moves points in and out of the filter', async () => {
+    const db = await openDb();
+    const dim = 4;
+    await db.createCollection({ name: 'c', dim, metric: 'l2', filterable: [{ path: 'tag', field_type: 'keyword' }] });
+    const prng = new Prng(11);
+    const vec = (): number[] => Array.from({ length: dim }, () => prng.gaussian());
+    await db.upsert('c', { points: Array.from({ length: 400 }, (_, i) => ({ id: `p${i}`, vector: vec(), payload: { tag: i % 2 === 0 ? 'on' : 'off' } })) });
+    const handle = db.readView('c')!;
+    const stop = new Int32Array(new SharedArrayBuffer(4));
+    const worker = new Worker(FILTERED_READER, { eval: true, workerData: {
+      handle, stop: stop.buffer, url: new URL('./shared-reads.ts', import.meta.url).href, tsx: import.meta.resolve('tsx/esm/api'),
+    } });
+    const filter = { eq: { field: 'tag', value: 'on' } };
+    let ready!: () => void;
+    const started = new Promise<void>((r) => { ready = r; });
+    let done!: (r: { answered: number; declined: number; bad: string[] }) => void;
+    const result = new Promise<{ answered: number; declined: number; bad: string[] }>((r) => { done = r; });
+    worker.on('message', (m: unknown) => {
+      if (m === 'ready') ready();
+      else if (m === 'want') worker.postMessage({ bits: db.matchBits(handle.uid, filter), graph: db.readGraph(handle.uid) });
+      else done(m as { answered: number; declined: number; bad: string[] });
+    });
+    await started;
+    for (let v = 1; v <= 200; v++) {
+      const ids = Array.from({ length: 6 }, () => `p${prng.int(400)}`);
+      const flip = (id: string) => ({ id, payload: { tag: prng.int(2) === 0 ? 'on' : 'off' } });
+      await db.setPayload('c', { points: ids.slice(0, 3).map(flip) });
+      await db.upsert('c', { points: ids.slice(3).map((id) => ({ id, vector: vec(), payload: flip(id).payload })) });
+      // Room for the reader to search between writes (its bits hold only then).
+      if (v % 4 === 0) await new Promise((r) => setTimeout(r, 1));
+    }
+    Atomics.store(stop, 0, 1);
+    const r = await result;
+    await worker.terminate();
+    expect(r.bad).toEqual([]);
+    expect(r.answered).toBeGreaterThan(20);
   });
 
   it('retires a dropped collection, and a new one of the same name is a new view', async () => {
@@ -250,15 +360,18 @@ describe('a collection read from shared memory (request loops, issue 20)', () =>
   });
 });
 
-/** A reader thread: searches until told to stop, and reports any hit inconsistent in itself. */
-const READER = `
-const { parentPort, workerData } = require('node:worker_threads');
+/** How a reader thread starts: the view of workerData.handle, and the stop flag. */
+const READER_START = `const { parentPort, workerData } = require('node:worker_threads');
 (async () => {
   const { tsImport } = await import(workerData.tsx);
   const { ReadView } = await tsImport(workerData.url, workerData.url);
   const stop = new Int32Array(workerData.stop);
   const v = new ReadView(workerData.handle);
-  let answered = 0, declined = 0, seed = 1;
+`;
+
+/** A reader thread: searches until told to stop, and reports any hit inconsistent in itself. */
+const READER = `
+${READER_START}  let answered = 0, declined = 0, seed = 1;
   const bad = [];
   parentPort.on('message', (g) => v.adoptGraph(g));
   parentPort.postMessage('ready');
@@ -275,6 +388,44 @@ const { parentPort, workerData } = require('node:worker_threads');
       if (seen.has(h.id)) bad.push('twice ' + h.id);
       seen.add(h.id);
       if (h.payload.id !== h.id) bad.push('payload of ' + h.payload.id + ' on ' + h.id);
+    }
+  }
+  v.close();
+  parentPort.postMessage({ answered, declined, bad: bad.slice(0, 20) });
+})();
+`;
+
+/**
+ * A reader thread searching with a filter: asks the test's thread (the engine's) for the match bits and
+ * the graph when it lacks them, and checks every hit against the filter and its own payload.
+ */
+const FILTERED_READER = `
+${READER_START}  let answered = 0, declined = 0, seed = 3, asking = false, key = null;
+  const bad = [];
+  parentPort.on('message', (m) => {
+    asking = false;
+    if (m.graph) v.adoptGraph(m.graph);
+    if (m.bits && key !== null) v.adoptBits(key, m.bits);
+  });
+  parentPort.postMessage('ready');
+  const rnd = () => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32) * 4 - 2;
+  for (let n = 0; Atomics.load(stop, 0) === 0; n++) {
+    if (n % 8 === 0) await new Promise((resolve) => setImmediate(resolve));
+    const r = v.search({ vector: [rnd(), rnd(), rnd(), rnd()], k: 15, filter: { eq: { field: 'tag', value: 'on' } } });
+    if (r === null) {
+      declined++;
+      if (v.declined === 'filter' || v.declined === 'epoch') {
+        if (v.wantBits) key = v.wantBits.key;
+        if (!asking) { asking = true; parentPort.postMessage('want'); }
+      } else if (v.declined !== 'moved') bad.push('declined ' + v.declined);
+      continue;
+    }
+    answered++;
+    const seen = new Set();
+    for (const h of r.hits) {
+      if (seen.has(h.id)) bad.push('twice ' + h.id);
+      seen.add(h.id);
+      if (h.payload.tag !== 'on') bad.push(h.id + ' does not match: ' + JSON.stringify(h.payload));
     }
   }
   v.close();

@@ -12,6 +12,9 @@ import { SharedLiveView, type LiveSetHandle } from './live-set.js';
 import type { CollectionSpec } from './params.js';
 import { parseVector } from './points.js';
 import { checkObject, parseBool, parseConsistency, parseEf, parseK } from './queries.js';
+import { compileFilter, type CompiledFilter } from '../query/filter.js';
+import { filterKey } from '../query/payload-index.js';
+import { planFilteredSearch } from '../query/planner.js';
 import { runDensePlan, type DensePlan } from './search-pool-plan.js';
 import { tieAtCut, tiesById, widenTiesNow } from './ties.js';
 
@@ -31,9 +34,12 @@ import { tieAtCut, tiesById, widenTiesNow } from './ties.js';
  * index store each), then the live bit (an atomic or). A reader that sees a slot live with an atomic load
  * therefore sees its id and payload; a hit is taken only if its slot is still live after the search
  * (else the whole search goes to the engine thread), so no answer holds a deleted or replaced point.
- * Whatever a view cannot answer exactly as the engine would (a filter, a strong read, a stale epoch, a
- * retired collection, any input the engine would refuse) is answered by the engine thread instead:
- * `ReadView.search` returns null.
+ * A filter needs its match bits from the engine thread (MatchBits, asked for by the caller when a search
+ * declines with 'filter'), which hold while no write has begun since they were computed: the header
+ * counts writes begun and ended, and a filtered search checks both before and after it reads.
+ * Whatever a view cannot answer exactly as the engine would (a filter without current bits, a strong
+ * read, a stale epoch, a retired collection, any input the engine would refuse) is answered by the
+ * engine thread instead: `ReadView.search` returns null.
  */
 
 /** Bytes the arena and the index may reach; reserved address space, committed as they grow. */
@@ -141,8 +147,14 @@ const H = {
   SIZE: 5,
   /** 1: dropped or closed; readers answer nothing from this view again. */
   RETIRED: 6,
+  /**
+   * Writes (Collection.apply calls) begun and ended: equal while none runs. A filtered search's match
+   * bits hold while both stay at the value they were computed at (MatchBits.token).
+   */
+  WRITES_BEGUN: 7,
+  WRITES_ENDED: 8,
 } as const;
-const HEADER_WORDS = 8;
+const HEADER_WORDS = 16;
 
 /** Everything a reader needs, posted once per collection (structured-clonable: shared memory only). */
 export interface ReadViewHandle {
@@ -156,6 +168,17 @@ export interface ReadViewHandle {
   readonly header: SharedArrayBuffer;
   /** The graph epoch when the handle was made. */
   readonly graph: ReadGraph;
+}
+
+/**
+ * A filter's matching live slots as the engine thread computed them (Collection.matching), for a loop
+ * to search with: valid while no write has begun since `token` (the header's writes ended, then).
+ */
+export interface MatchBits {
+  readonly words: Uint32Array;
+  readonly capacity: number;
+  readonly count: number;
+  readonly token: number;
 }
 
 /** A graph epoch for readers: its arrays (null: no graph yet). */
@@ -230,6 +253,23 @@ export class SharedReadState {
     this.deadBytes = 0;
     this.compactions++;
     Atomics.store(old, H.RETIRED, 1);
+  }
+
+  /**
+   * Around every write of the collection (Collection.apply): a loop's filtered search uses match bits
+   * only while no write has begun since they were computed, and none is in progress.
+   */
+  writeBegin(): void {
+    Atomics.add(this.header, H.WRITES_BEGUN, 1);
+  }
+
+  writeEnd(): void {
+    Atomics.add(this.header, H.WRITES_ENDED, 1);
+  }
+
+  /** The token match bits computed now carry (on the engine thread, between writes). */
+  get writes(): number {
+    return Atomics.load(this.header, H.WRITES_ENDED);
   }
 
   put(slot: number, id: string, payload: object | null): void {
@@ -309,7 +349,10 @@ const EMPTY: SearchResult = { slots: new Int32Array(0), dists: new Float32Array(
 const decoder = new TextDecoder();
 
 /** Why a view passed a search to the engine thread (a metric: what the loops could not answer). */
-export type Declined = 'shape' | 'retired' | 'epoch' | 'moved' | 'scan';
+export type Declined = 'shape' | 'retired' | 'epoch' | 'moved' | 'scan' | 'filter';
+
+/** Filters whose match bits a view keeps (least recently used goes first). */
+const MATCHES_MAX = 64;
 
 /**
  * Most slots a loop scans exactly (no graph yet, a flat index, or fewer live points than the beam): a
@@ -333,8 +376,15 @@ export class ReadView {
   private readonly header: Int32Array;
   private graph: Hnsw | null = null;
   private graphEpoch = -1;
+  /** Match bits of recent filters, by filterKey. */
+  private readonly matches = new Map<string, MatchBits>();
   /** What the last null answer was for (tests and metrics). */
   declined: Declined | null = null;
+  /**
+   * Set with a 'filter' decline: the filter whose match bits this view lacks (or holds from before a
+   * write), for the caller to ask the engine thread for (adoptBits).
+   */
+  wantBits: { key: string; filter: unknown } | null = null;
 
   /** Throws when the store has no scratch lane left for this thread (the caller then keeps no view). */
   constructor(h: ReadViewHandle) {
@@ -390,12 +440,28 @@ export class ReadView {
   close(): void {
     this.graph?.scalarCodes?.close();
     this.graph = null;
+    this.matches.clear();
     this.store.close();
+  }
+
+  /** The engine thread's match bits for filter `key`; kept while they may still hold. */
+  adoptBits(key: string, m: MatchBits): void {
+    if (m.token !== this.writesSettled()) return;
+    this.matches.delete(key);
+    if (this.matches.size >= MATCHES_MAX) this.matches.delete(this.matches.keys().next().value!);
+    this.matches.set(key, m);
+  }
+
+  /** The writes ended when none is in progress, else null. */
+  private writesSettled(): number | null {
+    const ended = Atomics.load(this.header, H.WRITES_ENDED);
+    return Atomics.load(this.header, H.WRITES_BEGUN) === ended ? ended : null;
   }
 
   /** The engine's answer to `query`, or null when the engine thread must give it. */
   search(query: SearchQuery): { hits: Hit[] } | null {
     this.declined = null;
+    this.wantBits = null;
     if (this.retired) return this.decline('retired');
     if (this.spec.multivector) return this.decline('shape');
     let k: number;
@@ -403,25 +469,49 @@ export class ReadView {
     let vector: Float32Array;
     let withPayload: boolean;
     let withVector: boolean;
+    let filter: CompiledFilter | undefined;
+    let rawFilter: unknown;
     try {
       const q = checkObject(query, 'search body', SEARCH_KEYS);
-      if ((q.filter !== undefined && q.filter !== null) || parseConsistency(q.consistency) !== 'eventual') return this.decline('shape');
+      if (parseConsistency(q.consistency) !== 'eventual') return this.decline('shape');
       k = parseK(q.k, this.limits);
       ef = parseEf(q.ef_search, this.limits, this.spec.index_params.ef_search);
       vector = parseVector(q.vector, this.spec.dim, this.spec.metric, this.limits, 'query vector');
+      if (q.filter !== undefined && q.filter !== null) filter = compileFilter(rawFilter = q.filter, this.spec.filterable);
       withPayload = parseBool(q.with_payload, 'with_payload', true);
       withVector = parseBool(q.with_vector, 'with_vector', false);
     } catch {
       // The engine thread refuses it, with its message.
       return this.decline('shape');
     }
+    // A filter: its match bits from the engine thread, computed since the last write, and no write now.
+    let match: MatchBits | null = null;
+    if (filter !== undefined) {
+      const key = filterKey(filter);
+      const token = this.writesSettled();
+      if (token === null) return this.decline('moved');
+      const m = this.matches.get(key);
+      if (m === undefined || m.token !== token) {
+        this.matches.delete(key);
+        this.wantBits = { key, filter: rawFilter };
+        return this.decline('filter');
+      }
+      this.matches.delete(key);
+      this.matches.set(key, m);
+      match = m;
+    }
     const top = this.readTop();
     if (top === 'busy') return this.decline('moved');
     if (top === null) return this.decline('epoch');
     // Exact plans, and the unindexed tail a graph plan scans (a bulk load before its rebuild).
-    const scans = this.graph === null || this.spec.index === 'flat' || this.live.count <= Math.max(ef, k + 1);
-    if ((scans ? this.store.count : this.store.count - top.indexedUpTo) > LOOP_SCAN_MAX) return this.decline('scan');
-    const run = (n: number): SearchResult => this.searchDense(vector, n, ef, top);
+    if (match === null) {
+      const scans = this.graph === null || this.spec.index === 'flat' || this.live.count <= Math.max(ef, k + 1);
+      if ((scans ? this.store.count : this.store.count - top.indexedUpTo) > LOOP_SCAN_MAX) return this.decline('scan');
+    } else {
+      const plan = this.filteredPlan(k + 1, ef, top, match);
+      if (plan !== null && (plan.mode === 'exact' ? match.count : plan.count - plan.indexedUpTo) > LOOP_SCAN_MAX) return this.decline('scan');
+    }
+    const run = (n: number): SearchResult => (match === null ? this.searchDense(vector, n, ef, top) : this.searchFiltered(vector, n, ef, top, match));
     let r = run(k + 1);
     if (tieAtCut(r.dists, k, k + 1)) r = widenTiesNow(r, k, k + 1, this.live.count, (n) => run(n));
     // Every hit still live now: else a write raced the search, and the engine thread answers it.
@@ -450,6 +540,9 @@ export class ReadView {
     // A payload replaced after the liveness check is newer data for a live point: still an answer. A view
     // retired meanwhile (a drop, or records that could not be written) answers nothing.
     if (this.retired) return this.decline('retired');
+    // Filtered: no write began since the bits were computed, so every hit matched throughout, with the
+    // payload read (a payload changed meanwhile might no longer match).
+    if (match !== null && this.writesSettled() !== match.token) return this.decline('moved');
     return { hits };
   }
 
@@ -478,6 +571,30 @@ export class ReadView {
       return epoch === this.graphEpoch ? top : null;
     }
     return 'busy';
+  }
+
+  /**
+   * Collection.planDense with a filter, over the engine thread's match bits (null: nothing matches).
+   * The counts it reads are those of the bits' token: no write has begun since (checked again after).
+   */
+  private filteredPlan(k: number, ef: number, top: { indexedUpTo: number }, m: MatchBits): DensePlan | null {
+    if (m.count === 0 || k === 0) return null;
+    const count = this.store.count;
+    const base = {
+      bits: new Bitset(m.capacity, m.words), acceptAll: false, k, want: Math.min(k, m.count), indexedUpTo: Math.min(top.indexedUpTo, count), count,
+    };
+    if (this.graph === null || this.spec.index === 'flat') return { ...base, mode: 'exact', ef: 0 };
+    const graphEf = Math.max(ef, k);
+    const plan = planFilteredSearch({ matches: m.count, live: this.live.count, k, ef: graphEf }, { efMax: this.limits.maxEfSearch });
+    return plan.kind === 'exact' ? { ...base, mode: 'exact', ef: 0 } : { ...base, mode: 'graph', ef: Math.max(plan.ef, k) };
+  }
+
+  private searchFiltered(vector: Float32Array, k: number, ef: number, top: { indexedUpTo: number; entry: number; maxLevel: number; size: number }, m: MatchBits): SearchResult {
+    const plan = this.filteredPlan(k, ef, top, m);
+    if (plan === null) return EMPTY;
+    const graph = this.graph;
+    if (graph !== null) graph.adoptTop(top.entry, top.maxLevel, top.size);
+    return runDensePlan(this.store, this.kind, graph, vector, plan);
   }
 
   /**

@@ -1,5 +1,5 @@
 import type { Hit } from '../../core/base/model.js';
-import { ReadView, type Declined, type ReadGraph, type ReadViewHandle } from '../../core/collection/shared-reads.js';
+import { ReadView, type Declined, type MatchBits, type ReadGraph, type ReadViewHandle } from '../../core/collection/shared-reads.js';
 import type { Link } from './link.js';
 import type { ReadGateView } from './read-gate.js';
 
@@ -9,6 +9,8 @@ const ASK_AGAIN_MS = 1000;
 const NOTE_READ_MS = 50;
 /** How often views are swept: dropped collections' closed, newer graphs taken, names with no view forgotten. */
 const SWEEP_MS = 1000;
+/** Filters whose match bits one view asks the engine thread for at once. */
+const BITS_ASKED_MAX = 16;
 /** Most names a loop keeps an entry for (names come from clients). */
 const ENTRIES_MAX = 4096;
 
@@ -16,7 +18,7 @@ const ENTRIES_MAX = 4096;
 export type HandedOn = Declined | 'no_view' | 'paused';
 
 type Entry =
-  | { state: 'view'; view: ReadView; generation: number; graphAsked: boolean; notedAt: number }
+  | { state: 'view'; view: ReadView; generation: number; graphAsked: boolean; notedAt: number; bitsAsked: Set<string> }
   | { state: 'asking' }
   | { state: 'none'; at: number };
 
@@ -24,8 +26,9 @@ type Entry =
  * A request loop's own searches (issue 20): per collection name, a ReadView over the engine thread's
  * shared memory (core/collection/shared-reads.ts), asked for once over the link. `search` answers a
  * plain dense search here, or null, and the caller sends it over the link as before: a view not yet
- * there, a graph epoch not yet received, a dropped collection, a filter, a strong read, input the engine
- * refuses, a write that raced the search, and anything while the read gate is closed or names another
+ * there, a graph epoch not yet received, a dropped collection, a filter whose match bits it lacks or
+ * holds from before a write (it asks the engine thread for them, for the next search), a strong read,
+ * input the engine refuses, a write that raced the search, and anything while the read gate is closed or names another
  * database (read-gate.ts: a read replica bootstrapping in place or swapping a re-bootstrap in, a
  * consensus member restoring a snapshot). Everything around the engine (auth, limits, audit, metrics)
  * is the loop's service layer, as for every other call.
@@ -95,6 +98,7 @@ export class LocalReads {
       // Dropped (or the database closed): the name may name a new collection now.
       this.forget(name, e);
     } else if (why === 'epoch') this.refresh(name, e);
+    else if (why === 'filter' && v.wantBits !== null) this.askBits(name, e, v.wantBits);
     return this.declined(why);
   }
 
@@ -123,6 +127,23 @@ export class LocalReads {
     });
   }
 
+  /**
+   * Asks the engine thread for a filter's match bits (once at a time per filter): this search was handed
+   * on, the next ones with the same filter are answered here while no write comes between.
+   */
+  private askBits(name: string, e: Extract<Entry, { state: 'view' }>, want: { key: string; filter: unknown }): void {
+    if (e.bitsAsked.has(want.key) || e.bitsAsked.size >= BITS_ASKED_MAX) return;
+    e.bitsAsked.add(want.key);
+    const v = e.view;
+    void (this.link.call('matchBits', v.uid, e.generation, want.filter) as Promise<MatchBits | null>).then((m) => {
+      if (m !== null && this.views.get(name) === e) v.adoptBits(want.key, m);
+    }).catch(() => {
+      // The link closed: the view keeps handing the filter on.
+    }).finally(() => {
+      e.bitsAsked.delete(want.key);
+    });
+  }
+
   close(): void {
     this.closed = true;
     clearInterval(this.sweeper);
@@ -146,7 +167,7 @@ export class LocalReads {
       const view = new ReadView(got.handle);
       // Closed while it was asked for: its lanes go back at once.
       if (this.closed) return view.close();
-      this.views.set(name, { state: 'view', view, generation: got.generation, graphAsked: false, notedAt: -Infinity });
+      this.views.set(name, { state: 'view', view, generation: got.generation, graphAsked: false, notedAt: -Infinity, bitsAsked: new Set() });
     }).catch(none);
   }
 }

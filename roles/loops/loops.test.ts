@@ -177,6 +177,36 @@ describe.runIf(support.ok)(`two request loops on Node ${process.versions.node}`,
     await fresh(base, 'DELETE', '/v1/collections/again');
   });
 
+  it('a loop answers a filtered search itself once it holds the filter\'s match bits, and never from before a write', async () => {
+    const loopAnswered = () => metricValue(base, 'svc_loop_searches_total{answered="loop",reason=""}').catch(() => 0);
+    const handedOn = () => metricValue(base, 'svc_loop_searches_total{answered="engine",reason="filter"}').catch(() => 0);
+    expect((await fresh(base, 'POST', '/v1/collections', { name: 'f', dim: 3, metric: 'l2', filterable: [{ path: 'tag', field_type: 'keyword' }] })).status).toBe(201);
+    const points = Array.from({ length: 60 }, (_, i) => ({ id: `q${i}`, vector: [i % 9, i % 5, 1], payload: { tag: ['x', 'y', 'z'][i % 3] } }));
+    expect((await fresh(base, 'PUT', '/v1/collections/f/points', { points })).status).toBe(200);
+    const q = { vector: [4, 2, 1], k: 7, filter: { eq: { field: 'tag', value: 'y' } } };
+    const strong = async () => (await fresh(base, 'POST', '/v1/collections/f/query', { ...q, consistency: 'strong' })).body;
+    let reference = await strong();
+    const [loopBefore, handedBefore] = [await loopAnswered(), await handedOn()];
+    for (let i = 0; i < 4; i++) {
+      for (const a of (await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/f/query', q)).values()) expect(a.body).toEqual(reference);
+    }
+    // Each loop handed the first one on and asked for the bits; later ones it answered itself.
+    expect(await handedOn()).toBeGreaterThan(handedBefore);
+    expect(await loopAnswered()).toBeGreaterThan(loopBefore);
+    // Points moved out of the filter and into it: every loop's next answer has them so.
+    for (let round = 0; round < 3; round++) {
+      const hits = (reference as { hits: { id: string }[] }).hits;
+      const moves = [{ id: hits[0].id, payload: { tag: 'x' } }, { id: `q${round * 3}`, payload: { tag: 'y' } }];
+      expect((await fresh(base, 'POST', '/v1/collections/f/points:payload', { points: moves })).status).toBe(200);
+      reference = await strong();
+      expect((reference as { hits: { id: string }[] }).hits.map((h) => h.id)).not.toContain(hits[0].id);
+      for (let i = 0; i < 3; i++) {
+        for (const a of (await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/f/query', q)).values()) expect(a.body).toEqual(reference);
+      }
+    }
+    expect((await fresh(base, 'DELETE', '/v1/collections/f')).status).toBe(200);
+  });
+
   it('the audit chain and /metrics are the process\'s, not each loop\'s', async () => {
     const before = await metricValue(base, 'svc_http_requests_total{method="GET",route="/v1/collections/{name}"}');
     const answers = await Promise.all(Array.from({ length: 30 }, () => fresh(base, 'GET', '/v1/collections/c')));
@@ -210,7 +240,8 @@ describe.runIf(support.ok)(`two request loops on Node ${process.versions.node}`,
     // The other loop answers meanwhile; the replacement joins the port and answers too.
     await expect.poll(() => server.loops!.replaced).toBe(1);
     const answers = await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/c/points:count', {});
-    expect([...answers.values()].map((a) => a.body)).toEqual([{ count: 41 }, { count: 41 }]);    expect(await metricValue(base, 'svc_http_loops')).toBe(2);
+    expect([...answers.values()].map((a) => a.body), JSON.stringify([...answers.values()])).toEqual([{ count: 41 }, { count: 41 }]);
+    expect(await metricValue(base, 'svc_http_loops')).toBe(2);
     expect(await metricValue(base, 'svc_http_loop_restarts_total')).toBe(1);
   });
 

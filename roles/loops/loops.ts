@@ -160,6 +160,7 @@ export async function startLoops(o: LoopsOptions): Promise<Loops> {
     link.handle('busy', () => o.busy());
     link.handle('readView', (name) => o.reads?.readView(String(name)) ?? null);
     link.handle('readGraph', (uid, generation) => o.reads?.readGraph(String(uid), Number(generation)) ?? null);
+    link.handle('matchBits', (uid, generation, filter) => o.reads?.matchBits(String(uid), Number(generation), filter) ?? null);
     link.handle('noteRead', (uid, generation) => o.reads?.noteRead(String(uid), Number(generation)));
     link.handle('raftView', () => o.raftView?.() ?? null);
     link.handle('metrics', exposition);
@@ -188,8 +189,10 @@ export async function startLoops(o: LoopsOptions): Promise<Loops> {
       })),
     };
     worker.on('error', (e) => log.error({ loop: index, err: e.message }, 'a request loop failed'));
-    handle.ports = await link.call('listen') as LoopListening;
+    // A replacement is ready before it joins the ports: else the kernel hands it connections it would
+    // answer 503 not_ready until told (a flake of the loop-death test found it).
     if (isReady && o.role === 'node') await link.call('ready');
+    handle.ports = await link.call('listen') as LoopListening;
     return handle;
   };
 

@@ -1,9 +1,11 @@
-import type { ReadGraph, ReadViewHandle } from '../../core/collection/shared-reads.js';
+import type { MatchBits, ReadGraph, ReadViewHandle } from '../../core/collection/shared-reads.js';
 
 /** What the engine thread answers a loop's LocalReads with, through its ReadGate (Database satisfies it). */
 export interface LocalReadSource {
   readView(name: string): ReadViewHandle | null;
   readGraph(uid: string): ReadGraph | null;
+  /** A filter's match bits for a loop's filtered searches, or null (Database.matchBits). */
+  matchBits(uid: string, filter: unknown): MatchBits | null;
   noteRead(uid: string): void;
   /** Thread `thread` ended without closing its views: the scratch lanes it held go back; how many. */
   releaseLanesOf(thread: number): number;
@@ -73,6 +75,11 @@ export class ReadGate {
   /** The graph epoch of collection `uid` in database `generation`, if it is the one read now. */
   readGraph(uid: string, generation: number): ReadGraph | null {
     return this.source === null || generation !== this.generation() ? null : this.source.readGraph(uid);
+  }
+
+  /** A filter's match bits in collection `uid` of database `generation`, if it is the one read now. */
+  matchBits(uid: string, generation: number, filter: unknown): MatchBits | null {
+    return this.source === null || generation !== this.generation() ? null : this.source.matchBits(uid, filter);
   }
 
   noteRead(uid: string, generation: number): void {
