@@ -2,7 +2,8 @@
  * The server half of `npm run bench -- --suites scaling` (issue 20): `svc serve` with 1, 2, 4, ... request
  * loops (SVC_HTTP_LOOPS, up to the cores) on Node.js 24 (scripts/node24.sh: several loops need a
  * runtime that shares a port), MNIST over REST, every query in turn from wrk (C, a process of its own),
- * 32 connections. Per loop count: QPS, p50/p99, and the server's CPU per request split by thread: the
+ * 32 connections, plain searches and then searches each with a keyword filter matching a tenth of the
+ * points (10 distinct filters, as tenants or categories repeat). Per loop count and kind: QPS, p50/p99, and the server's CPU per request split by thread: the
  * main thread (the engine, the search pool's hand-offs), the request loops together, and the rest
  * (search workers, GC helpers, libuv). Rounds alternate the order of the loop counts; compare within a
  * run. On a 2-core machine the client, the loops, the engine thread and a search worker share two
@@ -17,8 +18,15 @@ import { tool, wrk } from '../lib/native-load.js';
 import { PROCESS, threadCpu } from '../lib/proc-cpu.js';
 import { BENCH_API_KEY, startSvc } from '../lib/server-proc.js';
 
+/** Plain searches, or each with a keyword filter matching a tenth of the points (10 distinct filters). */
+export type LoopsKind = 'plain' | 'filtered';
+export const LOOPS_KINDS: readonly LoopsKind[] = ['plain', 'filtered'];
+/** Distinct tags: each filter matches 1 / TAGS of the points. */
+const TAGS = 10;
+
 export interface LoopsRun {
   loops: number;
+  kind: LoopsKind;
   round: number;
   qps: number;
   p50_ms: number;
@@ -63,46 +71,59 @@ const median = (xs: number[]): number => {
 };
 const r1 = (x: number) => Math.round(x * 10) / 10;
 
-async function one(node: string, loops: number, round: number, z: (typeof SIZES)[keyof typeof SIZES], d: ReturnType<typeof mnist>): Promise<LoopsRun> {
+async function one(node: string, loops: number, round: number, z: (typeof SIZES)[keyof typeof SIZES], d: ReturnType<typeof mnist>): Promise<LoopsRun[]> {
   const srv = await startSvc({ SVC_HTTP_LOOPS: String(loops) }, 120_000, { node });
   try {
-    await srv.call('POST', '/v1/collections', { name: 'm', dim: d.dim, metric: d.metric, index_params: { ef_search: EF } });
+    await srv.call('POST', '/v1/collections', {
+      name: 'm', dim: d.dim, metric: d.metric, index_params: { ef_search: EF }, filterable: [{ path: 'tag', field_type: 'keyword' }],
+    });
     for (let i = 0; i < d.n; i += 500) {
       const points = [];
-      for (let j = i; j < Math.min(d.n, i + 500); j++) points.push({ id: `p${j}`, vector: Array.from(row(d.base, d.dim, j)) });
+      for (let j = i; j < Math.min(d.n, i + 500); j++) points.push({ id: `p${j}`, vector: Array.from(row(d.base, d.dim, j)), payload: { tag: `g${j % TAGS}` } });
       await srv.call('PUT', '/v1/collections/m/points', { points });
     }
     // A strong read waits for the index to hold every point: the load then measures searches, not a build.
     await srv.call('POST', '/v1/collections/m/query', { vector: Array.from(row(d.queries, d.dim, 0)), k: 10, consistency: 'strong' });
-    const bodies = Array.from({ length: d.nq }, (_, q) => JSON.stringify({ vector: Array.from(row(d.queries, d.dim, q)), k: 10 }));
-    const before = threadCpu(srv.pid);
-    const t0 = performance.now();
-    const w = await wrk({
-      url: `${srv.rest}/v1/collections/m/query`, bodies, clients: CLIENTS, seconds: z.secs,
-      headers: { authorization: `Bearer ${BENCH_API_KEY}`, 'content-type': 'application/json' },
-    });
-    const wall = (performance.now() - t0) / 1000;
-    const after = threadCpu(srv.pid);
-    let cpu: LoopsRun['cpu_us_per_request'] = null;
-    if (before !== null && after !== null && w.qps > 0) {
-      // wrk warms up for a second before it counts: the whole wall time's CPU at the counted rate.
-      const perReq = (names: (n: string) => boolean) => {
-        let s = 0;
-        for (const [n, v] of after) if (names(n)) s += v - (before.get(n) ?? 0);
-        return r1((s / wall / w.qps) * 1e6);
-      };
-      const isLoop = (n: string) => n.startsWith('svc-loop');
-      // Total from the process's own counters: a thread that ends in the window (a build worker done
-      // with the load's graph) takes its counters with it, so a sum over threads can even go negative.
-      const total = perReq((n) => n === PROCESS);
-      const main = perReq((n) => n === 'MainThread');
-      const loopsCpu = perReq(isLoop);
-      cpu = { total, main, loops: loopsCpu, other: r1(total - main - loopsCpu) };
+    const out: LoopsRun[] = [];
+    for (const kind of LOOPS_KINDS) {
+      const bodies = Array.from({ length: d.nq }, (_, q) => JSON.stringify({
+        vector: Array.from(row(d.queries, d.dim, q)), k: 10, with_payload: false, ...(kind === 'filtered' ? { filter: { eq: { field: 'tag', value: `g${q % TAGS}` } } } : {}),
+      }));
+      out.push(await measure(srv, loops, kind, round, z, bodies));
     }
-    return { loops, round, qps: w.qps, p50_ms: w.p50_ms, p99_ms: w.p99_ms, errors: w.errors, cpu_us_per_request: cpu };
+    return out;
   } finally {
     await srv.stop();
   }
+}
+
+/** wrk over `bodies` against a loaded server, and its CPU per request by thread. */
+async function measure(srv: Awaited<ReturnType<typeof startSvc>>, loops: number, kind: LoopsKind, round: number, z: (typeof SIZES)[keyof typeof SIZES], bodies: string[]): Promise<LoopsRun> {
+  const before = threadCpu(srv.pid);
+  const t0 = performance.now();
+  const w = await wrk({
+    url: `${srv.rest}/v1/collections/m/query`, bodies, clients: CLIENTS, seconds: z.secs,
+    headers: { authorization: `Bearer ${BENCH_API_KEY}`, 'content-type': 'application/json' },
+  });
+  const wall = (performance.now() - t0) / 1000;
+  const after = threadCpu(srv.pid);
+  let cpu: LoopsRun['cpu_us_per_request'] = null;
+  if (before !== null && after !== null && w.qps > 0) {
+    // wrk warms up for a second before it counts: the whole wall time's CPU at the counted rate.
+    const perReq = (names: (n: string) => boolean) => {
+      let s = 0;
+      for (const [n, v] of after) if (names(n)) s += v - (before.get(n) ?? 0);
+      return r1((s / wall / w.qps) * 1e6);
+    };
+    const isLoop = (n: string) => n.startsWith('svc-loop');
+    // Total from the process's own counters: a thread that ends in the window (a build worker done
+    // with the load's graph) takes its counters with it, so a sum over threads can even go negative.
+    const total = perReq((n) => n === PROCESS);
+    const main = perReq((n) => n === 'MainThread');
+    const loopsCpu = perReq(isLoop);
+    cpu = { total, main, loops: loopsCpu, other: r1(total - main - loopsCpu) };
+  }
+  return { loops, kind, round, qps: w.qps, p50_ms: w.p50_ms, p99_ms: w.p99_ms, errors: w.errors, cpu_us_per_request: cpu };
 }
 
 export async function runServerLoops(mode: keyof typeof SIZES, log: (l: string) => void): Promise<LoopsResult> {
@@ -118,18 +139,18 @@ export async function runServerLoops(mode: keyof typeof SIZES, log: (l: string) 
   for (let round = 0; round < z.rounds; round++) {
     for (const loops of round % 2 === 0 ? counts : [...counts].reverse()) {
       log(`scaling: server, round ${round + 1}, ${loops} request loop(s) on ${version}`);
-      runs.push(await one(node, loops, round, z, d));
+      runs.push(...await one(node, loops, round, z, d));
     }
   }
-  const med = counts.map((loops) => {
-    const xs = runs.filter((r) => r.loops === loops);
+  const med = LOOPS_KINDS.flatMap((kind) => counts.map((loops) => {
+    const xs = runs.filter((r) => r.loops === loops && r.kind === kind);
     const cpus = xs.map((x) => x.cpu_us_per_request).filter((c): c is NonNullable<typeof c> => c !== null);
     const m = (f: (c: NonNullable<LoopsRun['cpu_us_per_request']>) => number) => r1(median(cpus.map(f)));
     return {
-      loops, qps: Math.round(median(xs.map((x) => x.qps))), p50_ms: median(xs.map((x) => x.p50_ms)), p99_ms: median(xs.map((x) => x.p99_ms)),
+      loops, kind, qps: Math.round(median(xs.map((x) => x.qps))), p50_ms: median(xs.map((x) => x.p50_ms)), p99_ms: median(xs.map((x) => x.p99_ms)),
       errors: xs.reduce((s, x) => s + x.errors, 0),
       cpu_us_per_request: cpus.length === 0 ? null : { total: m((c) => c.total), main: m((c) => c.main), loops: m((c) => c.loops), other: m((c) => c.other) },
     };
-  });
+  }));
   return { node: version, cores, clients: CLIENTS, n_base: z.nBase, ef: EF, runs, median: med };
 }

@@ -149,9 +149,9 @@ export function scalingSvg(r: ScalingResult): Promise<string> {
 export function loopsSvg(r: LoopsMeasured): Promise<string> {
   return facetedLines(`svc serve against request loops (${r.node}, ${r.cores} CPUs, MNIST ${r.n_base}, ef ${r.ef}, wrk ${r.clients} connections)`,
     { field: 'loops', title: 'SVC_HTTP_LOOPS' }, r.median.flatMap((m) => [
-      { loops: m.loops, what: 'queries/s', value: m.qps },
-      { loops: m.loops, what: 'p99 ms', value: m.p99_ms },
-      ...(['main', 'loops', 'other'] as const).map((t) => ({ loops: m.loops, what: `CPU µs/request: ${t}`, value: m.cpu_us_per_request?.[t] ?? null })),
+      { loops: m.loops, what: `queries/s, ${m.kind}`, value: m.qps },
+      { loops: m.loops, what: `p99 ms, ${m.kind}`, value: m.p99_ms },
+      ...(['main', 'loops', 'other'] as const).map((t) => ({ loops: m.loops, what: `CPU µs/request: ${t}, ${m.kind}`, value: m.cpu_us_per_request?.[t] ?? null })),
     ]));
 }
 
