@@ -351,8 +351,9 @@ const decoder = new TextDecoder();
 /** Why a view passed a search to the engine thread (a metric: what the loops could not answer). */
 export type Declined = 'shape' | 'retired' | 'epoch' | 'moved' | 'scan' | 'filter';
 
-/** Filters whose match bits a view keeps (least recently used goes first). */
+/** Filters whose match bits a view keeps, and their bytes at most (least recently used goes first). */
 const MATCHES_MAX = 64;
+const MATCHES_MAX_BYTES = 8 << 20;
 
 /**
  * Most slots a loop scans exactly (no graph yet, a flat index, or fewer live points than the beam): a
@@ -376,8 +377,10 @@ export class ReadView {
   private readonly header: Int32Array;
   private graph: Hnsw | null = null;
   private graphEpoch = -1;
-  /** Match bits of recent filters, by filterKey. */
+  /** Match bits of recent filters, by filterKey, all at the token `matchesToken` (cleared when it moves). */
   private readonly matches = new Map<string, MatchBits>();
+  private matchesToken = -1;
+  private matchesBytes = 0;
   /** What the last null answer was for (tests and metrics). */
   declined: Declined | null = null;
   /**
@@ -441,15 +444,45 @@ export class ReadView {
     this.graph?.scalarCodes?.close();
     this.graph = null;
     this.matches.clear();
+    this.matchesBytes = 0;
     this.store.close();
   }
 
-  /** The engine thread's match bits for filter `key`; kept while they may still hold. */
-  adoptBits(key: string, m: MatchBits): void {
-    if (m.token !== this.writesSettled()) return;
-    this.matches.delete(key);
-    if (this.matches.size >= MATCHES_MAX) this.matches.delete(this.matches.keys().next().value!);
+  /**
+   * The engine thread's match bits for filter `key`, kept while they may still hold; false when a write
+   * came after them (they are dropped).
+   */
+  adoptBits(key: string, m: MatchBits): boolean {
+    if (!this.bitsCurrent() || m.token !== this.matchesToken) return false;
+    this.forgetBits(key);
+    while (this.matches.size > 0 && (this.matches.size >= MATCHES_MAX || this.matchesBytes + m.words.byteLength > MATCHES_MAX_BYTES)) {
+      this.forgetBits(this.matches.keys().next().value!);
+    }
     this.matches.set(key, m);
+    this.matchesBytes += m.words.byteLength;
+    return true;
+  }
+
+  /**
+   * Whether no write runs now; the bits held from before the last write are dropped (all of them: the
+   * token moved for every filter). A loop's sweep calls it too, so a view searched no more lets go.
+   */
+  bitsCurrent(): boolean {
+    const token = this.writesSettled();
+    if (token === null) return false;
+    if (token !== this.matchesToken) {
+      this.matches.clear();
+      this.matchesBytes = 0;
+      this.matchesToken = token;
+    }
+    return true;
+  }
+
+  private forgetBits(key: string): void {
+    const had = this.matches.get(key);
+    if (had === undefined) return;
+    this.matches.delete(key);
+    this.matchesBytes -= had.words.byteLength;
   }
 
   /** The writes ended when none is in progress, else null. */
@@ -488,11 +521,9 @@ export class ReadView {
     let match: MatchBits | null = null;
     if (filter !== undefined) {
       const key = filterKey(filter);
-      const token = this.writesSettled();
-      if (token === null) return this.decline('moved');
+      if (!this.bitsCurrent()) return this.decline('moved');
       const m = this.matches.get(key);
-      if (m === undefined || m.token !== token) {
-        this.matches.delete(key);
+      if (m === undefined) {
         this.wantBits = { key, filter: rawFilter };
         return this.decline('filter');
       }

@@ -11,6 +11,11 @@ const NOTE_READ_MS = 50;
 const SWEEP_MS = 1000;
 /** Filters whose match bits one view asks the engine thread for at once. */
 const BITS_ASKED_MAX = 16;
+/**
+ * After bits came back already old (a write came during the ask), no more asks of that view for this
+ * long: while a collection is written all along, asks would only cost the engine thread a copy each.
+ */
+const BITS_BACKOFF_MS = 100;
 /** Most names a loop keeps an entry for (names come from clients). */
 const ENTRIES_MAX = 4096;
 
@@ -18,7 +23,7 @@ const ENTRIES_MAX = 4096;
 export type HandedOn = Declined | 'no_view' | 'paused';
 
 type Entry =
-  | { state: 'view'; view: ReadView; generation: number; graphAsked: boolean; notedAt: number; bitsAsked: Set<string> }
+  | { state: 'view'; view: ReadView; generation: number; graphAsked: boolean; notedAt: number; bitsAsked: Set<string>; bitsQuietAt: number }
   | { state: 'asking' }
   | { state: 'none'; at: number };
 
@@ -62,7 +67,10 @@ export class LocalReads {
         if (e.view.retired || this.stale(e)) {
           this.views.delete(name);
           e.view.close();
-        } else if (e.view.epoch !== e.view.heldEpoch) this.refresh(name, e);
+        } else {
+          if (e.view.epoch !== e.view.heldEpoch) this.refresh(name, e);
+          e.view.bitsCurrent(); // lets go of bits from before a write
+        }
       }
     }
   }
@@ -132,11 +140,11 @@ export class LocalReads {
    * on, the next ones with the same filter are answered here while no write comes between.
    */
   private askBits(name: string, e: Extract<Entry, { state: 'view' }>, want: { key: string; filter: unknown }): void {
-    if (e.bitsAsked.has(want.key) || e.bitsAsked.size >= BITS_ASKED_MAX) return;
+    if (e.bitsAsked.has(want.key) || e.bitsAsked.size >= BITS_ASKED_MAX || this.now() < e.bitsQuietAt) return;
     e.bitsAsked.add(want.key);
     const v = e.view;
     void (this.link.call('matchBits', v.uid, e.generation, want.filter) as Promise<MatchBits | null>).then((m) => {
-      if (m !== null && this.views.get(name) === e) v.adoptBits(want.key, m);
+      if (m !== null && this.views.get(name) === e && !v.adoptBits(want.key, m)) e.bitsQuietAt = this.now() + BITS_BACKOFF_MS;
     }).catch(() => {
       // The link closed: the view keeps handing the filter on.
     }).finally(() => {
@@ -167,7 +175,7 @@ export class LocalReads {
       const view = new ReadView(got.handle);
       // Closed while it was asked for: its lanes go back at once.
       if (this.closed) return view.close();
-      this.views.set(name, { state: 'view', view, generation: got.generation, graphAsked: false, notedAt: -Infinity, bitsAsked: new Set() });
+      this.views.set(name, { state: 'view', view, generation: got.generation, graphAsked: false, notedAt: -Infinity, bitsAsked: new Set(), bitsQuietAt: -Infinity });
     }).catch(none);
   }
 }

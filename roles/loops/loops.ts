@@ -190,9 +190,12 @@ export async function startLoops(o: LoopsOptions): Promise<Loops> {
     };
     worker.on('error', (e) => log.error({ loop: index, err: e.message }, 'a request loop failed'));
     // A replacement is ready before it joins the ports: else the kernel hands it connections it would
-    // answer 503 not_ready until told (a flake of the loop-death test found it).
-    if (isReady && o.role === 'node') await link.call('ready');
+    // answer 503 not_ready until told (a flake of the loop-death test found it). One started while the
+    // engine became ready (that step skips loops not in `loops` yet) is told after it listens.
+    const readyFirst = isReady && o.role === 'node';
+    if (readyFirst) await link.call('ready');
     handle.ports = await link.call('listen') as LoopListening;
+    if (!readyFirst && isReady && o.role === 'node') await link.call('ready');
     return handle;
   };
 
