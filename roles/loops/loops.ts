@@ -15,6 +15,7 @@ import type { RaftView } from '../raft/member-host.js';
 import type { PromMetrics } from '../rest/metrics.js';
 import { probeReusePort, type ReusePortSupport } from '../reuse-port.js';
 import { serveEngine } from './engine-link.js';
+import { otherListeners } from './port-owners.js';
 import { Link, type LinkPort } from './link.js';
 import type { ReadGate } from './read-gate.js';
 import type { LoopData, LoopListening } from './loop-data.js';
@@ -216,6 +217,14 @@ export async function startLoops(o: LoopsOptions): Promise<Loops> {
     loops[0] = first;
     restPort = first.ports!.restPort;
     grpcPort = first.ports!.grpcPort;
+    // The plain bind above is a check made before binding: another server may have passed its own and
+    // joined the same port since (port-owners.ts). Whichever of two checks after binding refuses.
+    for (const [what, port] of [['REST', restPort], ['gRPC', grpcPort]] as const) {
+      const others = otherListeners(port);
+      if (others > 0) {
+        throw Object.assign(new Error(`listen EADDRINUSE: ${o.config.restAddr.host}:${port}: the ${what} port is listened on by another process too (SO_REUSEPORT would split connections with it)`), { code: 'EADDRINUSE' });
+      }
+    }
     for (let i = 1; i < o.count; i++) loops[i] = await spawn(i);
   } catch (e) {
     closing = true;
