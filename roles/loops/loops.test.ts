@@ -230,6 +230,12 @@ describe.runIf(support.ok)(`two request loops on Node ${process.versions.node}`,
         SVC_API_KEYS: KEY, RUST_LOG: 'error', SVC_HTTP_LOOPS: '2',
       }, { defaultFile: null, cwd: other });
       await expect(startServer(cfg, logs)).rejects.toMatchObject({ code: 'EADDRINUSE' });
+      // One port given for both REST and gRPC: refused too (each loop's two listeners would share it).
+      const same = loadConfig({
+        SVC_DATA_DIR: join(other, 'data'), SVC_REST_ADDR: '127.0.0.1:47113', SVC_GRPC_ADDR: '127.0.0.1:47113', SVC_ENCRYPTION_KEY: MASTER,
+        SVC_API_KEYS: KEY, RUST_LOG: 'error', SVC_HTTP_LOOPS: '2',
+      }, { defaultFile: null, cwd: other });
+      await expect(startServer(same, logs)).rejects.toMatchObject({ code: 'EADDRINUSE', message: expect.stringContaining('both given port 47113') });
     } finally {
       rmSync(other, { recursive: true, force: true });
     }

@@ -204,6 +204,10 @@ export async function startLoops(o: LoopsOptions): Promise<Loops> {
   // started on these ports by mistake would silently take a share of the connections. A plain bind
   // first (refused while anyone holds the port) makes that an EADDRINUSE, as it is for one loop.
   try {
+    // One port for both would be shared by the REST and gRPC listeners of each loop (all SO_REUSEPORT).
+    if (restPort !== 0 && restPort === grpcPort) {
+      throw Object.assign(new Error(`listen EADDRINUSE: REST and gRPC are both given port ${restPort}`), { code: 'EADDRINUSE' });
+    }
     await assertPortFree(o.config.restAddr.host, restPort);
     await assertPortFree(o.config.grpcAddr.host, grpcPort);
   } catch (e) {
