@@ -443,8 +443,7 @@ export class ReadView {
   close(): void {
     this.graph?.scalarCodes?.close();
     this.graph = null;
-    this.matches.clear();
-    this.matchesBytes = 0;
+    this.clearBits();
     this.store.close();
   }
 
@@ -471,11 +470,15 @@ export class ReadView {
     const token = this.writesSettled();
     if (token === null) return false;
     if (token !== this.matchesToken) {
-      this.matches.clear();
-      this.matchesBytes = 0;
+      this.clearBits();
       this.matchesToken = token;
     }
     return true;
+  }
+
+  private clearBits(): void {
+    this.matches.clear();
+    this.matchesBytes = 0;
   }
 
   private forgetBits(key: string): void {

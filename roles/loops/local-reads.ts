@@ -33,8 +33,8 @@ type Entry =
  * plain dense search here, or null, and the caller sends it over the link as before: a view not yet
  * there, a graph epoch not yet received, a dropped collection, a filter whose match bits it lacks or
  * holds from before a write (it asks the engine thread for them, for the next search), a strong read,
- * input the engine refuses, a write that raced the search, and anything while the read gate is closed or names another
- * database (read-gate.ts: a read replica bootstrapping in place or swapping a re-bootstrap in, a
+ * input the engine refuses, a write that raced the search, and anything while the read gate is closed
+ * or names another database (read-gate.ts: a read replica bootstrapping in place or swapping a re-bootstrap in, a
  * consensus member restoring a snapshot). Everything around the engine (auth, limits, audit, metrics)
  * is the loop's service layer, as for every other call.
  */
