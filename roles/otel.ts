@@ -15,7 +15,7 @@ import {
 } from '@opentelemetry/sdk-trace-base';
 import { ATTR_SERVICE_NAME, ATTR_SERVICE_VERSION } from '@opentelemetry/semantic-conventions';
 import type { ServiceLogger } from '../core/service/log.js';
-import type { Span, SpanAttributes, Tracer } from '../core/service/tracing.js';
+import { withoutExporter, type ClosableTracer, type Span, type SpanAttributes, type Tracer } from '../core/service/tracing.js';
 
 export interface OtlpOptions {
   /** `http://host:port` (plaintext gRPC) or `https://host:port` (TLS); a bare `host:port` means http. */
@@ -23,11 +23,6 @@ export interface OtlpOptions {
   serviceName: string;
   timeoutSecs: number;
   serviceVersion?: string;
-}
-
-/** A Tracer that can flush and stop its exporter (at shutdown). */
-export interface ClosableTracer extends Tracer {
-  shutdown(): Promise<void>;
 }
 
 /** The only attributes a span may carry off the machine; values are names, numbers and outcomes. */
@@ -124,7 +119,7 @@ export function tracerOverProcessor(processor: SpanProcessor, o: { serviceName: 
  * cannot be built (a malformed endpoint, say) logs a warning and leaves the log tracer alone in place.
  */
 export function createTracer(otlp: OtlpOptions | null, logged: Tracer, log: ServiceLogger): ClosableTracer {
-  const plain: ClosableTracer = { startSpan: (n, a) => logged.startSpan(n, a), shutdown: async () => undefined };
+  const plain = withoutExporter(logged);
   if (otlp === null) return plain;
   try {
     const url = parseOtlpEndpoint(otlp.endpoint);

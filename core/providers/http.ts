@@ -4,7 +4,6 @@
  * backoff cap), and errors that never carry the key. Every failure is SvcError('provider_error').
  */
 import { setTimeout as delay } from 'node:timers/promises';
-import { request } from 'undici';
 import { SvcError } from '../base/errors.js';
 import { systemClock } from '../base/clock.js';
 import type { ProviderOptions } from './types.js';
@@ -46,6 +45,8 @@ export async function postJson(target: PostTarget, body: unknown, opts: Provider
   for (let attempt = 0; attempt < attempts; attempt++) {
     let waitMs = Math.min(maxMs, baseMs * 2 ** attempt);
     try {
+      // undici is imported at the first call: a server without hosted providers never loads it.
+      const { request } = await import('undici');
       const res = await request(target.url, {
         method: 'POST',
         headers,

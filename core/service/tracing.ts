@@ -16,6 +16,16 @@ export interface Tracer {
   startSpan(name: string, attrs: SpanAttributes): Span;
 }
 
+/** A Tracer that can flush and stop its exporter (at shutdown). */
+export interface ClosableTracer extends Tracer {
+  shutdown(): Promise<void>;
+}
+
+/** `tracer` as a ClosableTracer with nothing to flush (spans to the log only). */
+export function withoutExporter(tracer: Tracer): ClosableTracer {
+  return { startSpan: (name, attrs) => tracer.startSpan(name, attrs), shutdown: async () => undefined };
+}
+
 const NOOP_SPAN: Span = { setAttributes: () => undefined, end: () => undefined };
 
 /**

@@ -1,8 +1,8 @@
 import type { ParseArgsConfig } from 'node:util';
 
 /**
- * The command registry of `svc`. Extension point: a command is one entry here (`mcp`, `tui` and
- * `admin import` are added by their owners as `COMMANDS.mcp`, `COMMANDS.tui`, `COMMANDS['admin import']`).
+ * The command registry of `svc`. Extension point: a command is one entry here, added by its own module
+ * (registerCommand), and that module is named in ./command-modules.ts, which imports it when it is run.
  * A command's options are node:util parseArgs options; unknown flags are errors with a hint.
  */
 export interface Command {

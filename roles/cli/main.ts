@@ -1,32 +1,27 @@
 #!/usr/bin/env node
 import { readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
-import { variablesSummary } from '../reference/markdown.js';
-import { COMMANDS } from './commands.js';
-import './serve.js';
-import './demo.js';
-import './verify-audit.js';
-import '../import/command.js';
-import '../tui/command.js';
-import '../mcp/command.js';
-// Extension point: `svc mcp`, `svc tui` and `svc admin import` register themselves the same way
-// (import their module here; each calls registerCommand from ./commands.js).
+import { COMMAND_MODULES, loadAllCommands, loadCommand } from './command-modules.js';
+import type { Command } from './commands.js';
+// Extension point: a command's module calls registerCommand from ./commands.js, and is named in
+// ./command-modules.ts, which imports only the module of the command run.
 
 function version(): string {
   const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string };
   return pkg.version;
 }
 
-function help(): string {
-  const width = Math.max(...Object.keys(COMMANDS).map((n) => n.length));
-  const lines = Object.entries(COMMANDS).sort(([a], [b]) => a.localeCompare(b))
+async function help(commands: Record<string, Command>): Promise<string> {
+  // The reference tables (and the modules they describe) load only for --help.
+  const { variablesSummary } = await import('../reference/markdown.js');
+  const width = Math.max(...Object.keys(commands).map((n) => n.length));
+  const lines = Object.entries(commands).sort(([a], [b]) => a.localeCompare(b))
     .map(([name, c]) => `  svc ${name.padEnd(width)}  ${c.summary}`);
   return ['svc: a vector database (REST, HTTP/2, gRPC, MCP) over one encrypted data directory', '', 'Usage:', ...lines,
     '  svc --version', '  svc --help', '', 'svc <command> --help shows the options of a command.', '', variablesSummary()].join('\n');
 }
 
-function commandHelp(name: string): string {
-  const c = COMMANDS[name];
+function commandHelp(name: string, c: Command): string {
   const opts = Object.entries(c.options).map(([o, d]) => `  --${o}${d.type === 'string' ? ' VALUE' : ''}`);
   return [`${c.summary}`, '', `Usage: ${c.usage}`, ...(opts.length ? ['', 'Options:', ...opts] : []), '  --help', '', ...(c.epilog ? [c.epilog()] : [])].join('\n');
 }
@@ -35,14 +30,14 @@ function commandHelp(name: string): string {
 function resolveCommand(argv: string[]): { name: string; rest: string[] } | null {
   for (let n = Math.min(2, argv.length); n >= 1; n--) {
     const name = argv.slice(0, n).join(' ');
-    if (COMMANDS[name]) return { name, rest: argv.slice(n) };
+    if (Object.hasOwn(COMMAND_MODULES, name)) return { name, rest: argv.slice(n) };
   }
   return null;
 }
 
 async function main(argv: string[]): Promise<number> {
   if (argv.length === 0 || argv[0] === '--help' || argv[0] === '-h' || argv[0] === 'help') {
-    process.stdout.write(help());
+    process.stdout.write(await help(await loadAllCommands()));
     return argv.length === 0 ? 2 : 0;
   }
   if (argv[0] === '--version' || argv[0] === '-V') {
@@ -54,7 +49,7 @@ async function main(argv: string[]): Promise<number> {
     process.stderr.write(`svc: unknown command "${argv.filter((a) => !a.startsWith('-')).slice(0, 2).join(' ')}". Run svc --help to see the commands.\n`);
     return 2;
   }
-  const command = COMMANDS[found.name];
+  const command = await loadCommand(found.name);
   let parsed: ReturnType<typeof parseArgs>;
   try {
     parsed = parseArgs({ args: found.rest, options: { ...command.options, help: { type: 'boolean', short: 'h' } }, allowPositionals: command.positionals ?? false, strict: true });
@@ -63,7 +58,7 @@ async function main(argv: string[]): Promise<number> {
     return 2;
   }
   if (parsed.values.help) {
-    process.stdout.write(commandHelp(found.name));
+    process.stdout.write(commandHelp(found.name, command));
     return 0;
   }
   return command.run({ values: parsed.values, positionals: parsed.positionals });

@@ -19,14 +19,12 @@ import { httpLoopCount, startLoops, type Loops } from '../loops/loops.js';
 import { ReadGate } from '../loops/read-gate.js';
 import { serviceParts } from '../service-parts.js';
 import { providersFromConfig } from '../providers.js';
-import { startCoordinator } from '../coordinator/serve.js';
-import { startRouter } from '../router/serve.js';
-import { type ClosableTracer } from '../otel.js';
+import type { ClosableTracer } from '../../core/service/tracing.js';
 import { createPromMetrics } from '../rest/metrics.js';
 import { buildRestApp, type RestState } from '../rest/server.js';
 import { variablesHelp } from '../reference/markdown.js';
 import { raftNetConfig, type RaftNetConfig } from '../raft/config.js';
-import { startConsensusMember, type ConsensusHost } from '../raft/member-host.js';
+import type { ConsensusHost } from '../raft/member-host.js';
 import { addClusterRaftRoute } from '../raft/rest.js';
 import { registerCommand } from './commands.js';
 
@@ -180,6 +178,7 @@ async function openAndServe(
   if (raft !== null) {
     const rlog = logs.target('svc::raft');
     try {
+      const { startConsensusMember } = await import('../raft/member-host.js');
       consensus = await startConsensusMember(raft, leaderDb!, engineOf(leaderDb!), config.dataDir, config.encryptionKey, (level, message, detail) => rlog[level](detail ?? {}, message));
     } catch (e) {
       await leaderDb!.close().catch(() => undefined);
@@ -196,7 +195,7 @@ async function openAndServe(
   const engine: EngineApi = consensus !== null ? consensus.engine : follower === null ? engineOf(leaderDb!) : followerEngine({
     current: () => engineOf(current()), read: (fn) => store!.read((db) => fn(engineOf(db))), follower, leaderUrl: config.leader!.url, close: () => store!.close(),
   });
-  const { fileSink, tracer, options } = serviceParts(config, logs, metrics);
+  const { fileSink, tracer, options } = await serviceParts(config, logs, metrics);
   // With several loops this thread's service (the demo's, an embedding caller's) draws on their buckets.
   const service = createService(engine, { ...options, ...(loops !== null ? { rateLimiter: loops.rateLimiter } : {}) });
   onOpen(engine, fileSink);
@@ -331,8 +330,9 @@ registerCommand('serve', {
     try {
       // SVC_COORDINATOR=true: the membership API and autoscaling, no data plane (roles/coordinator).
       // SVC_CLUSTER_SHARDS or SVC_COORDINATOR_URL: a router over those shards, no data directory (roles/router).
-      const server = config.coordinator !== null ? startCoordinator(config, logs)
-        : config.router !== null ? startRouter(config, logs, { env })
+      // Each role's modules are imported only by the role that runs them.
+      const server = config.coordinator !== null ? import('../coordinator/serve.js').then((m) => m.startCoordinator(config, logs))
+        : config.router !== null ? import('../router/serve.js').then((m) => m.startRouter(config, logs, { env }))
           : startServer(config, logs, { env });
       closeOnSignals(server, logs);
       await server;

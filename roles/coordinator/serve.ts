@@ -56,7 +56,7 @@ export async function startCoordinator(config: SvcConfig, logs: Logs): Promise<R
   }
 
   const metrics = createPromMetrics();
-  const { fileSink, tracer, options } = serviceParts(config, logs, metrics);
+  const { fileSink, tracer, options } = await serviceParts(config, logs, metrics);
   const cluster = createClusterService(coordinator, options);
   const series = coordinatorMetrics(metrics, coordinator);
   const app = buildCoordinatorApp(cluster, { limits: config.limits, metrics, log: logs.target('svc::rest'), tls: config.tls, connections: config.connections });

@@ -21,7 +21,7 @@ import type { RaftView } from '../raft/member-host.js';
 import { createPromMetrics } from '../rest/metrics.js';
 import { buildRestApp, type RestState } from '../rest/server.js';
 import { serviceParts } from '../service-parts.js';
-import type { ClosableTracer } from '../otel.js';
+import type { ClosableTracer } from '../../core/service/tracing.js';
 import { addClusterMapRoute } from '../router/rest.js';
 import { ROUTER_NOT_READY, routerCore } from '../router/serve.js';
 import { engineOverLink } from './engine-link.js';
@@ -53,14 +53,14 @@ let tracer: ClosableTracer;
 let release = async (): Promise<void> => { await tracer.shutdown(); };
 if (data.role === 'router') {
   // The first loop's metrics ask the shards for the cluster's gauges; the others' would repeat it.
-  const core = routerCore(config, logs, metrics, { audit, rateLimiter, statsSource: data.index === 0 });
+  const core = await routerCore(config, logs, metrics, { audit, rateLimiter, statsSource: data.index === 0 });
   ({ service, tracer } = core);
   state.notReady = ROUTER_NOT_READY;
   addClusterMapRoute(app, service, () => core.map.current(), metrics);
   void core.ready(waiting.signal).then(() => { state.service = service; }, () => undefined);
   release = () => core.release();
 } else {
-  const parts = serviceParts(config, logs, metrics, { audit });
+  const parts = await serviceParts(config, logs, metrics, { audit });
   tracer = parts.tracer;
   const own = data.readGate !== null ? new LocalReads(link, new ReadGateView(data.readGate)) : null;
   reads = own;

@@ -13,6 +13,7 @@ import { guardRestServer, restServerOptions } from './connections.js';
 import { errorReply, logInternalError, toErrorReply, type ErrorReply } from './errors.js';
 import { hotPath } from './hot-path.js';
 import { OPENAPI_PATH, openApiDocument } from './openapi.js';
+import { compileOnFirstUse } from './validate.js';
 import type { PromMetrics } from './metrics.js';
 import { fastifyPath, REST_ROUTES, type RestRoute, type RouteRequest } from './routes.js';
 
@@ -76,7 +77,6 @@ export function buildRestApp(state: RestState, opts: RestOptions): FastifyInstan
     routerOptions: { maxParamLength: MAX_PARAM_LENGTH },
     logger: false,
     genReqId: () => randomUUID(),
-    ajv: { customOptions: { removeAdditional: false, coerceTypes: false, useDefaults: false, allErrors: false } },
     return503OnClosing: true,
   } as const;
   const app = (tls
@@ -92,6 +92,9 @@ export function buildRestApp(state: RestState, opts: RestOptions): FastifyInstan
       },
     })
     : Fastify(common)) as unknown as FastifyInstance;
+  // Route schemas are checked by the ajv of validate.ts (no coercion, no defaults, unknown fields
+  // refused), each compiled at its route's first request rather than at start.
+  app.setValidatorCompiler(({ schema }) => compileOnFirstUse(schema as Record<string, unknown>));
   const guard = guardRestServer(app.server as never, connectionLimits, opts.metrics, tls !== null);
   app.addHook('onClose', (_app, done) => {
     guard.stop();

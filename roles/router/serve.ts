@@ -12,7 +12,7 @@ import type { Logs } from '../log.js';
 import { serviceParts } from '../service-parts.js';
 import { providersFromConfig } from '../providers.js';
 import { createPromMetrics, type PromMetrics } from '../rest/metrics.js';
-import type { ClosableTracer } from '../otel.js';
+import type { ClosableTracer } from '../../core/service/tracing.js';
 import { buildRestApp, type RestState } from '../rest/server.js';
 import { HttpShard, shardPool } from './http-shard.js';
 import { RouterMap, startMapRefresh } from './map.js';
@@ -66,14 +66,15 @@ export interface RouterCore {
  * audit file, which `over` brings from the main thread). `statsSource`: whether these metrics' engine
  * gauges ask the shards (one loop does; the others' would repeat the same fan-out at every scrape).
  */
-export function routerCore(
+export async function routerCore(
   config: SvcConfig, logs: Logs, metrics: PromMetrics,
   over: { audit?: AuditSink; rateLimiter?: RateLimiter; statsSource?: boolean; env?: Readonly<Record<string, string | undefined>> } = {},
-): RouterCore {
+): Promise<RouterCore> {
   const r = config.router!;
   const log = logs.target('svc::router');
   // Text is embedded and reranked here, once, so the router holds the provider tables (api_key_env read now).
   const { embedders, rerankers } = buildProviders(providersFromConfig(config, over.env ?? process.env));
+  const { fileSink, tracer, options } = await serviceParts(config, logs, metrics, over.audit !== undefined ? { audit: over.audit } : {});
 
   const pool = shardPool();
   let series: ReturnType<typeof routerMetrics> | null = null;
@@ -102,7 +103,6 @@ export function routerCore(
     shards: () => map.routed(), present: () => map.present(), moving: () => map.moving(), mapStale: async () => refresh?.now(),
     limits: config.limits, embedders, rerankers, monotonicMs: () => performance.now(),
   });
-  const { fileSink, tracer, options } = serviceParts(config, logs, metrics, over.audit !== undefined ? { audit: over.audit } : {});
   const service = createService(engine, { ...options, ...(over.rateLimiter !== undefined ? { rateLimiter: over.rateLimiter } : {}) });
   // The engine gauges (svc_points...) are the cluster's: every shard's stats, summed, at each scrape.
   if (over.statsSource ?? true) metrics.setStatsSource(() => engine.stats());
@@ -135,7 +135,7 @@ export async function startRouter(config: SvcConfig, logs: Logs, opts: { env?: R
   if (loopCount > 1) return startRouterLoops(config, logs, loopCount);
 
   const metrics = createPromMetrics();
-  const core = routerCore(config, logs, metrics, opts);
+  const core = await routerCore(config, logs, metrics, opts);
   const { service, map } = core;
 
   const state: RestState = { service: null, notReady: ROUTER_NOT_READY };
@@ -192,7 +192,7 @@ export async function startRouter(config: SvcConfig, logs: Logs, opts: { env?: R
  */
 async function startRouterLoops(config: SvcConfig, logs: Logs, count: number): Promise<RunningRouter> {
   const metrics = createPromMetrics();
-  const { fileSink, tracer } = serviceParts(config, logs, metrics);
+  const { fileSink, tracer } = await serviceParts(config, logs, metrics);
   let loops: Loops;
   try {
     loops = await startLoops({
