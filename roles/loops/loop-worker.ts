@@ -22,8 +22,6 @@ import { createPromMetrics } from '../rest/metrics.js';
 import { buildRestApp, type RestState } from '../rest/server.js';
 import { serviceParts } from '../service-parts.js';
 import type { ClosableTracer } from '../../core/service/tracing.js';
-import { addClusterMapRoute } from '../router/rest.js';
-import { ROUTER_NOT_READY, routerCore } from '../router/serve.js';
 import { engineOverLink } from './engine-link.js';
 import { LocalReads } from './local-reads.js';
 import { ReadGateView } from './read-gate.js';
@@ -53,6 +51,8 @@ let tracer: ClosableTracer;
 let release = async (): Promise<void> => { await tracer.shutdown(); };
 if (data.role === 'router') {
   // The first loop's metrics ask the shards for the cluster's gauges; the others' would repeat it.
+  // A router's modules load only in a router's loops.
+  const [{ ROUTER_NOT_READY, routerCore }, { addClusterMapRoute }] = await Promise.all([import('../router/serve.js'), import('../router/rest.js')]);
   const core = await routerCore(config, logs, metrics, { audit, rateLimiter, statsSource: data.index === 0 });
   ({ service, tracer } = core);
   state.notReady = ROUTER_NOT_READY;
