@@ -28,6 +28,13 @@ describe('raft simulation', () => {
     }
   });
 
+  it('liveness: a healed group must converge; a member still cut off fails the run, one catching up slowly does not', () => {
+    // Seed 801830: one entry per message, one message in flight, 113 entries of an old term to copy to
+    // every follower after the heal. It converges about 4,040 units after it, making progress throughout.
+    expect(runRaftSim(801830).units).toBeGreaterThan(8000);
+    expect(() => new RaftSim(801830, { cutAfterHeal: 'n4' }).run()).toThrow(/liveness: the healed group made no progress in 4000 units/);
+  });
+
   it('is deterministic: one seed gives one history', () => {
     const trace = (seed: number): string[] => {
       const lines: string[] = [];

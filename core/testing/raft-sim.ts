@@ -114,12 +114,21 @@ export function faultProfile(prng: Prng): FaultProfile {
 export interface RaftSimOptions {
   /** Units of faults before the heal (default 4000, about 400 ticks). */
   chaosUnits?: number;
-  /** Units the healed group has to converge (default 4000); not converging is a liveness failure. */
+  /**
+   * Liveness after the heal (default 4000): the group must converge, and may go at most this many units
+   * without progress (a member's commit, applied or last index changing; a new term alone is none: a
+   * member cut off campaigns for ever) and at most eight times as many in all. A profile of one entry
+   * per message and one message in flight catches a member up by one entry per round trip: a hundred
+   * entries behind over links of up to 30 units each way take longer than 4,000 units, and are progress
+   * all the while, not a stalled group.
+   */
   healUnits?: number;
   /** Receives one line per event (messages, crashes, roles, writes): for replaying one seed. */
   trace?: (line: string) => void;
   /** Members keep their log in real files under this directory (one folder each) instead of memory. */
   filesDir?: string;
+  /** A member whose links stay cut after the heal (a group that cannot converge: the liveness check's own test). */
+  cutAfterHeal?: string;
 }
 
 export interface RaftSimStats {
@@ -211,6 +220,7 @@ export class RaftSim {
   private readonly blocked = new Set<string>();
   private readonly chaosUnits: number;
   private readonly healUnits: number;
+  private readonly cutAfterHeal: string | null;
   private readonly trace: ((line: string) => void) | undefined;
   private now = 0;
   private faults = true;
@@ -226,6 +236,7 @@ export class RaftSim {
     this.hosts = this.ids.map((id) => new Host(id, this.prng.int(TICK_UNITS), dir === undefined ? null : `${dir}/${id}`));
     this.chaosUnits = options.chaosUnits ?? 4000;
     this.healUnits = options.healUnits ?? 4000;
+    this.cutAfterHeal = options.cutAfterHeal ?? null;
     this.trace = options.trace;
     this.stats = {
       seed, members: this.ids.length, units: 0, leaders: 0, maxTerm: 0, writes: 0, acked: 0, overwritten: 0, reads: 0,
@@ -239,9 +250,19 @@ export class RaftSim {
       for (const h of this.hosts) this.restart(h);
       for (; this.now < this.chaosUnits; this.now++) this.unit();
       this.heal();
-      const end = this.chaosUnits + this.healUnits;
-      for (; this.now < end && !this.converged(); this.now++) this.unit();
-      if (!this.converged()) throw new Error(`liveness: the healed group did not converge in ${this.healUnits} units (${this.describe()})`);
+      const end = this.chaosUnits + 8 * this.healUnits;
+      let seen = this.progress();
+      let since = this.now;
+      for (; !this.converged(); this.now++) {
+        if (this.now - since > this.healUnits) throw new Error(`liveness: the healed group made no progress in ${this.healUnits} units (${this.describe()})`);
+        if (this.now >= end) throw new Error(`liveness: the healed group did not converge in ${end - this.chaosUnits} units (${this.describe()})`);
+        this.unit();
+        const p = this.progress();
+        if (p !== seen) {
+          seen = p;
+          since = this.now;
+        }
+      }
       this.checker.durable(this.hosts);
     } catch (e) {
       throw new RaftSimFailure(this.seed, this.now, e);
@@ -451,6 +472,10 @@ export class RaftSim {
   private heal(): void {
     this.faults = false;
     this.healLinks();
+    const cut = this.cutAfterHeal;
+    if (cut !== null) {
+      for (const other of this.ids) if (other !== cut) this.blocked.add(`${cut}>${other}`).add(`${other}>${cut}`);
+    }
     for (const h of this.hosts) if (h.node && h.slowUntil > 0) this.slowApply(h, false);
     for (const h of this.hosts) if (!h.node) this.restart(h);
     this.log('heal: no more faults; everyone is up');
@@ -651,6 +676,14 @@ export class RaftSim {
       const st = h.node?.status();
       return st !== undefined && st.applied === ls.commit && st.lastIndex === ls.lastIndex;
     });
+  }
+
+  /** What changes while a healed group converges: each member's commit, applied and last index. */
+  private progress(): string {
+    return this.hosts.map((h) => {
+      const st = h.node?.status();
+      return st ? `${st.commit}/${st.applied}/${st.lastIndex}` : '-';
+    }).join(' ');
   }
 
   private describe(): string {
