@@ -28,6 +28,19 @@ export interface DensePlan {
   indexedUpTo: number;
   /** Store count when the plan was made (later appends are not part of this read). */
   count: number;
+  /**
+   * false: no exact scan of the accepted slots may run, neither the plan's own nor a short graph
+   * answer's fallback (runDensePlan throws ExactScanRefused). A request loop sets it when the accepted
+   * slots are more than it scans (shared-reads.ts LOOP_SCAN_MAX); absent, every scan runs.
+   */
+  exactAllowed?: boolean;
+}
+
+/** A plan with `exactAllowed: false` needed an exact scan of its accepted slots. */
+export class ExactScanRefused extends Error {
+  constructor() {
+    super('an exact scan this plan does not allow');
+  }
 }
 
 const EMPTY: SearchResult = { slots: new Int32Array(0), dists: new Float32Array(0) };
@@ -52,9 +65,12 @@ export function runDensePlan(store: VectorStore, kind: DistanceKind, graph: Hnsw
   const cap = bits.capacity;
   const accept = (s: number): boolean => s < cap && (words[s >>> 5] & (1 << (s & 31))) !== 0;
   // The accept set is the candidate set: the scan walks its words directly (no per-slot callback).
-  const exact = (): SearchResult => (plan.acceptAll
-    ? flatSearch(store, store.kernel, query, k, kind, undefined, (s) => s < plan.count)
-    : flatSearch(store, store.kernel, query, k, kind, bits));
+  const exact = (): SearchResult => {
+    if (plan.exactAllowed === false) throw new ExactScanRefused();
+    return plan.acceptAll
+      ? flatSearch(store, store.kernel, query, k, kind, undefined, (s) => s < plan.count)
+      : flatSearch(store, store.kernel, query, k, kind, bits);
+  };
   if (plan.mode === 'exact' || graph === null) return exact();
   const fromGraph = graph.search(query, k, plan.ef, plan.acceptAll ? (s) => s < indexedUpTo : (s) => s < indexedUpTo && accept(s));
   const tailSlots = plan.acceptAll ? Int32Array.from({ length: Math.max(0, plan.count - indexedUpTo) }, (_, i) => indexedUpTo + i) : bitsIn(bits, indexedUpTo, plan.count);

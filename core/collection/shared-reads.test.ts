@@ -253,6 +253,29 @@ describe('a collection read from shared memory (request loops, issue 20)', () =>
     expect(r.answered).toBeGreaterThan(20);
   });
 
+  it('hands on a search whose exact scan would pass the loop\'s bound only once it gets there: ties widened into an exact plan', async () => {
+    const db = await openDb();
+    await db.createCollection({ name: 'same', dim: 4, metric: 'l2' });
+    // Every point at one place: every distance ties, so the answer widens until it is an exact scan of
+    // all 300 (ties go by id), which the view below may scan and the one with a bound of 100 may not.
+    await db.upsert('same', { points: Array.from({ length: 300 }, (_, i) => ({ id: `p${String(i).padStart(3, '0')}`, vector: [1, 2, 3, 4] })) });
+    const q: SearchQuery = { vector: [1, 2, 3, 4], k: 10 };
+    const theirs = await db.search('same', q);
+    expect(theirs.hits.map((h) => h.id)).toEqual(Array.from({ length: 10 }, (_, i) => `p00${i}`));
+    const wide = new ReadView(db.readView('same')!);
+    const bounded = new ReadView(db.readView('same')!, { scanMax: 100 });
+    try {
+      expect(viewSearch(db, wide, q)).toEqual(theirs);
+      // Its first plan is a graph traversal over 300 live points (no scan): taken, then refused where
+      // the widening turns it into a scan of 300.
+      expect(viewSearch(db, bounded, q)).toBeNull();
+      expect(bounded.declined).toBe('scan');
+    } finally {
+      wide.close();
+      bounded.close();
+    }
+  });
+
   it('retires a dropped collection, and a new one of the same name is a new view', async () => {
     const db = await openDb();
     await db.createCollection({ name: 'c', dim: 2, metric: 'l2' });

@@ -15,7 +15,7 @@ import { checkObject, parseBool, parseConsistency, parseEf, parseK } from './que
 import { compileFilter, type CompiledFilter } from '../query/filter.js';
 import { filterKey } from '../query/payload-index.js';
 import { planFilteredSearch } from '../query/planner.js';
-import { runDensePlan, type DensePlan } from './search-pool-plan.js';
+import { ExactScanRefused, runDensePlan, type DensePlan } from './search-pool-plan.js';
 import { tieAtCut, tiesById, widenTiesNow } from './ties.js';
 
 /**
@@ -356,8 +356,10 @@ const MATCHES_MAX = 64;
 const MATCHES_MAX_BYTES = 8 << 20;
 
 /**
- * Most slots a loop scans exactly (no graph yet, a flat index, or fewer live points than the beam): a
- * longer scan would hold the loop's other connections; the engine thread hands it to a search worker.
+ * Most slots a loop scans exactly (no graph yet, a flat index, fewer live points than the beam, a graph
+ * answer that came back short, ties widened into a scan): a longer scan would hold the loop's other
+ * connections; the engine thread hands it to a search worker. Checked at every plan a search runs
+ * (DensePlan.exactAllowed), not only its first.
  */
 const LOOP_SCAN_MAX = 20_000;
 
@@ -389,8 +391,12 @@ export class ReadView {
    */
   wantBits: { key: string; filter: unknown } | null = null;
 
+  /** Most accepted slots one search of this view scans exactly (LOOP_SCAN_MAX; tests set fewer). */
+  private readonly scanMax: number;
+
   /** Throws when the store has no scratch lane left for this thread (the caller then keeps no view). */
-  constructor(h: ReadViewHandle) {
+  constructor(h: ReadViewHandle, opts: { scanMax?: number } = {}) {
+    this.scanMax = opts.scanMax ?? LOOP_SCAN_MAX;
     this.uid = h.uid;
     this.spec = h.spec;
     this.limits = h.limits;
@@ -540,14 +546,22 @@ export class ReadView {
     // Exact plans, and the unindexed tail a graph plan scans (a bulk load before its rebuild).
     if (match === null) {
       const scans = this.graph === null || this.spec.index === 'flat' || this.live.count <= Math.max(ef, k + 1);
-      if ((scans ? this.store.count : this.store.count - top.indexedUpTo) > LOOP_SCAN_MAX) return this.decline('scan');
+      if ((scans ? this.store.count : this.store.count - top.indexedUpTo) > this.scanMax) return this.decline('scan');
     } else {
       const plan = this.filteredPlan(k + 1, ef, top, match);
-      if (plan !== null && (plan.mode === 'exact' ? match.count : plan.count - plan.indexedUpTo) > LOOP_SCAN_MAX) return this.decline('scan');
+      if (plan !== null && (plan.mode === 'exact' ? match.count : plan.count - plan.indexedUpTo) > this.scanMax) return this.decline('scan');
     }
     const run = (n: number): SearchResult => (match === null ? this.searchDense(vector, n, ef, top) : this.searchFiltered(vector, n, ef, top, match));
-    let r = run(k + 1);
-    if (tieAtCut(r.dists, k, k + 1)) r = widenTiesNow(r, k, k + 1, this.live.count, (n) => run(n));
+    let r: SearchResult;
+    try {
+      r = run(k + 1);
+      if (tieAtCut(r.dists, k, k + 1)) r = widenTiesNow(r, k, k + 1, this.live.count, (n) => run(n));
+    } catch (e) {
+      // A graph answer that came back short, or ties widened into an exact plan, would scan more than a
+      // loop does: the engine thread's search workers do it.
+      if (e instanceof ExactScanRefused) return this.decline('scan');
+      throw e;
+    }
     // Every hit still live now: else a write raced the search, and the engine thread answers it.
     for (const s of r.slots) if (!this.live.has(s)) return this.decline('moved');
     const slots = tiesById((s) => this.idOf(s), r);
@@ -616,6 +630,7 @@ export class ReadView {
     const count = this.store.count;
     const base = {
       bits: new Bitset(m.capacity, m.words), acceptAll: false, k, want: Math.min(k, m.count), indexedUpTo: Math.min(top.indexedUpTo, count), count,
+      exactAllowed: m.count <= this.scanMax,
     };
     if (this.graph === null || this.spec.index === 'flat') return { ...base, mode: 'exact', ef: 0 };
     const graphEf = Math.max(ef, k);
@@ -653,6 +668,7 @@ export class ReadView {
     const graph = this.graph;
     const base: Omit<DensePlan, 'mode' | 'ef'> = {
       bits, acceptAll, k, want: Math.min(k, liveCount), indexedUpTo: Math.min(top.indexedUpTo, count), count,
+      exactAllowed: (acceptAll ? count : liveCount) <= this.scanMax,
     };
     let plan: DensePlan;
     const graphEf = Math.max(ef, k);
