@@ -47,19 +47,26 @@ const waiting = new AbortController();
 let service: Service;
 /** A node's loop: its own searches over the engine's shared memory (local-reads.ts), while the gate lets it. */
 let reads: LocalReads | null = null;
-let tracer: ClosableTracer;
-let release = async (): Promise<void> => { await tracer.shutdown(); };
-if (data.role === 'router') {
-  // The first loop's metrics ask the shards for the cluster's gauges; the others' would repeat it.
-  // A router's modules load only in a router's loops.
-  const [{ ROUTER_NOT_READY, routerCore }, { addClusterMapRoute }] = await Promise.all([import('../router/serve.js'), import('../router/rest.js')]);
-  const core = await routerCore(config, logs, metrics, { audit, rateLimiter, statsSource: data.index === 0 });
-  ({ service, tracer } = core);
-  state.notReady = ROUTER_NOT_READY;
-  addClusterMapRoute(app, service, () => core.map.current(), metrics);
-  void core.ready(waiting.signal).then(() => { state.service = service; }, () => undefined);
-  release = () => core.release();
-} else {
+let tracer: ClosableTracer | null = null;
+let release = async (): Promise<void> => { await tracer?.shutdown(); };
+/**
+ * The role's setup. Its awaits (a router's modules, the OpenTelemetry SDK) let the main thread's first
+ * calls in: every handler below is registered before it and waits for it, so a call never finds no
+ * handler, and a setup that fails fails the call (the loop's start) with its error.
+ */
+const setup = (async (): Promise<void> => {
+  if (data.role === 'router') {
+    // The first loop's metrics ask the shards for the cluster's gauges; the others' would repeat it.
+    // A router's modules load only in a router's loops.
+    const [{ ROUTER_NOT_READY, routerCore }, { addClusterMapRoute }] = await Promise.all([import('../router/serve.js'), import('../router/rest.js')]);
+    const core = await routerCore(config, logs, metrics, { audit, rateLimiter, statsSource: data.index === 0 });
+    ({ service, tracer } = core);
+    state.notReady = ROUTER_NOT_READY;
+    addClusterMapRoute(app, service, () => core.map.current(), metrics);
+    void core.ready(waiting.signal).then(() => { state.service = service; }, () => undefined);
+    release = () => core.release();
+    return;
+  }
   const parts = await serviceParts(config, logs, metrics, { audit });
   tracer = parts.tracer;
   const own = data.readGate !== null ? new LocalReads(link, new ReadGateView(data.readGate)) : null;
@@ -78,8 +85,14 @@ if (data.role === 'router') {
     });
   }
   if (data.raft) addClusterRaftRoute(app, state, () => link.call('raftView') as Promise<RaftView | null>, metrics);
+})();
+// Failing calls hand the main thread an internal error: the reason is logged here, for the operator.
+setup.catch((e: unknown) => logs.target('svc').error({ loop: data.index, err: e instanceof Error ? e.message : String(e) }, 'a request loop could not set up'));
+
+if (data.role === 'node') {
   // The engine is open and indexed: /v1 answers from here on (readyz too, unless the engine is busy).
-  link.handle('ready', () => {
+  link.handle('ready', async () => {
+    await setup;
     state.service = service;
   });
 }
@@ -87,6 +100,7 @@ if (data.role === 'router') {
 let grpc: { port: number; close(): Promise<void> } | null = null;
 
 link.handle('listen', async (): Promise<LoopListening> => {
+  await setup;
   // Typed in @types/node from 22.12 on; fastify hands the options to node's listen as they are.
   const options: { host: string; port: number; reusePort: boolean } = { host: config.restAddr.host, port: data.restPort, reusePort: true };
   await app.listen(options);
@@ -105,6 +119,7 @@ link.handle('metricsJson', () => metrics.registry.getMetricsAsJSON());
 
 // Stop accepting, finish what is in flight (fastify's close, the gRPC grace), flush spans.
 link.handle('close', async () => {
+  await setup.catch(() => undefined);
   waiting.abort();
   await Promise.all([app.close(), grpc?.close()]);
   // The stores' scratch lanes this loop's views hold go back (a loop that dies does not close them: the

@@ -194,9 +194,15 @@ export async function startLoops(o: LoopsOptions): Promise<Loops> {
     // answer 503 not_ready until told (a flake of the loop-death test found it). One started while the
     // engine became ready (that step skips loops not in `loops` yet) is told after it listens.
     const readyFirst = isReady && o.role === 'node';
-    if (readyFirst) await link.call('ready');
-    handle.ports = await link.call('listen') as LoopListening;
-    if (!readyFirst && isReady && o.role === 'node') await link.call('ready');
+    try {
+      if (readyFirst) await link.call('ready');
+      handle.ports = await link.call('listen') as LoopListening;
+      if (!readyFirst && isReady && o.role === 'node') await link.call('ready');
+    } catch (e) {
+      // Not in `loops` yet: no close would end it, and its thread would keep the process alive.
+      await worker.terminate();
+      throw e;
+    }
     return handle;
   };
 

@@ -1,7 +1,7 @@
 import { DEFAULT_LIMITS, LIMIT_VARIABLES, type Limits } from '../../core/base/limits.js';
 import { CLUSTER_MAP_REFRESH_SECS_DEFAULT, CLUSTER_REPLICA_MAX_LAG_SECS_DEFAULT, CLUSTER_TIMEOUT_SECS_DEFAULT, REPLICATION_RETAIN_BYTES_DEFAULT } from '../config.js';
 import { CONNECTION_LIMIT_VARIABLES, DEFAULT_CONNECTION_LIMITS, type ConnectionLimits } from '../connection-limits.js';
-import { DEFAULT_TUI_URL } from '../tui/command.js';
+import { DEFAULT_TUI_URL } from '../tui/defaults.js';
 
 /**
  * Every environment variable svc reads, with its default and meaning: the one source of

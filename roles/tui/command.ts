@@ -3,8 +3,7 @@ import { registerCommand } from '../cli/commands.js';
 import { runCockpit } from './app.js';
 import { CockpitClient } from './client.js';
 import { initialState } from './view.js';
-
-export const DEFAULT_TUI_URL = 'http://127.0.0.1:6333';
+import { DEFAULT_TUI_URL } from './defaults.js';
 
 registerCommand('tui', {
   summary: 'terminal cockpit: collections, request and error rates, a search box (SVC_TUI_URL, SVC_API_KEY)',
