@@ -3,7 +3,9 @@
  * loops (SVC_HTTP_LOOPS, up to the cores) on Node.js 24 (scripts/node24.sh: several loops need a
  * runtime that shares a port), MNIST over REST, every query in turn from wrk (C, a process of its own),
  * 32 connections, plain searches and then searches each with a keyword filter matching a tenth of the
- * points (10 distinct filters, as tenants or categories repeat). Per loop count and kind: QPS, p50/p99, and the server's CPU per request split by thread: the
+ * points (10 distinct filters, as tenants or categories repeat), then the same filtered searches while
+ * this process rewrites 10 points' tags every 20 ms (500 point updates/s, a collection being ingested
+ * into: the loops patch their match bits from the writes). Per loop count and kind: QPS, p50/p99, and the server's CPU per request split by thread: the
  * main thread (the engine, the search pool's hand-offs), the request loops together, and the rest
  * (search workers, GC helpers, libuv). Rounds alternate the order of the loop counts; compare within a
  * run. On a 2-core machine the client, the loops, the engine thread and a search worker share two
@@ -18,9 +20,15 @@ import { tool, wrk } from '../lib/native-load.js';
 import { PROCESS, threadCpu } from '../lib/proc-cpu.js';
 import { BENCH_API_KEY, startSvc } from '../lib/server-proc.js';
 
-/** Plain searches, or each with a keyword filter matching a tenth of the points (10 distinct filters). */
-export type LoopsKind = 'plain' | 'filtered';
-export const LOOPS_KINDS: readonly LoopsKind[] = ['plain', 'filtered'];
+/**
+ * Plain searches, or each with a keyword filter matching a tenth of the points (10 distinct filters),
+ * or those while points are written (`filtered-writes`).
+ */
+export type LoopsKind = 'plain' | 'filtered' | 'filtered-writes';
+export const LOOPS_KINDS: readonly LoopsKind[] = ['plain', 'filtered', 'filtered-writes'];
+/** The writer of `filtered-writes`: this many points' tags rewritten every WRITE_EVERY_MS. */
+const WRITE_POINTS = 10;
+const WRITE_EVERY_MS = 20;
 /** Distinct tags: each filter matches 1 / TAGS of the points. */
 const TAGS = 10;
 
@@ -87,14 +95,38 @@ async function one(node: string, loops: number, round: number, z: (typeof SIZES)
     const out: LoopsRun[] = [];
     for (const kind of LOOPS_KINDS) {
       const bodies = Array.from({ length: d.nq }, (_, q) => JSON.stringify({
-        vector: Array.from(row(d.queries, d.dim, q)), k: 10, with_payload: false, ...(kind === 'filtered' ? { filter: { eq: { field: 'tag', value: `g${q % TAGS}` } } } : {}),
+        vector: Array.from(row(d.queries, d.dim, q)), k: 10, with_payload: false, ...(kind !== 'plain' ? { filter: { eq: { field: 'tag', value: `g${q % TAGS}` } } } : {}),
       }));
-      out.push(await measure(srv, loops, kind, round, z, bodies));
+      const writer = kind === 'filtered-writes' ? startWriter(srv, d) : null;
+      try {
+        out.push(await measure(srv, loops, kind, round, z, bodies));
+      } finally {
+        await writer?.stop();
+      }
     }
     return out;
   } finally {
     await srv.stop();
   }
+}
+
+/** Rewrites WRITE_POINTS points (same vectors, tags drawn anew, seeded) every WRITE_EVERY_MS until stopped. */
+function startWriter(srv: Awaited<ReturnType<typeof startSvc>>, d: ReturnType<typeof mnist>): { stop(): Promise<void> } {
+  let running = true;
+  let seed = 7;
+  const next = () => ((seed = (seed * 1103515245 + 12345) >>> 0) % d.n);
+  const loop = (async () => {
+    while (running) {
+      const t = performance.now();
+      const points = Array.from({ length: WRITE_POINTS }, () => {
+        const j = next();
+        return { id: `p${j}`, vector: Array.from(row(d.base, d.dim, j)), payload: { tag: `g${next() % TAGS}` } };
+      });
+      await srv.call('PUT', '/v1/collections/m/points', { points });
+      await new Promise((r) => setTimeout(r, Math.max(0, WRITE_EVERY_MS - (performance.now() - t))));
+    }
+  })();
+  return { async stop() { running = false; await loop; } };
 }
 
 /** wrk over `bodies` against a loaded server, and its CPU per request by thread. */

@@ -769,7 +769,7 @@ export class Collection {
     if (this.reads === null) return null;
     const { bits, count } = this.matching(compileFilter(filter, this.spec.filterable));
     // A copy: the bits may be the live set's own shared words, which move with the next write.
-    return { words: bits.words.slice(), capacity: bits.capacity, count, token: this.reads.writes };
+    return { words: bits.words.slice(), capacity: bits.capacity, count, token: this.reads.writes, journalAt: this.reads.journalHead };
   }
 
   /** Live slots matching a filter, or null for "every live slot". */

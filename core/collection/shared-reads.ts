@@ -1,7 +1,7 @@
 import { Bitset } from '../base/bitset.js';
 import { growShared, growableShared } from '../base/growable.js';
 import type { Limits } from '../base/limits.js';
-import type { Hit, SearchQuery } from '../base/model.js';
+import type { Hit, Payload, SearchQuery } from '../base/model.js';
 import { BODIES, bodyKeys } from '../base/bodies.js';
 import type { SearchResult } from '../index/flat.js';
 import { Hnsw, type HnswData } from '../index/hnsw/hnsw.js';
@@ -12,7 +12,7 @@ import { SharedLiveView, type LiveSetHandle } from './live-set.js';
 import type { CollectionSpec } from './params.js';
 import { parseVector } from './points.js';
 import { checkObject, parseBool, parseConsistency, parseEf, parseK } from './queries.js';
-import { compileFilter, type CompiledFilter } from '../query/filter.js';
+import { compileFilter, evaluate, type CompiledFilter } from '../query/filter.js';
 import { filterKey } from '../query/payload-index.js';
 import { planFilteredSearch } from '../query/planner.js';
 import { ExactScanRefused, runDensePlan, type DensePlan } from './search-pool-plan.js';
@@ -36,7 +36,9 @@ import { tieAtCut, tiesById, widenTiesNow } from './ties.js';
  * (else the whole search goes to the engine thread), so no answer holds a deleted or replaced point.
  * A filter needs its match bits from the engine thread (MatchBits, asked for by the caller when a search
  * declines with 'filter'), which hold while no write has begun since they were computed: the header
- * counts writes begun and ended, and a filtered search checks both before and after it reads.
+ * counts writes begun and ended, and a filtered search checks both before and after it reads. After
+ * writes, a view patches the bits it holds from the journal of slots the writes wrote (each slot's
+ * liveness and payload read again, every filter tested on it), between writes, checked the same way.
  * Whatever a view cannot answer exactly as the engine would (a filter without current bits, a strong
  * read, a stale epoch, a retired collection, any input the engine would refuse) is answered by the
  * engine thread instead: `ReadView.search` returns null.
@@ -153,8 +155,47 @@ const H = {
    */
   WRITES_BEGUN: 7,
   WRITES_ENDED: 8,
+  /**
+   * Slots the writes wrote (the journal): entries appended, ever (wrapping as an int32). Entry `i` is at
+   * `i & (JOURNAL_SLOTS - 1)` of the journal buffer. A loop patches match bits from the slots written
+   * since their token instead of letting them go.
+   */
+  JOURNAL_HEAD: 9,
 } as const;
 const HEADER_WORDS = 16;
+/**
+ * Journal entries (a power of two): bits older than this many slot writes are let go, not patched. A
+ * patch reads each slot written since once (its liveness and payload) and tests every filter held on
+ * it: at most this many payloads parsed per view and write burst.
+ */
+const JOURNAL_SLOTS = 4096;
+/** Slot-filter tests one patch runs at most (a few milliseconds of a loop's time). */
+const PATCH_TESTS_MAX = 32_768;
+
+/** Match bits a view holds: a MatchBits brought up to the view's token, and the filter they are for. */
+interface HeldBits {
+  words: Uint32Array;
+  capacity: number;
+  count: number;
+  readonly filter: CompiledFilter;
+}
+
+/** Sets or clears `slot` in `h`, keeping its count; words grow (doubling) for a slot past their end. */
+function setBit(h: HeldBits, slot: number, on: boolean): void {
+  const w = slot >>> 5;
+  if (w >= h.words.length) {
+    if (!on) return;
+    const words = new Uint32Array(Math.max(w + 1, h.words.length * 2));
+    words.set(h.words);
+    h.words = words;
+  }
+  const mask = 1 << (slot & 31);
+  const was = (h.words[w] & mask) !== 0;
+  if (was === on) return;
+  h.words[w] ^= mask;
+  h.count += on ? 1 : -1;
+  if (slot >= h.capacity) h.capacity = slot + 1;
+}
 
 /** Everything a reader needs, posted once per collection (structured-clonable: shared memory only). */
 export interface ReadViewHandle {
@@ -166,19 +207,23 @@ export interface ReadViewHandle {
   readonly ids: RecordsHandle;
   readonly payloads: RecordsHandle;
   readonly header: SharedArrayBuffer;
+  /** The journal (H.JOURNAL_HEAD): an Int32Array of JOURNAL_SLOTS slots. */
+  readonly journal: SharedArrayBuffer;
   /** The graph epoch when the handle was made. */
   readonly graph: ReadGraph;
 }
 
 /**
  * A filter's matching live slots as the engine thread computed them (Collection.matching), for a loop
- * to search with: valid while no write has begun since `token` (the header's writes ended, then).
+ * to search with: valid while no write has begun since `token` (the header's writes ended, then), and
+ * patched from the journal after later writes (`journalAt`: the journal's head at `token`).
  */
 export interface MatchBits {
   readonly words: Uint32Array;
   readonly capacity: number;
   readonly count: number;
   readonly token: number;
+  readonly journalAt: number;
 }
 
 /** A graph epoch for readers: its arrays (null: no graph yet). */
@@ -199,6 +244,7 @@ export class SharedReadState {
   private ids = new SharedRecords();
   private payloads = new SharedRecords();
   private header = new Int32Array(new SharedArrayBuffer(HEADER_WORDS * 4));
+  private readonly journal = new Int32Array(new SharedArrayBuffer(JOURNAL_SLOTS * 4));
   /** Arena bytes of tombstoned slots' records (their ids and last payloads), which no new reader needs. */
   private deadBytes = 0;
   /** Compactions done (a metric and a test's handle). */
@@ -223,6 +269,7 @@ export class SharedReadState {
    * so every loop drops its view and asks for the new one (`live`: the live slots, for the copy).
    */
   dead(slot: number, live: () => Int32Array): void {
+    this.wrote(slot);
     this.guard(() => {
       this.deadBytes += this.ids.recordBytes(slot) + this.payloads.recordBytes(slot);
       this.compactIfWorth(live);
@@ -272,7 +319,20 @@ export class SharedReadState {
     return Atomics.load(this.header, H.WRITES_ENDED);
   }
 
+  /** The journal's head: what match bits computed now carry as `journalAt`. */
+  get journalHead(): number {
+    return Atomics.load(this.header, H.JOURNAL_HEAD);
+  }
+
+  /** A slot whose liveness or payload a write changes (inside writeBegin/writeEnd): journaled. */
+  private wrote(slot: number): void {
+    const head = Atomics.load(this.header, H.JOURNAL_HEAD);
+    Atomics.store(this.journal, head & (JOURNAL_SLOTS - 1), slot);
+    Atomics.store(this.header, H.JOURNAL_HEAD, (head + 1) | 0);
+  }
+
   put(slot: number, id: string, payload: object | null): void {
+    this.wrote(slot);
     this.guard(() => {
       this.ids.set(slot, encoder.encode(id));
       this.payloads.set(slot, encodePayload(payload));
@@ -280,6 +340,7 @@ export class SharedReadState {
   }
 
   payload(slot: number, payload: object | null, live: () => Int32Array): void {
+    this.wrote(slot);
     this.guard(() => {
       this.payloads.set(slot, encodePayload(payload));
       this.compactIfWorth(live);
@@ -339,7 +400,7 @@ export class SharedReadState {
     if (this.broken) return null;
     return {
       uid, spec, limits, store, live, ids: this.ids.handle(), payloads: this.payloads.handle(), header: this.header.buffer as SharedArrayBuffer,
-      graph: this.currentGraph(),
+      journal: this.journal.buffer as SharedArrayBuffer, graph: this.currentGraph(),
     };
   }
 }
@@ -379,10 +440,19 @@ export class ReadView {
   private readonly header: Int32Array;
   private graph: Hnsw | null = null;
   private graphEpoch = -1;
-  /** Match bits of recent filters, by filterKey, all at the token `matchesToken` (cleared when it moves). */
-  private readonly matches = new Map<string, MatchBits>();
+  private readonly journal: Int32Array;
+  /**
+   * Match bits of recent filters, by filterKey, all at the token `matchesToken`, whose journal head was
+   * `matchesJournal`: patched when the token moves (bitsCurrent), let go when they cannot be.
+   */
+  private readonly matches = new Map<string, HeldBits>();
   private matchesToken = -1;
+  private matchesJournal = 0;
   private matchesBytes = 0;
+  /** Bits patched after writes (tests and metrics): times, and slots read again for them. */
+  patched = { times: 0, slots: 0 };
+  /** A filtered search ran since the last sweep (sweepBits). */
+  private filteredSinceSweep = false;
   /** What the last null answer was for (tests and metrics). */
   declined: Declined | null = null;
   /**
@@ -406,6 +476,7 @@ export class ReadView {
     this.ids = new SharedRecords(h.ids);
     this.payloads = new SharedRecords(h.payloads);
     this.header = new Int32Array(h.header);
+    this.journal = new Int32Array(h.journal);
     try {
       this.adoptGraph(h.graph);
     } catch (e) {
@@ -454,31 +525,98 @@ export class ReadView {
   }
 
   /**
-   * The engine thread's match bits for filter `key`, kept while they may still hold; false when a write
-   * came after them (they are dropped).
+   * The engine thread's match bits for `want` (the filter a search declined for, as wantBits named it),
+   * brought up to now from the journal when writes came after them; false when they cannot be (a write
+   * runs, or more slots were written since than the journal holds).
    */
-  adoptBits(key: string, m: MatchBits): boolean {
-    if (!this.bitsCurrent() || m.token !== this.matchesToken) return false;
-    this.forgetBits(key);
-    while (this.matches.size > 0 && (this.matches.size >= MATCHES_MAX || this.matchesBytes + m.words.byteLength > MATCHES_MAX_BYTES)) {
+  adoptBits(want: { key: string; filter: unknown }, m: MatchBits): boolean {
+    if (!this.bitsCurrent()) return false;
+    let filter: CompiledFilter;
+    try {
+      filter = compileFilter(want.filter, this.spec.filterable);
+    } catch {
+      return false;
+    }
+    if (filterKey(filter) !== want.key) return false;
+    // A copy: the patches below change the words in place.
+    const held: HeldBits = { words: m.words.slice(), capacity: m.capacity, count: m.count, filter };
+    if (m.token !== this.matchesToken) {
+      if (!this.patch([held], m.journalAt, this.matchesJournal) || this.writesSettled() !== this.matchesToken) return false;
+    }
+    this.forgetBits(want.key);
+    while (this.matches.size > 0 && (this.matches.size >= MATCHES_MAX || this.matchesBytes + held.words.byteLength > MATCHES_MAX_BYTES)) {
       this.forgetBits(this.matches.keys().next().value!);
     }
-    this.matches.set(key, m);
-    this.matchesBytes += m.words.byteLength;
+    this.matches.set(want.key, held);
+    this.matchesBytes += held.words.byteLength;
     return true;
   }
 
   /**
-   * Whether no write runs now; the bits held from before the last write are dropped (all of them: the
-   * token moved for every filter). A loop's sweep calls it too, so a view searched no more lets go.
+   * A loop's sweep (every second): bits from before a write are patched if a filtered search ran since
+   * the last sweep, else let go, so that a view searched no more with a filter holds no bits.
    */
-  bitsCurrent(): boolean {
+  sweepBits(): void {
+    const patch = this.filteredSinceSweep;
+    this.filteredSinceSweep = false;
+    this.bitsCurrent(patch);
+  }
+
+  /**
+   * Whether no write runs now. The bits held from before the last writes are patched from the journal
+   * (`patch` false: let go).
+   */
+  bitsCurrent(patch = true): boolean {
     const token = this.writesSettled();
     if (token === null) return false;
-    if (token !== this.matchesToken) {
+    if (token === this.matchesToken) return true;
+    const head = Atomics.load(this.header, H.JOURNAL_HEAD);
+    if (this.matches.size > 0 && !(patch && this.patch([...this.matches.values()], this.matchesJournal, head))) this.clearBits();
+    // Words grown for slots past their end.
+    this.matchesBytes = 0;
+    for (const h of this.matches.values()) this.matchesBytes += h.words.byteLength;
+    // The head read, and the bits patched, belong to `token` only if no write began meanwhile.
+    if (this.writesSettled() !== token || this.retired) {
       this.clearBits();
-      this.matchesToken = token;
+      this.matchesToken = -1;
+      return false;
     }
+    this.matchesToken = token;
+    this.matchesJournal = head;
+    return true;
+  }
+
+  /**
+   * Brings `held` from journal position `from` to `to`: every slot written in between is read again (its
+   * live bit, its payload) and its bit set to whether it is live and its payload matches, exactly what
+   * the engine thread's payload index answers for it (filter.ts `evaluate`, the index's reference).
+   * False when the journal no longer holds `from`, or the patch would test more than PATCH_TESTS_MAX
+ * slot-filter pairs. The caller checks that no write began meanwhile.
+   */
+  private patch(held: HeldBits[], from: number, to: number): boolean {
+    const n = (to - from) | 0;
+    if (n < 0 || n > JOURNAL_SLOTS) return false;
+    if (n === 0) return true;
+    const slots = new Set<number>();
+    for (let i = 0; i < n; i++) slots.add(Atomics.load(this.journal, (from + i) & (JOURNAL_SLOTS - 1)));
+    // A bound on the loop's time: past it the engine thread's bits are asked for again instead.
+    if (slots.size * held.length > PATCH_TESTS_MAX) return false;
+    try {
+      for (const slot of slots) {
+        const live = this.live.has(slot);
+        let payload: Payload | undefined;
+        if (live) {
+          const b = this.payloads.get(slot);
+          payload = b === null ? undefined : JSON.parse(decoder.decode(b)) as Payload;
+        }
+        for (const h of held) setBit(h, slot, live && evaluate(h.filter, payload));
+      }
+    } catch {
+      // Records read while a write ran (the caller's check would refuse them anyway): let the bits go.
+      return false;
+    }
+    this.patched.times++;
+    this.patched.slots += slots.size;
     return true;
   }
 
@@ -526,11 +664,14 @@ export class ReadView {
       // The engine thread refuses it, with its message.
       return this.decline('shape');
     }
-    // A filter: its match bits from the engine thread, computed since the last write, and no write now.
-    let match: MatchBits | null = null;
+    // A filter: its match bits from the engine thread, brought up to the last write, and no write now.
+    let match: HeldBits | null = null;
+    let token = 0;
     if (filter !== undefined) {
       const key = filterKey(filter);
+      this.filteredSinceSweep = true;
       if (!this.bitsCurrent()) return this.decline('moved');
+      token = this.matchesToken;
       const m = this.matches.get(key);
       if (m === undefined) {
         this.wantBits = { key, filter: rawFilter };
@@ -590,7 +731,7 @@ export class ReadView {
     if (this.retired) return this.decline('retired');
     // Filtered: no write began since the bits were computed, so every hit matched throughout, with the
     // payload read (a payload changed meanwhile might no longer match).
-    if (match !== null && this.writesSettled() !== match.token) return this.decline('moved');
+    if (match !== null && this.writesSettled() !== token) return this.decline('moved');
     return { hits };
   }
 
@@ -625,7 +766,7 @@ export class ReadView {
    * Collection.planDense with a filter, over the engine thread's match bits (null: nothing matches).
    * The counts it reads are those of the bits' token: no write has begun since (checked again after).
    */
-  private filteredPlan(k: number, ef: number, top: { indexedUpTo: number }, m: MatchBits): DensePlan | null {
+  private filteredPlan(k: number, ef: number, top: { indexedUpTo: number }, m: HeldBits): DensePlan | null {
     if (m.count === 0 || k === 0) return null;
     const count = this.store.count;
     const base = {
@@ -638,7 +779,7 @@ export class ReadView {
     return plan.kind === 'exact' ? { ...base, mode: 'exact', ef: 0 } : { ...base, mode: 'graph', ef: Math.max(plan.ef, k) };
   }
 
-  private searchFiltered(vector: Float32Array, k: number, ef: number, top: { indexedUpTo: number; entry: number; maxLevel: number; size: number }, m: MatchBits): SearchResult {
+  private searchFiltered(vector: Float32Array, k: number, ef: number, top: { indexedUpTo: number; entry: number; maxLevel: number; size: number }, m: HeldBits): SearchResult {
     const plan = this.filteredPlan(k, ef, top, m);
     if (plan === null) return EMPTY;
     const graph = this.graph;

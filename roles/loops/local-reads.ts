@@ -69,7 +69,7 @@ export class LocalReads {
           e.view.close();
         } else {
           if (e.view.epoch !== e.view.heldEpoch) this.refresh(name, e);
-          e.view.bitsCurrent(); // lets go of bits from before a write
+          e.view.sweepBits();
         }
       }
     }
@@ -144,7 +144,7 @@ export class LocalReads {
     e.bitsAsked.add(want.key);
     const v = e.view;
     void (this.link.call('matchBits', v.uid, e.generation, want.filter) as Promise<MatchBits | null>).then((m) => {
-      if (m !== null && this.views.get(name) === e && !v.adoptBits(want.key, m)) e.bitsQuietAt = this.now() + BITS_BACKOFF_MS;
+      if (m !== null && this.views.get(name) === e && !v.adoptBits(want, m)) e.bitsQuietAt = this.now() + BITS_BACKOFF_MS;
     }).catch(() => {
       // The link closed: the view keeps handing the filter on.
     }).finally(() => {
