@@ -91,7 +91,7 @@ describe('a collection read from shared memory (request loops, issue 20)', () =>
     const db = await openDb();
     await db.createCollection({ name: 'c', dim: 2, metric: 'l2', filterable: [{ path: 'r', field_type: 'numeric' }] });
     await db.upsert('c', { points: [{ id: 'a', vector: [0, 0], payload: { r: 1 } }, { id: 'b', vector: [1, 0], payload: { r: 2 } }] });
-    const v = new ReadView(db.readView('c')!);
+    const v = new ReadView(db.readView('c')!, { patchBudgetMs: Infinity });
     expect(v.search({ vector: [0, 0] })?.hits.map((h) => h.id)).toEqual(['a', 'b']);
     for (const q of [
       { vector: [0, 0], consistency: 'strong' }, { vector: [0, 0], filter: { eq: { field: 'nope', value: 1 } } }, { vector: [0, 0], filter: 7 },
@@ -195,8 +195,11 @@ describe('a collection read from shared memory (request loops, issue 20)', () =>
         if (prng.int(3) === 0) await db.deletePoints(name, { ids: Array.from({ length: 10 }, () => `p${prng.int(2500)}`) });
         if (prng.int(3) === 0) await db.setPayload(name, { points: [{ id: points[0].id, payload: { tag: 'a', x: prng.int(9) } }], mode: 'merge' });
         let v = views.get(name);
-        if (v === undefined) views.set(name, v = new ReadView(db.readView(name)!));
+        // No time bound on patches: the counts below must not depend on the machine's speed.
+        if (v === undefined) views.set(name, v = new ReadView(db.readView(name)!, { patchBudgetMs: Infinity }));
         for (let i = 0; i < 8; i++) {
+          // A payload changed in place after the view patched this round's upserts: journaled by itself.
+          if (i === 4) await db.setPayload(name, { points: [{ id: points[1].id, payload: { tag: ['a', 'b', 'c'][prng.int(3)], x: prng.int(9) } }], mode: 'replace' });
           // Every eighth asks for every match (k past the collection's size): equal answers then mean
           // equal match sets, so patched bits are checked slot for slot.
           const k = i === 7 ? 5000 : 1 + prng.int(30);
@@ -224,6 +227,51 @@ describe('a collection read from shared memory (request loops, issue 20)', () =>
     for (const v of views.values()) v.close();
   });
 
+  it('takes no patch made while a write began: its first slots are journaled before it changes them', async () => {
+    const db = await openDb();
+    await db.createCollection({ name: 'c', dim: 2, metric: 'l2', index: 'flat', filterable: [{ path: 'tag', field_type: 'keyword' }] });
+    await db.upsert('c', { points: [{ id: 'a', vector: [0, 0], payload: { tag: 'on' } }, { id: 'b', vector: [1, 0], payload: { tag: 'off' } }] });
+    const filter = { eq: { field: 'tag', value: 'on' } };
+    const v = new ReadView(db.readView('c')!, { patchBudgetMs: Infinity });
+    expect(v.search({ vector: [0, 0], filter })).toBeNull();
+    expect(v.adoptBits(v.wantBits!, db.matchBits(v.uid, filter)!)).toBe(true);
+    // A write the view has not patched yet.
+    await db.setPayload('c', { points: [{ id: 'b', payload: { tag: 'off' } }] });
+    type Internals = { byName: Map<string, { reads: Record<string, unknown>; point(id: string): { slot: number }; apply(op: unknown, seq: number): number; matchBits(f: unknown): { count: number } }> };
+    const col = (db as unknown as Internals).byName.get('c')!;
+    const reads = col.reads as { writeBegin(): void; wrote(slot: number): void };
+    const slotA = col.point('a').slot;
+    const view = v as unknown as { writesSettled(): number | null };
+    const settled = view.writesSettled.bind(v);
+    let calls = 0;
+    // Right after the view's first settled check, a write begins and journals a (the head the view then
+    // reads holds it) but has not changed a yet: the view patches a from its old payload.
+    view.writesSettled = () => {
+      const r = settled();
+      if (++calls === 1) {
+        reads.writeBegin();
+        reads.wrote(slotA);
+      }
+      return r;
+    };
+    v.bitsCurrent();
+    delete (view as Partial<typeof view>).writesSettled;
+    // The write goes on and ends: a's payload changes (journaled at its start, above).
+    const own = col.reads as Record<string, unknown>;
+    own.writeBegin = () => undefined;
+    own.wrote = () => undefined;
+    col.apply({ t: 'set_payload', mode: 'replace', points: [{ id: 'a', payload: { tag: 'off' } }] }, 0);
+    delete own.writeBegin;
+    delete own.wrote;
+    expect(col.matchBits(filter).count).toBe(0);
+    // The view never answers a from the bits it patched while that write ran.
+    const theirs = await db.search('c', { vector: [0, 0], filter });
+    expect(theirs.hits).toEqual([]);
+    const mine = v.search({ vector: [0, 0], filter });
+    expect(mine === null || mine.hits.length === 0, JSON.stringify(mine)).toBe(true);
+    v.close();
+  });
+
   it('lets bits go, rather than patch them, after more slot writes than the journal holds', async () => {
     const db = await openDb();
     await db.createCollection({ name: 'c', dim: 2, metric: 'l2', filterable: [{ path: 't', field_type: 'keyword' }] });
@@ -234,7 +282,7 @@ describe('a collection read from shared memory (request loops, issue 20)', () =>
       }
     };
     await put(0, 100);
-    const v = new ReadView(db.readView('c')!);
+    const v = new ReadView(db.readView('c')!, { patchBudgetMs: Infinity });
     const filter = { eq: { field: 't', value: 'odd' } };
     const q: SearchQuery = { vector: [0, 1], k: 3, filter };
     expect(viewSearch(db, v, q)).toBeNull();
@@ -250,6 +298,15 @@ describe('a collection read from shared memory (request loops, issue 20)', () =>
     expect(v.declined).toBe('filter');
     expect(v.patched.times).toBe(1);
     v.close();
+    // A patch past its time bound (here none at all) lets the bits go too.
+    const quick = new ReadView(db.readView('c')!, { patchBudgetMs: 0 });
+    expect(viewSearch(db, quick, q)).toBeNull();
+    quick.adoptBits(quick.wantBits!, db.matchBits(quick.uid, filter)!);
+    expect(viewSearch(db, quick, q)?.hits.map((h) => h.id)).toEqual(['p1', 'p3', 'p5']);
+    await put(9000, 10);
+    expect(viewSearch(db, quick, q)).toBeNull();
+    expect([quick.declined, quick.patched.times]).toEqual(['filter', 0]);
+    quick.close();
   });
 
   it('never shows another thread a filtered hit that does not match, while the writer moves points in and out of the filter', async () => {

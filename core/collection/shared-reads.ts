@@ -169,8 +169,12 @@ const HEADER_WORDS = 16;
  * it: at most this many payloads parsed per view and write burst.
  */
 const JOURNAL_SLOTS = 4096;
-/** Slot-filter tests one patch runs at most (a few milliseconds of a loop's time). */
-const PATCH_TESTS_MAX = 32_768;
+/**
+ * A loop's time one patch may take, ms: it is checked after every filter test (a test of a filter of
+ * hundreds of conditions on a payload of large arrays can take milliseconds by itself), and past it
+ * the patch stops and the bits go (the engine thread's are asked for again).
+ */
+const PATCH_BUDGET_MS = 4;
 
 /** Match bits a view holds: a MatchBits brought up to the view's token, and the filter they are for. */
 interface HeldBits {
@@ -180,12 +184,12 @@ interface HeldBits {
   readonly filter: CompiledFilter;
 }
 
-/** Sets or clears `slot` in `h`, keeping its count; words grow (doubling) for a slot past their end. */
+/** Sets or clears `slot` in `h`, keeping its count; words grow (by an eighth more) for a slot past their end. */
 function setBit(h: HeldBits, slot: number, on: boolean): void {
   const w = slot >>> 5;
   if (w >= h.words.length) {
     if (!on) return;
-    const words = new Uint32Array(Math.max(w + 1, h.words.length * 2));
+    const words = new Uint32Array(w + 1 + (w >>> 3));
     words.set(h.words);
     h.words = words;
   }
@@ -463,10 +467,13 @@ export class ReadView {
 
   /** Most accepted slots one search of this view scans exactly (LOOP_SCAN_MAX; tests set fewer). */
   private readonly scanMax: number;
+  /** A patch's time bound, ms (PATCH_BUDGET_MS; tests that count patches set none, one sets 0). */
+  private readonly patchBudgetMs: number;
 
   /** Throws when the store has no scratch lane left for this thread (the caller then keeps no view). */
-  constructor(h: ReadViewHandle, opts: { scanMax?: number } = {}) {
+  constructor(h: ReadViewHandle, opts: { scanMax?: number; patchBudgetMs?: number } = {}) {
     this.scanMax = opts.scanMax ?? LOOP_SCAN_MAX;
+    this.patchBudgetMs = opts.patchBudgetMs ?? PATCH_BUDGET_MS;
     this.uid = h.uid;
     this.spec = h.spec;
     this.limits = h.limits;
@@ -572,9 +579,10 @@ export class ReadView {
     if (token === this.matchesToken) return true;
     const head = Atomics.load(this.header, H.JOURNAL_HEAD);
     if (this.matches.size > 0 && !(patch && this.patch([...this.matches.values()], this.matchesJournal, head))) this.clearBits();
-    // Words grown for slots past their end.
+    // Words grown for slots past their end: counted, and the least recently used go past the bound.
     this.matchesBytes = 0;
     for (const h of this.matches.values()) this.matchesBytes += h.words.byteLength;
+    while (this.matches.size > 1 && this.matchesBytes > MATCHES_MAX_BYTES) this.forgetBits(this.matches.keys().next().value!);
     // The head read, and the bits patched, belong to `token` only if no write began meanwhile.
     if (this.writesSettled() !== token || this.retired) {
       this.clearBits();
@@ -590,8 +598,9 @@ export class ReadView {
    * Brings `held` from journal position `from` to `to`: every slot written in between is read again (its
    * live bit, its payload) and its bit set to whether it is live and its payload matches, exactly what
    * the engine thread's payload index answers for it (filter.ts `evaluate`, the index's reference).
-   * False when the journal no longer holds `from`, or the patch would test more than PATCH_TESTS_MAX
- * slot-filter pairs. The caller checks that no write began meanwhile.
+   * False when the journal no longer holds `from`, or the patch ran past PATCH_BUDGET_MS. The caller
+   * checks that no write began meanwhile (the head it read may hold a write's first slots before that
+   * write changed them: only that check makes the patch safe).
    */
   private patch(held: HeldBits[], from: number, to: number): boolean {
     const n = (to - from) | 0;
@@ -599,8 +608,7 @@ export class ReadView {
     if (n === 0) return true;
     const slots = new Set<number>();
     for (let i = 0; i < n; i++) slots.add(Atomics.load(this.journal, (from + i) & (JOURNAL_SLOTS - 1)));
-    // A bound on the loop's time: past it the engine thread's bits are asked for again instead.
-    if (slots.size * held.length > PATCH_TESTS_MAX) return false;
+    const until = performance.now() + this.patchBudgetMs;
     try {
       for (const slot of slots) {
         const live = this.live.has(slot);
@@ -609,7 +617,11 @@ export class ReadView {
           const b = this.payloads.get(slot);
           payload = b === null ? undefined : JSON.parse(decoder.decode(b)) as Payload;
         }
-        for (const h of held) setBit(h, slot, live && evaluate(h.filter, payload));
+        for (const h of held) {
+          setBit(h, slot, live && evaluate(h.filter, payload));
+          // A bound on the loop's time: past it the engine thread's bits are asked for again instead.
+          if (performance.now() > until) return false;
+        }
       }
     } catch {
       // Records read while a write ran (the caller's check would refuse them anyway): let the bits go.
