@@ -17,14 +17,15 @@ import type { Logs } from './log.js';
 export async function serviceParts(config: SvcConfig, logs: Logs, metrics: Metrics, over: { audit?: AuditSink } = {}): Promise<{
   fileSink: FileAuditSink | null; tracer: ClosableTracer; options: ServiceOptions;
 }> {
+  const otlp = config.otlp.endpoint ? { endpoint: config.otlp.endpoint, serviceName: config.otlp.serviceName, timeoutSecs: config.otlp.timeoutSecs } : null;
+  const logged = logTracer(logs.target('svc::span'), systemClock);
+  // Before the audit file opens: an import that fails leaves nothing open.
+  const tracer: ClosableTracer = otlp === null ? withoutExporter(logged) : (await import('./otel.js')).createTracer(otlp, logged, logs.target('svc::otel'));
   // A loop of a multi-loop server hands its audit records to the engine thread's one sink (`over.audit`).
   const fileSink = config.auditLog !== null && over.audit === undefined ? new FileAuditSink(config.auditLog, {
     masterKeyHex: config.encryptionKey, onWarning: (m) => logs.target('svc::audit').warn({ warning: true }, m),
   }) : null;
   const audit: AuditSink = over.audit ?? fileSink ?? { append: () => undefined };
-  const otlp = config.otlp.endpoint ? { endpoint: config.otlp.endpoint, serviceName: config.otlp.serviceName, timeoutSecs: config.otlp.timeoutSecs } : null;
-  const logged = logTracer(logs.target('svc::span'), systemClock);
-  const tracer: ClosableTracer = otlp === null ? withoutExporter(logged) : (await import('./otel.js')).createTracer(otlp, logged, logs.target('svc::otel'));
   return {
     fileSink, tracer,
     options: {
