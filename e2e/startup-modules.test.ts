@@ -15,7 +15,7 @@ function loaded(args: string[]): string[] {
   writeFileSync(join(dir, 'hooks.mjs'), [
     "import { appendFileSync } from 'node:fs';",
     'export async function load(url, context, next) {',
-    '  appendFileSync(process.env.SVC_LOADED_LOG, `${url}\\n`);',
+    '  appendFileSync(process.env.LOADED_MODULES_LOG, `${url}\\n`);',
     '  return next(url, context);',
     '}',
   ].join('\n'));
@@ -23,7 +23,7 @@ function loaded(args: string[]): string[] {
   const log = join(dir, 'loaded.txt');
   writeFileSync(log, '');
   execFileSync(process.execPath, ['--import', pathToFileURL(join(dir, 'register.mjs')).href, ...args], {
-    cwd: ROOT, env: { PATH: process.env.PATH ?? '', SVC_LOADED_LOG: log }, stdio: 'pipe',
+    cwd: ROOT, env: { PATH: process.env.PATH ?? '', LOADED_MODULES_LOG: log }, stdio: 'pipe',
   });
   return readFileSync(log, 'utf8').split('\n').filter((l) => l !== '');
 }

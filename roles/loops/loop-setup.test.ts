@@ -50,9 +50,9 @@ describe('a request loop whose setup loads modules', () => {
     // A router's loop reads its provider tables in its setup: a key variable that is not set refuses.
     const dir = mkdtempSync(join(tmpdir(), 'svc-loop-setup-'));
     dirs.push(dir);
-    writeFileSync(join(dir, 'svc.toml'), ['[embedding.t]', 'provider = "openai_compatible"', 'model = "m"', 'dim = 8', 'endpoint = "http://127.0.0.1:1/v1"', 'api_key_env = "SVC_LOOP_SETUP_NO_SUCH_KEY"', ''].join('\n'));
+    writeFileSync(join(dir, 'svc.toml'), ['[embedding.t]', 'provider = "openai_compatible"', 'model = "m"', 'dim = 8', 'endpoint = "http://127.0.0.1:1/v1"', 'api_key_env = "LOOP_SETUP_TEST_NO_SUCH_KEY"', ''].join('\n'));
     // In the environment the config is read from (which checks it), not in the process's: the loop's.
-    const cfg = config({ SVC_CLUSTER_SHARDS: 'http://127.0.0.1:1', SVC_CONFIG: join(dir, 'svc.toml'), SVC_LOOP_SETUP_NO_SUCH_KEY: 'k' });
+    const cfg = config({ SVC_CLUSTER_SHARDS: 'http://127.0.0.1:1', SVC_CONFIG: join(dir, 'svc.toml'), LOOP_SETUP_TEST_NO_SUCH_KEY: 'k' });
     const failed = await startLoops({
       role: 'router', config: cfg, count: 1, logs, metrics: createPromMetrics(), engine: () => null, busy: () => null, raftView: null, audit: null,
     }).then(() => null, (e: unknown) => e as { code?: string; detail?: unknown });
