@@ -453,7 +453,7 @@ export class ReadView {
   private matchesToken = -1;
   private matchesJournal = 0;
   private matchesBytes = 0;
-  /** Bits patched after writes (tests and metrics): times, and slots read again for them. */
+  /** Bits patched after writes (tests): times, and slots read again for them. */
   patched = { times: 0, slots: 0 };
   /** A filtered search ran since the last sweep (sweepBits). */
   private filteredSinceSweep = false;
@@ -534,7 +534,8 @@ export class ReadView {
   /**
    * The engine thread's match bits for `want` (the filter a search declined for, as wantBits named it),
    * brought up to now from the journal when writes came after them; false when they cannot be (a write
-   * runs, or more slots were written since than the journal holds).
+   * runs, or more slots were written since than the journal holds). Takes `m`'s words: they are patched
+   * in place from here on.
    */
   adoptBits(want: { key: string; filter: unknown }, m: MatchBits): boolean {
     if (!this.bitsCurrent()) return false;
@@ -545,8 +546,8 @@ export class ReadView {
       return false;
     }
     if (filterKey(filter) !== want.key) return false;
-    // A copy: the patches below change the words in place.
-    const held: HeldBits = { words: m.words.slice(), capacity: m.capacity, count: m.count, filter };
+    // The view's from here on (the engine thread sent a copy): patches change the words in place.
+    const held: HeldBits = { words: m.words, capacity: m.capacity, count: m.count, filter };
     if (m.token !== this.matchesToken) {
       if (!this.patch([held], m.journalAt, this.matchesJournal) || this.writesSettled() !== this.matchesToken) return false;
     }
@@ -612,11 +613,7 @@ export class ReadView {
     try {
       for (const slot of slots) {
         const live = this.live.has(slot);
-        let payload: Payload | undefined;
-        if (live) {
-          const b = this.payloads.get(slot);
-          payload = b === null ? undefined : JSON.parse(decoder.decode(b)) as Payload;
-        }
+        const payload = live ? this.payloadOf(slot) ?? undefined : undefined;
         for (const h of held) {
           setBit(h, slot, live && evaluate(h.filter, payload));
           // A bound on the loop's time: past it the engine thread's bits are asked for again instead.
@@ -731,10 +728,7 @@ export class ReadView {
       const slot = slots[i];
       const d = r.dists[i];
       const h: Hit = { id: this.idOf(slot), rank: i, score: this.kind === 'l2' ? Math.sqrt(Math.max(0, d)) : -d };
-      if (withPayload) {
-        const p = this.payloads.get(slot);
-        h.payload = p === null ? {} : JSON.parse(decoder.decode(p)) as Hit['payload'];
-      }
+      if (withPayload) h.payload = this.payloadOf(slot) ?? {};
       if (withVector) h.vector = Array.from(this.store.view(slot));
       hits.push(h);
     }
@@ -755,6 +749,12 @@ export class ReadView {
   private idOf(slot: number): string {
     const b = this.ids.get(slot);
     return b === null ? '' : decoder.decode(b);
+  }
+
+  /** A slot's payload from the shared records; null when it has none. */
+  private payloadOf(slot: number): Payload | null {
+    const b = this.payloads.get(slot);
+    return b === null ? null : JSON.parse(decoder.decode(b)) as Payload;
   }
 
   /**

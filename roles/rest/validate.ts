@@ -36,9 +36,11 @@ export function checkBody<T>(schema: Record<string, unknown>, body: unknown): T 
  * after, so both compile on the first read and are then the compiled function's own.
  */
 export function compileOnFirstUse(schema: Record<string, unknown>): ValidateFunction {
-  const validate = ((data: unknown, cxt?: Parameters<ValidateFunction>[1]) => validatorOf(schema)(data, cxt)) as ValidateFunction;
-  Object.defineProperty(validate, 'errors', { get: () => validatorOf(schema).errors, configurable: true });
-  Object.defineProperty(validate, 'schemaEnv', { get: () => validatorOf(schema).schemaEnv, configurable: true });
+  let compiled: ValidateFunction | undefined;
+  const get = (): ValidateFunction => (compiled ??= validatorOf(schema));
+  const validate = ((data: unknown, cxt?: Parameters<ValidateFunction>[1]) => get()(data, cxt)) as ValidateFunction;
+  Object.defineProperty(validate, 'errors', { get: () => get().errors, configurable: true });
+  Object.defineProperty(validate, 'schemaEnv', { get: () => get().schemaEnv, configurable: true });
   return validate;
 }
 
