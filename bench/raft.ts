@@ -115,6 +115,19 @@ async function whole(members: Member[], ms = 120_000): Promise<Member> {
   }, ms);
 }
 
+/**
+ * Creates collection `name` through the group's leader. A group just formed can still change leader
+ * (a 503: the entry never committed); the create is then asked again of the leader after it, with
+ * `exist_ok` in case an earlier try committed after all.
+ */
+async function createColl(members: Member[], name: string, dim: number): Promise<Member> {
+  return until(`collection ${name} created`, async () => {
+    const leader = await whole(members);
+    await leader.server!.call('POST', '/v1/collections', { name, dim, metric: 'cosine', exist_ok: true });
+    return leader;
+  }, 180_000);
+}
+
 /** One upsert of point `id`; the status (0: no answer: a connection error or this client's timeout). */
 async function upsert(agent: Agent, base: string, coll: string, id: number, timeoutMs = CLIENT_GIVE_UP_MS): Promise<number> {
   try {
@@ -287,8 +300,7 @@ async function allIds(s: SvcServer): Promise<Set<string>> {
 }
 
 async function failover(members: Member[], start: (m: Member) => Promise<void>, mode: 'kill' | 'pause', count: number): Promise<Record<string, unknown>> {
-  let leader = await whole(members);
-  await leader.server!.call('POST', '/v1/collections', { name: 'failover', dim: DIM, metric: 'cosine', exist_ok: true });
+  let leader = await createColl(members, 'failover', DIM);
   const followers = () => members.filter((m) => m !== leader);
   const a = writer('A (waits for every answer)', CLIENT_GIVE_UP_MS, followers()[0], 'failover');
   const b = writer(`B (gives up on a request after ${CLIENT_TIMEOUT_MS} ms)`, CLIENT_TIMEOUT_MS, followers()[1], 'failover');
@@ -403,10 +415,9 @@ async function catchup(work: string, mb: number): Promise<Record<string, unknown
   const start = async (m: Member, readyMs?: number): Promise<void> => { m.server = await startSvc(m.env, readyMs); };
   try {
     await Promise.all(group.map((m) => start(m)));
-    let leader = await whole(group);
-    await leader.server!.call('POST', '/v1/collections', { name: 'img', dim: CATCHUP_DIM, metric: 'cosine' });
+    await createColl(group, 'img', CATCHUP_DIM);
     // The writes made while the member catches up: single points, the bench's own dim.
-    await leader.server!.call('POST', '/v1/collections', { name: 'live', dim: DIM, metric: 'cosine' });
+    let leader = await createColl(group, 'live', DIM);
     const points = mb * 1024 * 1024 / (CATCHUP_DIM * 4);
     const batch = 2000;
     const tFill = performance.now();
@@ -588,8 +599,7 @@ let single: SvcServer | null = null;
 const t0 = performance.now();
 try {
   [single] = await Promise.all([startSvc(), ...members.map(start)]);
-  const leader = await whole(members);
-  await leader.server!.call('POST', '/v1/collections', { name: 'tput', dim: DIM, metric: 'cosine' });
+  await createColl(members, 'tput', DIM);
   await single.call('POST', '/v1/collections', { name: 'tput', dim: DIM, metric: 'cosine' });
   console.log('throughput');
   const tput = [];

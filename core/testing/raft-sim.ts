@@ -211,6 +211,11 @@ export function runRaftSim(seed: number, options: RaftSimOptions = {}): RaftSimS
 export class RaftSim {
   readonly profile: FaultProfile;
   private readonly prng: Prng;
+  /**
+   * Whether a host sends and applies a Ready that only moves the commit index before its write lands: a
+   * stream of its own, so that every other choice a seed makes stays as it was before this choice existed.
+   */
+  private readonly lazyPrng: Prng;
   private readonly ids: NodeId[];
   private readonly hosts: Host[];
   private readonly checker = new RaftChecker();
@@ -230,6 +235,7 @@ export class RaftSim {
 
   constructor(readonly seed: number, options: RaftSimOptions = {}) {
     this.prng = new Prng(seed);
+    this.lazyPrng = new Prng(seed ^ 0x5bd1e995);
     this.profile = faultProfile(this.prng);
     this.ids = Array.from({ length: this.profile.members }, (_, k) => `n${k + 1}`);
     const dir = options.filesDir;
@@ -539,16 +545,22 @@ export class RaftSim {
       assert(rounds < 100, 'a member keeps producing Ready without input');
       const node = h.node;
       const rd = node.ready();
+      // A Ready without mustSync (at most the commit index moved) may send and apply before its write
+      // lands, as the member host does; a crash may then take the write (the torn case).
+      const lazy = !rd.mustSync && this.lazyPrng.next() < 0.5;
       // A leader's appends may go before its own disk holds them (a crash right after is the torn case).
       const early = rd.sendBeforePersist && this.chance(0.5);
       if (early) for (const m of rd.messages) this.send(m);
-      if (this.faults && this.chance(this.profile.tornP)) {
+      const torn = this.faults && this.chance(this.profile.tornP);
+      if (lazy && !early) for (const m of rd.messages) this.send(m);
+      if (lazy) this.apply(h, rd);
+      if (torn) {
         this.persistTorn(h, rd);
         return;
       }
       this.persist(h, rd);
-      if (!early) for (const m of rd.messages) this.send(m);
-      this.apply(h, rd);
+      if (!early && !lazy) for (const m of rd.messages) this.send(m);
+      if (!lazy) this.apply(h, rd);
       node.advance(rd);
     }
   }

@@ -273,6 +273,62 @@ describe('ConsensusMember sends a leader\'s appends while it persists them', () 
   });
 });
 
+describe('ConsensusMember: a Ready that only moves the commit index', () => {
+  /** Three members whose saves of a commit index alone (sync: false) do what `unsynced` does. */
+  async function groupWith(unsynced: () => Promise<void>) {
+    const ids = ['n1', 'n2', 'n3'];
+    const logged: string[] = [];
+    const applied = new Map<string, number[]>(ids.map((id) => [id, []]));
+    const members = new Map<string, ConsensusMember>();
+    for (const [k, id] of ids.entries()) {
+      const st = new MemStore();
+      const storage: DurableRaftStorage = {
+        hardState: () => st.hardState(), entries: (lo, hi, max) => st.entries(lo, hi, max), term: (i) => st.term(i),
+        firstIndex: () => st.firstIndex(), lastIndex: () => st.lastIndex(), snapshot: () => st.snapshot(),
+        save: async (u) => {
+          if (u.sync === false) await unsynced();
+          await st.save(u);
+        },
+      };
+      members.set(id, new ConsensusMember({
+        id, members: ids, storage, prng: new Prng(k + 5), electionTicks: 10, heartbeatTicks: 1, log: (m) => logged.push(`${id}: ${m}`),
+        transport: { send: (msgs: readonly Message[]) => { for (const m of msgs) queueMicrotask(() => members.get(m.to)!.receive(m)); } },
+        stateMachine: { apply: (e: Entry) => { if (e.data.length > 0) applied.get(id)!.push(e.index); }, restore: () => undefined },
+      }));
+    }
+    const tickUntil = async (what: string, cond: () => boolean) => {
+      for (let i = 0; i < 500 && !cond(); i++) {
+        for (const m of members.values()) m.tick();
+        await new Promise((r) => setTimeout(r, 1));
+      }
+      if (!cond()) throw new Error(`never: ${what}`);
+    };
+    await tickUntil('a leader', () => ids.some((id) => members.get(id)!.status().role === 'leader'));
+    const leader = members.get(ids.find((id) => members.get(id)!.status().role === 'leader')!)!;
+    return { members, leader, applied, logged, tickUntil };
+  }
+
+  it('applies and acknowledges without waiting for that write (the entries it commits are durable already)', async () => {
+    // Every commit-only write hangs: only a member that does not wait for it can acknowledge.
+    const hung: (() => void)[] = [];
+    const g = await groupWith(() => new Promise<void>((r) => hung.push(r)));
+    const acks = await Promise.all([1, 2, 3].map((i) => g.leader.propose(Buffer.from(`w${i}`))));
+    expect(acks.map((a) => a.index)).toEqual([acks[0].index, acks[0].index + 1, acks[0].index + 2]);
+    expect(hung.length).toBeGreaterThan(0);
+    await g.tickUntil('every member applied the writes', () => [...g.applied.values()].every((a) => a.length === 3));
+    for (const r of hung.splice(0)) r();
+    for (const m of g.members.values()) await m.close();
+  });
+
+  it('stops the member when that write fails, as when an awaited one fails', async () => {
+    const g = await groupWith(() => Promise.reject(new Error('write failed')));
+    await g.leader.propose(Buffer.from('w1')).catch(() => undefined);
+    await g.tickUntil('a member stopped', () => g.logged.length > 0);
+    expect(g.logged[0]).toMatch(/consensus member stopped: persisting or applying failed/);
+    for (const m of g.members.values()) await m.close();
+  });
+});
+
 describe('ConsensusMember: a snapshot restore cut short (by a failure, by close())', () => {
   it('a restore that fails stops the member and leaves it restoring: its partial state is never read', async () => {
     const store = new MemStore();

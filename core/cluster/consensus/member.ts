@@ -311,14 +311,23 @@ export class ConsensusMember implements Proposer {
   /** Ready after Ready: persist (durable before anything is sent), send, apply, advance. */
   private async loop(): Promise<void> {
     try {
-      while (!this.closed && this.node.hasReady()) {
+      while (!this.closed && this.failed === null && this.node.hasReady()) {
         const rd = this.node.ready();
+        // Without mustSync the Ready holds no entry, no snapshot and no new term or vote: at most the
+        // commit index moved, which Raft need not keep (a restart learns it again, and the state machine
+        // may be ahead of it: RaftLog's constructor). Nothing it sends or applies waits for its write:
+        // the entries it commits were made durable by earlier Readies, which this loop awaited. The write
+        // is queued behind those (the log writes in order) and not fsynced (RaftLogUpdate.sync); a
+        // failure stops this member as an awaited one does.
+        const lazy = !rd.mustSync;
         // A leader's appends go while its own disk writes them (Ready.sendBeforePersist): its fsync and
         // its followers' overlap. Anything else waits until what it may promise is durable.
-        const early = rd.sendBeforePersist;
+        const early = rd.sendBeforePersist || lazy;
         if (early && rd.messages.length > 0) this.o.transport.send(rd.messages);
-        // Without mustSync only the commit index moved: written, not fsynced (RaftLogUpdate.sync).
-        await this.o.storage.save({ snapshot: rd.snapshot, entries: rd.entries, hardState: rd.hardState, sync: rd.mustSync });
+        const save = rd.hardState === null && rd.entries.length === 0 && rd.snapshot === null ? null
+          : this.o.storage.save({ snapshot: rd.snapshot, entries: rd.entries, hardState: rd.hardState, sync: rd.mustSync });
+        if (lazy) save?.catch((e: unknown) => this.stop(e));
+        else await save;
         if (!early && rd.messages.length > 0) this.o.transport.send(rd.messages);
         if (rd.snapshot) {
           // The snapshot replaces the state, after the batches before it and before those after it (the
