@@ -309,6 +309,39 @@ describe('a collection read from shared memory (request loops, issue 20)', () =>
     quick.close();
   });
 
+  it('keeps the most recently used filters patched when a patch runs out of time, and lets only the others go', async () => {
+    const db = await openDb();
+    await db.createCollection({ name: 'c', dim: 2, metric: 'l2', filterable: [{ path: 't', field_type: 'keyword' }] });
+    const put = (from: number, n: number) => db.upsert('c', {
+      points: Array.from({ length: n }, (_, i) => ({ id: `p${from + i}`, vector: [from + i, 1], payload: { t: (from + i) % 2 ? 'odd' : 'even' } })),
+    });
+    await put(0, 100);
+    // A clock one tick further at every reading: a patch's cost is the readings it takes.
+    let tick = 0;
+    const v = new ReadView(db.readView('c')!, { patchBudgetMs: 25, now: () => tick++ });
+    const odd: SearchQuery = { vector: [0, 1], k: 3, filter: { eq: { field: 't', value: 'odd' } } };
+    const even: SearchQuery = { vector: [0, 1], k: 3, filter: { eq: { field: 't', value: 'even' } } };
+    for (const q of [odd, even]) {
+      expect(viewSearch(db, v, q)).toBeNull();
+      v.adoptBits(v.wantBits!, db.matchBits(v.uid, q.filter)!);
+    }
+    expect(viewSearch(db, v, odd)?.hits.map((h) => h.id)).toEqual(['p1', 'p3', 'p5']);
+    // `even` used last: patched first. 10 new slots: 1 reading for the bound, 10 for the payloads,
+    // 10 for even's tests (past 25? no), then odd's tests run past it: odd goes, even stays.
+    expect(viewSearch(db, v, even)?.hits.map((h) => h.id)).toEqual(['p0', 'p2', 'p4']);
+    await put(-10, 10);
+    // p-2 is one of the slots written since: the view answers from bits patched through them.
+    expect(viewSearch(db, v, even)?.hits.map((h) => h.id), `declined ${v.declined}`).toEqual(['p0', 'p-2', 'p2']);
+    expect(v.patched).toEqual({ times: 1, slots: 10 });
+    expect(viewSearch(db, v, odd)).toBeNull();
+    expect(v.declined).toBe('filter');
+    // Asked for again, odd's bits come patched up to now; the engine thread's answer and the view's agree.
+    v.adoptBits(v.wantBits!, db.matchBits(v.uid, odd.filter)!);
+    expect(viewSearch(db, v, odd)?.hits).toEqual((await db.search('c', odd)).hits);
+    expect(viewSearch(db, v, even)?.hits).toEqual((await db.search('c', even)).hits);
+    v.close();
+  });
+
   it('never shows another thread a filtered hit that does not match, while the writer moves points in and out of the filter', async () => {
     const db = await openDb();
     const dim = 4;

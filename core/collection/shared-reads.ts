@@ -170,11 +170,14 @@ const HEADER_WORDS = 16;
  */
 const JOURNAL_SLOTS = 4096;
 /**
- * A loop's time one patch may take, ms: it is checked after every filter test (a test of a filter of
- * hundreds of conditions on a payload of large arrays can take milliseconds by itself), and past it
- * the patch stops and the bits go (the engine thread's are asked for again).
+ * A loop's time one patch may take, ms: it is checked after every payload read and filter test (a test
+ * of a filter of hundreds of conditions on a payload of large arrays can take milliseconds by itself).
+ * Filters are patched one after another, the most recently used first; past the bound the patch stops,
+ * and the bits of the filters it did not finish go (the engine thread's are asked for again).
  */
 const PATCH_BUDGET_MS = 4;
+/** A slot a patch found not live (its bit is 0 for every filter). */
+const NOT_LIVE = Symbol('not live');
 
 /** Match bits a view holds: a MatchBits brought up to the view's token, and the filter they are for. */
 interface HeldBits {
@@ -469,11 +472,14 @@ export class ReadView {
   private readonly scanMax: number;
   /** A patch's time bound, ms (PATCH_BUDGET_MS; tests that count patches set none, one sets 0). */
   private readonly patchBudgetMs: number;
+  /** The clock a patch's bound is measured on (performance.now; tests step it). */
+  private readonly now: () => number;
 
   /** Throws when the store has no scratch lane left for this thread (the caller then keeps no view). */
-  constructor(h: ReadViewHandle, opts: { scanMax?: number; patchBudgetMs?: number } = {}) {
+  constructor(h: ReadViewHandle, opts: { scanMax?: number; patchBudgetMs?: number; now?: () => number } = {}) {
     this.scanMax = opts.scanMax ?? LOOP_SCAN_MAX;
     this.patchBudgetMs = opts.patchBudgetMs ?? PATCH_BUDGET_MS;
+    this.now = opts.now ?? (() => performance.now());
     this.uid = h.uid;
     this.spec = h.spec;
     this.limits = h.limits;
@@ -549,7 +555,7 @@ export class ReadView {
     // The view's from here on (the engine thread sent a copy): patches change the words in place.
     const held: HeldBits = { words: m.words, capacity: m.capacity, count: m.count, filter };
     if (m.token !== this.matchesToken) {
-      if (!this.patch([held], m.journalAt, this.matchesJournal) || this.writesSettled() !== this.matchesToken) return false;
+      if (this.patch([held], m.journalAt, this.matchesJournal) < 1 || this.writesSettled() !== this.matchesToken) return false;
     }
     this.forgetBits(want.key);
     while (this.matches.size > 0 && (this.matches.size >= MATCHES_MAX || this.matchesBytes + held.words.byteLength > MATCHES_MAX_BYTES)) {
@@ -579,7 +585,12 @@ export class ReadView {
     if (token === null) return false;
     if (token === this.matchesToken) return true;
     const head = Atomics.load(this.header, H.JOURNAL_HEAD);
-    if (this.matches.size > 0 && !(patch && this.patch([...this.matches.values()], this.matchesJournal, head))) this.clearBits();
+    if (this.matches.size > 0) {
+      // The most recently used first (the map's last): those a patch cut short are the ones that go.
+      const order = [...this.matches].reverse();
+      const done = patch ? this.patch(order.map(([, h]) => h), this.matchesJournal, head) : 0;
+      for (let i = Math.max(done, 0); i < order.length; i++) this.forgetBits(order[i][0]);
+    }
     // Words grown for slots past their end: counted, and the least recently used go past the bound.
     this.matchesBytes = 0;
     for (const h of this.matches.values()) this.matchesBytes += h.words.byteLength;
@@ -596,37 +607,48 @@ export class ReadView {
   }
 
   /**
-   * Brings `held` from journal position `from` to `to`: every slot written in between is read again (its
-   * live bit, its payload) and its bit set to whether it is live and its payload matches, exactly what
-   * the engine thread's payload index answers for it (filter.ts `evaluate`, the index's reference).
-   * False when the journal no longer holds `from`, or the patch ran past PATCH_BUDGET_MS. The caller
-   * checks that no write began meanwhile (the head it read may hold a write's first slots before that
-   * write changed them: only that check makes the patch safe).
+   * Brings `held` (in this order) from journal position `from` to `to`: every slot written in between
+   * is read again (its live bit, its payload) and its bit set to whether it is live and its payload
+   * matches, exactly what the engine thread's payload index answers for it (filter.ts `evaluate`, the
+   * index's reference). Returns how many of `held` were brought up whole, the first ones: fewer when
+   * the patch ran past PATCH_BUDGET_MS (the one it stopped in is part patched, so it goes too), 0 when
+   * the journal no longer holds `from`. The caller checks that no write began meanwhile (the head it
+   * read may hold a write's first slots before that write changed them: only that check makes the
+   * patch safe).
    */
-  private patch(held: HeldBits[], from: number, to: number): boolean {
+  private patch(held: HeldBits[], from: number, to: number): number {
     const n = (to - from) | 0;
-    if (n < 0 || n > JOURNAL_SLOTS) return false;
-    if (n === 0) return true;
-    const slots = new Set<number>();
-    for (let i = 0; i < n; i++) slots.add(Atomics.load(this.journal, (from + i) & (JOURNAL_SLOTS - 1)));
-    const until = performance.now() + this.patchBudgetMs;
+    if (n < 0 || n > JOURNAL_SLOTS) return 0;
+    if (n === 0) return held.length;
+    const written = new Set<number>();
+    for (let i = 0; i < n; i++) written.add(Atomics.load(this.journal, (from + i) & (JOURNAL_SLOTS - 1)));
+    // A bound on the loop's time: past it the engine thread's bits are asked for again instead.
+    const until = this.now() + this.patchBudgetMs;
+    // Each slot read once, for every filter held.
+    const slots = [...written];
+    const payloads: (Payload | undefined | typeof NOT_LIVE)[] = new Array(slots.length);
     try {
-      for (const slot of slots) {
-        const live = this.live.has(slot);
-        const payload = live ? this.payloadOf(slot) ?? undefined : undefined;
-        for (const h of held) {
-          setBit(h, slot, live && evaluate(h.filter, payload));
-          // A bound on the loop's time: past it the engine thread's bits are asked for again instead.
-          if (performance.now() > until) return false;
-        }
+      for (let i = 0; i < slots.length; i++) {
+        payloads[i] = this.live.has(slots[i]) ? this.payloadOf(slots[i]) ?? undefined : NOT_LIVE;
+        if (this.now() > until) return 0;
       }
     } catch {
       // Records read while a write ran (the caller's check would refuse them anyway): let the bits go.
-      return false;
+      return 0;
     }
-    this.patched.times++;
-    this.patched.slots += slots.size;
-    return true;
+    let done = 0;
+    for (const h of held) {
+      for (let i = 0; i < slots.length; i++) {
+        const p = payloads[i];
+        setBit(h, slots[i], p !== NOT_LIVE && evaluate(h.filter, p));
+        if (i + 1 < slots.length && this.now() > until) return done;
+      }
+      done++;
+      this.patched.times++;
+      this.patched.slots += slots.length;
+      if (done < held.length && this.now() > until) return done;
+    }
+    return done;
   }
 
   private clearBits(): void {
