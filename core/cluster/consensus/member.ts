@@ -295,12 +295,16 @@ export class ConsensusMember implements Proposer {
     this.closing.abort();
     while (this.running) await new Promise<void>((r) => this.idle.push(r));
     await this.applyChain;
+    await this.lazySave;
     this.failAll(notAcknowledged('the consensus member closed before the write committed'));
   }
 
   private usable(): boolean {
     return !this.closed && this.failed === null;
   }
+
+  /** The last write of a Ready the loop did not wait for (a commit index alone), settled. */
+  private lazySave: Promise<void> = Promise.resolve();
 
   private kick(): void {
     if (this.running) return;
@@ -326,8 +330,12 @@ export class ConsensusMember implements Proposer {
         if (early && rd.messages.length > 0) this.o.transport.send(rd.messages);
         const save = rd.hardState === null && rd.entries.length === 0 && rd.snapshot === null ? null
           : this.o.storage.save({ snapshot: rd.snapshot, entries: rd.entries, hardState: rd.hardState, sync: rd.mustSync });
-        if (lazy) save?.catch((e: unknown) => this.stop(e));
-        else await save;
+        if (lazy && save !== null) {
+          // A clean close waits for it; a write the log refuses because it closed is no fault.
+          this.lazySave = save.catch((e: unknown) => {
+            if (!this.closed) this.stop(e);
+          });
+        } else await save;
         if (!early && rd.messages.length > 0) this.o.transport.send(rd.messages);
         if (rd.snapshot) {
           // The snapshot replaces the state, after the batches before it and before those after it (the
