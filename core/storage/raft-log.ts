@@ -21,7 +21,8 @@ export interface RaftLogOptions {
  * A consensus member's durable log: raft's Storage (core/cluster/raft/storage.ts, read side, served
  * from memory) over files in one directory, in the WAL's sealed frame format with term and index
  * (README.md, "The consensus log"). The host persists each Ready with one `save` (one write + fsync)
- * before it sends that Ready's messages; `createSnapshot` and `compact` bound the log. After a crash
+ * before it sends what that Ready promises (the member's loop: core/cluster/consensus/member.ts);
+ * saves land in the order they are called, awaited or not. `createSnapshot` and `compact` bound the log. After a crash
  * `open` rebuilds exactly the batches that were durable: a torn last batch is cut off and logged.
  *
  * Memory: the entries after the compaction point are held in memory (raft reads them synchronously),
@@ -29,6 +30,13 @@ export interface RaftLogOptions {
  */
 export class RaftLog extends RaftLogCoreReader {
   private active: FileHandle | null = null;
+  /**
+   * The active file may hold bytes not fsynced (a commit-only batch written unsynced, or whatever a
+   * process killed before this open left in the page cache): it is fsynced before the next file begins,
+   * so that every file but the last is whole after a power loss (recovery refuses a finished file that
+   * does not end on a batch end).
+   */
+  private activeUnsynced = false;
   private failed: unknown = null;
   private closed = false;
   private chain: Promise<unknown> = Promise.resolve();
@@ -62,7 +70,10 @@ export class RaftLog extends RaftLogCoreReader {
     if (remove.length > 0) await fs.fsyncDir(dir);
     const log = new RaftLog(fs, dir, core);
     const last = core.fileNames.at(-1);
-    if (last !== undefined) log.active = await fs.open(joinPath(dir, last), 'readwrite');
+    if (last !== undefined) {
+      log.active = await fs.open(joinPath(dir, last), 'readwrite');
+      log.activeUnsynced = true;
+    }
     return log;
   }
 
@@ -73,8 +84,9 @@ export class RaftLog extends RaftLogCoreReader {
 
   /**
    * Persists one Ready: its snapshot (replacing the log), entries (dropping a conflicting tail) and hard
-   * state, durable when this resolves; only then may the Ready's messages go out. After a failed write
-   * the log refuses more: what is on disk is unknown until a reopen recovers it.
+   * state, durable when this resolves (unless `sync` is false for a commit index alone); only then may
+   * the messages that promise it go out. Queued behind every earlier save, so saves land in call order.
+   * After a failed write the log refuses more: what is on disk is unknown until a reopen recovers it.
    */
   save(update: RaftLogUpdate): Promise<void> {
     return this.serial(() => this.core.prepareUpdate(update));
@@ -135,6 +147,8 @@ export class RaftLog extends RaftLogCoreReader {
       await fs.fsyncDir(this.dir);
     }
     if (w.create) {
+      if (this.activeUnsynced) await this.active?.sync();
+      this.activeUnsynced = false;
       const path = joinPath(this.dir, w.file);
       if (await fs.stat(path)) await fs.unlink(path);
       const h = await fs.open(path, 'create');
@@ -146,6 +160,8 @@ export class RaftLog extends RaftLogCoreReader {
     } else {
       await this.active!.write(w.bytes, w.offset);
       if (w.sync) await this.active!.sync();
+      // An fsync makes every earlier write of the file durable too.
+      this.activeUnsynced = !w.sync;
     }
     // One at a time, oldest first: a crash must leave a prefix deleted, never a hole.
     for (const name of w.deleteFiles) {
