@@ -184,6 +184,8 @@ class Host {
   /** What the state machine kept at its last crash (entries 1..length) and the position it kept. */
   smKept: number[] = [];
   smPosition = 0;
+  /** The last entry the state machine applied since its start. */
+  smApplied = 0;
   /** The hard state as of the last fsynced Ready (one that moves only the commit index is not fsynced). */
   syncedHard: HardState | null = null;
   /** Indexes of the snapshots this member recorded itself (markers: its state machine must hold them). */
@@ -213,7 +215,8 @@ export class RaftSim {
   private readonly prng: Prng;
   /**
    * Whether a host sends and applies a Ready that only moves the commit index before its write lands: a
-   * stream of its own, so that every other choice a seed makes stays as it was before this choice existed.
+   * stream of its own, so that a seed's other choices stay as they were before this choice existed (up
+   * to the first such Ready a crash tears: its sends and applies then come before the tear's choices).
    */
   private readonly lazyPrng: Prng;
   private readonly ids: NodeId[];
@@ -391,7 +394,9 @@ export class RaftSim {
   private crash(h: Host, why: string): void {
     this.stats.crashes++;
     // The state machine keeps its durable part and a prefix of the rest; its kept position lies between.
-    const applied = h.node?.status().applied ?? h.smPosition;
+    // What the state machine applied: a Ready's entries applied before a crash tore its write are, though
+    // the node was never told (advance).
+    const applied = h.node ? Math.max(h.node.status().applied, h.smApplied) : h.smPosition;
     let kept = h.smDurable + this.prng.int(h.values.length - h.smDurable + 1);
     // Or garbage past the durable part: recovery cuts at the first damaged entry, whatever follows it.
     if (kept > h.smDurable && this.chance(0.25)) {
@@ -441,6 +446,7 @@ export class RaftSim {
     }
     h.smDurable = applied;
     h.smPosition = applied;
+    h.smApplied = applied;
     h.role = 'follower';
     h.node = new RaftNode({
       id: h.id, members: this.ids, storage: h.storage, prng: new Prng(this.prng.nextU32()),
@@ -589,6 +595,7 @@ export class RaftSim {
     h.values = values;
     // A restore ends durable (Database.restoreConsensusImage's last record is fsynced).
     h.smDurable = snap.meta.index;
+    h.smApplied = Math.max(h.smApplied, snap.meta.index);
     for (const index of h.writes.keys()) if (index <= snap.meta.index) h.writes.delete(index); // outcome unknown to it
     this.stats.snapshotsInstalled++;
     this.log(`${h.id} installs snapshot ${snap.meta.index}/${snap.meta.term}`);
@@ -653,6 +660,7 @@ export class RaftSim {
     }
     // Now and then the state machine syncs (a database's checkpoint, a create): durable through here.
     const last = rd.committedEntries[rd.committedEntries.length - 1];
+    if (last !== undefined) h.smApplied = Math.max(h.smApplied, last.index);
     if (last !== undefined && this.chance(0.1)) h.smDurable = Math.max(h.smDurable, last.index);
     for (const rs of rd.readStates) {
       const ackedBefore = h.reads.get(rs.ctx);

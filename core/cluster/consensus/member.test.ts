@@ -274,20 +274,30 @@ describe('ConsensusMember sends a leader\'s appends while it persists them', () 
 });
 
 describe('ConsensusMember: a Ready that only moves the commit index', () => {
-  /** Three members whose saves of a commit index alone (sync: false) do what `unsynced` does. */
-  async function groupWith(unsynced: () => Promise<void>) {
+  /**
+   * Three members whose logs write in call order (as RaftLog does) and each write of a commit index
+   * alone (sync: false) first does what `unsynced` says.
+   */
+  async function groupWith(unsynced: (id: string) => Promise<void>) {
     const ids = ['n1', 'n2', 'n3'];
     const logged: string[] = [];
     const applied = new Map<string, number[]>(ids.map((id) => [id, []]));
+    const stores = new Map<string, MemStore>();
     const members = new Map<string, ConsensusMember>();
     for (const [k, id] of ids.entries()) {
       const st = new MemStore();
+      stores.set(id, st);
+      let chain: Promise<unknown> = Promise.resolve();
       const storage: DurableRaftStorage = {
         hardState: () => st.hardState(), entries: (lo, hi, max) => st.entries(lo, hi, max), term: (i) => st.term(i),
         firstIndex: () => st.firstIndex(), lastIndex: () => st.lastIndex(), snapshot: () => st.snapshot(),
-        save: async (u) => {
-          if (u.sync === false) await unsynced();
-          await st.save(u);
+        save: (u) => {
+          const run = chain.then(async () => {
+            if (u.sync === false) await unsynced(id);
+            await st.save(u);
+          });
+          chain = run.catch(() => undefined);
+          return run;
         },
       };
       members.set(id, new ConsensusMember({
@@ -304,24 +314,64 @@ describe('ConsensusMember: a Ready that only moves the commit index', () => {
       if (!cond()) throw new Error(`never: ${what}`);
     };
     await tickUntil('a leader', () => ids.some((id) => members.get(id)!.status().role === 'leader'));
-    const leader = members.get(ids.find((id) => members.get(id)!.status().role === 'leader')!)!;
-    return { members, leader, applied, logged, tickUntil };
+    const leaderId = ids.find((id) => members.get(id)!.status().role === 'leader')!;
+    return { members, leaderId, leader: members.get(leaderId)!, stores, applied, logged, tickUntil };
   }
 
-  it('applies and acknowledges without waiting for that write (the entries it commits are durable already)', async () => {
-    // Every commit-only write hangs: only a member that does not wait for it can acknowledge.
-    const hung: (() => void)[] = [];
-    const g = await groupWith(() => new Promise<void>((r) => hung.push(r)));
-    const acks = await Promise.all([1, 2, 3].map((i) => g.leader.propose(Buffer.from(`w${i}`))));
-    expect(acks.map((a) => a.index)).toEqual([acks[0].index, acks[0].index + 1, acks[0].index + 2]);
-    expect(hung.length).toBeGreaterThan(0);
-    await g.tickUntil('every member applied the writes', () => [...g.applied.values()].every((a) => a.length === 3));
-    for (const r of hung.splice(0)) r();
+  it('applies and acknowledges the write it commits without waiting for that write, which still lands in order', async () => {
+    let hold = false;
+    let held: { id: string; release: () => void } | null = null;
+    const g = await groupWith((id) => {
+      if (!hold || held !== null) return Promise.resolve();
+      // The first commit-only write after the proposal is held back; every later write queues behind it.
+      return new Promise<void>((release) => { held = { id, release }; });
+    });
+    await g.tickUntil('the leader committed its term', () => g.members.get(g.leaderId)!.leaderReady);
+    hold = true;
+    const ack = await Promise.race([
+      g.leader.propose(Buffer.from('w1')),
+      new Promise<never>((_, reject) => setTimeout(() => reject(new Error('not acknowledged while a commit-index write was held')), 3000)),
+    ]);
+    // Acknowledged (so applied on the leader) while some member's write of the commit index is held.
+    expect(held).not.toBeNull();
+    const h = held!;
+    expect(g.applied.get(g.leaderId)).toContain(ack.index);
+    if (h.id === g.leaderId) expect(g.stores.get(h.id)!.hardState().commit).toBeLessThan(ack.index);
+    h.release();
+    await g.tickUntil('every member applied the write', () => [...g.applied.values()].every((a) => a.includes(ack.index)));
+    await g.tickUntil('every commit index written', () => [...g.stores.values()].every((st) => st.hardState().commit >= ack.index));
+    expect(g.logged).toEqual([]);
+    for (const m of g.members.values()) await m.close();
+  });
+
+  it('close() waits for such a write still in flight', async () => {
+    const releases: (() => void)[] = [];
+    let hold = false;
+    const g = await groupWith(() => (hold ? new Promise<void>((r) => releases.push(r)) : Promise.resolve()));
+    await g.tickUntil('the leader committed its term', () => g.members.get(g.leaderId)!.leaderReady);
+    hold = true;
+    await g.leader.propose(Buffer.from('w1'));
+    await g.tickUntil('a commit-only write in flight', () => releases.length > 0);
+    let closed = false;
+    const closing = g.leader.close().then(() => { closed = true; });
+    await new Promise((r) => setTimeout(r, 20));
+    expect(closed).toBe(false);
+    hold = false;
+    for (const r of releases.splice(0)) r();
+    // Writes queued behind the released ones may be held too: release until closed.
+    for (let i = 0; i < 50 && !closed; i++) {
+      for (const r of releases.splice(0)) r();
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    await closing;
     for (const m of g.members.values()) await m.close();
   });
 
   it('stops the member when that write fails, as when an awaited one fails', async () => {
-    const g = await groupWith(() => Promise.reject(new Error('write failed')));
+    let fail = false;
+    const g = await groupWith(() => (fail ? Promise.reject(new Error('write failed')) : Promise.resolve()));
+    await g.tickUntil('the leader committed its term', () => g.members.get(g.leaderId)!.leaderReady);
+    fail = true;
     await g.leader.propose(Buffer.from('w1')).catch(() => undefined);
     await g.tickUntil('a member stopped', () => g.logged.length > 0);
     expect(g.logged[0]).toMatch(/consensus member stopped: persisting or applying failed/);

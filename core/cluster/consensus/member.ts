@@ -4,7 +4,8 @@ import { RaftNode, type Entry, type HardState, type Message, type RaftOptions, t
 
 /**
  * One member of a consensus group, driven: the host's Ready loop around RaftNode (persist, then send,
- * then apply, then advance), and the Proposer seam a shard's write path goes through (issue 17): a
+ * then apply, then advance; a leader's appends are sent while they persist, and a Ready that only moves
+ * the commit index is not waited for: loop()), and the Proposer seam a shard's write path goes through (issue 17): a
  * write is acknowledged only once a quorum holds it durably and this member applied it.
  *
  * It does no I/O of its own: the durable log (core/storage/raft-log.ts), the transport
@@ -15,6 +16,11 @@ import { RaftNode, type Entry, type HardState, type Message, type RaftOptions, t
 
 /** What the member needs of its log beyond Raft's reads: RaftLog's save (one write + fsync per Ready). */
 export interface DurableRaftStorage extends Storage {
+  /**
+   * Persists one Ready. Writes land in the order save is called, whether or not the caller waits for
+   * each (RaftLog queues them): the member does not wait for a commit-index-only write, and a later
+   * Ready's term and vote landing before it would be undone by it.
+   */
   save(update: { snapshot?: Snapshot | null; entries?: readonly Entry[]; hardState?: HardState | null; sync?: boolean }): Promise<void>;
   /** Records the state machine's image at `index` (RaftLog); with compact, what Compaction needs. */
   createSnapshot?(index: number, data: Uint8Array): Promise<unknown>;
@@ -333,7 +339,7 @@ export class ConsensusMember implements Proposer {
         if (lazy && save !== null) {
           // A clean close waits for it; a write the log refuses because it closed is no fault.
           this.lazySave = save.catch((e: unknown) => {
-            if (!this.closed) this.stop(e);
+            if (!(this.closed && e instanceof SvcError && e.code === 'not_ready')) this.stop(e);
           });
         } else await save;
         if (!early && rd.messages.length > 0) this.o.transport.send(rd.messages);

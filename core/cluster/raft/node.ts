@@ -17,6 +17,9 @@ export interface SoftState {
  *    when `sendBeforePersist` is set they promise nothing of it, and may go before or during 1-3;
  * 5. apply `committedEntries` in order; answer `readStates` once applied through their index;
  * 6. call advance(ready).
+ * Without `mustSync` (no entries, no snapshot, no new term or vote) steps 4-6 may also come before 3
+ * ends: nothing they promise or apply depends on a commit index alone. The host must still write that
+ * hard state in order with its other writes (a later Ready's must not land before it).
  */
 export interface Ready {
   readonly softState: SoftState | null;
