@@ -338,8 +338,28 @@ describe('a collection read from shared memory (request loops, issue 20)', () =>
     // Asked for again, odd's bits come patched up to now; the engine thread's answer and the view's agree.
     v.adoptBits(v.wantBits!, db.matchBits(v.uid, odd.filter)!);
     expect(viewSearch(db, v, odd)?.hits).toEqual((await db.search('c', odd)).hits);
-    expect(viewSearch(db, v, even)?.hits).toEqual((await db.search('c', even)).hits);
+    // Now `odd` was used last, but a search for `even` after a write patches its own filter first.
+    await put(-20, 10);
+    expect(viewSearch(db, v, even)?.hits, `declined ${v.declined}`).toEqual((await db.search('c', even)).hits);
+    expect(v.patched).toEqual({ times: 2, slots: 20 });
+    expect(viewSearch(db, v, odd)).toBeNull();
+    expect(v.declined).toBe('filter');
     v.close();
+    // A bound the payload reads alone run past: every filter's bits go.
+    tick = 0;
+    const quick = new ReadView(db.readView('c')!, { patchBudgetMs: 5, now: () => tick++ });
+    for (const q of [odd, even]) {
+      expect(viewSearch(db, quick, q)).toBeNull();
+      quick.adoptBits(quick.wantBits!, db.matchBits(quick.uid, q.filter)!);
+      expect(viewSearch(db, quick, q)?.hits).toEqual((await db.search('c', q)).hits);
+    }
+    await put(-30, 10);
+    for (const q of [even, odd]) {
+      expect(viewSearch(db, quick, q)).toBeNull();
+      expect(quick.declined).toBe('filter');
+    }
+    expect(quick.patched.times).toBe(0);
+    quick.close();
   });
 
   it('never shows another thread a filtered hit that does not match, while the writer moves points in and out of the filter', async () => {

@@ -456,7 +456,7 @@ export class ReadView {
   private matchesToken = -1;
   private matchesJournal = 0;
   private matchesBytes = 0;
-  /** Bits patched after writes (tests): times, and slots read again for them. */
+  /** Patches after writes that brought at least one filter's bits up (tests): how many, and the slots they read. */
   patched = { times: 0, slots: 0 };
   /** A filtered search ran since the last sweep (sweepBits). */
   private filteredSinceSweep = false;
@@ -638,15 +638,19 @@ export class ReadView {
     }
     let done = 0;
     for (const h of held) {
-      for (let i = 0; i < slots.length; i++) {
+      let cut = false;
+      for (let i = 0; i < slots.length && !cut; i++) {
         const p = payloads[i];
         setBit(h, slots[i], p !== NOT_LIVE && evaluate(h.filter, p));
-        if (i + 1 < slots.length && this.now() > until) return done;
+        cut = i + 1 < slots.length && this.now() > until;
       }
+      if (cut) break;
       done++;
+      if (done < held.length && this.now() > until) break;
+    }
+    if (done > 0) {
       this.patched.times++;
       this.patched.slots += slots.length;
-      if (done < held.length && this.now() > until) return done;
     }
     return done;
   }
@@ -701,6 +705,12 @@ export class ReadView {
     if (filter !== undefined) {
       const key = filterKey(filter);
       this.filteredSinceSweep = true;
+      // Used now: the most recently used, so a patch cut short by its time bound keeps it first.
+      const had = this.matches.get(key);
+      if (had !== undefined) {
+        this.matches.delete(key);
+        this.matches.set(key, had);
+      }
       if (!this.bitsCurrent()) return this.decline('moved');
       token = this.matchesToken;
       const m = this.matches.get(key);
@@ -708,8 +718,6 @@ export class ReadView {
         this.wantBits = { key, filter: rawFilter };
         return this.decline('filter');
       }
-      this.matches.delete(key);
-      this.matches.set(key, m);
       match = m;
     }
     const top = this.readTop();
