@@ -73,7 +73,13 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
   const run = (op: string, args: readonly unknown[]): Promise<unknown> => (db as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>)[op](...args);
 
   const write = async (op: string, args: readonly unknown[], mayForward: boolean): Promise<unknown> => {
-    const signal = AbortSignal.timeout(o.writeTimeoutMs);
+    // The write's deadline. Its signal is made only where a wait needs one (a forward, a wait to apply):
+    // a leader's own write, the common case, never makes one (an AbortSignal.timeout is a timer and a
+    // weak reference: about 1% of a leader's time per write).
+    const deadline = performance.now() + o.writeTimeoutMs;
+    const late = (): boolean => performance.now() >= deadline;
+    let timeout: AbortSignal | null = null;
+    const signal = (): AbortSignal => (timeout ??= AbortSignal.timeout(Math.max(0, Math.ceil(deadline - performance.now()))));
     for (;;) {
       if (member.leaderReady) {
         const version = MOVE_STEP_VERSION[op];
@@ -82,7 +88,7 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
           return await run(op, args);
         } catch (e) {
           // Leadership went before the write was proposed: nothing of it is in the log, so it may go again.
-          if (!(e instanceof SvcError && e.detail.reason === 'not_leader') || signal.aborted) throw e;
+          if (!(e instanceof SvcError && e.detail.reason === 'not_leader') || late()) throw e;
           continue;
         }
       }
@@ -94,25 +100,25 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
         }
         let forwarded: { value: unknown; index: number };
         try {
-          forwarded = await o.forward(s.leaderId, { op, args }, signal);
+          forwarded = await o.forward(s.leaderId, { op, args }, signal());
         } catch (e) {
           // Never sent (it waited for the link to a member that stopped leading meanwhile): certainly not
           // applied, so it goes to the member that leads now, or waits for one, within the same deadline.
-          if (e instanceof SvcError && e.detail.reason === 'leader_unreachable' && !signal.aborted && member.status().leaderId !== s.leaderId) continue;
+          if (e instanceof SvcError && e.detail.reason === 'leader_unreachable' && !late() && member.status().leaderId !== s.leaderId) continue;
           // A write refused as moved follows a move batch's commit: applied here too before the answer,
           // so this member's reads agree (the router writes the ids to their new owner, then may read
           // here: without the commit this member would still show the points it gave away).
           const at = leaderIndexOf(e);
-          if (e instanceof SvcError && e.code === 'moved' && at !== null) await member.whenApplied(at, signal).catch(() => undefined);
+          if (e instanceof SvcError && e.code === 'moved' && at !== null) await member.whenApplied(at, signal()).catch(() => undefined);
           throw e;
         }
         const { value, index } = forwarded;
         // Applied here too before the answer: a read on this member after the write sees it (a router
         // that names this member reads where it wrote).
-        await member.whenApplied(index, signal);
+        await member.whenApplied(index, signal());
         return value;
       }
-      if (signal.aborted) {
+      if (late()) {
         throw s.role === 'leader'
           ? new SvcError('unavailable', 'this member was elected but has not yet committed its term: the write was not taken; retry', { reason: 'leader_not_ready' })
           : new SvcError('unavailable', 'no consensus leader: a quorum of this shard\'s members is not reachable; the write was not taken', { reason: 'no_leader' });
