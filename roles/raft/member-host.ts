@@ -340,7 +340,8 @@ export async function startConsensusMember(
       } catch (e) {
         return Promise.reject(e);
       }
-      return m.propose(encodeCommand(cmd), AbortSignal.timeout(timing.writeTimeoutMs)).then((ack) => ack.result);
+      // A time, not an AbortSignal.timeout: the member checks it at each tick (a signal per write costs).
+      return m.propose(encodeCommand(cmd), { timeoutMs: timing.writeTimeoutMs }).then((ack) => ack.result);
     },
   });
   let knownLeader: string | null = null;

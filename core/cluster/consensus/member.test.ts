@@ -77,6 +77,24 @@ describe('ConsensusMember (the Proposer seam)', () => {
     expect(g.members.get(old)!.waiting).toBe(0);
   });
 
+  it('stops waiting for a write whose time is up, at the first tick after it', async () => {
+    const g = group();
+    await g.tickUntil('a leader', () => g.leader() !== undefined);
+    const old = g.leader()!;
+    g.cut.add(old);
+    let settled: unknown = null;
+    const t0 = performance.now();
+    const late = g.members.get(old)!.propose(Buffer.from('late'), { timeoutMs: 30 }).catch((e: unknown) => { settled = e; });
+    // No tick: no expiry, however long it waits.
+    await new Promise((r) => setTimeout(r, 60));
+    expect(settled).toBeNull();
+    g.members.get(old)!.tick();
+    await late;
+    expect(String(settled)).toMatch(/not acknowledged: no quorum acknowledged the write in time/);
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(30);
+    expect(g.members.get(old)!.waiting).toBe(0);
+  });
+
   it('a strong read on the leader or a follower waits until that member applied every earlier write', async () => {
     const g = group();
     await g.tickUntil('a leader', () => g.leader() !== undefined);

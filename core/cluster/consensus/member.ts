@@ -51,7 +51,11 @@ export interface ProposeAck {
 
 /** The write path's seam: resolves once the write is committed and applied; never acknowledges less. */
 export interface Proposer {
-  propose(data: Uint8Array, signal?: AbortSignal): Promise<ProposeAck>;
+  /**
+   * `deadline`: a signal that ends the wait, or a time (ms from now) after which it ends, checked at
+   * each tick (so up to a tick late): no timer or signal is made for it, which a write per call pays.
+   */
+  propose(data: Uint8Array, deadline?: AbortSignal | { readonly timeoutMs: number }): Promise<ProposeAck>;
 }
 
 /**
@@ -118,6 +122,8 @@ interface PendingRead {
 
 interface Pending {
   readonly term: number;
+  /** When the proposer stops waiting (performance.now()), if it gave a time rather than a signal. */
+  readonly expiresAt: number | undefined;
   readonly resolve: (ack: ProposeAck) => void;
   readonly reject: (e: unknown) => void;
 }
@@ -164,8 +170,20 @@ export class ConsensusMember implements Proposer {
   /** One logical clock tick (the host's timer: heartbeatTicks of them make a heartbeat interval). */
   tick(): void {
     if (!this.usable()) return;
+    this.expire();
     this.node.tick();
     this.kick();
+  }
+
+  /** Proposals whose time (propose's `timeoutMs`) is up: not acknowledged, though they may still apply. */
+  private expire(): void {
+    if (this.pending.size === 0) return;
+    const now = performance.now();
+    for (const [index, p] of this.pending) {
+      if (p.expiresAt === undefined || p.expiresAt > now) continue;
+      this.pending.delete(index);
+      p.reject(notAcknowledged('no quorum acknowledged the write in time; it may still be applied'));
+    }
   }
 
   /** A message from a peer, as the transport delivered it. */
@@ -189,7 +207,9 @@ export class ConsensusMember implements Proposer {
     return this.node.leasesEndedEarly;
   }
 
-  propose(data: Uint8Array, signal?: AbortSignal): Promise<ProposeAck> {
+  propose(data: Uint8Array, deadline?: AbortSignal | { readonly timeoutMs: number }): Promise<ProposeAck> {
+    const signal = deadline instanceof AbortSignal ? deadline : undefined;
+    const expiresAt = deadline !== undefined && !(deadline instanceof AbortSignal) ? performance.now() + deadline.timeoutMs : undefined;
     if (!this.usable()) return Promise.reject(this.failed ?? new SvcError('unavailable', 'the consensus member is closed'));
     if (signal?.aborted === true) return Promise.reject(notAcknowledged('the request was cancelled before it was proposed'));
     const r = this.node.propose(data);
@@ -205,6 +225,7 @@ export class ConsensusMember implements Proposer {
       signal?.addEventListener('abort', onAbort, { once: true });
       this.pending.set(r.index, {
         term: r.term,
+        expiresAt,
         resolve: (ack) => { signal?.removeEventListener('abort', onAbort); resolve(ack); },
         reject: (e) => { signal?.removeEventListener('abort', onAbort); reject(e); },
       });
