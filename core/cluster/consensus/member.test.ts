@@ -77,6 +77,39 @@ describe('ConsensusMember (the Proposer seam)', () => {
     expect(g.members.get(old)!.waiting).toBe(0);
   });
 
+  it('answers a write whose index a later term of the same leader reused, instead of leaving it waiting', async () => {
+    const g = group();
+    await g.tickUntil('a leader', () => g.leader() !== undefined);
+    const first = g.leader()!;
+    const others = g.ids.filter((id) => id !== first);
+    // Cut off while its writes wait: they never commit.
+    g.cut.add(first);
+    const old = Array.from({ length: 10 }, (_, i) => g.members.get(first)!.propose(Buffer.from(`old${i}`), { timeoutMs: 60_000 }).then(() => 'acked', (e: unknown) => String(e)));
+    await g.tickUntil('another leader', () => g.leader() !== undefined, others);
+    g.cut.clear();
+    await g.tickUntil('the first leader follows', () => g.members.get(first)!.status().role === 'follower');
+    // It leads again (the others are cut off in turn), and its next write takes an index its old writes had.
+    for (let i = 0; i < 20 && g.leader() !== first; i++) {
+      const l = g.leader();
+      if (l !== undefined) g.cut.add(l);
+      await g.tickUntil('a leader', () => g.leader() !== undefined, g.ids.filter((id) => !g.cut.has(id)));
+      g.cut.clear();
+    }
+    expect(g.leader()).toBe(first);
+    const m = g.members.get(first)!;
+    await g.tickUntil('its term committed', () => m.leaderReady);
+    // As many new writes as old ones: every old index is reused or applied past.
+    const next = Array.from({ length: 12 }, (_, i) => m.propose(Buffer.from(`new${i}`), { timeoutMs: 60_000 }));
+    await g.tickUntil('the new writes applied', () => g.applied.get(first)!.includes('new11'));
+    await Promise.all(next);
+    const outcomes = await Promise.race([
+      Promise.all(old),
+      new Promise<never>((_, reject) => setTimeout(() => reject(new Error('an old write was never answered')), 2000)),
+    ]);
+    for (const o of outcomes) expect(o).toMatch(/another entry took its place/);
+    expect(m.waiting).toBe(0);
+  });
+
   it('stops waiting for a write whose time is up, at the first tick after it', async () => {
     const g = group();
     await g.tickUntil('a leader', () => g.leader() !== undefined);

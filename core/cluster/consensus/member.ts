@@ -208,8 +208,9 @@ export class ConsensusMember implements Proposer {
   }
 
   propose(data: Uint8Array, deadline?: AbortSignal | { readonly timeoutMs: number }): Promise<ProposeAck> {
-    const signal = deadline instanceof AbortSignal ? deadline : undefined;
-    const expiresAt = deadline !== undefined && !(deadline instanceof AbortSignal) ? performance.now() + deadline.timeoutMs : undefined;
+    const timed = deadline !== undefined && 'timeoutMs' in deadline;
+    const signal = deadline !== undefined && !timed ? deadline as AbortSignal : undefined;
+    const expiresAt = timed ? performance.now() + (deadline as { readonly timeoutMs: number }).timeoutMs : undefined;
     if (!this.usable()) return Promise.reject(this.failed ?? new SvcError('unavailable', 'the consensus member is closed'));
     if (signal?.aborted === true) return Promise.reject(notAcknowledged('the request was cancelled before it was proposed'));
     const r = this.node.propose(data);
@@ -218,17 +219,28 @@ export class ConsensusMember implements Proposer {
         ? new SvcError('unavailable', 'too many writes wait for the quorum; retry shortly', { reason: 'busy' })
         : new SvcError('unavailable', `this member is not the leader (leader: ${r.leaderId ?? 'none known'})`, { reason: 'not_leader', leaderId: r.leaderId }));
     }
+    // An earlier proposal of this member at the same index was cut from its log (a leader that lost its
+    // term, then led again and reused the index): never committed, so it is answered now, not left waiting.
+    const displaced = this.pending.get(r.index);
+    if (displaced !== undefined) {
+      this.pending.delete(r.index);
+      displaced.reject(overwritten());
+    }
     return new Promise<ProposeAck>((resolve, reject) => {
-      const onAbort = (): void => {
-        if (this.pending.delete(r.index)) reject(notAcknowledged('no quorum acknowledged the write in time; it may still be applied'));
-      };
-      signal?.addEventListener('abort', onAbort, { once: true });
-      this.pending.set(r.index, {
+      const entry: Pending = {
         term: r.term,
         expiresAt,
         resolve: (ack) => { signal?.removeEventListener('abort', onAbort); resolve(ack); },
         reject: (e) => { signal?.removeEventListener('abort', onAbort); reject(e); },
-      });
+      };
+      const onAbort = (): void => {
+        // Only its own entry: a later proposal may hold the index by now.
+        if (this.pending.get(r.index) !== entry) return;
+        this.pending.delete(r.index);
+        reject(notAcknowledged('no quorum acknowledged the write in time; it may still be applied'));
+      };
+      signal?.addEventListener('abort', onAbort, { once: true });
+      this.pending.set(r.index, entry);
       this.kick();
     });
   }
@@ -320,9 +332,16 @@ export class ConsensusMember implements Proposer {
     this.closed = true;
     // A restore of a large image could take minutes: it stops part way, and runs again at the next start.
     this.closing.abort();
-    while (this.running) await new Promise<void>((r) => this.idle.push(r));
-    await this.applyChain;
-    await this.lazySave;
+    // Ticks stop with a close (tick() does nothing now): proposals whose time is up while the close
+    // waits (a stalled disk) are still answered at their time.
+    const expiring = setInterval(() => this.expire(), EXPIRE_WHILE_CLOSING_MS);
+    try {
+      while (this.running) await new Promise<void>((r) => this.idle.push(r));
+      await this.applyChain;
+      await this.lazySave;
+    } finally {
+      clearInterval(expiring);
+    }
     this.failAll(notAcknowledged('the consensus member closed before the write committed'));
   }
 
@@ -493,7 +512,7 @@ export class ConsensusMember implements Proposer {
       const p = this.pending.get(e.index);
       if (p === undefined) continue;
       this.pending.delete(e.index);
-      if (p.term !== e.term) p.reject(new SvcError('unavailable', 'the write was not committed: leadership changed and another entry took its place', { reason: 'overwritten' }));
+      if (p.term !== e.term) p.reject(overwritten());
       else if (out.ok) p.resolve({ index: e.index, term: e.term, result: out.value });
       else p.reject(out.error);
     }
@@ -532,8 +551,15 @@ export class ConsensusMember implements Proposer {
   }
 }
 
+/** How often a closing member answers proposals whose time is up (its ticks have stopped). */
+const EXPIRE_WHILE_CLOSING_MS = 100;
+
 /** Committed batches the loop may run ahead of the state machine before it waits for it. */
 const APPLY_BATCHES_AHEAD_MAX = 4;
+
+function overwritten(): SvcError {
+  return new SvcError('unavailable', 'the write was not committed: leadership changed and another entry took its place', { reason: 'overwritten' });
+}
 
 function notAcknowledged(why: string): SvcError {
   return new SvcError('unavailable', `the write is not acknowledged: ${why}`, { reason: 'not_acknowledged' });

@@ -40,6 +40,28 @@ function fakeDb(calls: string[], lease: { held: boolean; ended: number }): Engin
 
 const opts = { writeTimeoutMs: 2000, readTimeoutMs: 2000, leaderPollMs: 5, close: async () => undefined };
 
+describe('raftEngine: a write\'s deadline', () => {
+  it('a follower whose wait for a leader ends past the deadline never forwards the write (it was not taken)', async () => {
+    const m: FakeMember = { leaderReady: false, leaderId: null, applied: [] };
+    const sent: { aborted: boolean }[] = [];
+    const follower = raftEngine({
+      ...opts, writeTimeoutMs: 50, leaderPollMs: 40, db: fakeDb([], { held: false, ended: 0 }), member: fakeMember(m), selfId: 'n2',
+      // The forwarder sends only while its signal is not aborted (WriteForwarder.request).
+      forward: async (_to, _w, signal) => {
+        sent.push({ aborted: signal.aborted });
+        if (signal.aborted) throw new SvcError('unavailable', 'not sent', { reason: 'leader_unreachable' });
+        return { value: { upserted: 1 }, index: 3 };
+      },
+    });
+    // A leader becomes known just after the deadline, while the write sleeps between polls (at 0, 40, 80 ms).
+    setTimeout(() => { m.leaderId = 'n1'; }, 52);
+    const e = await (follower as unknown as Record<string, (n: string, b: unknown) => Promise<unknown>>).upsert('c', {}).catch((x: unknown) => x);
+    // Not sent (a timer late by 10 ms may see the deadline before the leader: refused as no leader, as well).
+    expect(['leader_unreachable', 'no_leader']).toContain((e as SvcError).detail.reason);
+    expect(sent.filter((x) => !x.aborted)).toEqual([]);
+  });
+});
+
 describe('raftEngine and rebalancing moves', () => {
   it('runs move steps on the ready leader; a follower forwards them (and a forwarded one is never forwarded again)', async () => {
     const calls: string[] = [];

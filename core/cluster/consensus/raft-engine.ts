@@ -79,7 +79,12 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
     const deadline = performance.now() + o.writeTimeoutMs;
     const late = (): boolean => performance.now() >= deadline;
     let timeout: AbortSignal | null = null;
-    const signal = (): AbortSignal => (timeout ??= AbortSignal.timeout(Math.max(0, Math.ceil(deadline - performance.now()))));
+    const signal = (): AbortSignal => {
+      const left = deadline - performance.now();
+      // Past the deadline already (a poll that woke after it): aborted now, so nothing is sent.
+      timeout ??= left > 0 ? AbortSignal.timeout(Math.ceil(left)) : AbortSignal.abort(new DOMException('the write\'s deadline passed', 'TimeoutError'));
+      return timeout;
+    };
     for (;;) {
       if (member.leaderReady) {
         const version = MOVE_STEP_VERSION[op];
