@@ -208,9 +208,9 @@ export class ConsensusMember implements Proposer {
   }
 
   propose(data: Uint8Array, deadline?: AbortSignal | { readonly timeoutMs: number }): Promise<ProposeAck> {
-    const timed = deadline !== undefined && 'timeoutMs' in deadline;
-    const signal = deadline !== undefined && !timed ? deadline as AbortSignal : undefined;
-    const expiresAt = timed ? performance.now() + (deadline as { readonly timeoutMs: number }).timeoutMs : undefined;
+    const timed = deadline !== undefined && 'timeoutMs' in deadline ? deadline : undefined;
+    const signal = timed === undefined ? deadline as AbortSignal | undefined : undefined;
+    const expiresAt = timed === undefined ? undefined : performance.now() + timed.timeoutMs;
     if (!this.usable()) return Promise.reject(this.failed ?? new SvcError('unavailable', 'the consensus member is closed'));
     if (signal?.aborted === true) return Promise.reject(notAcknowledged('the request was cancelled before it was proposed'));
     const r = this.node.propose(data);
@@ -358,7 +358,11 @@ export class ConsensusMember implements Proposer {
     void this.loop();
   }
 
-  /** Ready after Ready: persist (durable before anything is sent), send, apply, advance. */
+  /**
+   * Ready after Ready: persist, send, apply, advance. What a Ready promises is sent only once it is
+   * durable, but for a leader's appends (sent while they persist) and a Ready that only moves the commit
+   * index (not waited for at all).
+   */
   private async loop(): Promise<void> {
     try {
       while (!this.closed && this.failed === null && this.node.hasReady()) {
