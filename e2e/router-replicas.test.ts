@@ -148,10 +148,13 @@ describe('the router with a read replica', () => {
     }
     const count = await viaRouter('POST', '/v1/collections/c/points:count', {});
     expect(count.json).toEqual({ count: 60 });
-    expect(await metric(router, 'svc_router_replica_fallbacks_total{shard="0",reason="unavailable"}')).toBeGreaterThanOrEqual(1);
+    // Every read the dead replica failed fell back to the primary. Usually the first reads reach it before
+    // the router's probe (every second) takes it out; on a loaded machine the probe may come first, and
+    // then no read had to (replica-set.test.ts covers the fallback itself).
+    const failedOnReplica = await metric(router, 'svc_router_replica_calls_total{shard="0",replica="0",outcome="unavailable"}');
+    expect(await metric(router, 'svc_router_replica_fallbacks_total{shard="0",reason="unavailable"}')).toBeGreaterThanOrEqual(failedOnReplica);
     await eventually('the probe takes the replica out', async () => (
       await metric(router, 'svc_router_replica_usable{shard="0",replica="0"}') === 0 ? true : 'still usable'));
-    expect(await metric(router, 'svc_router_replica_calls_total{shard="0",replica="0",outcome="unavailable"}')).toBeGreaterThanOrEqual(1);
     const metricsText = await (await fetch(`${router.base}/metrics`)).text();
     expect(metricsText).not.toContain(replica.base);
   });
