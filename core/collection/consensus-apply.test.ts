@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Prng } from '../base/prng.js';
 import type { ShardCommand } from '../cluster/consensus/command.js';
+import { FaultyFileSystem } from '../testing/faulty-fs.js';
 import { Database } from './database.js';
 import { buildIndexInline } from './rebuild.js';
 
@@ -197,6 +198,89 @@ describe('Database as a consensus state machine', () => {
     await again.close();
     await a.close();
   }, 60_000);
+
+  it('point commands are kept in memory until syncApplied puts them in segments and the position after them: a kill -9 before it loses them from the directory (the log has them), one after it keeps them', async () => {
+    const fs = new FaultyFileSystem(7);
+    fs.yieldEachOp = false;
+    const opts = { dataDir: '/m/data', masterKey: KEY, fs, buildIndex: buildIndexInline, persistGraphs: false };
+    const rnd = new Prng(8);
+    const db = await Database.open(opts);
+    expect(await db.consensusApplied()).toBe(0);
+    await db.applyCommand({ uid: '', bulk: false, op: { t: 'create_collection', uid: UID_A, name: 'c', params: { name: 'c', dim: 3, metric: 'l2' } } }, 1);
+    await db.applyCommand({ uid: UID_A, bulk: false, op: { t: 'upsert', points: points('a', 3, rnd) } }, 2);
+    db.appliedThrough(2);
+    const writes = fs.stats.writes;
+    await db.applyCommand({ uid: UID_A, bulk: false, op: { t: 'upsert', points: points('b', 3, rnd) } }, 3);
+    db.appliedThrough(3);
+    expect(fs.stats.writes, 'a point command writes nothing').toBe(writes);
+    // A kill -9 (every write kept): the create is there, the points are not, and the position is 0.
+    fs.crash({ writes: 'keep' });
+    fs.restart();
+    const killed = await Database.open(opts);
+    expect(await killed.consensusApplied()).toBe(0);
+    expect(await ids(killed, 'c')).toEqual([]);
+    // The member applies its log again from there; then syncApplied makes it durable.
+    for (const [i, prefix] of ['a', 'b'].entries()) await killed.applyCommand({ uid: UID_A, bulk: false, op: { t: 'upsert', points: points(prefix, 3, new Prng(8 + i)) } }, 2 + i);
+    killed.appliedThrough(3);
+    await killed.syncApplied();
+    fs.crash({ writes: 'drop' });
+    fs.restart();
+    const synced = await Database.open(opts);
+    expect(await synced.consensusApplied()).toBe(3);
+    expect(await ids(synced, 'c')).toEqual(['a0', 'a1', 'a2', 'b0', 'b1', 'b2']);
+    await synced.close();
+  });
+
+  it('a restore over a member whose delete was in memory only: after a kill -9 the deleted point does not come back from its segment', async () => {
+    const fs = new FaultyFileSystem(9);
+    fs.yieldEachOp = false;
+    const opts = { dataDir: '/m/data', masterKey: KEY, fs, buildIndex: buildIndexInline, persistGraphs: false };
+    const rnd = new Prng(10);
+    const create: ShardCommand = { uid: '', bulk: false, op: { t: 'create_collection', uid: UID_A, name: 'c', params: { name: 'c', dim: 3, metric: 'l2' } } };
+    const pts = points('x', 4, rnd);
+    const db = await Database.open(opts);
+    await db.consensusApplied();
+    await db.applyCommand(create, 1);
+    await db.applyCommand({ uid: UID_A, bulk: false, op: { t: 'upsert', points: pts } }, 2);
+    db.appliedThrough(2);
+    await db.syncApplied(); // x0..x3 in a segment
+    await db.applyCommand({ uid: UID_A, bulk: false, op: { t: 'delete', ids: ['x0'] } }, 3);
+    db.appliedThrough(3);
+    // The leader's image at 10: the same collection without x0.
+    const src = await open(tmp());
+    await src.consensusApplied();
+    await src.applyCommand(create, 1);
+    await src.applyCommand({ uid: UID_A, bulk: false, op: { t: 'upsert', points: pts.slice(1) } }, 2);
+    const image = Buffer.concat(await collect(src.consensusImage()));
+    await src.close();
+    await db.restoreConsensusImage(pieces(image, 1000), 10);
+    expect(await ids(db, 'c')).toEqual(['x1', 'x2', 'x3']);
+    fs.crash({ writes: 'keep' });
+    fs.restart();
+    const again = await Database.open(opts);
+    expect(await again.consensusApplied()).toBe(10);
+    expect(await ids(again, 'c')).toEqual(['x1', 'x2', 'x3']);
+    await again.close();
+  });
+
+  it('a member\'s snapshot holds the points applied in memory only; its close writes the position; it serves no replication stream', async () => {
+    const dir = tmp();
+    const db = await Database.open({ dataDir: dir, masterKey: KEY, buildIndex: buildIndexInline, snapshotDir: `${dir}-snaps` });
+    await db.consensusApplied();
+    await db.applyCommand({ uid: '', bulk: false, op: { t: 'create_collection', uid: UID_A, name: 'c', params: { name: 'c', dim: 3, metric: 'l2' } } }, 1);
+    await db.applyCommand({ uid: UID_A, bulk: false, op: { t: 'upsert', points: points('s', 5, new Prng(4)) } }, 2);
+    db.appliedThrough(2);
+    expect(() => db.replicate()).toThrow(/serves no read replicas/);
+    const snap = await db.snapshot({ name: 's1' });
+    const copy = await open(snap.path);
+    expect(await ids(copy, 'c')).toEqual(['s0', 's1', 's2', 's3', 's4']);
+    await copy.close();
+    await db.close();
+    const again = await open(dir);
+    expect(await again.consensusApplied()).toBe(2);
+    expect(await ids(again, 'c')).toEqual(['s0', 's1', 's2', 's3', 's4']);
+    await again.close();
+  });
 
   it('refuses to become a member over a single node\'s data', async () => {
     const dir = tmp();

@@ -223,14 +223,19 @@ export class Database {
   /** A consensus member's: every write is proposed through it and applied by applyCommand (issue 17). */
   private proposer: CommandProposer | null = null;
   /**
-   * A consensus member's point writes and applied positions go to the WAL unsynced: their durable record
-   * is the consensus log, which a restarted member replays after the position it finds (syncApplied).
+   * A consensus member's: the points of a snapshot it restores go to the WAL unsynced (the restore's
+   * end makes them durable at once). Its committed point commands are not written to the WAL at all
+   * (applyPoints): their durable record is the consensus log until segments hold them (syncApplied).
    */
   private deferSync = false;
   /** A create or drop being applied: commands after it start once it is done (applyCommand). */
   private applyTail: Promise<void> | null = null;
-  /** The last point command applyCommand issued, settled. */
-  private lastPoints: Promise<unknown> = Promise.resolve();
+  /** A consensus member's: the last command index given to applyCommand (appliedThrough). */
+  private givenThrough = 0;
+  /** This directory is a consensus member's (consensusApplied took it as one): its points are in memory only. */
+  private member = false;
+  /** The last syncApplied, settled: each runs after the one before (a position never moves back). */
+  private syncing: Promise<void> = Promise.resolve();
 
   private constructor(dir: DataDir, opts: DatabaseOptions) {
     this.dir = dir;
@@ -594,26 +599,21 @@ export class Database {
 
   /**
    * A committed command, applied: every member applies the same ones in the same order. A point write
-   * is made durable in this node's WAL (its append issued at once, so a batch of commands shares one
-   * fsync) and then applied to memory, as a local write is; it resolves to the points it changed, 0 when
-   * its collection is gone. A create or drop runs alone: commands after it start once it is done. A
+   * is applied to memory at once, and nothing of it is written here (applyPoints): the consensus log
+   * holds it until a checkpoint does. It resolves to the points it changed, 0 when its collection is
+   * gone. A create or drop (or a move's command) runs alone: commands after it start once it is done. A
    * create of a name another collection took meanwhile is refused (already_exists) on every member alike.
    */
   applyCommand(cmd: ShardCommand, index: number): Promise<number> {
-    // A move's state or a batch's commit runs alone too (its records go through DataDir's serial queue,
-    // after the point writes before it and before those after it).
+    // A move's state or a batch's commit runs alone too (its records go through DataDir's serial queue).
     const barrier = cmd.uid === '' || isMoveCommand(cmd);
     if (this.applyTail === null && !barrier) return this.applyPoints(cmd.uid, cmd.op as Op, cmd.bulk);
-    const tail = this.applyTail ?? Promise.resolve();
-    // A create or drop also waits for the point writes before it to be applied (a drop must not forget a
-    // collection under a write still being made durable: that write's result would be lost).
-    const prior = barrier ? tail.then(() => this.lastPoints) : tail;
     let done: Promise<number> = Promise.resolve(0);
-    const started = prior.then(() => {
+    const started = (this.applyTail ?? Promise.resolve()).then(() => {
       done = !barrier ? this.applyPoints(cmd.uid, cmd.op as Op, cmd.bulk)
         : isMoveCommand(cmd) ? this.applyMoveCommand(cmd)
           : this.applyCollectionOp(cmd.op as Extract<ShardCommand['op'], { t: 'create_collection' | 'drop_collection' }>, index);
-      // A later command starts when a create or drop has ended, and right after a point write was issued.
+      // A later command starts when a create or drop has ended, and right after a point write.
       return barrier ? done.then(() => undefined, () => undefined) : undefined;
     });
     this.applyTail = started;
@@ -624,25 +624,61 @@ export class Database {
   }
 
   /**
-   * Every command through `index` has been applied: the position, in the WAL behind their records (it
-   * waits for a create or drop in progress). Written, not fsynced, like the point writes before it: the
-   * consensus log holds them durably, and after a crash this node resumes right after the last position
-   * the WAL kept (the WAL is a prefix, so every record before it was kept too). Records after it may have
-   * been kept as well; the member applies them again (every command is idempotent: consensusApplied).
+   * Every command through `index` has been given to applyCommand. Kept in memory only: the position a
+   * restarted member applies the log after is written by syncApplied, once segments hold every point
+   * command through it.
    */
-  appliedThrough(index: number): Promise<void> {
-    const tail = this.applyTail;
-    const write = (): Promise<void> => this.dir.appendReplicaPosition(index, { sync: !this.deferSync });
-    return tail === null ? write() : tail.then(write);
+  appliedThrough(index: number): void {
+    if (index > this.givenThrough) this.givenThrough = index;
   }
 
   /**
-   * Every applied position written so far is durable once it resolves (one WAL fsync). A consensus
-   * member calls it before a snapshot marker lets its log drop the entries it applied: the database must
-   * not need them again after any crash.
+   * Makes every command given so far durable here, so that a restarted member need not apply them again:
+   * once no create or drop is being applied (every command given is then in memory), every collection's
+   * changes go into a segment (a checkpoint, after any under way), and then the position, fsynced. A
+   * consensus member calls it before a snapshot marker lets its log drop the entries it applied, and a
+   * close calls it. Rejects, writing no position, when a checkpoint fails.
    */
   syncApplied(): Promise<void> {
-    return this.dir.sync();
+    // One at a time, so that a position never moves back.
+    const run = this.syncing.then(() => this.syncAppliedNow());
+    this.syncing = run.catch(() => undefined);
+    return run;
+  }
+
+  private async syncAppliedNow(): Promise<void> {
+    while (this.applyTail !== null) await this.applyTail;
+    const index = this.givenThrough;
+    if (this.dir.bootstrapping || index <= (this.dir.replicaSeq?.seq ?? 0)) return;
+    await this.checkpointAll();
+    // Checked again in the turn that queues the record: a snapshot's restore may have begun (its records
+    // then come after this one, and its end wins) or ended at a later index.
+    if (this.dir.bootstrapping || index <= (this.dir.replicaSeq?.seq ?? 0)) return;
+    await this.dir.appendReplicaPosition(index);
+  }
+
+  /**
+   * Every change applied to memory before the call is in a segment once it resolves: a checkpoint under
+   * way is waited for (it may have taken its changes before the call), and then each collection that
+   * still has changes is checkpointed. A checkpoint's failure rejects (its changes stay to be written).
+   */
+  private async checkpointAll(): Promise<void> {
+    for (const col of [...this.byUid.values()]) {
+      for (;;) {
+        // Dropped meanwhile: nothing of it is to be kept.
+        if (this.byUid.get(col.uid) !== col) break;
+        const running = this.checkpoints.get(col.uid);
+        if (running !== undefined) {
+          await running;
+          continue;
+        }
+        if (col.dirtyCount === 0) break;
+        const run = this.checkpoint(col).finally(() => this.checkpoints.delete(col.uid));
+        this.checkpoints.set(col.uid, run.catch(() => undefined));
+        await run;
+        break;
+      }
+    }
   }
 
   /**
@@ -742,6 +778,9 @@ export class Database {
         throw new SvcError('internal', `a consensus snapshot at ${index} without an image: nothing was replaced`);
       }
       buf = buf.subarray(m);
+      // Segments first hold every change in memory: the reset clears the ids memory holds, and a point
+      // whose delete was in memory only would otherwise come back from its segment at the next start.
+      await this.checkpointAll();
       await this.replicaReset();
       for (;;) {
         if (signal?.aborted === true) throw new SvcError('unavailable', `the restore of the consensus snapshot at ${index} was cut short by a close; it runs again at the next start`);
@@ -768,6 +807,7 @@ export class Database {
       await it.return?.();
     }
     await this.replicaSnapshotEnd(index, CONSENSUS_HISTORY);
+    this.givenThrough = index;
   }
 
   /**
@@ -777,24 +817,40 @@ export class Database {
    */
   async consensusApplied(): Promise<number> {
     const r = this.dir.replicaSeq;
-    if (r !== null && r.history === CONSENSUS_HISTORY) return r.seq;
+    if (r !== null && r.history === CONSENSUS_HISTORY) {
+      this.member = true;
+      this.givenThrough = r.seq;
+      return r.seq;
+    }
     // A snapshot's restore that a crash cut short: nothing holds until it is restored again.
-    if (this.dir.bootstrapping) return 0;
+    if (this.dir.bootstrapping) {
+      this.member = true;
+      return 0;
+    }
     if (r === null && this.byUid.size === 0) {
       await this.dir.appendReplicaOrigin(CONSENSUS_HISTORY, 0);
+      this.member = true;
       return 0;
     }
     throw new SvcError('invalid_argument', 'this data directory holds data that is not a consensus member\'s (a single node\'s or a read replica\'s). Fix: start the member on an empty data directory; it gets the group\'s data from the leader');
   }
 
+  /**
+   * A committed point command, applied to memory only: no WAL record (the consensus log is its durable
+   * record until a checkpoint's segment holds it, syncApplied). Its seq is the WAL's last, so that the
+   * collection's checkpoints name seqs the WAL has, as the replay of its records expects.
+   */
   private applyPoints(uid: string, op: Op, bulk: boolean): Promise<number> {
-    const col = this.byUid.get(uid);
-    if (col === undefined) return Promise.resolve(0);
-    // writeHere issues its WAL append before its first await, so the commands of a batch share one fsync.
-    const done = this.writeHere(col, op, bulk);
-    // WAL appends resolve in order, so the last one issued is the last one done.
-    this.lastPoints = done.catch(() => undefined);
-    return done;
+    try {
+      this.checkOpen();
+      const col = this.byUid.get(uid);
+      if (col === undefined) return Promise.resolve(0);
+      const changed = col.apply(op, this.dir.lastSeq, bulk);
+      this.maybeCheckpoint(col);
+      return Promise.resolve(changed);
+    } catch (e) {
+      return Promise.reject(e);
+    }
   }
 
   /**
@@ -1682,6 +1738,9 @@ export class Database {
     const name = checkName(b.name, 'snapshot name');
     const root = this.opts.snapshotDir ?? `${this.opts.dataDir.replace(/\/+$/, '')}-snapshots`;
     const path = joinPath(root, name);
+    // A consensus member's points applied since its last checkpoints are in memory only: segments take
+    // them first, so that the copy holds every write acknowledged before the call.
+    if (this.member) await this.checkpointAll();
     // The copy's own manifest version and size, not the live directory's (which moves on with writes).
     const s = await this.dir.snapshot(path);
     return { name, path, manifest_version: s.manifest_version, disk_bytes: s.disk_bytes };
@@ -1690,6 +1749,10 @@ export class Database {
   /** The replication stream (core/collection/replication.ts): a logical snapshot, then the WAL commit tail. */
   replicate(body?: ReplicateRequest, signal?: AbortSignal): AsyncIterable<ReplicationEvent> {
     this.checkOpen();
+    if (this.member) {
+      // Its WAL holds no point writes (applyPoints): a stream from it would leave a replica without them.
+      throw invalidArgument('a consensus member serves no read replicas: its writes are in its group\'s consensus log, not in a replication stream. Read from any member of the group instead (every member answers reads; consistency "strong" for linearizable ones)');
+    }
     return replicationStream(this.replicationView(), body, signal);
   }
 
@@ -1734,6 +1797,9 @@ export class Database {
     await this.pool?.close();
     await Promise.all([...this.checkpoints.values()]);
     await this.quietMove;
+    // A consensus member's points applied since its last position go into segments, and the position
+    // follows them: its next start applies only the log's entries after it.
+    if (this.member) await this.syncApplied().catch((e) => this.log('warn', 'writing the applied position at close failed; the next start applies the log from the last one', { error: String(e) }));
     /** By uid, the last seq each collection applied, when all of them are in their segments now. */
     let applied: Map<string, number> | null = new Map();
     for (const col of this.byName.values()) {

@@ -491,3 +491,72 @@ describe('ConsensusMember: a snapshot restore cut short (by a failure, by close(
     await again.close();
   });
 });
+
+describe('ConsensusMember: a marker waits for the state machine\'s sync beside the loop', () => {
+  it('writes go on being acknowledged while the sync runs; the marker is recorded only after it ends, at the index it began at; a failed one records none and stops nothing', async () => {
+    const ids = ['n1', 'n2', 'n3'];
+    const cut = new Set<string>();
+    const stores = new Map(ids.map((id) => [id, new MemStore()]));
+    const members = new Map<string, ConsensusMember>();
+    /** Each member's syncs: the applied index when each began, and how to end it. */
+    const syncs = new Map(ids.map((id) => [id, [] as { at: number; end: (ok: boolean) => void }[]]));
+    for (const [k, id] of ids.entries()) {
+      const st = stores.get(id)!;
+      const storage: DurableRaftStorage = {
+        hardState: () => st.hardState(), entries: (lo, hi, max) => st.entries(lo, hi, max), term: (i) => st.term(i),
+        firstIndex: () => st.firstIndex(), lastIndex: () => st.lastIndex(), snapshot: () => st.snapshot(), save: (u) => st.save(u),
+        createSnapshot: (i, d) => Promise.resolve(st.createSnapshot(i, d)), compact: (i) => Promise.resolve(st.compact(i)),
+      };
+      const member: ConsensusMember = new ConsensusMember({
+        id, members: ids, storage, prng: new Prng(k + 11), electionTicks: 10, heartbeatTicks: 1,
+        transport: { send: (msgs: readonly Message[]) => { for (const m of msgs) if (!cut.has(m.from) && !cut.has(m.to)) queueMicrotask(() => members.get(m.to)!.receive(m)); } },
+        compaction: { everyEntries: 5, retainEntries: 1 },
+        stateMachine: {
+          apply: () => undefined,
+          restore: () => undefined,
+          syncApplied: () => new Promise<void>((resolve, reject) => {
+            syncs.get(id)!.push({ at: member.appliedIndex, end: (ok) => (ok ? resolve() : reject(new Error('disk full'))) });
+          }),
+        },
+      });
+      members.set(id, member);
+    }
+    const tickUntil = async (what: string, cond: () => boolean) => {
+      for (let i = 0; i < 500 && !cond(); i++) {
+        for (const id of ids) members.get(id)!.tick();
+        await new Promise((r) => setTimeout(r, 1));
+      }
+      if (!cond()) throw new Error(`never: ${what}`);
+    };
+    await tickUntil('a leader', () => ids.some((id) => members.get(id)!.status().role === 'leader'));
+    const leader = ids.find((id) => members.get(id)!.status().role === 'leader')!;
+    const write = async (i: number) => {
+      let done = false;
+      const ack = members.get(leader)!.propose(Buffer.from(`w${i}`)).finally(() => { done = true; });
+      await tickUntil(`w${i} acknowledged`, () => done);
+      return ack;
+    };
+    for (let i = 0; i < 6; i++) await write(i);
+    await tickUntil('a sync began', () => syncs.get(leader)!.length === 1);
+    const first = syncs.get(leader)![0];
+    // Held: more writes are acknowledged, no marker is recorded, and no second sync begins.
+    for (let i = 6; i < 20; i++) await expect(write(i)).resolves.toMatchObject({ index: expect.any(Number) });
+    expect(stores.get(leader)!.snapshot().meta.index).toBe(0);
+    expect(syncs.get(leader)!.length).toBe(1);
+    first.end(true);
+    await tickUntil('the marker at the index the sync began at', () => stores.get(leader)!.snapshot().meta.index === first.at);
+    expect(first.at).toBeGreaterThanOrEqual(5);
+    // The next sync fails: no marker, the member goes on, and a later one is tried and recorded.
+    await tickUntil('a second sync began', () => syncs.get(leader)!.length === 2);
+    syncs.get(leader)![1].end(false);
+    for (let i = 20; i < 24; i++) await write(i);
+    expect(stores.get(leader)!.snapshot().meta.index).toBe(first.at);
+    expect(members.get(leader)!.status().role).toBe('leader');
+    await tickUntil('a third sync began', () => syncs.get(leader)!.length === 3);
+    const third = syncs.get(leader)![2];
+    third.end(true);
+    await tickUntil('its marker', () => stores.get(leader)!.snapshot().meta.index === third.at);
+    for (const id of ids) for (const s of syncs.get(id)!) s.end(true);
+    for (const m of members.values()) await m.close();
+  });
+});

@@ -78,7 +78,9 @@ export interface StateMachine {
   /**
    * Every position given to appliedThrough so far is durable once it resolves. Called before a snapshot
    * marker (no image: Compaction without `image`) lets the log drop entries: the state machine must never
-   * need them again. Without it, appliedThrough must be durable when it resolves.
+   * need them again. It runs beside the loop (it may write much: a database's segments), which records
+   * the marker, at the index applied when it began, at the first Ready after it resolved; a rejection
+   * records none and is logged. Without it, appliedThrough must be durable when it resolves.
    */
   syncApplied?(): Promise<void>;
   /**
@@ -339,6 +341,7 @@ export class ConsensusMember implements Proposer {
       while (this.running) await new Promise<void>((r) => this.idle.push(r));
       await this.applyChain;
       await this.lazySave;
+      await this.markerSync?.done;
     } finally {
       clearInterval(expiring);
     }
@@ -526,15 +529,51 @@ export class ConsensusMember implements Proposer {
     const c = this.o.compaction;
     const st = this.o.storage;
     if (c === undefined || st.createSnapshot === undefined || st.compact === undefined) return;
-    if (this.applied - this.snapshotIndex < c.everyEntries) return;
+    const synced = this.markerSync;
+    if (synced !== null) {
+      // A marker says the state machine holds everything through its index by itself: durably, first.
+      // That may take a while (a state machine writes what it holds), so it runs beside this loop, and
+      // the marker is recorded at the first Ready after it ended.
+      if (synced.state === 'running') return;
+      this.markerSync = null;
+      if (synced.state === 'failed') {
+        // Tried again once a quarter of the interval more is applied: not at every Ready.
+        this.markerRetryAt = this.applied + Math.max(1, Math.floor(c.everyEntries / 4));
+        this.o.log?.('consensus: the state machine could not make its state durable; the log is not compacted until it can', { index: synced.index, error: String(synced.error) });
+        return;
+      }
+      // A snapshot installed meanwhile is past it.
+      if (synced.index > this.snapshotIndex) await this.compactThrough(synced.index, new Uint8Array(0));
+      return;
+    }
+    if (this.applied - this.snapshotIndex < c.everyEntries || this.applied < this.markerRetryAt) return;
     const index = this.applied;
     const image = c.image?.();
-    // A marker says the state machine holds everything through `index` by itself: durably, first.
-    if (image === undefined) await this.o.stateMachine.syncApplied?.();
-    await st.createSnapshot(index, image ?? new Uint8Array(0));
+    const sync = this.o.stateMachine.syncApplied;
+    if (image !== undefined || sync === undefined) {
+      await this.compactThrough(index, image ?? new Uint8Array(0));
+      return;
+    }
+    const run: MarkerSync = { index, state: 'running', error: null, done: Promise.resolve() };
+    run.done = sync.call(this.o.stateMachine).then(
+      () => { run.state = 'done'; },
+      (e: unknown) => { run.state = 'failed'; run.error = e; },
+    );
+    this.markerSync = run;
+  }
+
+  /** The state machine's durable sync for a marker, running or ended (maybeCompact). */
+  private markerSync: MarkerSync | null = null;
+  /** After a failed sync for a marker: the applied index before which none is tried again. */
+  private markerRetryAt = 0;
+
+  /** Records a snapshot at `index` (a marker when `image` is empty) and compacts the log behind it. */
+  private async compactThrough(index: number, image: Uint8Array): Promise<void> {
+    const st = this.o.storage;
+    await st.createSnapshot!(index, image);
     this.snapshotIndex = index;
-    const to = index - c.retainEntries;
-    if (to >= st.firstIndex()) await st.compact(to);
+    const to = index - this.o.compaction!.retainEntries;
+    if (to >= st.firstIndex()) await st.compact!(to);
     this.o.log?.('consensus: snapshot taken and log compacted', { index, compactedThrough: Math.max(to, st.firstIndex() - 1) });
   }
 
@@ -553,6 +592,13 @@ export class ConsensusMember implements Proposer {
     for (const r of this.reads.values()) r.reject(e);
     this.reads.clear();
   }
+}
+
+interface MarkerSync {
+  readonly index: number;
+  state: 'running' | 'done' | 'failed';
+  error: unknown;
+  done: Promise<void>;
 }
 
 /** How often a closing member answers proposals whose time is up (its ticks have stopped). */
