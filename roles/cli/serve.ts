@@ -188,7 +188,8 @@ async function openAndServe(
     const c = consensus;
     metrics.setConsensusSource(() => c.metrics());
     // Its reads answer 503 while it refills its database from a leader's snapshot: not ready meanwhile.
-    state.busy = () => (c.view().restoring ? 'this consensus member is restoring a snapshot from its leader' : null);
+    state.busy = () => (c.restoring ? 'this consensus member is restoring a snapshot from its leader'
+      : c.replaying ? 'this consensus member is applying its log again after a restart' : null);
     c.watchRestoring(() => gate?.update());
   }
   // A single node serves its engine; a consensus member's and a read replica's rules wrap theirs.
@@ -204,7 +205,7 @@ async function openAndServe(
   // runs (a read waits for it, then reads the new database); a consensus member's while it restores no
   // snapshot (its non-strong reads are `unavailable` then; strong ones never reach a loop's view).
   const c = consensus;
-  gate?.follow(c !== null ? () => (c.restoring ? null : leaderDb)
+  gate?.follow(c !== null ? () => (c.restoring || c.replaying ? null : leaderDb)
     : follower !== null ? () => (follower.serving ? store!.readable : null)
       : () => leaderDb);
   metrics.setStatsSource(() => engine.stats());

@@ -52,13 +52,21 @@ export interface RaftView {
   log_first_index: number;
   /** A snapshot from the leader is being restored: reads here answer 503 `restoring` until it ends. */
   restoring: boolean;
+  /**
+   * After a start, the log's entries this member had committed before are being applied again (its
+   * database may hold some of them already, and goes through older values meanwhile): reads here
+   * answer 503 `replaying` until they are.
+   */
+  replaying: boolean;
 }
 
 export interface ConsensusHost {
   readonly engine: RaftEngine;
   /** A snapshot is being restored (or waits to be): reads that are not strong answer `unavailable` meanwhile. */
   readonly restoring: boolean;
-  /** `fn` is called at once whenever `restoring` changes (a request loop's own searches follow it). */
+  /** Applying again what it had committed before this start: reads that are not strong answer `unavailable` meanwhile. */
+  readonly replaying: boolean;
+  /** `fn` is called at once whenever `restoring` or `replaying` changes (a request loop's own searches follow it). */
   watchRestoring(fn: () => void): void;
   view(): RaftView;
   /** What the svc_raft_* series show. */
@@ -327,6 +335,8 @@ export async function startConsensusMember(
     },
     refused: (e) => e instanceof SvcError && DETERMINISTIC.has(e.code),
     onRestoring: () => { for (const w of restoringWatchers) w(); },
+    // What it had committed before this start, which its database may hold in part (Database.syncApplied).
+    replayThrough: Math.max(applied, raftLog.hardState().commit),
     compaction: { everyEntries: timing.snapshotEntries, retainEntries },
     log: (m, d) => log('error', m, d),
   });
@@ -427,11 +437,13 @@ export async function startConsensusMember(
       snapshot_index: raftLog.snapshot().meta.index,
       log_first_index: raftLog.firstIndex(),
       restoring: m.restoring,
+      replaying: m.replaying,
     };
   };
   return {
     engine,
     get restoring() { return m.restoring; },
+    get replaying() { return m.replaying; },
     watchRestoring: (fn) => { restoringWatchers.push(fn); },
     view,
     metrics: () => {

@@ -560,3 +560,34 @@ describe('ConsensusMember: a marker waits for the state machine\'s sync beside t
     for (const m of members.values()) await m.close();
   });
 });
+
+describe('ConsensusMember: after a start, replaying what it had committed before', () => {
+  it('is replaying until it has applied again through the index it is given, and says so when that ends', async () => {
+    const st = new MemStore();
+    st.append([1, 2, 3, 4, 5].map((index) => ({ index, term: 1, data: Buffer.from(`e${index}`) })));
+    st.setHardState({ term: 1, vote: 'n1', commit: 5 });
+    const applied: string[] = [];
+    let told = 0;
+    let m: ConsensusMember | null = null;
+    let replayingWhenTold: boolean | null = null;
+    m = new ConsensusMember({
+      id: 'n1', members: ['n1', 'n2', 'n3'], storage: st, prng: new Prng(5), electionTicks: 10, heartbeatTicks: 1,
+      transport: { send: () => undefined },
+      applied: 2,
+      replayThrough: 5,
+      onRestoring: () => { told++; replayingWhenTold = m!.replaying; },
+      stateMachine: { apply: (e: Entry) => { applied.push(Buffer.from(e.data).toString()); }, restore: () => undefined },
+    });
+    expect(m.replaying).toBe(true);
+    // No leader is needed: the entries its log holds as committed are applied at once.
+    for (let i = 0; i < 20 && m.replaying; i++) {
+      m.tick();
+      await new Promise((r) => setTimeout(r, 1));
+    }
+    expect(m.replaying).toBe(false);
+    expect(applied).toEqual(['e3', 'e4', 'e5']);
+    expect(told).toBe(1);
+    expect(replayingWhenTold).toBe(false);
+    await m.close();
+  });
+});

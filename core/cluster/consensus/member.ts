@@ -109,10 +109,18 @@ export interface ConsensusMemberOptions {
   /** A deterministic refusal of an entry (see StateMachine); default: none is. */
   readonly refused?: (e: unknown) => boolean;
   /**
-   * Called at once whenever `restoring` changes: what reads the state machine without asking this
-   * member (a request loop's own searches) follows it.
+   * Called at once whenever `restoring` or `replaying` changes: what reads the state machine without
+   * asking this member (a request loop's own searches) follows it.
    */
   readonly onRestoring?: () => void;
+  /**
+   * The index this member had committed before this start (its log's commit, at least `applied`). The
+   * state machine may already hold some of the entries after `applied` (a database's segments written
+   * after its durable position): applying them again passes through states it never had (an older value
+   * of a point over newer ones), so until the member has applied through here it is `replaying`, and
+   * nothing should read it as a state of the group.
+   */
+  readonly replayThrough?: number;
 }
 
 interface PendingRead {
@@ -321,6 +329,11 @@ export class ConsensusMember implements Proposer {
     return this.restores > 0 || this.restoreCut;
   }
 
+  /** Applying again, after a start, entries the state machine may hold in part (MemberOptions.replayThrough). */
+  get replaying(): boolean {
+    return this.applied < (this.o.replayThrough ?? 0);
+  }
+
   /** Proposals waiting for their commit (tests: none left behind). */
   get waiting(): number {
     return this.pending.size;
@@ -474,8 +487,10 @@ export class ConsensusMember implements Proposer {
           this.o.onRestoring?.();
         }
       }
+      const replaying = this.replaying;
       this.applied = Math.max(this.applied, snap.meta.index);
       this.termApplied = Math.max(this.termApplied, snap.meta.term);
+      if (replaying && !this.replaying) this.o.onRestoring?.();
       this.answerReads();
     });
   }
@@ -500,6 +515,15 @@ export class ConsensusMember implements Proposer {
   }
 
   private async applyBatch(sm: StateMachine, entries: readonly Entry[]): Promise<void> {
+    const replaying = this.replaying;
+    try {
+      await this.applyEach(sm, entries);
+    } finally {
+      if (replaying && !this.replaying) this.o.onRestoring?.();
+    }
+  }
+
+  private async applyEach(sm: StateMachine, entries: readonly Entry[]): Promise<void> {
     const outcomes = entries.map((e) => {
       try {
         return Promise.resolve(sm.apply(e)).then((value) => ({ ok: true as const, value }), (error: unknown) => ({ ok: false as const, error }));

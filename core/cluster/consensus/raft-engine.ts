@@ -21,7 +21,8 @@ import type { ConsensusMember } from './member.js';
  * - A read with `consistency: "strong"` waits for ReadIndex (the leader confirms its leadership and this
  *   member applies through the confirmed commit index): it sees every write acknowledged before it, on
  *   any member. Other reads answer from this member's state as it is, except while it restores a
- *   snapshot (`unavailable`, reason `restoring`: its state is not whole).
+ *   snapshot (`unavailable`, reason `restoring`: its state is not whole) or, after a start, applies
+ *   again what it had committed before (reason `replaying`: its state goes through older values).
  * - A coordinator's move steps (issue 18) go as writes do: run on the ready leader, forwarded from a
  *   follower. A batch's lease ends as soon as this member stops being the ready leader. A forwarded
  *   write refused as `moved` is answered once this member applied through the leader's index.
@@ -149,6 +150,9 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
     } else if (member.restoring) {
       // Its state is half old, half the snapshot's: no reader sees that (a router reads another replica).
       throw new SvcError('unavailable', 'this member is restoring a snapshot from its leader; read another member or retry', { reason: 'restoring' });
+    } else if (member.replaying) {
+      // Its state goes through older values of what it held before it stopped: no reader sees those.
+      throw new SvcError('unavailable', 'this member is applying its log again after a restart; read another member or retry', { reason: 'replaying' });
     }
     return run(op, args);
   };
