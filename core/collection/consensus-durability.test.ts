@@ -43,7 +43,8 @@ class Group {
   }
 
   async start(id: string): Promise<void> {
-    const fs = this.disks.get(id)!;
+    // This start's own view: a crash ends what the previous process still had under way.
+    const fs = this.disks.get(id)!.processView();
     const db = await Database.open({
       dataDir: '/m/data', masterKey: KEY, fs, buildIndex: buildIndexInline, persistGraphs: false, checkpointPoints: 40, consensus: true,
       log: (_level, message, detail) => {

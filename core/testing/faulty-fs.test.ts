@@ -55,4 +55,22 @@ describe('FaultyFileSystem', () => {
     fs.flipBit('/f', 0);
     expect(s(await fs.readFile('/f'))).toBe('@');
   });
+
+  it('a process a crash ended writes nothing after it: neither an operation under way then, nor a later call through its view', async () => {
+    const fs = new FaultyFileSystem(2);
+    fs.yieldEachOp = false;
+    const before = fs.processView();
+    // Begun before the crash, done after it (the crash comes while it waits its turn).
+    const underWay = fs.mkdir('/old');
+    fs.crash({ writes: 'drop', namespace: 'drop' });
+    fs.restart();
+    await expect(underWay).rejects.toThrow(SimulatedCrash);
+    await expect(before.mkdir('/later')).rejects.toThrow(SimulatedCrash);
+    // The next process's view works, and sees neither directory.
+    const after = fs.processView();
+    await after.mkdir('/new');
+    expect(await after.stat('/old')).toBeNull();
+    expect(await after.stat('/later')).toBeNull();
+    expect(await after.stat('/new')).not.toBeNull();
+  });
 });

@@ -222,6 +222,23 @@ export class FaultyFileSystem implements FileSystem {
     return { k: 'write', pos: op.pos, bytes };
   }
 
+  /**
+   * This file system as one process sees it: once a crash ends that process, every call through the view
+   * fails (SimulatedCrash), after restart() too. A killed process writes nothing more, but its promises
+   * still run here: without this, work it had under way (a background checkpoint) would go on writing
+   * into the next process's files. Each process (each open after a restart) takes its own view.
+   */
+  processView(): FileSystem {
+    const generation = this.generation;
+    return new Proxy(this, {
+      get: (target, key, receiver) => {
+        const v = Reflect.get(target, key, receiver) as unknown;
+        if (typeof v !== 'function') return v;
+        return (...args: unknown[]) => (this.generation !== generation ? Promise.reject(new SimulatedCrash()) : (v as (...a: unknown[]) => unknown).apply(target, args));
+      },
+    });
+  }
+
   /** The machine comes back: operations work again on what survived the crash. */
   restart(): void {
     this.dead = false;
@@ -274,6 +291,19 @@ export class FaultyFileSystem implements FileSystem {
     }
   }
 
+  /**
+   * One operation: counted (step), then done in the same turn as the check that no crash came since it
+   * began. A crash while it waited ends it (SimulatedCrash) instead of letting it land on the disk as
+   * the crash left it, where a killed process could write nothing. (A process's calls begun after a
+   * crash are refused by its processView.)
+   */
+  private async op<T>(fn: () => T): Promise<T> {
+    const generation = this.generation;
+    await this.step();
+    if (this.generation !== generation) throw new SimulatedCrash();
+    return fn();
+  }
+
   private ns(op: NsOp): void {
     this.current.apply(op);
     this.nsPending.push(op);
@@ -304,19 +334,20 @@ export class FaultyFileSystem implements FileSystem {
     };
   }
 
-  async open(path: string, mode: OpenMode): Promise<FileHandle> {
-    await this.step();
-    const p = this.norm(path);
-    let inode = this.current.files.get(p);
-    if (mode === 'create') {
-      if (inode || this.current.dirs.has(p)) throw fsError('EEXIST', 'open', path);
-      this.needParent(p, 'open');
-      inode = new Inode();
-      this.ns({ k: 'link', path: p, inode });
-    } else if (!inode) {
-      throw fsError('ENOENT', 'open', path);
-    }
-    return new FaultyHandle(this, inode, this.generation, mode !== 'read');
+  open(path: string, mode: OpenMode): Promise<FileHandle> {
+    return this.op(() => {
+      const p = this.norm(path);
+      let inode = this.current.files.get(p);
+      if (mode === 'create') {
+        if (inode || this.current.dirs.has(p)) throw fsError('EEXIST', 'open', path);
+        this.needParent(p, 'open');
+        inode = new Inode();
+        this.ns({ k: 'link', path: p, inode });
+      } else if (!inode) {
+        throw fsError('ENOENT', 'open', path);
+      }
+      return new FaultyHandle(this, inode, this.generation, mode !== 'read');
+    });
   }
 
   /** @internal */
@@ -338,86 +369,95 @@ export class FaultyFileSystem implements FileSystem {
     this.stats.fsyncs++;
   }
 
-  async readFile(path: string): Promise<Uint8Array> {
-    await this.step();
-    return this.inodeOf(path).contents();
+  readFile(path: string): Promise<Uint8Array> {
+    return this.op(() => {
+      return this.inodeOf(path).contents();
+    });
   }
 
-  async rename(from: string, to: string): Promise<void> {
-    await this.step();
-    const f = this.norm(from);
-    const t = this.norm(to);
-    if (!this.current.files.has(f)) throw fsError('ENOENT', 'rename', from);
-    assert(nodePath.dirname(f) === nodePath.dirname(t), 'renames stay inside one directory');
-    this.ns({ k: 'rename', from: f, to: t });
+  rename(from: string, to: string): Promise<void> {
+    return this.op(() => {
+      const f = this.norm(from);
+      const t = this.norm(to);
+      if (!this.current.files.has(f)) throw fsError('ENOENT', 'rename', from);
+      assert(nodePath.dirname(f) === nodePath.dirname(t), 'renames stay inside one directory');
+      this.ns({ k: 'rename', from: f, to: t });
+    });
   }
 
-  async fsyncDir(path: string): Promise<void> {
-    await this.step();
-    const d = this.norm(path);
-    if (!this.current.dirs.has(d)) throw fsError('ENOENT', 'fsyncDir', path);
-    this.stats.dirFsyncs++;
-    const rest: NsOp[] = [];
-    for (const op of this.nsPending) {
-      if (opDir(op) === d) this.durable.apply(op);
-      else rest.push(op);
-    }
-    this.nsPending = rest;
+  fsyncDir(path: string): Promise<void> {
+    return this.op(() => {
+      const d = this.norm(path);
+      if (!this.current.dirs.has(d)) throw fsError('ENOENT', 'fsyncDir', path);
+      this.stats.dirFsyncs++;
+      const rest: NsOp[] = [];
+      for (const op of this.nsPending) {
+        if (opDir(op) === d) this.durable.apply(op);
+        else rest.push(op);
+      }
+      this.nsPending = rest;
+    });
   }
 
-  async readdir(path: string): Promise<string[]> {
-    await this.step();
-    const d = this.norm(path);
-    if (!this.current.dirs.has(d)) throw fsError('ENOENT', 'readdir', path);
-    const names: string[] = [];
-    for (const p of [...this.current.files.keys(), ...this.current.dirs]) {
-      if (p !== d && nodePath.dirname(p) === d) names.push(nodePath.basename(p));
-    }
-    return names.sort();
+  readdir(path: string): Promise<string[]> {
+    return this.op(() => {
+      const d = this.norm(path);
+      if (!this.current.dirs.has(d)) throw fsError('ENOENT', 'readdir', path);
+      const names: string[] = [];
+      for (const p of [...this.current.files.keys(), ...this.current.dirs]) {
+        if (p !== d && nodePath.dirname(p) === d) names.push(nodePath.basename(p));
+      }
+      return names.sort();
+    });
   }
 
-  async unlink(path: string): Promise<void> {
-    await this.step();
-    const p = this.norm(path);
-    if (!this.current.files.has(p)) throw fsError('ENOENT', 'unlink', path);
-    this.ns({ k: 'unlink', path: p });
+  unlink(path: string): Promise<void> {
+    return this.op(() => {
+      const p = this.norm(path);
+      if (!this.current.files.has(p)) throw fsError('ENOENT', 'unlink', path);
+      this.ns({ k: 'unlink', path: p });
+    });
   }
 
-  async rmdir(path: string): Promise<void> {
-    await this.step();
-    const p = this.norm(path);
-    if (this.current.dirs.has(p)) this.ns({ k: 'rmdir', path: p });
+  rmdir(path: string): Promise<void> {
+    return this.op(() => {
+      const p = this.norm(path);
+      if (this.current.dirs.has(p)) this.ns({ k: 'rmdir', path: p });
+    });
   }
 
-  async mkdir(path: string, options: { exclusive?: boolean } = {}): Promise<void> {
-    await this.step();
-    const p = this.norm(path);
-    if (options.exclusive === true) {
-      if (this.current.dirs.has(p) || this.current.files.has(p)) throw fsError('EEXIST', 'mkdir', path);
-      if (!this.current.dirs.has(nodePath.dirname(p))) throw fsError('ENOENT', 'mkdir', path);
-    }
-    const missing: string[] = [];
-    for (let d = p; !this.current.dirs.has(d); d = nodePath.dirname(d)) {
-      if (this.current.files.has(d)) throw fsError('EEXIST', 'mkdir', path);
-      missing.unshift(d);
-    }
-    for (const d of missing) this.ns({ k: 'mkdir', path: d });
+  mkdir(path: string, options: { exclusive?: boolean } = {}): Promise<void> {
+    return this.op(() => {
+      const p = this.norm(path);
+      if (options.exclusive === true) {
+        if (this.current.dirs.has(p) || this.current.files.has(p)) throw fsError('EEXIST', 'mkdir', path);
+        if (!this.current.dirs.has(nodePath.dirname(p))) throw fsError('ENOENT', 'mkdir', path);
+      }
+      const missing: string[] = [];
+      for (let d = p; !this.current.dirs.has(d); d = nodePath.dirname(d)) {
+        if (this.current.files.has(d)) throw fsError('EEXIST', 'mkdir', path);
+        missing.unshift(d);
+      }
+      for (const d of missing) this.ns({ k: 'mkdir', path: d });
+    });
   }
 
-  async stat(path: string): Promise<FileStat | null> {
-    await this.step();
-    const p = this.norm(path);
-    if (this.current.dirs.has(p)) return { size: 0, isDirectory: true };
-    const inode = this.current.files.get(p);
-    return inode ? { size: inode.len, isDirectory: false } : null;
+  stat(path: string): Promise<FileStat | null> {
+    return this.op(() => {
+      const p = this.norm(path);
+      if (this.current.dirs.has(p)) return { size: 0, isDirectory: true };
+      const inode = this.current.files.get(p);
+      return inode ? { size: inode.len, isDirectory: false } : null;
+    });
   }
 
-  async truncate(path: string, length: number): Promise<void> {
-    await this.step();
-    const inode = this.inodeOf(path);
-    const op: PendingWrite = { k: 'truncate', len: length };
-    inode.apply(op);
-    inode.pending.push(op);
+  truncate(path: string, length: number): Promise<void> {
+    return this.op(() => {
+      const inode = this.inodeOf(path);
+      const op: PendingWrite = { k: 'truncate', len: length };
+      inode.apply(op);
+      inode.pending.push(op);
+    });
   }
 }
 
