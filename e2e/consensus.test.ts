@@ -149,9 +149,12 @@ describe('a consensus group of three svc processes', () => {
         acked.push(...ids);
       }
       // 70+ writes passed since the old leader went: past SVC_RAFT_SNAPSHOT_ENTRIES, so the log it would
-      // need is compacted and it comes back by snapshot.
-      const survivor = await raftView(second);
-      expect(survivor.log_first_index).toBeGreaterThan(appliedWhenKilled + 1);
+      // need is compacted (once the marker's checkpoints, which run beside the loop, are done) and it
+      // comes back by snapshot.
+      await eventually('the survivor compacted its log past the old leader', async () => {
+        const first = (await raftView(second)).log_first_index;
+        return first > appliedWhenKilled + 1 ? true : `log_first_index ${first}, the old leader applied ${appliedWhenKilled}`;
+      });
       await restartMember(leader);
       const want = acked.map((i) => `p${i}`).sort();
       for (const m of members) expect(await strongIds(m)).toEqual(want);

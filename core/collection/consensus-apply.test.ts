@@ -282,6 +282,98 @@ describe('Database as a consensus state machine', () => {
     await again.close();
   });
 
+  it('a drop makes the position pass it: a create refused because the dropped collection held its name is not applied again after a kill -9 (where it would now succeed)', async () => {
+    const fs = new FaultyFileSystem(3);
+    fs.yieldEachOp = false;
+    const opts = { dataDir: '/m/data', masterKey: KEY, fs, buildIndex: buildIndexInline, persistGraphs: false };
+    const create = (uid: string): ShardCommand => ({ uid: '', bulk: false, op: { t: 'create_collection', uid, name: 'c', params: { name: 'c', dim: 3, metric: 'l2' } } });
+    const log: ShardCommand[] = [
+      create(UID_A),
+      create(UID_B), // refused on every member: 'c' is UID_A's
+      { uid: '', bulk: false, op: { t: 'drop_collection', uid: UID_A } },
+      // The leader saw 'c' free after the drop, and proposed a create of it and points in it.
+      create('cccccccccccccccc'),
+      { uid: 'cccccccccccccccc', bulk: false, op: { t: 'upsert', points: points('p', 3, new Prng(1)) } },
+    ];
+    const db = await Database.open(opts);
+    await db.consensusApplied();
+    const first = await Promise.all(log.slice(0, 3).map((c, i) => db.applyCommand(c, i + 1).then(() => 'ok', (e: { code?: string }) => e.code)));
+    db.appliedThrough(3);
+    expect(first).toEqual(['ok', 'already_exists', 'ok']);
+    // A kill -9 right after the drop (the drop's record was fsynced, nothing else synced since).
+    fs.crash({ writes: 'keep' });
+    fs.restart();
+    const again = await Database.open(opts);
+    const p = await again.consensusApplied();
+    expect(p).toBe(3);
+    // The member applies the log after its position, as every other member applied it.
+    for (let i = p; i < log.length; i++) await again.applyCommand(log[i], i + 1);
+    expect((await again.listCollections()).collections.map((c) => [c.name, c.count])).toEqual([['c', 3]]);
+    await again.close();
+  });
+
+  it('a command that failed to apply here (a disk error, not a refusal every member makes) stops positions: a close after it writes none past it', async () => {
+    const dir = tmp();
+    const create: ShardCommand = { uid: '', bulk: false, op: { t: 'create_collection', uid: UID_A, name: 'c', params: { name: 'c', dim: 3, metric: 'l2' } } };
+    const db = await open(dir);
+    await db.consensusApplied();
+    await db.applyCommand(create, 1);
+    await db.applyCommand({ uid: UID_A, bulk: false, op: { t: 'upsert', points: points('x', 2, new Prng(2)) } }, 2);
+    db.appliedThrough(2);
+    await db.syncApplied();
+    await db.applyCommand({ uid: UID_A, bulk: false, op: { t: 'delete', ids: ['x0'] } }, 3);
+    // The drop's directory write fails (EIO): the member stops on it.
+    const dd = (db as unknown as { dir: { dropCollection: (uid: string) => Promise<number> } }).dir;
+    dd.dropCollection = () => Promise.reject(Object.assign(new Error('EIO: write'), { code: 'EIO' }));
+    await expect(db.applyCommand({ uid: '', bulk: false, op: { t: 'drop_collection', uid: UID_A } }, 4)).rejects.toThrow(/EIO/);
+    db.appliedThrough(4);
+    await expect(db.syncApplied()).rejects.toThrow(/failed to apply on this node/);
+    await db.close();
+    // The position stayed at 2: the restart applies the delete and the drop again.
+    const again = await open(dir);
+    expect(await again.consensusApplied()).toBe(2);
+    await again.applyCommand({ uid: UID_A, bulk: false, op: { t: 'delete', ids: ['x0'] } }, 3);
+    await again.applyCommand({ uid: '', bulk: false, op: { t: 'drop_collection', uid: UID_A } }, 4);
+    expect((await again.listCollections()).collections).toEqual([]);
+    await again.close();
+  });
+
+  it('seeded: applying a suffix of the log again over a later state ends in the state applying it once gives (upserts, deletes, payload merges and replaces)', async () => {
+    const rnd = new Prng(77);
+    const pick = <T>(a: readonly T[]): T => a[rnd.int(a.length)];
+    const mk = (): ShardCommand => {
+      const r = rnd.next();
+      const id = pick(['a', 'b', 'c', 'd']);
+      const payload = { [pick(['k1', 'k2', 'k3'])]: rnd.int(5) };
+      if (r < 0.3) return { uid: '', bulk: false, op: { t: 'upsert', points: [{ id, vector: new Float32Array([rnd.next(), rnd.next(), rnd.next()]), payload }] } };
+      if (r < 0.5) return { uid: '', bulk: false, op: { t: 'delete', ids: [id] } };
+      return { uid: '', bulk: false, op: { t: 'set_payload', mode: rnd.next() < 0.5 ? 'merge' : 'replace', points: [{ id, payload }] } } as ShardCommand;
+    };
+    const state = async (db: Database) => (await db.fetch('c', { limit: 100, with_vector: true })).points.map((p) => JSON.stringify(p)).sort();
+    const a = await open(tmp());
+    const b = await open(tmp());
+    for (let round = 0; round < 30; round++) {
+      // A uid is never created again once dropped: each round's collection has its own.
+      const uid = (round + 1).toString(16).padStart(16, '0');
+      const create: ShardCommand = { uid: '', bulk: false, op: { t: 'create_collection', uid, name: 'c', params: { name: 'c', dim: 3, metric: 'l2' } } };
+      const log = Array.from({ length: 12 }, () => ({ ...mk(), uid }));
+      for (const db of [a, b]) {
+        await db.applyCommand(create, 1);
+        db.appliedThrough(1);
+      }
+      for (const [i, c] of log.entries()) await a.applyCommand(c, i + 2);
+      // `b` holds the state after q commands, then applies the log again from p <= q.
+      const p = rnd.int(log.length);
+      const q = p + rnd.int(log.length - p + 1);
+      for (let i = 0; i < q; i++) await b.applyCommand(log[i], i + 2);
+      for (let i = p; i < log.length; i++) await b.applyCommand(log[i], i + 2);
+      expect(await state(b), `round ${round}: again from ${p} over ${q}`).toEqual(await state(a));
+      for (const db of [a, b]) await db.applyCommand({ uid: '', bulk: false, op: { t: 'drop_collection', uid } }, 100);
+    }
+    await a.close();
+    await b.close();
+  }, 60_000);
+
   it('refuses to become a member over a single node\'s data', async () => {
     const dir = tmp();
     const db = await open(dir);

@@ -37,7 +37,7 @@ import { tieAtCut, tiesById, widenTies } from './ties.js';
 import type { MatchBits, ReadGraph, ReadViewHandle } from './shared-reads.js';
 import { replicationStream, type ReplicationView } from './replication.js';
 import { owner } from '../cluster/routing/hrw.js';
-import { COMMAND_VERSION_MOVE_OUT, COMMAND_VERSION_MOVES, commandVersion, decodeCommand, encodeCommand, isMoveCommand, type ShardCommand } from '../cluster/consensus/command.js';
+import { COMMAND_VERSION_MOVE_OUT, COMMAND_VERSION_MOVES, commandVersion, decodeCommand, encodeCommand, isDeterministicRefusal, isMoveCommand, type ShardCommand } from '../cluster/consensus/command.js';
 import {
   after, MOVE_BATCH_BYTES_MAX, MOVE_BATCH_POINTS_MAX, MOVE_SCAN_IDS_MAX, movedError, movedIds, parseMoveRequest, WriteGate, type MoveBatchAnswer, type MoveRequest,
 } from './move.js';
@@ -234,8 +234,15 @@ export class Database {
   private givenThrough = 0;
   /** This directory is a consensus member's (consensusApplied took it as one): its points are in memory only. */
   private member = false;
-  /** The last syncApplied, settled: each runs after the one before (a position never moves back). */
+  /** The last syncApplied, settled: each runs after the one before. */
   private syncing: Promise<void> = Promise.resolve();
+  /** The highest position written or being written (writePosition): a position never moves back. */
+  private positionAsked = 0;
+  /**
+   * A command failed to apply here for a reason of this node's (its disk), not as a refusal every member
+   * makes: the member stops, and no position is written from now on (the restart applies it again).
+   */
+  private applyBroken: unknown = null;
 
   private constructor(dir: DataDir, opts: DatabaseOptions) {
     this.dir = dir;
@@ -611,8 +618,8 @@ export class Database {
     let done: Promise<number> = Promise.resolve(0);
     const started = (this.applyTail ?? Promise.resolve()).then(() => {
       done = !barrier ? this.applyPoints(cmd.uid, cmd.op as Op, cmd.bulk)
-        : isMoveCommand(cmd) ? this.applyMoveCommand(cmd)
-          : this.applyCollectionOp(cmd.op as Extract<ShardCommand['op'], { t: 'create_collection' | 'drop_collection' }>, index);
+        : this.noteBroken(isMoveCommand(cmd) ? this.applyMoveCommand(cmd)
+          : this.applyCollectionOp(cmd.op as Extract<ShardCommand['op'], { t: 'create_collection' | 'drop_collection' }>, index));
       // A later command starts when a create or drop has ended, and right after a point write.
       return barrier ? done.then(() => undefined, () => undefined) : undefined;
     });
@@ -632,12 +639,36 @@ export class Database {
     if (index > this.givenThrough) this.givenThrough = index;
   }
 
+  /** `p`, whose failure (but for a deterministic refusal) stops positions from being written (applyBroken). */
+  private noteBroken<T>(p: Promise<T>): Promise<T> {
+    // Attached before anything else waits on `p`: a sync after the command sees the flag.
+    p.catch((e: unknown) => {
+      if (!isDeterministicRefusal(e) && this.applyBroken === null) this.applyBroken = e;
+    });
+    return p;
+  }
+
+  /**
+   * The applied position, written (fsynced) behind every record before it: never one below a position
+   * already written or being written, nor while a snapshot's restore runs (its end writes its own), nor
+   * once a command failed to apply here (applyBroken: the restart applies it again).
+   */
+  private writePosition(index: number): Promise<void> {
+    if (this.applyBroken !== null) {
+      return Promise.reject(new SvcError('internal', `no applied position is written: a command failed to apply on this node (${String(this.applyBroken)}); the next start applies the log again from the last one`));
+    }
+    if (this.dir.bootstrapping || index <= this.positionAsked) return Promise.resolve();
+    this.positionAsked = index;
+    return this.dir.appendReplicaPosition(index);
+  }
+
   /**
    * Makes every command given so far durable here, so that a restarted member need not apply them again:
    * once no create or drop is being applied (every command given is then in memory), every collection's
    * changes go into a segment (a checkpoint, after any under way), and then the position, fsynced. A
    * consensus member calls it before a snapshot marker lets its log drop the entries it applied, and a
-   * close calls it. Rejects, writing no position, when a checkpoint fails.
+   * close calls it (so does a drop's apply, for the position up to the drop). Rejects, writing no
+   * position, when a checkpoint fails or a command failed to apply here (applyBroken).
    */
   syncApplied(): Promise<void> {
     // One at a time, so that a position never moves back.
@@ -649,12 +680,13 @@ export class Database {
   private async syncAppliedNow(): Promise<void> {
     while (this.applyTail !== null) await this.applyTail;
     const index = this.givenThrough;
-    if (this.dir.bootstrapping || index <= (this.dir.replicaSeq?.seq ?? 0)) return;
+    // Rejects, naming the failure, once a command failed to apply here.
+    if (this.applyBroken !== null) return this.writePosition(index);
+    if (this.dir.bootstrapping || index <= this.positionAsked) return;
     await this.checkpointAll();
     // Checked again in the turn that queues the record: a snapshot's restore may have begun (its records
     // then come after this one, and its end wins) or ended at a later index.
-    if (this.dir.bootstrapping || index <= (this.dir.replicaSeq?.seq ?? 0)) return;
-    await this.dir.appendReplicaPosition(index);
+    await this.writePosition(index);
   }
 
   /**
@@ -808,6 +840,7 @@ export class Database {
     }
     await this.replicaSnapshotEnd(index, CONSENSUS_HISTORY);
     this.givenThrough = index;
+    this.positionAsked = index;
   }
 
   /**
@@ -820,6 +853,7 @@ export class Database {
     if (r !== null && r.history === CONSENSUS_HISTORY) {
       this.member = true;
       this.givenThrough = r.seq;
+      this.positionAsked = r.seq;
       return r.seq;
     }
     // A snapshot's restore that a crash cut short: nothing holds until it is restored again.
@@ -849,7 +883,7 @@ export class Database {
       this.maybeCheckpoint(col);
       return Promise.resolve(changed);
     } catch (e) {
-      return Promise.reject(e);
+      return this.noteBroken(Promise.reject(e));
     }
   }
 
@@ -880,6 +914,12 @@ export class Database {
     this.checkOpen();
     if (op.t === 'drop_collection') {
       await this.replicaDrop(op.uid); // nothing when it is not here
+      // The position passes the drop before any later command applies: a restart never applies the log
+      // again from before a drop its directory already holds. (A create refused then because the dropped
+      // collection held its name would succeed, where every other member refused it; a create of the
+      // dropped uid would make it again.) Commands before the drop are in memory: segments take them.
+      await this.checkpointAll();
+      await this.writePosition(index);
       return 0;
     }
     if (this.byUid.has(op.uid)) return 0; // applied before a restart: its create is in the data directory

@@ -2,7 +2,7 @@ import { randomInt } from 'node:crypto';
 import { join } from 'node:path';
 import { SvcError } from '../../core/base/errors.js';
 import { Prng } from '../../core/base/prng.js';
-import { COMMAND_VERSION_MAX, commandVersion, decodeCommand, encodeCommand } from '../../core/cluster/consensus/command.js';
+import { COMMAND_VERSION_MAX, commandVersion, decodeCommand, encodeCommand, isDeterministicRefusal } from '../../core/cluster/consensus/command.js';
 import { WriteForwarder } from '../../core/cluster/consensus/forward.js';
 import { ConsensusMember, type DurableRaftStorage } from '../../core/cluster/consensus/member.js';
 import { EMPTY_SNAPSHOT, type Snapshot, type Transport } from '../../core/cluster/raft/index.js';
@@ -78,9 +78,6 @@ const IMAGE_SUFFIX = '.img';
 /** The stream id an image file's name carries (`image-<id>.img`), or null for another file. */
 const imageIdOf = (name: string): string | null =>
   (name.startsWith('image-') && name.endsWith(IMAGE_SUFFIX) ? name.slice('image-'.length, -IMAGE_SUFFIX.length) : null);
-
-/** Codes a command's apply refuses with on every member alike (Database.applyCommand): the write's answer. */
-const DETERMINISTIC = new Set(['already_exists', 'not_found', 'invalid_argument']);
 
 /**
  * What the operator does when a member's consensus log refuses to open (docs/consensus.md, "A damaged
@@ -333,7 +330,7 @@ export async function startConsensusMember(
         await removeStaleImages();
       },
     },
-    refused: (e) => e instanceof SvcError && DETERMINISTIC.has(e.code),
+    refused: isDeterministicRefusal,
     onRestoring: () => { for (const w of restoringWatchers) w(); },
     // What it had committed before this start, which its database may hold in part (Database.syncApplied).
     replayThrough: Math.max(applied, raftLog.hardState().commit),

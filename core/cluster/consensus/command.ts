@@ -41,6 +41,17 @@ const VERSION_MOVE_OUT = COMMAND_VERSION_MOVE_OUT;
  */
 export const COMMAND_VERSION_MAX = VERSION_MOVE_OUT;
 
+/** Codes a command's apply refuses with on every member alike (Database.applyCommand): the write's answer. */
+const DETERMINISTIC_CODES = new Set(['already_exists', 'not_found', 'invalid_argument']);
+
+/**
+ * Whether an apply's failure is a deterministic refusal (every member refuses that entry alike: a create
+ * of a name taken since it was proposed), not a failure of this member (its disk).
+ */
+export function isDeterministicRefusal(e: unknown): boolean {
+  return e instanceof SvcError && DETERMINISTIC_CODES.has(e.code);
+}
+
 /** Whether a command is a move's (version 2 or 3). */
 export function isMoveCommand(c: ShardCommand): boolean {
   return c.op.t === 'move_state' || c.op.t === 'move_out' || (c.op.t === 'delete' && c.op.move !== undefined);

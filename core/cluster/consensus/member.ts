@@ -381,7 +381,12 @@ export class ConsensusMember implements Proposer {
    */
   private async loop(): Promise<void> {
     try {
-      while (!this.closed && this.failed === null && this.node.hasReady()) {
+      while (!this.closed && this.failed === null && (this.node.hasReady() || this.markerSyncEnded())) {
+        if (!this.node.hasReady()) {
+          // A marker whose sync ended while no Ready came (its end kicks this loop) is recorded now.
+          await this.maybeCompact();
+          continue;
+        }
         const rd = this.node.ready();
         // Without mustSync the Ready holds no entry, no snapshot and no new term or vote: at most the
         // commit index moved, which Raft need not keep (a restart learns it again, and the state machine
@@ -582,8 +587,12 @@ export class ConsensusMember implements Proposer {
     run.done = sync.call(this.o.stateMachine).then(
       () => { run.state = 'done'; },
       (e: unknown) => { run.state = 'failed'; run.error = e; },
-    );
+    ).then(() => this.kick());
     this.markerSync = run;
+  }
+
+  private markerSyncEnded(): boolean {
+    return this.markerSync !== null && this.markerSync.state !== 'running';
   }
 
   /** The state machine's durable sync for a marker, running or ended (maybeCompact). */
