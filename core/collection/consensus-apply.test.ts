@@ -4,7 +4,8 @@ import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Prng } from '../base/prng.js';
 import type { ShardCommand } from '../cluster/consensus/command.js';
-import { FaultyFileSystem } from '../testing/faulty-fs.js';
+import type { FileSystem } from '../storage/fs.js';
+import { FaultyFileSystem, SimulatedCrash } from '../testing/faulty-fs.js';
 import { Database } from './database.js';
 import { buildIndexInline } from './rebuild.js';
 
@@ -305,10 +306,39 @@ describe('Database as a consensus state machine', () => {
     fs.restart();
     const again = await Database.open(opts);
     const p = await again.consensusApplied();
-    expect(p).toBe(3);
+    // The position reached the drop's index less one before the drop reached the directory.
+    expect(p).toBe(2);
     // The member applies the log after its position, as every other member applied it.
     for (let i = p; i < log.length; i++) await again.applyCommand(log[i], i + 1);
     expect((await again.listCollections()).collections.map((c) => [c.name, c.count])).toEqual([['c', 3]]);
+    await again.close();
+  });
+
+  it('a kill -9 inside a drop\'s apply, before the drop reached the directory: a create refused before the drop is still refused when the log is applied again', async () => {
+    const disk = new FaultyFileSystem(3);
+    disk.yieldEachOp = false;
+    const opts = (fs: FileSystem) => ({ dataDir: '/m/data', masterKey: KEY, fs, buildIndex: buildIndexInline, persistGraphs: false });
+    const create = (uid: string): ShardCommand => ({ uid: '', bulk: false, op: { t: 'create_collection', uid, name: 'c', params: { name: 'c', dim: 3, metric: 'l2' } } });
+    const log: ShardCommand[] = [create(UID_A), create(UID_B), { uid: '', bulk: false, op: { t: 'drop_collection', uid: UID_A } }, create('cccccccccccccccc')];
+    const db = await Database.open(opts(disk.processView()));
+    await db.consensusApplied();
+    await db.applyCommand(log[0], 1);
+    db.appliedThrough(1);
+    await db.syncApplied();
+    await expect(db.applyCommand(log[1], 2)).rejects.toThrow(/already exists/);
+    // The process dies while the drop's checkpoints run.
+    (db as unknown as { checkpointAll: () => Promise<void> }).checkpointAll = () => {
+      disk.crash({ writes: 'keep' });
+      return Promise.reject(new SimulatedCrash());
+    };
+    await expect(db.applyCommand(log[2], 3)).rejects.toThrow(SimulatedCrash);
+    disk.restart();
+    const again = await Database.open(opts(disk.processView()));
+    const p = await again.consensusApplied();
+    const outcome: string[] = [];
+    for (let i = p; i < log.length; i++) outcome.push(await again.applyCommand(log[i], i + 1).then(() => 'ok', (e: { code?: string }) => String(e.code)));
+    // As every other member: the create at 2 refused, the drop, the create at 4 made.
+    expect({ p, outcome }).toEqual({ p: 1, outcome: ['already_exists', 'ok', 'ok'] });
     await again.close();
   });
 
@@ -329,10 +359,11 @@ describe('Database as a consensus state machine', () => {
     db.appliedThrough(4);
     await expect(db.syncApplied()).rejects.toThrow(/failed to apply on this node/);
     await db.close();
-    // The position stayed at 2: the restart applies the delete and the drop again.
+    // The position stayed at 3 (the drop wrote it before its own write failed): the restart applies the
+    // drop again.
     const again = await open(dir);
-    expect(await again.consensusApplied()).toBe(2);
-    await again.applyCommand({ uid: UID_A, bulk: false, op: { t: 'delete', ids: ['x0'] } }, 3);
+    expect(await again.consensusApplied()).toBe(3);
+    expect(await ids(again, 'c')).toEqual(['x1']);
     await again.applyCommand({ uid: '', bulk: false, op: { t: 'drop_collection', uid: UID_A } }, 4);
     expect((await again.listCollections()).collections).toEqual([]);
     await again.close();

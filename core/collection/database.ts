@@ -657,9 +657,13 @@ export class Database {
     if (this.applyBroken !== null) {
       return Promise.reject(new SvcError('internal', `no applied position is written: a command failed to apply on this node (${String(this.applyBroken)}); the next start applies the log again from the last one`));
     }
-    if (this.dir.bootstrapping || index <= this.positionAsked) return Promise.resolve();
+    if (this.dir.bootstrapping || index <= Math.max(this.positionAsked, this.dir.replicaSeq?.seq ?? 0)) return Promise.resolve();
     this.positionAsked = index;
-    return this.dir.appendReplicaPosition(index);
+    // A position asked and not written: none is written after it (a later sync must not take it as done).
+    return this.dir.appendReplicaPosition(index).catch((e: unknown) => {
+      if (this.applyBroken === null) this.applyBroken = e;
+      throw e;
+    });
   }
 
   /**
@@ -838,9 +842,10 @@ export class Database {
       // The reader's file is closed whatever happened (a generator's finally runs on return()).
       await it.return?.();
     }
+    // Before the end's record: a sync that took an older index meanwhile writes nothing after it.
+    this.positionAsked = Math.max(this.positionAsked, index);
     await this.replicaSnapshotEnd(index, CONSENSUS_HISTORY);
     this.givenThrough = index;
-    this.positionAsked = index;
   }
 
   /**
@@ -913,13 +918,15 @@ export class Database {
   private async applyCollectionOp(op: Extract<ShardCommand['op'], { t: 'create_collection' | 'drop_collection' }>, index: number): Promise<number> {
     this.checkOpen();
     if (op.t === 'drop_collection') {
-      await this.replicaDrop(op.uid); // nothing when it is not here
-      // The position passes the drop before any later command applies: a restart never applies the log
-      // again from before a drop its directory already holds. (A create refused then because the dropped
-      // collection held its name would succeed, where every other member refused it; a create of the
-      // dropped uid would make it again.) Commands before the drop are in memory: segments take them.
+      if (!this.byUid.has(op.uid)) return 0; // dropped before a restart, or never here
+      // The position reaches the drop before the drop reaches the directory: a restart never applies the
+      // log again from before a drop its directory holds. (A create refused then because the dropped
+      // collection held its name would succeed here, where every other member refused it; a create of
+      // the dropped uid would make it again.) The commands before the drop are in memory: segments take
+      // them first. A crash between the two applies the drop again, which finds the collection here.
       await this.checkpointAll();
-      await this.writePosition(index);
+      await this.writePosition(index - 1);
+      await this.replicaDrop(op.uid);
       return 0;
     }
     if (this.byUid.has(op.uid)) return 0; // applied before a restart: its create is in the data directory

@@ -132,8 +132,9 @@ export class DataDir implements Keyring {
   /** A follower's applied leader seq (the manifest's, then every replica_position record since); null on a leader. */
   private replicaPosition: number | null = null;
   /**
-   * The WAL seq of the record that set replicaPosition (0: the manifest's, durable). A consensus member
-   * writes its positions unsynced: a manifest saves one only once its record is durable (saveManifest).
+   * The WAL seq of the record that set replicaPosition (0: the manifest's, durable). A position may be
+   * written unsynced (`appendReplicaPosition`'s `sync: false`; a consensus member of a build before
+   * 2026-11-28 wrote its own so): a manifest saves one only once its record is durable (saveManifest).
    */
   private positionSeq = 0;
   /** The leader history that position counts in ('' while a bootstrap runs); null when none is known. */
@@ -325,7 +326,7 @@ export class DataDir implements Keyring {
     const m: Manifest = { ...next, manifest_version: this.manifest.manifest_version + 1 };
     if (this.replicaPosition !== null) m.replica_position = this.replicaPosition;
     if (this.replicaHistory !== null) m.replica_history = this.replicaHistory;
-    // A position written unsynced (a consensus member's) is made durable before a manifest names it: a
+    // A position written unsynced (sync: false) is made durable before a manifest names it: a
     // power loss that took its record, and the records of the entries before it, would otherwise leave a
     // manifest claiming them, and the member would never apply them again (replay finds no later record
     // when the checkpoints are past every durable one).
@@ -595,8 +596,8 @@ export class DataDir implements Keyring {
   }
 
   /**
-   * Every WAL record appended before the call is durable once it resolves (the unsynced appends of a
-   * consensus member: `append(..., { sync: false })`).
+   * Every WAL record appended before the call is durable once it resolves (unsynced appends:
+   * `append(..., { sync: false })`).
    */
   sync(): Promise<void> {
     if (this.closed) return Promise.reject(new SvcError('not_ready', 'the data directory is closed'));
@@ -708,8 +709,8 @@ export class DataDir implements Keyring {
   /**
    * Durable (group-committed with concurrent appends) before it resolves; returns the record's seq.
    * `encoded`: `op` already encoded (a follower's record as its leader sent it), written as it is.
-   * `sync: false`: written, not fsynced (Wal.append): a consensus member's applied command, durable in
-   * its consensus log already.
+   * `sync: false`: written, not fsynced (Wal.append): a record of a snapshot a consensus member restores,
+   * made durable by the restore's end (a member applies its committed point commands to memory only).
    */
   append(uid: string, op: Op, encoded?: Uint8Array, opts: { sync?: boolean } = {}): Promise<number> {
     if (!this.sealers.has(uid)) return Promise.reject(new SvcError('not_found', `no collection with uid ${uid}`));

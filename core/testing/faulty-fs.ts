@@ -132,6 +132,9 @@ function opDir(op: NsOp): string {
   return nodePath.dirname(op.k === 'rename' ? op.to : op.path);
 }
 
+/** The FileSystem interface's calls: what a process makes (processView refuses them once it is dead). */
+const FILE_SYSTEM_CALLS = new Set<string | symbol>(['lockExclusive', 'open', 'readFile', 'rename', 'fsyncDir', 'readdir', 'unlink', 'rmdir', 'mkdir', 'stat', 'truncate']);
+
 export interface FaultyFsStats {
   ops: number;
   fsyncs: number;
@@ -233,7 +236,7 @@ export class FaultyFileSystem implements FileSystem {
     return new Proxy(this, {
       get: (target, key, receiver) => {
         const v = Reflect.get(target, key, receiver) as unknown;
-        if (typeof v !== 'function') return v;
+        if (typeof v !== 'function' || !FILE_SYSTEM_CALLS.has(key)) return v;
         return (...args: unknown[]) => (this.generation !== generation ? Promise.reject(new SimulatedCrash()) : (v as (...a: unknown[]) => unknown).apply(target, args));
       },
     });

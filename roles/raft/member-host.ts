@@ -220,7 +220,8 @@ export async function startConsensusMember(
     // (member is null only while it is being made: raft's constructor reads the snapshot's index.)
     if (member === null || s.meta.index === 0) return s;
     // A database being restored is no image of any index: Raft asks again later.
-    if (member.restoring) return EMPTY_SNAPSHOT;
+    // Restoring, or replaying after a start: its state is not that of its applied index.
+    if (member.restoring || member.replaying) return EMPTY_SNAPSHOT;
     const index = member.appliedIndex;
     const term = raftLog.term(index);
     return term === null ? EMPTY_SNAPSHOT : { meta: { index, term }, data: STREAM_REQUEST };

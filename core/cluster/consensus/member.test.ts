@@ -163,6 +163,29 @@ describe('ConsensusMember (the Proposer seam)', () => {
     await expect(g.members.get(l)!.propose(Buffer.from('w2'))).rejects.toThrow(/fsync failed/);
   });
 
+  it('tells the state machine it applied through the entry before one whose apply failed (not a refusal), never past it', async () => {
+    const through = new Map<string, number[]>();
+    const g = group((id, applied) => ({
+      apply: (e: Entry) => {
+        const text = Buffer.from(e.data).toString();
+        if (text === 'bad') throw new Error('the disk failed');
+        if (e.data.length > 0) applied.push(text);
+        return undefined;
+      },
+      appliedThrough: (i: number) => { through.set(id, [...(through.get(id) ?? []), i]); },
+    }));
+    await g.tickUntil('a leader', () => g.leader() !== undefined);
+    const l = g.leader()!;
+    const m = g.members.get(l)!;
+    const ok = m.propose(Buffer.from('w1'));
+    const bad = m.propose(Buffer.from('bad')).catch((e: unknown) => e);
+    await g.tickUntil('w1 applied', () => g.applied.get(l)!.includes('w1'));
+    await ok;
+    expect(String(await bad)).toMatch(/disk failed|not acknowledged/);
+    const badIndex = m.status().commit;
+    for (const id of g.ids) expect(Math.max(...(through.get(id) ?? [0])), id).toBeLessThan(badIndex);
+  });
+
   it('answers each proposal with its entry\'s result; a deterministic refusal rejects that write alone', async () => {
     const through: number[] = [];
     const g = group((_, applied) => ({

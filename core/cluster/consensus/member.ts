@@ -61,7 +61,8 @@ export interface Proposer {
 /**
  * The replicated state machine: every committed entry once, in order (a leader's no-op has empty data).
  * The member calls `apply` for every committed entry of a Ready, in order, before awaiting any of them
- * (so their writes may share one fsync), then `appliedThrough` with the last one, then awaits them all.
+ * (so their writes may share one fsync), awaits them all, then calls `appliedThrough` with the last one
+ * (the last before the first that failed, but for a refusal: the member stops at that one).
  * `apply` resolves to the write's result. A rejection that `refused` recognises is a deterministic
  * refusal (every member refuses that entry alike: a create of a name taken since it was proposed): it
  * rejects that one proposal, and the member goes on. Any other failure stops the member.
@@ -536,9 +537,12 @@ export class ConsensusMember implements Proposer {
         return Promise.resolve({ ok: false as const, error });
       }
     });
-    const through = sm.appliedThrough?.(entries[entries.length - 1].index);
     const settled = await Promise.all(outcomes);
-    await through;
+    // Through the last entry before the first that failed (but for a refusal): the member stops at that
+    // one, and the state machine must not count it as applied (it writes its position from this).
+    const failedAt = settled.findIndex((out) => !out.ok && !(this.o.refused?.(out.error) ?? false));
+    const last = failedAt < 0 ? entries.length - 1 : failedAt - 1;
+    if (last >= 0) await sm.appliedThrough?.(entries[last].index);
     for (let i = 0; i < entries.length; i++) {
       const e = entries[i];
       const out = settled[i];
