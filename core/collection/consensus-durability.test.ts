@@ -1,7 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { Prng } from '../base/prng.js';
-import { SvcError } from '../base/errors.js';
-import { decodeCommand, encodeCommand } from '../cluster/consensus/command.js';
+import { decodeCommand, encodeCommand, isDeterministicRefusal } from '../cluster/consensus/command.js';
 import { ConsensusMember, type DurableRaftStorage } from '../cluster/consensus/member.js';
 import type { Message } from '../cluster/raft/index.js';
 import { InsecureSealer } from '../crypto/sealer.js';
@@ -21,7 +20,6 @@ import { buildIndexInline } from './rebuild.js';
  */
 const KEY = new Uint8Array(32).fill(5);
 const IDS = ['n1', 'n2', 'n3'];
-const DETERMINISTIC = new Set(['already_exists', 'not_found', 'invalid_argument']);
 const quiet = (): void => undefined;
 
 interface Running {
@@ -85,7 +83,7 @@ class Group {
         syncApplied: () => db.syncApplied(),
         restore: () => { throw new Error('no member falls behind the log in this test'); },
       },
-      refused: (e) => e instanceof SvcError && DETERMINISTIC.has(e.code),
+      refused: isDeterministicRefusal,
       // Small, so markers are recorded (and the log compacted) many times during the run.
       compaction: { everyEntries: 7, retainEntries: 2 },
     });

@@ -15,6 +15,24 @@ class MemStore extends MemoryStorage implements DurableRaftStorage {
   }
 }
 
+/** `st` as a member's durable storage; `save` replaces its write (a slow disk, a write held back). */
+function durable(st: MemStore, save: DurableRaftStorage['save'] = (u) => st.save(u)): DurableRaftStorage {
+  return {
+    hardState: () => st.hardState(), entries: (lo, hi, max) => st.entries(lo, hi, max), term: (i) => st.term(i),
+    firstIndex: () => st.firstIndex(), lastIndex: () => st.lastIndex(), snapshot: () => st.snapshot(), save,
+    createSnapshot: (i, d) => Promise.resolve(st.createSnapshot(i, d)), compact: (i) => Promise.resolve(st.compact(i)),
+  };
+}
+
+/** Ticks the members named in `ids` until `cond` holds (at most 500 rounds, `waitMs` apart), or throws naming `what`. */
+async function tickMembers(members: ReadonlyMap<string, ConsensusMember>, ids: readonly string[], what: string, cond: () => boolean, waitMs: number): Promise<void> {
+  for (let i = 0; i < 500 && !cond(); i++) {
+    for (const id of ids) members.get(id)!.tick();
+    await new Promise((r) => setTimeout(r, waitMs));
+  }
+  if (!cond()) throw new Error(`never: ${what}`);
+}
+
 /** Three members on an in-memory network that can cut a member off; `sm` replaces the recording state machine. */
 function group(sm?: (id: string, applied: string[]) => { apply(e: Entry): unknown; appliedThrough?(i: number): void }, refused?: (e: unknown) => boolean) {
   const ids = ['n1', 'n2', 'n3'];
@@ -229,11 +247,7 @@ describe('ConsensusMember restores a snapshot beside its Ready loop', () => {
     const told = new Map(ids.map((id) => [id, [] as boolean[]]));
     for (const [k, id] of ids.entries()) {
       const st = new MemStore();
-      const storage: DurableRaftStorage = {
-        hardState: () => st.hardState(), entries: (lo, hi, max) => st.entries(lo, hi, max), term: (i) => st.term(i),
-        firstIndex: () => st.firstIndex(), lastIndex: () => st.lastIndex(), snapshot: () => st.snapshot(), save: (u) => st.save(u),
-        createSnapshot: (i, d) => Promise.resolve(st.createSnapshot(i, d)), compact: (i) => Promise.resolve(st.compact(i)),
-      };
+      const storage = durable(st);
       members.set(id, new ConsensusMember({
         id, members: ids, storage, prng: new Prng(k + 7), electionTicks: 10, heartbeatTicks: 1,
         transport: { send: (msgs: readonly Message[]) => { for (const m of msgs) if (!cut.has(m.from) && !cut.has(m.to)) queueMicrotask(() => members.get(m.to)!.receive(m)); } },
@@ -300,15 +314,11 @@ describe('ConsensusMember sends a leader\'s appends while it persists them', () 
     const members = new Map<string, ConsensusMember>();
     for (const [k, id] of ids.entries()) {
       const st = stores.get(id)!;
-      const storage: DurableRaftStorage = {
-        hardState: () => st.hardState(), entries: (lo, hi, max) => st.entries(lo, hi, max), term: (i) => st.term(i),
-        firstIndex: () => st.firstIndex(), lastIndex: () => st.lastIndex(), snapshot: () => st.snapshot(),
-        save: async (u) => {
-          // A disk write: a few event-loop turns, during which messages may be sent.
-          await new Promise((r) => setTimeout(r, 2));
-          await st.save(u);
-        },
-      };
+      const storage = durable(st, async (u) => {
+        // A disk write: a few event-loop turns, during which messages may be sent.
+        await new Promise((r) => setTimeout(r, 2));
+        await st.save(u);
+      });
       members.set(id, new ConsensusMember({
         id, members: ids, storage, prng: new Prng(k + 3), electionTicks: 10, heartbeatTicks: 1,
         transport: {
@@ -323,13 +333,7 @@ describe('ConsensusMember sends a leader\'s appends while it persists them', () 
         stateMachine: { apply: () => undefined, restore: () => undefined },
       }));
     }
-    const tickUntil = async (what: string, cond: () => boolean) => {
-      for (let i = 0; i < 500 && !cond(); i++) {
-        for (const id of ids) members.get(id)!.tick();
-        await new Promise((r) => setTimeout(r, 3));
-      }
-      if (!cond()) throw new Error(`never: ${what}`);
-    };
+    const tickUntil = (what: string, cond: () => boolean) => tickMembers(members, ids, what, cond, 3);
     await tickUntil('a leader', () => ids.some((id) => members.get(id)!.status().role === 'leader'));
     const leader = ids.find((id) => members.get(id)!.status().role === 'leader')!;
     // Once the leader streams to both followers (not probing them), a proposal's appends go at once.
@@ -362,18 +366,14 @@ describe('ConsensusMember: a Ready that only moves the commit index', () => {
       const st = new MemStore();
       stores.set(id, st);
       let chain: Promise<unknown> = Promise.resolve();
-      const storage: DurableRaftStorage = {
-        hardState: () => st.hardState(), entries: (lo, hi, max) => st.entries(lo, hi, max), term: (i) => st.term(i),
-        firstIndex: () => st.firstIndex(), lastIndex: () => st.lastIndex(), snapshot: () => st.snapshot(),
-        save: (u) => {
-          const run = chain.then(async () => {
-            if (u.sync === false) await unsynced(id);
-            await st.save(u);
-          });
-          chain = run.catch(() => undefined);
-          return run;
-        },
-      };
+      const storage = durable(st, (u) => {
+        const run = chain.then(async () => {
+          if (u.sync === false) await unsynced(id);
+          await st.save(u);
+        });
+        chain = run.catch(() => undefined);
+        return run;
+      });
       members.set(id, new ConsensusMember({
         id, members: ids, storage, prng: new Prng(k + 5), electionTicks: 10, heartbeatTicks: 1, log: (m) => logged.push(`${id}: ${m}`),
         transport: { send: (msgs: readonly Message[]) => { for (const m of msgs) queueMicrotask(() => members.get(m.to)!.receive(m)); } },
@@ -525,11 +525,7 @@ describe('ConsensusMember: a marker waits for the state machine\'s sync beside t
     const syncs = new Map(ids.map((id) => [id, [] as { at: number; end: (ok: boolean) => void }[]]));
     for (const [k, id] of ids.entries()) {
       const st = stores.get(id)!;
-      const storage: DurableRaftStorage = {
-        hardState: () => st.hardState(), entries: (lo, hi, max) => st.entries(lo, hi, max), term: (i) => st.term(i),
-        firstIndex: () => st.firstIndex(), lastIndex: () => st.lastIndex(), snapshot: () => st.snapshot(), save: (u) => st.save(u),
-        createSnapshot: (i, d) => Promise.resolve(st.createSnapshot(i, d)), compact: (i) => Promise.resolve(st.compact(i)),
-      };
+      const storage = durable(st);
       const member: ConsensusMember = new ConsensusMember({
         id, members: ids, storage, prng: new Prng(k + 11), electionTicks: 10, heartbeatTicks: 1,
         transport: { send: (msgs: readonly Message[]) => { for (const m of msgs) if (!cut.has(m.from) && !cut.has(m.to)) queueMicrotask(() => members.get(m.to)!.receive(m)); } },
@@ -544,13 +540,7 @@ describe('ConsensusMember: a marker waits for the state machine\'s sync beside t
       });
       members.set(id, member);
     }
-    const tickUntil = async (what: string, cond: () => boolean) => {
-      for (let i = 0; i < 500 && !cond(); i++) {
-        for (const id of ids) members.get(id)!.tick();
-        await new Promise((r) => setTimeout(r, 1));
-      }
-      if (!cond()) throw new Error(`never: ${what}`);
-    };
+    const tickUntil = (what: string, cond: () => boolean) => tickMembers(members, ids, what, cond, 1);
     await tickUntil('a leader', () => ids.some((id) => members.get(id)!.status().role === 'leader'));
     const leader = ids.find((id) => members.get(id)!.status().role === 'leader')!;
     const write = async (i: number) => {
