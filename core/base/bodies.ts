@@ -110,7 +110,7 @@ export const DocumentBody = z.strictObject({ id: pointId, vectors: tokenVectors,
 
 const TextStatsValue = z.strictObject({
   docs: int(),
-  total_length: int(),
+  total_length: z.number().describe("the documents' lengths summed (a __svc_sparse__ document's: its positive weights)"),
   df: z.record(z.string(), int()).describe('documents holding each query term, by term id'),
 });
 

@@ -72,7 +72,7 @@ async function runSeed(seed: number): Promise<void> {
   for (let b = 0; b < n; b += 40) {
     const points = Array.from({ length: Math.min(40, n - b) }, (_, j) => {
       const i = b + j;
-      return { id: `p${i}`, vector: vec(rng, 4), payload: { tag: ['a', 'b', 'c'][rng.int(3)], n: rng.int(10), __svc_sparse__: { indices: [rng.int(6), 6 + rng.int(6)], values: [1 + rng.int(3), 1] } } };
+      return { id: `p${i}`, vector: vec(rng, 4), payload: { tag: ['a', 'b', 'c'][rng.int(3)], n: rng.int(10), __svc_sparse__: { indices: [rng.int(6), 6 + rng.int(6)], values: [0.125 + rng.int(3), 1] } } };
     });
     await same('upsert c', (e) => e.upsert('c', { points }));
     await same('bulk d', (e) => e.bulkUpsert('d', { points }));
@@ -110,6 +110,8 @@ async function runSeed(seed: number): Promise<void> {
     const tokens = [vec(rng, 3), vec(rng, 3)];
     await same(`hybrid ${q}`, (e) => e.hybridSearch('c', { vector, ...sparse, k, filter, consistency: 'strong' }));
     await same(`hybrid text ${q}`, (e) => e.hybridSearch('t', { vector: v8, query_text: t1, k, filter, consistency: 'strong' }));
+    // BM25 over documents from __svc_sparse__ with fractional weights: the shards' summed total length is too.
+    await same(`hybrid sparse docs, text ${q}`, (e) => e.hybridSearch('c', { vector, query_text: t2, k, consistency: 'strong' }));
     await same(`bm25 only ${q}`, (e) => e.hybridSearch('t', { query_text: t2, k, rrf_k0: k0 }));
     await same(`text ${q}`, (e) => e.searchText('t', { text: t3, k, filter, consistency: 'strong' }));
     await same(`text rerank ${q}`, (e) => e.searchText('t', { text: t4, k, rerank: true, consistency: 'strong' }));

@@ -43,7 +43,11 @@ export function checkTextStats(v: unknown, termsMax: number): TextStats {
   const o = v as Record<string, unknown>;
   for (const k of Object.keys(o)) if (!['docs', 'total_length', 'df'].includes(k)) throw invalidArgument(`text_stats has an unknown field '${k}'`);
   const docs = count(o.docs, 'docs');
-  const totalLength = count(o.total_length, 'total_length');
+  // A sum of document lengths: a document from __svc_sparse__ is as long as its weights add up to.
+  const totalLength = o.total_length;
+  if (typeof totalLength !== 'number' || !Number.isFinite(totalLength) || totalLength < 0) {
+    throw invalidArgument('text_stats.total_length must be a non-negative number');
+  }
   if (typeof o.df !== 'object' || o.df === null || Array.isArray(o.df)) throw invalidArgument('text_stats.df must be an object of term id to document count');
   const entries = Object.entries(o.df);
   if (entries.length > termsMax) throw invalidArgument(`text_stats.df has ${entries.length} terms, more than a query has (${termsMax})`);

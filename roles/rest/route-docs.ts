@@ -70,7 +70,7 @@ const ranked: Schema = {
 
 const textStats: Schema = obj({
   docs: int,
-  total_length: int,
+  total_length: { type: 'number', description: "the documents' lengths summed (a __svc_sparse__ document's: its positive weights)" },
   df: { type: 'object', additionalProperties: int, description: 'documents holding each query term, by term id' },
 });
 
