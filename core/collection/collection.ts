@@ -98,7 +98,8 @@ export class Collection {
   readonly spec: CollectionSpec;
   readonly store: VectorStore;
   readonly payloadIndex: PayloadIndex;
-  readonly sparse = new SparseIndex();
+  /** The BM25 and sparse-vector index: in shared memory with shared reads (request loops rank text too). */
+  readonly sparse: SparseIndex;
   readonly kind: DistanceKind;
   /** The WAL sequence number of the last op applied. */
   appliedSeq = 0;
@@ -166,13 +167,14 @@ export class Collection {
     this.payloadIndex = new PayloadIndex(opts.spec.filterable);
     this.reads = opts.sharedReads === true && !opts.spec.multivector ? new SharedReadState() : null;
     this.live = this.reads !== null ? LiveSet.shared() : new LiveSet();
+    this.sparse = new SparseIndex({ shared: this.reads !== null });
   }
 
   /** A request loop's handle on this collection (shared-reads.ts), or null without opts.sharedReads. */
   readHandle(): ReadViewHandle | null {
     if (this.reads === null || this.dropped) return null;
     this.publishGraph();
-    return this.reads.handle(this.uid, this.spec, this.opts.limits, this.store.handle(), this.live.handle()!);
+    return this.reads.handle(this.uid, this.spec, this.opts.limits, this.store.handle(), this.live.handle()!, this.sparse.handle());
   }
 
   /**

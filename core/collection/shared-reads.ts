@@ -1,7 +1,7 @@
 import { Bitset } from '../base/bitset.js';
 import { growShared, growableShared } from '../base/growable.js';
 import type { Limits } from '../base/limits.js';
-import type { Hit, Payload, SearchQuery } from '../base/model.js';
+import type { Hit, HybridQuery, Payload, SearchQuery } from '../base/model.js';
 import { BODIES, bodyKeys } from '../base/bodies.js';
 import type { SearchResult } from '../index/flat.js';
 import { Hnsw, type HnswData } from '../index/hnsw/hnsw.js';
@@ -11,7 +11,11 @@ import { VectorStore, type VectorStoreHandle } from '../index/vector-store.js';
 import { SharedLiveView, type LiveSetHandle } from './live-set.js';
 import type { CollectionSpec } from './params.js';
 import { parseVector } from './points.js';
-import { checkObject, parseBool, parseConsistency, parseEf, parseK } from './queries.js';
+import {
+  checkObject, fusionDepth, parseBool, parseConsistency, parseDepth, parseEf, parseK, parseQueryTerms, parseRrfK0,
+} from './queries.js';
+import { checkTextStats, corpusOf, fuseRankings, type Ranked, type Rankings, type RankingsBody } from '../query/ranking.js';
+import { SparseReader, SparseTorn, validateSparse, type Bm25Corpus, type SparseDoc, type SparseHandle } from '../text/sparse-index.js';
 import { compileFilter, evaluate, type CompiledFilter } from '../query/filter.js';
 import { filterKey } from '../query/payload-index.js';
 import { planFilteredSearch } from '../query/planner.js';
@@ -216,6 +220,8 @@ export interface ReadViewHandle {
   readonly header: SharedArrayBuffer;
   /** The journal (H.JOURNAL_HEAD): an Int32Array of JOURNAL_SLOTS slots. */
   readonly journal: SharedArrayBuffer;
+  /** The BM25 and sparse-vector index (Collection.sparse, in shared memory). */
+  readonly sparse: SparseHandle;
   /** The graph epoch when the handle was made. */
   readonly graph: ReadGraph;
 }
@@ -403,17 +409,21 @@ export class SharedReadState {
     Atomics.store(this.header, H.RETIRED, 1);
   }
 
-  handle(uid: string, spec: CollectionSpec, limits: Limits, store: VectorStoreHandle, live: LiveSetHandle): ReadViewHandle | null {
+  handle(uid: string, spec: CollectionSpec, limits: Limits, store: VectorStoreHandle, live: LiveSetHandle, sparse: SparseHandle): ReadViewHandle | null {
     if (this.broken) return null;
     return {
       uid, spec, limits, store, live, ids: this.ids.handle(), payloads: this.payloads.handle(), header: this.header.buffer as SharedArrayBuffer,
-      journal: this.journal.buffer as SharedArrayBuffer, graph: this.currentGraph(),
+      journal: this.journal.buffer as SharedArrayBuffer, sparse, graph: this.currentGraph(),
     };
   }
 }
 
 const SEARCH_KEYS = bodyKeys(BODIES.search);
+const HYBRID_KEYS = bodyKeys(BODIES.hybridSearch);
+const RANKINGS_KEYS = bodyKeys(BODIES.rankings);
 const EMPTY: SearchResult = { slots: new Int32Array(0), dists: new Float32Array(0) };
+/** Scores (best first) as a SearchResult, whose tie rule reads equal values alike. */
+const scored = (r: { slots: Int32Array; scores: Float32Array }): SearchResult => ({ slots: r.slots, dists: r.scores });
 const decoder = new TextDecoder();
 
 /** Why a view passed a search to the engine thread (a metric: what the loops could not answer). */
@@ -445,6 +455,7 @@ export class ReadView {
   private readonly ids: SharedRecords;
   private readonly payloads: SharedRecords;
   private readonly header: Int32Array;
+  private readonly sparse: SparseReader;
   private graph: Hnsw | null = null;
   private graphEpoch = -1;
   private readonly journal: Int32Array;
@@ -490,6 +501,7 @@ export class ReadView {
     this.payloads = new SharedRecords(h.payloads);
     this.header = new Int32Array(h.header);
     this.journal = new Int32Array(h.journal);
+    this.sparse = new SparseReader(h.sparse);
     try {
       this.adoptGraph(h.graph);
     } catch (e) {
@@ -703,22 +715,9 @@ export class ReadView {
     let match: HeldBits | null = null;
     let token = 0;
     if (filter !== undefined) {
-      const key = filterKey(filter);
-      this.filteredSinceSweep = true;
-      // Used now: the most recently used, so a patch cut short by its time bound keeps it first.
-      const had = this.matches.get(key);
-      if (had !== undefined) {
-        this.matches.delete(key);
-        this.matches.set(key, had);
-      }
-      if (!this.bitsCurrent()) return this.decline('moved');
-      token = this.matchesToken;
-      const m = this.matches.get(key);
-      if (m === undefined) {
-        this.wantBits = { key, filter: rawFilter };
-        return this.decline('filter');
-      }
-      match = m;
+      const held = this.heldMatch(filter, rawFilter);
+      if (held === null) return null;
+      ({ match, token } = held);
     }
     const top = this.readTop();
     if (top === 'busy') return this.decline('moved');
@@ -769,6 +768,165 @@ export class ReadView {
     // payload read (a payload changed meanwhile might no longer match).
     if (match !== null && this.writesSettled() !== token) return this.decline('moved');
     return { hits };
+  }
+
+  /**
+   * `filter`'s match bits, brought up to the last write, and their token; null (declined: 'filter' with
+   * wantBits set when the view lacks them, 'moved' while a write runs).
+   */
+  private heldMatch(filter: CompiledFilter, raw: unknown): { match: HeldBits; token: number } | null {
+    const key = filterKey(filter);
+    this.filteredSinceSweep = true;
+    // Used now: the most recently used, so a patch cut short by its time bound keeps it first.
+    const had = this.matches.get(key);
+    if (had !== undefined) {
+      this.matches.delete(key);
+      this.matches.set(key, had);
+    }
+    if (!this.bitsCurrent()) return this.decline('moved');
+    const m = this.matches.get(key);
+    if (m === undefined) {
+      this.wantBits = { key, filter: raw };
+      return this.decline('filter');
+    }
+    return { match: m, token: this.matchesToken };
+  }
+
+  /**
+   * Engine.hybridSearch's answer with this collection as the engine's one shard (a single node), or null
+   * when the engine thread must give it: the rankings as `rankings` computes them, fused by RRF.
+   */
+  hybrid(query: HybridQuery): { hits: Hit[] } | null {
+    this.declined = null;
+    this.wantBits = null;
+    if (this.retired) return this.decline('retired');
+    let k: number;
+    let k0: number;
+    let rest: Record<string, unknown>;
+    try {
+      const { k: rawK, rrf_k0: rawK0, ...q } = checkObject(query, 'hybrid body', HYBRID_KEYS);
+      k = parseK(rawK, this.limits);
+      k0 = parseRrfK0(rawK0);
+      rest = q;
+    } catch {
+      return this.decline('shape');
+    }
+    const r = this.rank(rest, fusionDepth(k, this.limits), undefined);
+    if (r === null) return null;
+    return { hits: fuseRankings([r.dense, r.sparse, r.text].filter((l) => l !== undefined), k, k0) };
+  }
+
+  /** Database.rankings' answer (a router's ask of a shard, for a hybrid or text query), or null. */
+  rankings(body: RankingsBody): Rankings | null {
+    this.declined = null;
+    this.wantBits = null;
+    if (this.retired) return this.decline('retired');
+    let depth: number;
+    let corpus: Bm25Corpus | undefined;
+    let rest: Record<string, unknown>;
+    try {
+      const { depth: d, text_stats: stats, ...q } = checkObject(body, 'rankings body', RANKINGS_KEYS);
+      depth = parseDepth(d, this.limits);
+      corpus = stats === undefined || stats === null ? undefined : corpusOf(checkTextStats(stats, this.limits.maxSparseTerms));
+      rest = q;
+    } catch {
+      return this.decline('shape');
+    }
+    return this.rank(rest, depth, corpus);
+  }
+
+  /**
+   * Database.rankingsOf, here: each ranking the query asks for, `depth` deep, ties by id. Every ranking
+   * is read between the same two writes: the header's write count is the same before and after (with a
+   * filter, the match bits' token), so the lists hold the same live points, as the engine thread's do
+   * (computed in one synchronous stretch). A write begun meanwhile, and the engine thread answers.
+   */
+  private rank(q: Record<string, unknown>, depth: number, corpus: Bm25Corpus | undefined): Rankings | null {
+    if (this.spec.multivector) return this.decline('shape');
+    let ef: number;
+    let filter: CompiledFilter | undefined;
+    let rawFilter: unknown;
+    let withPayload: boolean;
+    let withVector: boolean;
+    let dense: Float32Array | null;
+    let sparse: SparseDoc | null;
+    let terms: Uint32Array | null;
+    try {
+      if (parseConsistency(q.consistency) !== 'eventual') return this.decline('shape');
+      ef = parseEf(q.ef_search, this.limits, this.spec.index_params.ef_search);
+      if (q.filter !== undefined && q.filter !== null) filter = compileFilter(rawFilter = q.filter, this.spec.filterable);
+      withPayload = parseBool(q.with_payload, 'with_payload', true);
+      withVector = parseBool(q.with_vector, 'with_vector', false);
+      dense = q.vector === undefined || q.vector === null ? null : parseVector(q.vector, this.spec.dim, this.spec.metric, this.limits, 'query vector');
+      const hasSparse = q.sparse_indices !== undefined || q.sparse_values !== undefined;
+      sparse = hasSparse ? validateSparse({ indices: q.sparse_indices ?? [], values: q.sparse_values ?? [] }, this.limits.maxSparseTerms, 'sparse query') : null;
+      terms = q.query_text === undefined || q.query_text === null ? null : parseQueryTerms(q.query_text, this.limits);
+    } catch {
+      return this.decline('shape');
+    }
+    if (dense === null && sparse === null && terms === null) return this.decline('shape');
+    let match: HeldBits | null = null;
+    let token: number;
+    if (filter !== undefined) {
+      const held = this.heldMatch(filter, rawFilter);
+      if (held === null) return null;
+      ({ match, token } = held);
+    } else {
+      const settled = this.writesSettled();
+      if (settled === null) return this.decline('moved');
+      token = settled;
+    }
+    const m = match;
+    const accept = m === null ? (s: number) => this.live.has(s) : (s: number) => s >>> 5 < m.words.length && (m.words[s >>> 5] & (1 << (s & 31))) !== 0;
+    const out: Rankings = {};
+    try {
+      if (dense !== null) {
+        const top = this.readTop();
+        if (top === 'busy') return this.decline('moved');
+        if (top === null) return this.decline('epoch');
+        if (m === null) {
+          const scans = this.graph === null || this.spec.index === 'flat' || this.live.count <= Math.max(ef, depth + 1);
+          if ((scans ? this.store.count : this.store.count - top.indexedUpTo) > this.scanMax) return this.decline('scan');
+        } else {
+          const plan = this.filteredPlan(depth + 1, ef, top, m);
+          if (plan !== null && (plan.mode === 'exact' ? m.count : plan.count - plan.indexedUpTo) > this.scanMax) return this.decline('scan');
+        }
+        const run = (n: number): SearchResult => (m === null
+          ? this.searchDense(dense!, n, Math.max(ef, n), top)
+          : this.searchFiltered(dense!, n, Math.max(ef, n), top, m));
+        out.dense = this.ranked(run, depth, (d) => (this.kind === 'l2' ? Math.sqrt(Math.max(0, d)) : -d), withPayload, withVector);
+      }
+      // Scores best first: as negated "distances", so the tie rule reads them the same way.
+      if (sparse !== null) {
+        out.sparse = this.ranked((n) => scored(this.sparse.dot(sparse!.terms, sparse!.weights, n, accept)), depth, (x) => x, withPayload, withVector);
+      }
+      // BM25 where some document has text: a text query over a collection without any is its dense ranking.
+      if (terms !== null && (corpus?.n ?? this.sparse.docs) > 0) {
+        out.text = this.ranked((n) => scored(this.sparse.bm25(terms!, n, accept, undefined, corpus)), depth, (x) => x, withPayload, withVector);
+      } else if (terms !== null) out.text = [];
+    } catch (e) {
+      // A plan that would scan more than a loop does; arrays a write changed under the read.
+      if (e instanceof ExactScanRefused) return this.decline('scan');
+      if (e instanceof SparseTorn) return this.decline('moved');
+      throw e;
+    }
+    if (this.retired) return this.decline('retired');
+    if (this.writesSettled() !== token) return this.decline('moved');
+    return out;
+  }
+
+  /** One ranking `depth` deep with the tie rule at its cut (Database.rankingsOf's `ranked`). */
+  private ranked(run: (n: number) => SearchResult, depth: number, score: (x: number) => number, withPayload: boolean, withVector: boolean): Ranked[] {
+    let r = run(depth + 1);
+    if (tieAtCut(r.dists, depth, depth + 1)) r = widenTiesNow(r, depth, depth + 1, this.live.count, run);
+    const dists = r.dists.subarray(0, Math.min(depth, r.dists.length));
+    const slots = tiesById((s) => this.idOf(s), r).subarray(0, dists.length);
+    return Array.from(slots, (slot, i) => {
+      const e: Ranked = { id: this.idOf(slot), score: score(dists[i]) };
+      if (withPayload) e.payload = this.payloadOf(slot) ?? {};
+      if (withVector) e.vector = Array.from(this.store.view(slot));
+      return e;
+    });
   }
 
   private decline(why: Declined): null {

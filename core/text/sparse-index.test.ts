@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import fc from 'fast-check';
 import { Prng } from '../base/prng.js';
 import { SvcError } from '../base/errors.js';
-import { SparseIndex, docFromPayload, validateSparse } from './sparse-index.js';
+import { SparseIndex, SparseReader, SparseTorn, docFromPayload, validateSparse } from './sparse-index.js';
 import { termId, textVector, queryTermIds } from './tokenizer.js';
 
 /** A document as the tests keep it: term -> tf. */
@@ -244,6 +244,87 @@ describe('SparseIndex dot', () => {
       if (hit) want.set(s, d);
     }
     expectMatches(idx.dot(Uint32Array.from(qi), Float32Array.from(qv), 30), ranked(want, 30));
+  });
+});
+
+describe('SparseIndex in shared memory (a request loop reads it, issue 20)', () => {
+  /** Seeded churn: many terms (the table grows, terms whose documents went are dropped), blocks moved and compacted. */
+  function churn(idx: SparseIndex, docs: Map<number, Doc>, seed: number, steps: number): void {
+    const rng = new Prng(seed);
+    for (let step = 0; step < steps; step++) {
+      const slot = rng.int(600);
+      if (rng.next() < 0.35) {
+        idx.remove(slot);
+        docs.delete(slot);
+        continue;
+      }
+      const d: Doc = new Map();
+      const len = 1 + rng.int(12);
+      // Terms from a range that moves: old terms lose every document, new ones come.
+      const base = Math.floor(step / 50);
+      for (let i = 0; i < len; i++) d.set(base + rng.int(300), 1 + rng.int(4));
+      const a = toArrays(d);
+      idx.set(slot, a.terms, a.weights);
+      docs.set(slot, d);
+    }
+  }
+
+  for (const shared of [true, false]) {
+    it(`a reader over its handle answers as the index does, through table growth and arena compactions (${shared ? 'shared' : 'this thread\'s'} memory)`, () => {
+      const idx = new SparseIndex({ shared, arenaGarbageMin: 64 });
+      const reader = new SparseReader(idx.handle());
+      const docs = new Map<number, Doc>();
+      const rng = new Prng(99);
+      for (let round = 0; round < 8; round++) {
+        churn(idx, docs, 1000 + round, 500);
+        const want = statsFromScratch(docs);
+        expect(reader.stats().n).toBe(want.n);
+        expect(reader.stats().avgdl).toBeCloseTo(want.avgdl, 9);
+        const base = Math.floor(500 / 50) * round;
+        const q = Array.from({ length: 4 }, () => base + rng.int(300));
+        for (const t of q) expect(reader.stats().df(t)).toBe(want.df.get(t) ?? 0);
+        const mine = idx.bm25(Uint32Array.from(q), 40);
+        const theirs = reader.bm25(Uint32Array.from(q), 40);
+        expect(Array.from(theirs.slots)).toEqual(Array.from(mine.slots));
+        expect(Array.from(theirs.scores)).toEqual(Array.from(mine.scores));
+        expectMatches(theirs, ranked(naiveBm25(docs, q), 40));
+        const values = Float32Array.from(q, () => Math.fround(rng.gaussian()));
+        expect(Array.from(reader.dot(Uint32Array.from(q), values, 40).slots)).toEqual(Array.from(idx.dot(Uint32Array.from(q), values, 40).slots));
+      }
+      expect(idx.compactions).toBeGreaterThan(0);
+      expect(idx.handle().header instanceof SharedArrayBuffer).toBe(shared);
+    });
+  }
+
+  it('a reader that finds the arrays inconsistent throws SparseTorn instead of reading past them or looping', () => {
+    const idx = new SparseIndex({ shared: true });
+    for (let s = 0; s < 50; s++) idx.set(s, Uint32Array.of(1, 2, 3 + s), Float32Array.of(1, 2, 1));
+    const h = idx.handle();
+    const words = new Int32Array(h.header);
+    const table = new Int32Array(h.table);
+    const reader = new SparseReader(h);
+    // A table capacity a write left half-changed.
+    const cap = words[0];
+    words[0] = cap * 1024;
+    expect(() => reader.bm25(Uint32Array.of(1), 5)).toThrow(SparseTorn);
+    words[0] = 3;
+    expect(() => reader.stats().df(1)).toThrow(SparseTorn);
+    words[0] = cap;
+    // A block's count beyond its capacity, and a posting naming a slot the index does not cover.
+    let e = -1;
+    for (let i = 0; i < cap * 5; i += 5) if (table[i + 1] !== 0 && table[i] === 1) e = i;
+    expect(e).toBeGreaterThanOrEqual(0);
+    const used = table[e + 3];
+    table[e + 3] = table[e + 2] + 1;
+    expect(() => reader.bm25(Uint32Array.of(1), 5)).toThrow(SparseTorn);
+    table[e + 3] = used;
+    const slots = new Int32Array(h.slots);
+    const at = table[e + 1] - 1;
+    const slot = slots[at];
+    slots[at] = 1 << 29;
+    expect(() => reader.dot(Uint32Array.of(1), Float32Array.of(1), 5)).toThrow(SparseTorn);
+    slots[at] = slot;
+    expect(reader.bm25(Uint32Array.of(1), 100).slots.length).toBe(50);
   });
 });
 

@@ -24,6 +24,7 @@
  */
 import { assert } from '../base/assert.js';
 import { invalidArgument, limitExceeded } from '../base/errors.js';
+import { growShared, growableShared } from '../base/growable.js';
 import { textVector } from './tokenizer.js';
 
 export interface Bm25Params {
@@ -66,87 +67,159 @@ export interface SparseDoc {
   length: number;
 }
 
-interface Posting {
-  slots: Int32Array;
-  versions: Uint32Array;
-  weights: Float32Array;
-  /** Entries used (live and dead). */
-  used: number;
-  /** Live entries: the term's document frequency. */
-  live: number;
+/**
+ * What another thread needs to read a SparseIndex (a request loop's hybrid and text rankings, issue 20):
+ * its buffers, all shared memory when the index was made `shared`.
+ */
+export interface SparseHandle {
+  readonly header: SharedArrayBuffer;
+  readonly table: SharedArrayBuffer;
+  readonly slots: SharedArrayBuffer;
+  readonly versions: SharedArrayBuffer;
+  readonly weights: SharedArrayBuffer;
+  readonly docVersions: SharedArrayBuffer;
+  readonly docLengths: SharedArrayBuffer;
 }
 
-interface StoredDoc extends SparseDoc {
-  version: number;
+/**
+ * A reader found the index changing under it (another thread writes it): its answer is worthless. Only a
+ * reader on another thread sees it, and only while a write runs; the caller hands the query on.
+ */
+export class SparseTorn extends Error {
+  constructor() {
+    super('the sparse index changed during the read');
+  }
 }
 
-export class SparseIndex {
-  private readonly postings = new Map<number, Posting>();
-  private readonly docs: (StoredDoc | undefined)[] = [];
-  private readonly versions: number[] = [];
-  private docCount = 0;
-  private totalLength = 0;
+/** Header words (int32); the total length is a float64 after them. */
+const HW = {
+  /** Term table entries (a power of two). */
+  TABLE_CAP: 0,
+  /** Entries in use (live terms and terms whose documents all went). */
+  TABLE_USED: 1,
+  /** Documents with at least one term. */
+  DOCS: 2,
+  /** Slots the per-slot arrays cover (a reader's bound on every slot it reads). */
+  SLOTS: 3,
+} as const;
+const HEADER_BYTES = 64;
+const TOTAL_AT = 4; // Float64Array index: byte 32
+
+/**
+ * Term table entry words: the term; its block's first posting + 1 (0: an empty entry); the block's
+ * capacity; postings used (live and dead); live postings (the term's document frequency).
+ */
+const E_TERM = 0;
+const E_AT = 1;
+const E_CAP = 2;
+const E_USED = 3;
+const E_LIVE = 4;
+const ENTRY_WORDS = 5;
+const TABLE_MIN = 16;
+const BLOCK_MIN = 4;
+/** Posting arena garbage (entries of moved blocks) under this is never compacted. */
+const ARENA_GARBAGE_MIN = 1 << 16;
+/** Every buffer may reach 4 GiB (the most a growable buffer takes on Node 20). */
+const MAX_BYTES = 2 ** 32;
+
+/** A buffer that grows in place: shared (other threads read it) or this thread's. */
+function growable(bytes: number, shared: boolean): SharedArrayBuffer {
+  if (shared) return growableShared(bytes, MAX_BYTES);
+  const Ctor = ArrayBuffer as unknown as new (n: number, o: { maxByteLength: number }) => ArrayBuffer;
+  return new Ctor(bytes, { maxByteLength: MAX_BYTES }) as unknown as SharedArrayBuffer;
+}
+
+function growTo(buf: SharedArrayBuffer, need: number): void {
+  if (need <= buf.byteLength) return;
+  if (buf instanceof SharedArrayBuffer) return growShared(buf, need);
+  const b = buf as unknown as { resize(n: number): void; maxByteLength: number; byteLength: number };
+  b.resize(Math.min(b.maxByteLength, Math.max(need, b.byteLength * 2)));
+}
+
+const hashOf = (term: number, mask: number): number => (Math.imul(term | 0, 0x9e3779b1) >>> 0) & mask;
+
+const isPow2 = (n: number): boolean => n > 0 && (n & (n - 1)) === 0;
+
+/**
+ * The index's arrays and everything that only reads them: BM25, sparse dot products and statistics. The
+ * engine thread's SparseIndex is one; a request loop opens one over a SparseHandle. All arrays track
+ * their buffers' growth (growable buffers are never moved).
+ *
+ * Layout: an open-addressing term table (ENTRY_WORDS per entry) pointing into three parallel posting
+ * arrays (slot, the slot's version at insertion, weight), one block per term, a block moved (doubled) to
+ * the arena's end when full; per slot, its document's version (a posting of another version is dead) and
+ * length. A reader on another thread reads without locks: every loop is bounded and every offset checked
+ * (SparseTorn when one is out of range), and its caller keeps the answer only if no write of the
+ * collection began meanwhile (shared-reads.ts).
+ */
+export class SparseReader {
+  protected readonly h: SparseHandle;
+  protected readonly header: Int32Array;
+  protected readonly total: Float64Array;
+  protected readonly table: Int32Array;
+  protected readonly pSlots: Int32Array;
+  protected readonly pVersions: Int32Array;
+  protected readonly pWeights: Float32Array;
+  protected readonly dVersions: Int32Array;
+  protected readonly dLengths: Float64Array;
   private scratch = new Float64Array(0);
   private touchedMark = new Uint8Array(0);
 
-  /** Index (or replace) the document of `slot`. Terms must be distinct; weights parallel. */
-  set(slot: number, terms: Uint32Array, weights: Float32Array): void {
-    assert(Number.isInteger(slot) && slot >= 0, 'slot is a non-negative integer');
-    assert(terms.length === weights.length, 'terms and weights are parallel');
-    this.remove(slot);
-    if (terms.length === 0) return;
-    const version = (this.versions[slot] ?? 0) + 1;
-    this.versions[slot] = version;
-    let length = 0;
-    for (let i = 0; i < weights.length; i++) if (weights[i] > 0) length += weights[i];
-    const doc: StoredDoc = { terms: terms.slice(), weights: weights.slice(), length, version };
-    this.docs[slot] = doc;
-    this.docCount++;
-    this.totalLength += length;
-    for (let i = 0; i < terms.length; i++) this.append(terms[i], slot, version, weights[i]);
+  constructor(h: SparseHandle) {
+    this.h = h;
+    this.header = new Int32Array(h.header, 0, HEADER_BYTES / 4);
+    this.total = new Float64Array(h.header, 0, HEADER_BYTES / 8);
+    this.table = new Int32Array(h.table);
+    this.pSlots = new Int32Array(h.slots);
+    this.pVersions = new Int32Array(h.versions);
+    this.pWeights = new Float32Array(h.weights);
+    this.dVersions = new Int32Array(h.docVersions);
+    this.dLengths = new Float64Array(h.docLengths);
   }
 
-  /** Take `slot` out of the index; a slot that holds nothing is ignored. */
-  remove(slot: number): void {
-    const doc = this.docs[slot];
-    if (doc === undefined) return;
-    this.docs[slot] = undefined;
-    this.versions[slot] = doc.version + 1; // every posting of the old version is now dead
-    this.docCount--;
-    this.totalLength -= doc.length;
-    if (this.docCount === 0) this.totalLength = 0; // no float residue on an empty index
-    for (const t of doc.terms) {
-      const p = this.postings.get(t) as Posting;
-      p.live--;
-      if (p.live === 0) this.postings.delete(t);
-      else if (p.used - p.live > p.live) this.compact(p);
-    }
+  /** Documents with at least one term. */
+  get docs(): number {
+    return this.header[HW.DOCS];
   }
 
-  has(slot: number): boolean {
-    return this.docs[slot] !== undefined;
-  }
-
-  /** The stored document of a slot (terms ascending only if they were given so). */
-  get(slot: number): SparseDoc | undefined {
-    const d = this.docs[slot];
-    return d === undefined ? undefined : { terms: d.terms, weights: d.weights, length: d.length };
+  protected get totalLength(): number {
+    return this.total[TOTAL_AT];
   }
 
   stats(): SparseStats {
-    const n = this.docCount;
+    const n = this.docs;
+    const total = this.totalLength;
     return {
       n,
-      avgdl: n === 0 ? 0 : this.totalLength / n,
-      df: (term: number) => this.postings.get(term >>> 0)?.live ?? 0,
+      avgdl: n === 0 ? 0 : total / n,
+      df: (term: number) => this.dfOf(term >>> 0),
     };
   }
 
   /** This index's part of a corpus: its document count, total length and each distinct term's df. */
   corpus(terms: Iterable<number>): { n: number; totalLength: number; df: Map<number, number> } {
     const df = new Map<number, number>();
-    for (const t of terms) df.set(t >>> 0, this.postings.get(t >>> 0)?.live ?? 0);
-    return { n: this.docCount, totalLength: this.totalLength, df };
+    for (const t of terms) df.set(t >>> 0, this.dfOf(t >>> 0));
+    return { n: this.docs, totalLength: this.totalLength, df };
+  }
+
+  private dfOf(term: number): number {
+    const e = this.find(term);
+    return e < 0 ? 0 : this.table[e + E_LIVE];
+  }
+
+  /** The entry (its first word) of `term`, or -1. */
+  protected find(term: number): number {
+    const cap = this.header[HW.TABLE_CAP];
+    const t = this.table;
+    if (!isPow2(cap) || cap * ENTRY_WORDS > t.length) throw new SparseTorn();
+    const mask = cap - 1;
+    for (let i = hashOf(term, mask), n = 0; n < cap; i = (i + 1) & mask, n++) {
+      const e = i * ENTRY_WORDS;
+      if (t[e + E_AT] === 0) return -1;
+      if (t[e + E_TERM] === (term | 0)) return e;
+    }
+    return -1;
   }
 
   bm25(
@@ -156,25 +229,30 @@ export class SparseIndex {
     params: Bm25Params = DEFAULT_BM25,
     corpus?: Bm25Corpus,
   ): ScoredSlots {
-    if (this.docCount === 0 || k <= 0) return empty();
-    const n = corpus?.n ?? this.docCount;
+    const docs = this.docs;
+    if (docs === 0 || k <= 0) return empty();
+    const n = corpus?.n ?? docs;
     if (n === 0) return empty();
     const avgdl = (corpus?.totalLength ?? this.totalLength) / n;
     const { k1, b } = params;
     const qtf = new Map<number, number>();
     for (const t of queryTerms) qtf.set(t, (qtf.get(t) ?? 0) + 1);
     const touched: number[] = [];
-    this.prepareScratch();
+    const bound = this.prepareScratch();
+    const t = this.table;
     for (const [term, count] of qtf) {
-      const p = this.postings.get(term);
-      if (p === undefined) continue;
-      const df = corpus === undefined ? p.live : corpus.df(term);
+      const e = this.find(term);
+      if (e < 0) continue;
+      const live = t[e + E_LIVE];
+      const df = corpus === undefined ? live : corpus.df(term);
       const idf = Math.log(1 + (n - df + 0.5) / (df + 0.5));
-      for (let i = 0; i < p.used; i++) {
-        const slot = p.slots[i];
-        const tf = p.weights[i];
-        if (p.versions[i] !== this.versions[slot] || tf <= 0) continue;
-        const dl = (this.docs[slot] as StoredDoc).length;
+      const [from, to] = this.block(e);
+      for (let i = from; i < to; i++) {
+        const slot = this.pSlots[i];
+        const tf = this.pWeights[i];
+        if (slot >>> 0 >= bound) throw new SparseTorn();
+        if (this.pVersions[i] !== this.dVersions[slot] || tf <= 0) continue;
+        const dl = this.dLengths[slot];
         const s = (count * idf * tf * (k1 + 1)) / (tf + k1 * (1 - b + (b * dl) / avgdl));
         this.accumulate(slot, s, touched);
       }
@@ -185,57 +263,45 @@ export class SparseIndex {
   /** Sparse dot product of the query with each stored vector; repeated query indices add up. */
   dot(indices: Uint32Array, values: Float32Array, k: number, accept?: (slot: number) => boolean): ScoredSlots {
     assert(indices.length === values.length, 'indices and values are parallel');
-    if (this.docCount === 0 || k <= 0) return empty();
+    if (this.docs === 0 || k <= 0) return empty();
     const touched: number[] = [];
-    this.prepareScratch();
+    const bound = this.prepareScratch();
     for (let q = 0; q < indices.length; q++) {
-      const p = this.postings.get(indices[q]);
-      if (p === undefined) continue;
+      const e = this.find(indices[q]);
+      if (e < 0) continue;
       const v = values[q];
-      for (let i = 0; i < p.used; i++) {
-        const slot = p.slots[i];
-        if (p.versions[i] !== this.versions[slot]) continue;
-        this.accumulate(slot, v * p.weights[i], touched);
+      const [from, to] = this.block(e);
+      for (let i = from; i < to; i++) {
+        const slot = this.pSlots[i];
+        if (slot >>> 0 >= bound) throw new SparseTorn();
+        if (this.pVersions[i] !== this.dVersions[slot]) continue;
+        this.accumulate(slot, v * this.pWeights[i], touched);
       }
     }
     return this.collect(touched, k, accept);
   }
 
-  private append(term: number, slot: number, version: number, weight: number): void {
-    let p = this.postings.get(term);
-    if (p === undefined) {
-      p = { slots: new Int32Array(4), versions: new Uint32Array(4), weights: new Float32Array(4), used: 0, live: 0 };
-      this.postings.set(term, p);
+  /** The postings entry `e`'s block holds: [first, end), checked against the arrays. */
+  private block(e: number): [number, number] {
+    const t = this.table;
+    const from = t[e + E_AT] - 1;
+    const used = t[e + E_USED];
+    const end = from + used;
+    if (from < 0 || used < 0 || used > t[e + E_CAP] || end > this.pSlots.length || end > this.pVersions.length || end > this.pWeights.length) {
+      throw new SparseTorn();
     }
-    if (p.used === p.slots.length) grow(p, p.used * 2);
-    p.slots[p.used] = slot;
-    p.versions[p.used] = version;
-    p.weights[p.used] = weight;
-    p.used++;
-    p.live++;
+    return [from, end];
   }
 
-  private compact(p: Posting): void {
-    let w = 0;
-    for (let i = 0; i < p.used; i++) {
-      if (p.versions[i] !== this.versions[p.slots[i]]) continue;
-      p.slots[w] = p.slots[i];
-      p.versions[w] = p.versions[i];
-      p.weights[w] = p.weights[i];
-      w++;
-    }
-    assert(w === p.live, 'live postings match the document frequency');
-    p.used = w;
-    if (p.slots.length > 4 * Math.max(w, 4)) grow(p, Math.max(w, 4) * 2);
-  }
-
-  private prepareScratch(): void {
-    const need = this.docs.length;
+  /** Sizes the scratch to the slots the index covers; returns that bound. */
+  private prepareScratch(): number {
+    const need = Math.min(this.header[HW.SLOTS], this.dVersions.length, this.dLengths.length);
     if (this.scratch.length < need) {
       const cap = Math.max(need, this.scratch.length * 2, 64);
       this.scratch = new Float64Array(cap);
       this.touchedMark = new Uint8Array(cap);
     }
+    return need;
   }
 
   private accumulate(slot: number, s: number, touched: number[]): void {
@@ -250,9 +316,10 @@ export class SparseIndex {
   /** Top k of the touched slots that pass `accept`; resets the scratch marks. */
   private collect(touched: number[], k: number, accept?: (slot: number) => boolean): ScoredSlots {
     const cand: number[] = [];
-    for (const slot of touched) {
-      this.touchedMark[slot] = 0;
-      if (accept === undefined || accept(slot)) cand.push(slot);
+    try {
+      for (const slot of touched) if (accept === undefined || accept(slot)) cand.push(slot);
+    } finally {
+      for (const slot of touched) this.touchedMark[slot] = 0;
     }
     const scores = this.scratch;
     cand.sort((a, b) => scores[b] - scores[a] || a - b);
@@ -266,16 +333,232 @@ export class SparseIndex {
   }
 }
 
-function grow(p: Posting, cap: number): void {
-  const slots = new Int32Array(cap);
-  const versions = new Uint32Array(cap);
-  const weights = new Float32Array(cap);
-  slots.set(p.slots.subarray(0, p.used));
-  versions.set(p.versions.subarray(0, p.used));
-  weights.set(p.weights.subarray(0, p.used));
-  p.slots = slots;
-  p.versions = versions;
-  p.weights = weights;
+/**
+ * The index itself, written by one thread (the engine's). `shared`: its arrays are shared memory, and
+ * `handle()` lets request loops read it (SparseReader); otherwise they are this thread's.
+ */
+export class SparseIndex extends SparseReader {
+  /** Each slot's document as given (its terms, to take it out again), on this thread only. */
+  private readonly stored: (SparseDoc | undefined)[] = [];
+  /** Posting entries the arena holds, and those of blocks moved away (garbage until a compaction). */
+  private arenaEnd = 0;
+  private garbage = 0;
+  /** Arena compactions done (tests). */
+  compactions = 0;
+  private readonly garbageMin: number;
+
+  /** `arenaGarbageMin`: moved-away postings below it are never compacted (ARENA_GARBAGE_MIN; tests use less). */
+  constructor(opts: { shared?: boolean; arenaGarbageMin?: number } = {}) {
+    const shared = opts.shared === true;
+    const header = growable(HEADER_BYTES, shared);
+    super({
+      header,
+      table: growable(TABLE_MIN * ENTRY_WORDS * 4, shared),
+      slots: growable(1024, shared),
+      versions: growable(1024, shared),
+      weights: growable(1024, shared),
+      docVersions: growable(1024, shared),
+      docLengths: growable(2048, shared),
+    });
+    this.header[HW.TABLE_CAP] = TABLE_MIN;
+    this.garbageMin = opts.arenaGarbageMin ?? ARENA_GARBAGE_MIN;
+  }
+
+  /** Buffers for a reader on another thread (meaningful when made `shared`). */
+  handle(): SparseHandle {
+    return this.h;
+  }
+
+  /** Index (or replace) the document of `slot`. Terms must be distinct; weights parallel. */
+  set(slot: number, terms: Uint32Array, weights: Float32Array): void {
+    assert(Number.isInteger(slot) && slot >= 0, 'slot is a non-negative integer');
+    assert(terms.length === weights.length, 'terms and weights are parallel');
+    this.remove(slot);
+    if (terms.length === 0) return;
+    this.coverSlot(slot);
+    const version = (this.dVersions[slot] + 1) | 0;
+    let length = 0;
+    for (let i = 0; i < weights.length; i++) if (weights[i] > 0) length += weights[i];
+    this.stored[slot] = { terms: terms.slice(), weights: weights.slice(), length };
+    // The version and length first: a posting is read only once it is counted in its block.
+    this.dLengths[slot] = length;
+    this.dVersions[slot] = version;
+    this.header[HW.DOCS]++;
+    this.total[TOTAL_AT] += length;
+    for (let i = 0; i < terms.length; i++) this.append(terms[i], slot, version, weights[i]);
+  }
+
+  /** Take `slot` out of the index; a slot that holds nothing is ignored. */
+  remove(slot: number): void {
+    const doc = this.stored[slot];
+    if (doc === undefined) return;
+    this.stored[slot] = undefined;
+    this.dVersions[slot] = (this.dVersions[slot] + 1) | 0; // every posting of the old version is now dead
+    const docs = --this.header[HW.DOCS];
+    this.total[TOTAL_AT] = docs === 0 ? 0 : this.totalLength - doc.length; // no float residue on an empty index
+    for (const term of doc.terms) {
+      const e = this.find(term);
+      assert(e >= 0, 'a stored term is in the table');
+      const t = this.table;
+      const live = --t[e + E_LIVE];
+      if (t[e + E_USED] - live > live) this.compactBlock(e);
+    }
+    this.maybeCompactArena();
+  }
+
+  has(slot: number): boolean {
+    return this.stored[slot] !== undefined;
+  }
+
+  /** The stored document of a slot (terms ascending only if they were given so). */
+  get(slot: number): SparseDoc | undefined {
+    return this.stored[slot];
+  }
+
+  private coverSlot(slot: number): void {
+    if (slot < this.header[HW.SLOTS]) return;
+    const n = Math.max(slot + 1, this.header[HW.SLOTS] * 2, 256);
+    growTo(this.h.docVersions, n * 4);
+    growTo(this.h.docLengths, n * 8);
+    this.header[HW.SLOTS] = Math.min(this.dVersions.length, this.dLengths.length);
+  }
+
+  private append(term: number, slot: number, version: number, weight: number): void {
+    let e = this.find(term);
+    if (e < 0) e = this.insert(term);
+    const t = this.table;
+    if (t[e + E_USED] === t[e + E_CAP]) this.moveBlock(e, t[e + E_CAP] * 2);
+    const at = t[e + E_AT] - 1 + t[e + E_USED];
+    this.pSlots[at] = slot;
+    this.pVersions[at] = version;
+    this.pWeights[at] = weight;
+    t[e + E_USED]++;
+    t[e + E_LIVE]++;
+  }
+
+  /** A new entry for `term` with an empty block (the table grown first when half full). */
+  private insert(term: number): number {
+    if ((this.header[HW.TABLE_USED] + 1) * 2 > this.header[HW.TABLE_CAP]) this.rehash();
+    const cap = this.header[HW.TABLE_CAP];
+    const mask = cap - 1;
+    const t = this.table;
+    let i = hashOf(term, mask);
+    while (t[i * ENTRY_WORDS + E_AT] !== 0) i = (i + 1) & mask;
+    const e = i * ENTRY_WORDS;
+    const at = this.allocate(BLOCK_MIN);
+    t[e + E_TERM] = term | 0;
+    t[e + E_CAP] = BLOCK_MIN;
+    t[e + E_USED] = 0;
+    t[e + E_LIVE] = 0;
+    t[e + E_AT] = at + 1;
+    this.header[HW.TABLE_USED]++;
+    return e;
+  }
+
+  /**
+   * The table rebuilt at twice the live terms' room (a power of two, load at most a half): terms whose
+   * documents all went are dropped, their blocks become garbage.
+   */
+  private rehash(): void {
+    const old = this.table.slice(0, this.header[HW.TABLE_CAP] * ENTRY_WORDS);
+    let terms = 0;
+    for (let e = 0; e < old.length; e += ENTRY_WORDS) {
+      if (old[e + E_AT] === 0) continue;
+      if (old[e + E_LIVE] > 0) terms++;
+      else this.garbage += old[e + E_CAP];
+    }
+    let cap = TABLE_MIN;
+    while (cap < 4 * (terms + 1)) cap *= 2;
+    const next = new Int32Array(cap * ENTRY_WORDS);
+    const mask = cap - 1;
+    for (let e = 0; e < old.length; e += ENTRY_WORDS) {
+      if (old[e + E_AT] === 0 || old[e + E_LIVE] === 0) continue;
+      let i = hashOf(old[e + E_TERM], mask);
+      while (next[i * ENTRY_WORDS + E_AT] !== 0) i = (i + 1) & mask;
+      next.set(old.subarray(e, e + ENTRY_WORDS), i * ENTRY_WORDS);
+    }
+    growTo(this.h.table, next.byteLength);
+    this.table.set(next);
+    this.table.fill(0, next.length);
+    this.header[HW.TABLE_CAP] = cap;
+    this.header[HW.TABLE_USED] = terms;
+  }
+
+  /** Room for `n` postings at the arena's end; returns the first. */
+  private allocate(n: number): number {
+    const at = this.arenaEnd;
+    const end = at + n;
+    growTo(this.h.slots, end * 4);
+    growTo(this.h.versions, end * 4);
+    growTo(this.h.weights, end * 4);
+    this.arenaEnd = end;
+    return at;
+  }
+
+  /** Entry `e`'s block copied to a new one of `cap` postings at the arena's end. */
+  private moveBlock(e: number, cap: number): void {
+    const t = this.table;
+    const from = t[e + E_AT] - 1;
+    const used = t[e + E_USED];
+    const at = this.allocate(cap);
+    this.pSlots.copyWithin(at, from, from + used);
+    this.pVersions.copyWithin(at, from, from + used);
+    this.pWeights.copyWithin(at, from, from + used);
+    this.garbage += t[e + E_CAP];
+    t[e + E_CAP] = cap;
+    t[e + E_AT] = at + 1;
+  }
+
+  /** Entry `e`'s dead postings dropped in place (and its block shrunk when far too large). */
+  private compactBlock(e: number): void {
+    const t = this.table;
+    const from = t[e + E_AT] - 1;
+    const used = t[e + E_USED];
+    let w = from;
+    for (let i = from; i < from + used; i++) {
+      if (this.pVersions[i] !== this.dVersions[this.pSlots[i]]) continue;
+      this.pSlots[w] = this.pSlots[i];
+      this.pVersions[w] = this.pVersions[i];
+      this.pWeights[w] = this.pWeights[i];
+      w++;
+    }
+    const live = w - from;
+    assert(live === t[e + E_LIVE], 'live postings match the document frequency');
+    t[e + E_USED] = live;
+    if (t[e + E_CAP] > 4 * Math.max(live, BLOCK_MIN)) this.moveBlock(e, Math.max(live, BLOCK_MIN) * 2);
+  }
+
+  /**
+   * Once the arena holds more moved-away blocks than postings in use, every block is copied to the
+   * arena's start, in table order, each at its current capacity.
+   */
+  private maybeCompactArena(): void {
+    if (this.garbage < this.garbageMin || 2 * this.garbage < this.arenaEnd) return;
+    const t = this.table;
+    const cap = this.header[HW.TABLE_CAP];
+    let words = 0;
+    for (let e = 0; e < cap * ENTRY_WORDS; e += ENTRY_WORDS) if (t[e + E_AT] !== 0) words += t[e + E_CAP];
+    const slots = new Int32Array(words);
+    const versions = new Int32Array(words);
+    const weights = new Float32Array(words);
+    let at = 0;
+    for (let e = 0; e < cap * ENTRY_WORDS; e += ENTRY_WORDS) {
+      if (t[e + E_AT] === 0) continue;
+      const from = t[e + E_AT] - 1;
+      const used = t[e + E_USED];
+      slots.set(this.pSlots.subarray(from, from + used), at);
+      versions.set(this.pVersions.subarray(from, from + used), at);
+      weights.set(this.pWeights.subarray(from, from + used), at);
+      t[e + E_AT] = at + 1;
+      at += t[e + E_CAP];
+    }
+    this.pSlots.set(slots);
+    this.pVersions.set(versions);
+    this.pWeights.set(weights);
+    this.arenaEnd = words;
+    this.garbage = 0;
+    this.compactions++;
+  }
 }
 
 function empty(): ScoredSlots {

@@ -59,20 +59,32 @@ function withPackedPoints(body: unknown): unknown {
   return { ...body, points: points.map((p) => withPackedVector(p)) };
 }
 
+/** A loop's own answer, or null: a view that fails (a bug) costs the loop its shortcut, never the answer. */
+function tryLocal<T>(read: () => T | null): T | null {
+  try {
+    return read();
+  } catch {
+    return null;
+  }
+}
+
 export function engineOverLink(link: Link, reads: LocalReads | null = null): EngineApi {
   const engine: Record<string, unknown> = {};
   for (const op of CALLS) engine[op] = (...args: unknown[]) => link.call('engine', op, args);
   // A plain dense search this loop can answer over shared memory never crosses the link.
   engine.search = (c: unknown, q: unknown) => {
-    let local: ReturnType<LocalReads['search']> = null;
-    try {
-      local = reads?.search(c, q) ?? null;
-    } catch {
-      // A view that fails (a bug) costs the loop its shortcut for this search, never the answer.
-    }
+    const local = tryLocal(() => reads?.search(c, q) ?? null);
     return local !== null ? Promise.resolve(local) : link.call('engine', 'search', [c, withPackedVector(q)]);
   };
-  engine.hybridSearch = (c: unknown, q: unknown) => link.call('engine', 'hybridSearch', [c, withPackedVector(q)]);
+  // So are a hybrid search (dense, sparse and BM25 rankings fused) and a shard's rankings (a router's ask).
+  engine.hybridSearch = (c: unknown, q: unknown) => {
+    const local = tryLocal(() => reads?.hybrid(c, q) ?? null);
+    return local !== null ? Promise.resolve(local) : link.call('engine', 'hybridSearch', [c, withPackedVector(q)]);
+  };
+  engine.rankings = (c: unknown, b: unknown) => {
+    const local = tryLocal(() => reads?.rankings(c, b) ?? null);
+    return local !== null ? Promise.resolve(local) : link.call('engine', 'rankings', [c, withPackedVector(b)]);
+  };
   engine.upsert = (c: unknown, b: unknown) => link.call('engine', 'upsert', [c, withPackedPoints(b)]);
   engine.bulkUpsert = (c: unknown, b: unknown) => link.call('engine', 'bulkUpsert', [c, withPackedPoints(b)]);
   // exist_ok's answer is marked with a symbol, which a structured clone drops: it travels beside it.

@@ -1,4 +1,5 @@
 import type { Hit } from '../../core/base/model.js';
+import type { Rankings } from '../../core/query/ranking.js';
 import { ReadView, type Declined, type MatchBits, type ReadGraph, type ReadViewHandle } from '../../core/collection/shared-reads.js';
 import type { Link } from './link.js';
 import type { ReadGateView } from './read-gate.js';
@@ -22,6 +23,14 @@ const ENTRIES_MAX = 4096;
 /** Why a loop handed a search on before any view searched it: no view yet, or the gate closed (read-gate.ts). */
 export type HandedOn = Declined | 'no_view' | 'paused';
 
+/** Reads a loop answered itself, and those it handed on, by why. */
+export interface Counts {
+  local: number;
+  readonly declined: Map<HandedOn, number>;
+}
+
+const counts = (): Counts => ({ local: 0, declined: new Map() });
+
 type Entry =
   | { state: 'view'; view: ReadView; generation: number; graphAsked: boolean; notedAt: number; bitsAsked: Set<string>; bitsQuietAt: number }
   | { state: 'asking' }
@@ -40,7 +49,10 @@ type Entry =
  */
 export class LocalReads {
   private readonly views = new Map<string, Entry>();
-  readonly counts = { local: 0, declined: new Map<HandedOn, number>() };
+  /** Plain dense searches answered here (local) and handed on, by why. */
+  readonly counts: Counts = counts();
+  /** Hybrid searches and shard rankings, the same way. */
+  readonly rankingCounts: { readonly hybrid: Counts; readonly rankings: Counts } = { hybrid: counts(), rankings: counts() };
 
   private readonly sweeper: NodeJS.Timeout;
   private closed = false;
@@ -75,25 +87,40 @@ export class LocalReads {
     }
   }
 
+  /** A plain dense search's answer from this loop's view (ReadView.search), or null: hand it on. */
   search(name: unknown, query: unknown): { hits: Hit[] } | null {
+    return this.answer(name, this.counts, (v) => v.search(query as never));
+  }
+
+  /** A hybrid search's answer from this loop's view (ReadView.hybrid), or null. */
+  hybrid(name: unknown, query: unknown): { hits: Hit[] } | null {
+    return this.answer(name, this.rankingCounts.hybrid, (v) => v.hybrid(query as never));
+  }
+
+  /** A shard's rankings from this loop's view (ReadView.rankings), or null. */
+  rankings(name: unknown, body: unknown): Rankings | null {
+    return this.answer(name, this.rankingCounts.rankings, (v) => v.rankings(body as never));
+  }
+
+  private answer<T>(name: unknown, c: Counts, read: (v: ReadView) => T | null): T | null {
     if (typeof name !== 'string') return null;
     const e = this.views.get(name);
     if (e === undefined || (e.state === 'none' && this.now() - e.at >= ASK_AGAIN_MS)) {
       if (e !== undefined || this.views.size < ENTRIES_MAX) this.ask(name);
-      return this.declined('no_view');
+      return this.declined(c, 'no_view');
     }
-    if (e.state !== 'view') return this.declined('no_view');
+    if (e.state !== 'view') return this.declined(c, 'no_view');
     const v = e.view;
     const open = this.gate.enter(e.generation);
     if (open === null) {
       // Another database is served now (a replica's re-bootstrap swapped one in): this one is asked again.
       if (this.stale(e)) this.forget(name, e);
-      return this.declined('paused');
+      return this.declined(c, 'paused');
     }
-    const r = v.search(query as never);
-    if (r !== null && !this.gate.still(open)) return this.declined('paused');
+    const r = read(v);
+    if (r !== null && !this.gate.still(open)) return this.declined(c, 'paused');
     if (r !== null) {
-      this.counts.local++;
+      c.local++;
       const t = this.now();
       if (t - e.notedAt >= NOTE_READ_MS) {
         e.notedAt = t;
@@ -107,7 +134,7 @@ export class LocalReads {
       this.forget(name, e);
     } else if (why === 'epoch') this.refresh(name, e);
     else if (why === 'filter' && v.wantBits !== null) this.askBits(name, e, v.wantBits);
-    return this.declined(why);
+    return this.declined(c, why);
   }
 
   /** A view of a database no longer served (its generation is not the gate's). */
@@ -159,8 +186,8 @@ export class LocalReads {
     this.views.clear();
   }
 
-  private declined(why: HandedOn): null {
-    this.counts.declined.set(why, (this.counts.declined.get(why) ?? 0) + 1);
+  private declined(c: Counts, why: HandedOn): null {
+    c.declined.set(why, (c.declined.get(why) ?? 0) + 1);
     return null;
   }
 

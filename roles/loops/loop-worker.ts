@@ -83,6 +83,18 @@ const setup = (async (): Promise<void> => {
         for (const [reason, n] of own.counts.declined) this.inc({ answered: 'engine', reason }, n);
       },
     });
+    new Counter({
+      name: 'svc_loop_rankings_total',
+      help: 'Hybrid searches (op="hybrid") and shard rankings (op="rankings") a request loop answered itself (answered="loop"), or handed to the engine thread (answered="engine", with the reason)',
+      labelNames: ['op', 'answered', 'reason'], registers: [metrics.registry],
+      collect() {
+        this.reset();
+        for (const [op, c] of Object.entries(own.rankingCounts)) {
+          this.inc({ op, answered: 'loop', reason: '' }, c.local);
+          for (const [reason, n] of c.declined) this.inc({ op, answered: 'engine', reason }, n);
+        }
+      },
+    });
   }
   if (data.raft) addClusterRaftRoute(app, state, () => link.call('raftView') as Promise<RaftView | null>, metrics);
 })();

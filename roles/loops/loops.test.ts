@@ -207,6 +207,59 @@ describe.runIf(support.ok)(`two request loops on Node ${process.versions.node}`,
     expect((await fresh(base, 'DELETE', '/v1/collections/f')).status).toBe(200);
   });
 
+  it('a loop answers hybrid searches and shard rankings itself (dense, sparse and BM25 over shared memory), and sees every write', async () => {
+    const hybridLoop = () => metricValue(base, 'svc_loop_rankings_total{op="hybrid",answered="loop",reason=""}').catch(() => 0);
+    const rankingsLoop = () => metricValue(base, 'svc_loop_rankings_total{op="rankings",answered="loop",reason=""}').catch(() => 0);
+    expect((await fresh(base, 'POST', '/v1/collections', { name: 'h', dim: 3, metric: 'cosine', filterable: [{ path: 'tag', field_type: 'keyword' }] })).status).toBe(201);
+    const words = ['shock', 'wave', 'boundary', 'layer', 'heat', 'plate'];
+    const points = Array.from({ length: 50 }, (_, i) => ({
+      id: `h${i}`, vector: [1 + (i % 7), 1 + (i % 3), 1],
+      payload: i % 5 === 0
+        ? { tag: 'sparse', __svc_sparse__: { indices: [i % 4, 4 + (i % 3)], values: [0.5 + (i % 3), 1] } }
+        : { tag: ['x', 'y'][i % 2], __svc_text__: `${words[i % 6]} ${words[(i * 7) % 6]} ${words[(i * 5) % 6]}` },
+    }));
+    expect((await fresh(base, 'PUT', '/v1/collections/h/points', { points })).status).toBe(200);
+    const queries = [
+      { vector: [3, 1, 1], query_text: 'shock wave', k: 8 },
+      { query_text: 'boundary layer heat', k: 5, with_vector: true },
+      { vector: [2, 2, 1], sparse_indices: [1, 5], sparse_values: [1, 0.5], query_text: 'plate', k: 10, rrf_k0: 10 },
+      { query_text: 'shock', k: 6, filter: { eq: { field: 'tag', value: 'x' } } },
+    ];
+    const [hybridBefore, rankingsBefore] = [await hybridLoop(), await rankingsLoop()];
+    for (const q of queries) {
+      // A strong read goes to the engine thread: the reference for each loop's own answer.
+      const reference = (await fresh(base, 'POST', '/v1/collections/h/query/hybrid', { ...q, consistency: 'strong' })).body;
+      expect((reference as { hits: unknown[] }).hits.length, JSON.stringify(reference)).toBeGreaterThan(0);
+      for (let i = 0; i < 3; i++) {
+        for (const a of (await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/h/query/hybrid', q)).values()) expect(a.body).toEqual(reference);
+      }
+    }
+    const body = { vector: [3, 1, 1], query_text: 'shock wave', depth: 20 };
+    const rankings = (await fresh(base, 'POST', '/v1/collections/h/query/rankings', { ...body, consistency: 'strong' })).body;
+    for (let i = 0; i < 3; i++) {
+      for (const a of (await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/h/query/rankings', body)).values()) expect(a.body).toEqual(rankings);
+    }
+    expect(await hybridLoop()).toBeGreaterThan(hybridBefore);
+    expect(await rankingsLoop()).toBeGreaterThan(rankingsBefore);
+    // A text written through one connection is found through others at once (either loop), and its
+    // new text replaces it; after its delete it is gone.
+    for (let i = 0; i < 4; i++) {
+      const id = `new${i}`;
+      const q = { query_text: `zeppelin${i}`, k: 3 };
+      expect((await fresh(base, 'PUT', '/v1/collections/h/points', { points: [{ id, vector: [1, 1, 1], payload: { __svc_text__: `zeppelin${i} hangar` } }] })).status).toBe(200);
+      for (const a of (await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/h/query/hybrid', q)).values()) {
+        expect((a.body as { hits: { id: string }[] }).hits.map((h) => h.id)).toEqual([id]);
+      }
+      expect((await fresh(base, 'POST', '/v1/collections/h/points:payload', { points: [{ id, payload: { __svc_text__: 'blimp' } }], mode: 'replace' })).status).toBe(200);
+      for (const a of (await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/h/query/hybrid', q)).values()) expect(a.body).toEqual({ hits: [] });
+      expect((await fresh(base, 'DELETE', `/v1/collections/h/points/${id}`)).status).toBe(200);
+      for (const a of (await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/h/query/hybrid', { query_text: 'blimp', k: 3 })).values()) {
+        expect(a.body).toEqual({ hits: [] });
+      }
+    }
+    expect((await fresh(base, 'DELETE', '/v1/collections/h')).status).toBe(200);
+  });
+
   it('the audit chain and /metrics are the process\'s, not each loop\'s', async () => {
     const before = await metricValue(base, 'svc_http_requests_total{method="GET",route="/v1/collections/{name}"}');
     const answers = await Promise.all(Array.from({ length: 30 }, () => fresh(base, 'GET', '/v1/collections/c')));
