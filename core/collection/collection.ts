@@ -930,15 +930,19 @@ export class Collection {
     return total;
   }
 
-  /** BM25 over this collection's own corpus, or over `corpus` (the whole collection's, when it is sharded). */
+  /**
+   * BM25 over this collection's own corpus, or over `corpus` (the whole collection's, when it is
+   * sharded): the k best, and every one tied with the k-th (SparseReader.collect).
+   */
   searchBm25(terms: Uint32Array, k: number, filter?: CompiledFilter, corpus?: Bm25Corpus): ScoredSlots {
     const { bits } = this.matching(filter);
-    return this.sparse.bm25(terms, k, (s) => bits.has(s), undefined, corpus);
+    return this.sparse.bm25(terms, k, (s) => bits.has(s), undefined, corpus, true);
   }
 
+  /** The k best sparse dot products, and every one tied with the k-th. */
   searchSparseDot(indices: Uint32Array, values: Float32Array, k: number, filter?: CompiledFilter): ScoredSlots {
     const { bits } = this.matching(filter);
-    return this.sparse.dot(indices, values, k, (s) => bits.has(s));
+    return this.sparse.dot(indices, values, k, (s) => bits.has(s), true);
   }
 
   /** Contract score from an internal distance: cosine similarity, inner product, or Euclidean distance. */

@@ -1359,7 +1359,7 @@ export class Database {
   }
 
   private denseHits(col: Collection, r: SearchResult, k: number, withPayload: boolean, withVector: boolean): Hit[] {
-    const slots = tiesById((s) => col.idOf(s), r);
+    const slots = tiesById((s) => col.idOf(s), r, k);
     const hits: Hit[] = [];
     for (let i = 0; i < Math.min(k, slots.length); i++) {
       hits.push(this.hit(col, slots[i], i, col.score(r.dists[i]), withPayload, withVector));
@@ -1413,12 +1413,13 @@ export class Database {
     }
     await this.prepareRead(col, parseConsistency(q.consistency));
     const out: Rankings = {};
-    // Each ranking `depth` deep with the tie rule at its cut too (see search).
-    const ranked = async (run: (n: number) => SearchResult | Promise<SearchResult>, score: (x: number) => number): Promise<Ranked[]> => {
+    // Each ranking `depth` deep with the tie rule at its cut too (see search). `whole`: `run` gives every
+    // entry tied with its last (the sparse and BM25 rankings), so no wider run is needed.
+    const ranked = async (run: (n: number) => SearchResult | Promise<SearchResult>, score: (x: number) => number, whole = false): Promise<Ranked[]> => {
       let r = await run(depth + 1);
-      if (tieAtCut(r.dists, depth, depth + 1)) r = await widenTies(r, depth, depth + 1, col.liveCount, run);
+      if (!whole && tieAtCut(r.dists, depth, depth + 1)) r = await widenTies(r, depth, depth + 1, col.liveCount, run);
       const dists = r.dists.subarray(0, Math.min(depth, r.dists.length));
-      const slots = tiesById((s) => col.idOf(s), r).subarray(0, dists.length);
+      const slots = tiesById((s) => col.idOf(s), r, dists.length).subarray(0, dists.length);
       return Array.from(slots, (slot, i) => {
         const e: Ranked = { id: col.idOf(slot), score: score(dists[i]) };
         if (withPayload) e.payload = col.payloadOf(slot);
@@ -1431,9 +1432,9 @@ export class Database {
     if (dense !== null) out.dense = await ranked((n) => this.searchDense(col, dense, n, Math.max(ef, n), filter), (d) => col.score(d));
     // Scores best first: as negated "distances", so the tie rule reads them the same way.
     const scored = (r: ScoredSlots): SearchResult => ({ slots: r.slots, dists: r.scores });
-    if (sparse !== null) out.sparse = await ranked((n) => scored(col.searchSparseDot(sparse.terms, sparse.weights, n, filter)), (x) => x);
+    if (sparse !== null) out.sparse = await ranked((n) => scored(col.searchSparseDot(sparse.terms, sparse.weights, n, filter)), (x) => x, true);
     // BM25 where some document has text: a text query over a collection without any is its dense ranking.
-    if (terms !== null && (corpus?.n ?? col.sparse.stats().n) > 0) out.text = await ranked((n) => scored(col.searchBm25(terms, n, filter, corpus)), (x) => x);
+    if (terms !== null && (corpus?.n ?? col.sparse.stats().n) > 0) out.text = await ranked((n) => scored(col.searchBm25(terms, n, filter, corpus)), (x) => x, true);
     else if (terms !== null) out.text = [];
     return out;
   }

@@ -183,6 +183,50 @@ async function loadCorpus(db: NodeEngine<Database>, name: string, seed: number):
   return { order, docs, group };
 }
 
+describe('the tie rule in the sparse and BM25 rankings', () => {
+  it('orders equal scores by id across the cut, wherever the cut falls, with and without a filter', async () => {
+    const db = await open();
+    await db.createCollection({ name: 't', dim: 2, metric: 'l2', filterable: [{ path: 'g', field_type: 'keyword' }] });
+    const prng = new Prng(5);
+    // Documents of one length over three words: a handful of distinct scores, long runs of equal ones.
+    const words = ['wing', 'flow', 'shock'];
+    const texts = new Map<string, string>();
+    const sparse = new Map<string, { indices: number[]; values: number[] }>();
+    const groups = new Map<string, string>();
+    const points = Array.from({ length: 300 }, (_, i) => {
+      // Ids whose slot order is not their id order.
+      const id = `d${(i * 7919) % 1000}`;
+      const g = ['a', 'b'][prng.int(2)];
+      groups.set(id, g);
+      if (i % 3 === 0) {
+        const v = { indices: [prng.int(3)], values: [1 + prng.int(2)] };
+        sparse.set(id, v);
+        return { id, vector: [0, 0], payload: { g, __svc_sparse__: v } };
+      }
+      const text = Array.from({ length: 2 }, () => words[prng.int(3)]).join(' ');
+      texts.set(id, text);
+      return { id, vector: [0, 0], payload: { g, __svc_text__: text } };
+    });
+    await db.upsert('t', { points });
+    const byScoreThenId = (a: { id: string; score: number }, b: { id: string; score: number }) => b.score - a.score || Buffer.compare(Buffer.from(a.id), Buffer.from(b.id));
+    for (const filter of [undefined, { eq: { field: 'g', value: 'b' } }]) {
+      const all = await db.rankings('t', { query_text: 'wing flow', sparse_indices: [0, 1], sparse_values: [1, 1], depth: 1000, filter });
+      for (const list of [all.text!, all.sparse!]) {
+        expect(list.length).toBeGreaterThan(20);
+        // Few distinct scores: the cuts below fall inside runs of equal ones.
+        expect(new Set(list.map((e) => e.score)).size).toBeLessThan(12);
+        expect(list).toEqual([...list].sort(byScoreThenId));
+        if (filter !== undefined) for (const e of list) expect(groups.get(e.id)).toBe('b');
+      }
+      for (const depth of [1, 7, 20, 33, 64]) {
+        const r = await db.rankings('t', { query_text: 'wing flow', sparse_indices: [0, 1], sparse_values: [1, 1], depth, filter });
+        expect(r.text).toEqual(all.text!.slice(0, depth));
+        expect(r.sparse).toEqual(all.sparse!.slice(0, depth));
+      }
+    }
+  });
+});
+
 describe('hybrid search: RRF of independently produced rankings', () => {
   const cases = [
     { label: 'without a filter', filter: undefined, keep: () => true },

@@ -743,7 +743,7 @@ export class ReadView {
     }
     // Every hit still live now: else a write raced the search, and the engine thread answers it.
     for (const s of r.slots) if (!this.live.has(s)) return this.decline('moved');
-    const slots = tiesById((s) => this.idOf(s), r);
+    const slots = tiesById((s) => this.idOf(s), r, k);
     // An update publishes the new slot before it tombstones the old (Collection.put): a search between
     // the two may hold both. Then the engine thread answers, which never sees the two at once.
     const seen = new Set<string>();
@@ -898,11 +898,11 @@ export class ReadView {
       }
       // Scores best first: as negated "distances", so the tie rule reads them the same way.
       if (sparse !== null) {
-        out.sparse = this.ranked((n) => scored(this.sparse.dot(sparse!.terms, sparse!.weights, n, accept)), depth, (x) => x, withPayload, withVector);
+        out.sparse = this.ranked((n) => scored(this.sparse.dot(sparse!.terms, sparse!.weights, n, accept, true)), depth, (x) => x, withPayload, withVector, true);
       }
       // BM25 where some document has text: a text query over a collection without any is its dense ranking.
       if (terms !== null && (corpus?.n ?? this.sparse.docs) > 0) {
-        out.text = this.ranked((n) => scored(this.sparse.bm25(terms!, n, accept, undefined, corpus)), depth, (x) => x, withPayload, withVector);
+        out.text = this.ranked((n) => scored(this.sparse.bm25(terms!, n, accept, undefined, corpus, true)), depth, (x) => x, withPayload, withVector, true);
       } else if (terms !== null) out.text = [];
     } catch (e) {
       // A plan that would scan more than a loop does; arrays a write changed under the read.
@@ -915,12 +915,15 @@ export class ReadView {
     return out;
   }
 
-  /** One ranking `depth` deep with the tie rule at its cut (Database.rankingsOf's `ranked`). */
-  private ranked(run: (n: number) => SearchResult, depth: number, score: (x: number) => number, withPayload: boolean, withVector: boolean): Ranked[] {
+  /**
+   * One ranking `depth` deep with the tie rule at its cut (Database.rankingsOf's `ranked`); `whole`: `run`
+   * gives every entry tied with its last already.
+   */
+  private ranked(run: (n: number) => SearchResult, depth: number, score: (x: number) => number, withPayload: boolean, withVector: boolean, whole = false): Ranked[] {
     let r = run(depth + 1);
-    if (tieAtCut(r.dists, depth, depth + 1)) r = widenTiesNow(r, depth, depth + 1, this.live.count, run);
+    if (!whole && tieAtCut(r.dists, depth, depth + 1)) r = widenTiesNow(r, depth, depth + 1, this.live.count, run);
     const dists = r.dists.subarray(0, Math.min(depth, r.dists.length));
-    const slots = tiesById((s) => this.idOf(s), r).subarray(0, dists.length);
+    const slots = tiesById((s) => this.idOf(s), r, dists.length).subarray(0, dists.length);
     return Array.from(slots, (slot, i) => {
       const e: Ranked = { id: this.idOf(slot), score: score(dists[i]) };
       if (withPayload) e.payload = this.payloadOf(slot) ?? {};

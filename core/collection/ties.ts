@@ -4,17 +4,20 @@ import type { SearchResult } from '../index/flat.js';
 /**
  * Hits of equal distance in id order (CONTRACT.md section 1: by UTF-8 bytes), so an answer never depends
  * on slot numbers, which differ between a leader and its replicas, or after a rebuild. Distances come
- * sorted; only runs of equal ones are touched, and the common case (none) allocates nothing.
+ * sorted; only runs of equal ones are touched, and the common case (none) allocates nothing. Only the
+ * first `limit` matter to the caller: a run that starts at or after it is left as it is. Each slot's id
+ * is asked for once (a request loop decodes it from shared memory).
  */
-export function tiesById(idOf: (slot: number) => string, r: SearchResult): Int32Array {
+export function tiesById(idOf: (slot: number) => string, r: SearchResult, limit = r.dists.length): Int32Array {
   let out: Int32Array | null = null;
-  for (let i = 0; i < r.dists.length;) {
+  const end = r.dists.length;
+  for (let i = 0; i < Math.min(limit, end);) {
     let j = i + 1;
-    while (j < r.dists.length && r.dists[j] === r.dists[i]) j++;
+    while (j < end && r.dists[j] === r.dists[i]) j++;
     if (j - i > 1) {
       out ??= Int32Array.from(r.slots);
-      const run = Array.from(out.subarray(i, j)).sort((a, b) => compareIdsUtf8(idOf(a), idOf(b)));
-      out.set(run, i);
+      const run = Array.from(out.subarray(i, j), (slot) => ({ slot, id: idOf(slot) })).sort((a, b) => compareIdsUtf8(a.id, b.id));
+      for (let x = 0; x < run.length; x++) out[i + x] = run[x].slot;
     }
     i = j;
   }

@@ -247,6 +247,33 @@ describe('SparseIndex dot', () => {
   });
 });
 
+describe('SparseIndex ties at the cut', () => {
+  it('gives the k best and, asked to, every one whose float32 score equals the k-th\'s: no larger k needed for the tie rule', () => {
+    fc.assert(fc.property(
+      fc.array(fc.uniqueArray(fc.integer({ min: 0, max: 5 }), { minLength: 1, maxLength: 3 }), { minLength: 1, maxLength: 40 }),
+      fc.integer({ min: 1, max: 45 }),
+      (docs, k) => {
+        const idx = new SparseIndex();
+        docs.forEach((terms, slot) => idx.set(slot, Uint32Array.from(terms), Float32Array.from(terms, (t) => 1 + (t % 2))));
+        const query = Uint32Array.of(0, 1, 3);
+        const all = idx.bm25(query, 1000);
+        const plain = idx.bm25(query, k);
+        const whole = idx.bm25(query, k, undefined, undefined, undefined, true);
+        expect(Array.from(plain.slots)).toEqual(Array.from(all.slots.subarray(0, k)));
+        // The reference: the first k, then all that tie with the k-th.
+        let m = Math.min(k, all.slots.length);
+        while (m > 0 && m < all.slots.length && all.scores[m] === all.scores[m - 1]) m++;
+        expect(Array.from(whole.slots)).toEqual(Array.from(all.slots.subarray(0, m)));
+        const dots = idx.dot(query, Float32Array.of(1, 1, 1), k, undefined, true);
+        const allDots = idx.dot(query, Float32Array.of(1, 1, 1), 1000);
+        let d = Math.min(k, allDots.slots.length);
+        while (d > 0 && d < allDots.slots.length && allDots.scores[d] === allDots.scores[d - 1]) d++;
+        expect(Array.from(dots.slots)).toEqual(Array.from(allDots.slots.subarray(0, d)));
+      },
+    ), { numRuns: 300 });
+  });
+});
+
 describe('SparseIndex in shared memory (a request loop reads it, issue 20)', () => {
   /** Seeded churn: many terms (the table grows, terms whose documents went are dropped), blocks moved and compacted. */
   function churn(idx: SparseIndex, docs: Map<number, Doc>, seed: number, steps: number): void {

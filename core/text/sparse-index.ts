@@ -228,6 +228,7 @@ export class SparseReader {
     accept?: (slot: number) => boolean,
     params: Bm25Params = DEFAULT_BM25,
     corpus?: Bm25Corpus,
+    ties = false,
   ): ScoredSlots {
     const docs = this.docs;
     if (docs === 0 || k <= 0) return empty();
@@ -257,11 +258,11 @@ export class SparseReader {
         this.accumulate(slot, s, touched);
       }
     }
-    return this.collect(touched, k, accept);
+    return this.collect(touched, k, accept, ties);
   }
 
   /** Sparse dot product of the query with each stored vector; repeated query indices add up. */
-  dot(indices: Uint32Array, values: Float32Array, k: number, accept?: (slot: number) => boolean): ScoredSlots {
+  dot(indices: Uint32Array, values: Float32Array, k: number, accept?: (slot: number) => boolean, ties = false): ScoredSlots {
     assert(indices.length === values.length, 'indices and values are parallel');
     if (this.docs === 0 || k <= 0) return empty();
     const touched: number[] = [];
@@ -278,7 +279,7 @@ export class SparseReader {
         this.accumulate(slot, v * this.pWeights[i], touched);
       }
     }
-    return this.collect(touched, k, accept);
+    return this.collect(touched, k, accept, ties);
   }
 
   /** The postings entry `e`'s block holds: [first, end), checked against the arrays. */
@@ -313,8 +314,12 @@ export class SparseReader {
     this.scratch[slot] += s;
   }
 
-  /** Top k of the touched slots that pass `accept`; resets the scratch marks. */
-  private collect(touched: number[], k: number, accept?: (slot: number) => boolean): ScoredSlots {
+  /**
+   * Top k of the touched slots that pass `accept`; resets the scratch marks. `ties`: and every slot after
+   * the k-th whose score equals its as a float32 (what callers compare): a caller that orders equal
+   * scores by id needs the whole run at its cut, which it would otherwise ask for with ever larger k.
+   */
+  private collect(touched: number[], k: number, accept?: (slot: number) => boolean, ties = false): ScoredSlots {
     const cand: number[] = [];
     try {
       for (const slot of touched) if (accept === undefined || accept(slot)) cand.push(slot);
@@ -323,7 +328,11 @@ export class SparseReader {
     }
     const scores = this.scratch;
     cand.sort((a, b) => scores[b] - scores[a] || a - b);
-    const m = Math.min(k, cand.length);
+    let m = Math.min(k, cand.length);
+    if (ties && m > 0) {
+      const last = Math.fround(scores[cand[m - 1]]);
+      while (m < cand.length && Math.fround(scores[cand[m]]) === last) m++;
+    }
     const out = { slots: new Int32Array(m), scores: new Float32Array(m) };
     for (let i = 0; i < m; i++) {
       out.slots[i] = cand[i];
