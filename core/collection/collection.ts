@@ -1,8 +1,9 @@
+import { assert } from '../base/assert.js';
 import type { Bitset } from '../base/bitset.js';
 import type { Clock } from '../base/clock.js';
 import type { Limits } from '../base/limits.js';
 import type { Payload } from '../base/model.js';
-import { flatSearch, type SearchResult } from '../index/flat.js';
+import type { SearchResult } from '../index/flat.js';
 import { Hnsw, type HnswOptions } from '../index/hnsw/hnsw.js';
 import type { DistanceKind } from '../index/kernels/kernel.js';
 import { ScalarCodes } from '../index/scalar-codes.js';
@@ -17,6 +18,7 @@ import {
   GRAPH_PERSIST_CHANGED_SHARE, GRAPH_PERSIST_INTERVAL_MS, GRAPH_PERSIST_NODES_MIN, loadGraph, writeGraph, type GraphParams, type GraphPoints,
 } from './graph-persist.js';
 import { LiveSet } from './live-set.js';
+import { searchMulti, TokenSpans, type MultiReadable } from './multi-search.js';
 import { SharedReadState, type MatchBits, type ReadViewHandle } from './shared-reads.js';
 import { runDensePlan, type DensePlan } from './search-pool-plan.js';
 import type { CollectionSpec } from './params.js';
@@ -121,7 +123,9 @@ export class Collection {
   /** What request loops read (opts.sharedReads), or null. */
   readonly reads: SharedReadState | null;
   /** Multi-vector collections: the live first-token slots, one per document (the filter universe). */
-  private readonly heads = new LiveSet();
+  private readonly heads: LiveSet;
+  /** Multi-vector collections with shared reads: each token's document, for request loops (multi-search.ts). */
+  private readonly spans: TokenSpans | null;
   private graph: Hnsw | null = null;
   /** Scalar quantization: the codes graph searches traverse, written for every slot below `codedUpTo`. */
   private codes: ScalarCodes | null = null;
@@ -165,8 +169,10 @@ export class Collection {
     this.kind = opts.spec.metric === 'l2' ? 'l2' : 'ip';
     this.store = VectorStore.create({ dim: opts.spec.dim });
     this.payloadIndex = new PayloadIndex(opts.spec.filterable);
-    this.reads = opts.sharedReads === true && !opts.spec.multivector ? new SharedReadState() : null;
+    this.reads = opts.sharedReads === true ? new SharedReadState() : null;
     this.live = this.reads !== null ? LiveSet.shared() : new LiveSet();
+    this.heads = this.reads !== null && opts.spec.multivector ? LiveSet.shared() : new LiveSet();
+    this.spans = this.reads !== null && opts.spec.multivector ? new TokenSpans() : null;
     this.sparse = new SparseIndex({ shared: this.reads !== null });
   }
 
@@ -174,7 +180,8 @@ export class Collection {
   readHandle(): ReadViewHandle | null {
     if (this.reads === null || this.dropped) return null;
     this.publishGraph();
-    return this.reads.handle(this.uid, this.spec, this.opts.limits, this.store.handle(), this.live.handle()!, this.sparse.handle());
+    const multi = this.spans === null ? null : { heads: this.heads.handle()!, spans: this.spans.buffer };
+    return this.reads.handle(this.uid, this.spec, this.opts.limits, this.store.handle(), this.live.handle()!, this.sparse.handle(), multi);
   }
 
   /**
@@ -360,10 +367,16 @@ export class Collection {
       slots[t] = slot;
       this.ids[slot] = d.id;
       this.payloads[slot] = null;
-      this.live.add(slot);
     }
     const first = slots[0];
     this.payloads[first] = d.payload;
+    if (this.spans !== null) {
+      // Published before the tokens are live (a request loop reads a live token's document from them).
+      assert(slots[d.count - 1] === first + d.count - 1, "a document's tokens are consecutive slots");
+      this.spans.set(first, d.count);
+      this.reads?.put(first, d.id, d.payload);
+    }
+    for (const slot of slots) this.live.add(slot);
     this.heads.add(first);
     this.idToSlot.set(d.id, first);
     this.docTokens.set(d.id, slots);
@@ -872,63 +885,25 @@ export class Collection {
     return [...(this.docTokens.get(id) ?? [])].map((slot) => Array.from(this.store.view(slot)));
   }
 
-  /**
-   * Multi-vector search: candidates from the token pool (each query token's nearest tokens in the graph,
-   * or every matching document when the filter is selective or the pool is small), re-ranked by exact
-   * MaxSim: for each query token the best-matching document token, summed over query tokens.
-   */
+  /** Multi-vector search (multi-search.ts), over the live documents matching `filter`. */
   searchMulti(queries: Float32Array[], k: number, ef: number, filter?: CompiledFilter): { ids: string[]; scores: number[] } {
-    const { bits, count } = this.matching(filter);
-    if (count === 0) return { ids: [], scores: [] };
-    let candidates: Iterable<string>;
-    const exactBelow = 2000;
-    if (this.graph === null || count <= exactBelow || this.spec.index === 'flat') {
-      candidates = [...bits].map((s) => this.ids[s]);
-    } else {
-      const pool = new Set<string>();
-      const perToken = Math.min(this.opts.limits.maxEfSearch, Math.max(16 * k, 256));
-      for (const q of queries) {
-        const tokenAccept = (s: number): boolean => this.live.has(s);
-        const fromGraph = this.graph.search(q, perToken, Math.max(ef, perToken), tokenAccept);
-        const tail = this.live.slotsIn(this.indexedUpTo, this.store.count);
-        const fromTail = tail.length === 0 ? EMPTY : flatSearch(this.store, this.store.kernel, q, perToken, this.kind, tail);
-        for (const r of [fromGraph, fromTail]) {
-          for (const s of r.slots) {
-            const id = this.ids[s];
-            if (bits.has(this.idToSlot.get(id)!)) pool.add(id);
-          }
-        }
-      }
-      candidates = pool;
-    }
-    const scored: [string, number][] = [];
-    for (const id of candidates) scored.push([id, this.maxSim(queries, this.docTokens.get(id)!)]);
-    scored.sort((a, b) => b[1] - a[1] || (a[0] < b[0] ? -1 : a[0] > b[0] ? 1 : 0));
-    const top = scored.slice(0, k);
-    return { ids: top.map((t) => t[0]), scores: top.map((t) => t[1]) };
+    return searchMulti(this.multiSource, this.matching(filter), queries, k, ef);
   }
 
-  /** Similarity per token pair: inner product (cosine vectors are unit length) or, for l2, minus the distance. */
-  private maxSim(queries: Float32Array[], tokens: Int32Array): number {
-    let total = 0;
-    const dim = this.spec.dim;
-    for (const q of queries) {
-      let best = -Infinity;
-      for (const slot of tokens) {
-        const v = this.store.view(slot);
-        let sim = 0;
-        if (this.kind === 'l2') {
-          for (let i = 0; i < dim; i++) sim += (q[i] - v[i]) ** 2;
-          sim = -Math.sqrt(sim);
-        } else {
-          for (let i = 0; i < dim; i++) sim += q[i] * v[i];
-        }
-        if (sim > best) best = sim;
-      }
-      total += best;
-    }
-    return total;
-  }
+  /** This collection as multi-search.ts reads it. */
+  private readonly multiSource: MultiReadable = ((col: Collection): MultiReadable => ({
+    get graph() { return col.graph; },
+    get store() { return col.store; },
+    get kind() { return col.kind; },
+    get dim() { return col.spec.dim; },
+    get flat() { return col.spec.index === 'flat'; },
+    get maxEfSearch() { return col.opts.limits.maxEfSearch; },
+    tokenLive: (slot) => col.live.has(slot),
+    tail: () => col.live.slotsIn(col.indexedUpTo, col.store.count),
+    headOf: (slot) => col.idToSlot.get(col.ids[slot])!,
+    tokens: (head) => col.docTokens.get(col.ids[head])!,
+    idOf: (head) => col.ids[head],
+  }))(this);
 
   /**
    * BM25 over this collection's own corpus, or over `corpus` (the whole collection's, when it is

@@ -11,7 +11,6 @@ import {
   type Hit, type MultiVectorQuery, type PointOutput, type ReplicaResume, type ReplicateRequest, type ReplicationEvent,
   type SearchQuery, type SetPayloadBody, type SnapshotResult,
 } from '../base/model.js';
-import { compareIdsUtf8 } from '../base/id-order.js';
 import { checkName, checkPointId } from '../base/names.js';
 import type { SearchResult } from '../index/flat.js';
 import { compileFilter, type CompiledFilter } from '../query/filter.js';
@@ -33,7 +32,7 @@ import {
 import { defaultBuildWorkers, extendGraphInline, extendGraphInWorker, indexBuilderInWorkers, prewarmIndexBuilds } from './rebuild.js';
 import { SearchDispatch } from './search-dispatch.js';
 import { SearchPool, type SearchPoolStats } from './search-pool.js';
-import { tieAtCut, tiesById, widenTies } from './ties.js';
+import { multiTiesById, tieAtCut, tiesById, widenTies } from './ties.js';
 import type { MatchBits, ReadGraph, ReadViewHandle } from './shared-reads.js';
 import { replicationStream, type ReplicationView } from './replication.js';
 import { owner } from '../cluster/routing/hrw.js';
@@ -1265,7 +1264,7 @@ export class Database {
 
   /**
    * A request loop's handle on collection `name`, to search it itself (shared-reads.ts), or null: no
-   * such collection, opts.sharedReads unset, or a multi-vector one (searched here). Ready once open.
+   * such collection, or opts.sharedReads unset. Ready once open.
    */
   readView(name: string): ReadViewHandle | null {
     if (this.closed) return null;
@@ -1866,12 +1865,6 @@ export class Database {
     }
     await this.dir.close();
   }
-}
-
-/** A multi-vector ranking's equal scores in id order, cut to k. */
-function multiTiesById(r: { ids: string[]; scores: number[] }, k: number): { ids: string[]; scores: number[] } {
-  const order = r.ids.map((_, i) => i).sort((a, b) => r.scores[b] - r.scores[a] || compareIdsUtf8(r.ids[a], r.ids[b])).slice(0, k);
-  return { ids: order.map((i) => r.ids[i]), scores: order.map((i) => r.scores[i]) };
 }
 
 /** A random seed for callers that want graphs to differ between runs. */

@@ -206,6 +206,63 @@ describe('hybrid searches and rankings read from shared memory (request loops, i
   });
 });
 
+describe('multi-vector searches read from shared memory (request loops, issue 20)', () => {
+  it('answers every multi-vector search exactly as the engine thread does, graph and exact, through writes', async () => {
+    const db = await openDb();
+    const dim = 4;
+    const filterable = [{ path: 'tag', field_type: 'keyword' as const }];
+    await db.createCollection({ name: 'm', dim, metric: 'cosine', multivector: true, filterable });
+    await db.createCollection({ name: 'l', dim, metric: 'l2', multivector: true, index: 'flat', filterable });
+    const prng = new Prng(20261129);
+    // Coarse values: equal MaxSim scores (ties by id) come up.
+    const vec = (): number[] => Array.from({ length: dim }, () => prng.int(3) - 1 || 0.5);
+    const doc = (id: string) => ({ id, vectors: Array.from({ length: 1 + prng.int(3) }, vec), ...(prng.int(4) === 0 ? {} : { payload: { tag: ['a', 'b'][prng.int(2)], id } }) });
+    const filters = [{ eq: { field: 'tag', value: 'a' } }, { not: { eq: { field: 'tag', value: 'b' } } }];
+    // Past 2,000 documents the HNSW collection takes its candidates from the token graph.
+    for (let i = 0; i < 2400; i += 400) await db.upsertDocuments('m', { documents: Array.from({ length: 400 }, (_, j) => doc(`d${i + j}`)) });
+    await db.searchMultiVector('m', { vectors: [vec()], consistency: 'strong' });
+    const views = new Map<string, ReadView>();
+    let answered = 0;
+    for (let round = 0; round < 12; round++) {
+      for (const name of ['m', 'l']) {
+        await db.upsertDocuments(name, { documents: Array.from({ length: 10 + prng.int(40) }, () => doc(`d${prng.int(name === 'm' ? 2600 : 300)}`)) });
+        if (prng.int(3) === 0) for (let i = 0; i < 3; i++) await db.deleteDocument(name, `d${prng.int(300)}`);
+        if (prng.int(3) === 0) await db.setPayload(name, { points: [{ id: `d${prng.int(300)}`, payload: { tag: 'a' } }], mode: 'merge' }).catch(() => undefined);
+        let v = views.get(name);
+        if (v === undefined) views.set(name, v = new ReadView(db.readView(name)!, { patchBudgetMs: Infinity }));
+        for (let i = 0; i < 5; i++) {
+          const q = {
+            vectors: Array.from({ length: 1 + prng.int(3) }, vec), k: 1 + prng.int(20),
+            ...(prng.int(3) === 0 ? { filter: filters[prng.int(2)] } : {}), ...(prng.int(4) === 0 ? { with_vector: true } : {}), ...(prng.int(5) === 0 ? { with_payload: false } : {}),
+          };
+          const before = v.epoch;
+          const theirs = await db.searchMultiVector(name, q);
+          const view = v;
+          const mine = viewAnswer(db, view, () => view.searchMultiVector(q), q.filter);
+          expect(mine, `declined: ${v.declined}`).not.toBeNull();
+          if (v.epoch !== before) continue;
+          expect(mine).toEqual(theirs);
+          answered++;
+        }
+      }
+      if (round % 5 === 4) await db.searchMultiVector('m', { vectors: [vec()], consistency: 'strong' });
+    }
+    expect(answered).toBeGreaterThan(80);
+    // Strong reads, a point collection's view, input the engine refuses: handed on.
+    const v = views.get('m')!;
+    for (const q of [{ vectors: [vec()], consistency: 'strong' }, { vectors: [[1, 2]] }, { vectors: [] }, { vectors: [vec()], k: 0 }, { vectors: [vec()], extra: 1 }]) {
+      expect(v.searchMultiVector(q as never), JSON.stringify(q)).toBeNull();
+      expect(v.declined).toBe('shape');
+    }
+    await db.createCollection({ name: 'p', dim, metric: 'l2' });
+    const p = new ReadView(db.readView('p')!);
+    expect(p.searchMultiVector({ vectors: [vec()] })).toBeNull();
+    expect(p.declined).toBe('shape');
+    p.close();
+    for (const view of views.values()) view.close();
+  });
+});
+
 /** A reader thread: asks for the 'shock' ranking until told to stop, and reports any entry inconsistent in itself. */
 const RANKING_READER = `const { parentPort, workerData } = require('node:worker_threads');
 (async () => {

@@ -458,10 +458,13 @@ describe('a collection read from shared memory (request loops, issue 20)', () =>
     v.close();
   });
 
-  it('gives no view of a multi-vector collection, or without sharedReads', async () => {
+  it('gives no view without sharedReads; a multi-vector collection\'s view answers no dense search', async () => {
     const db = await openDb();
     await db.createCollection({ name: 'm', dim: 2, metric: 'cosine', multivector: true });
-    expect(db.readView('m')).toBeNull();
+    const m = new ReadView(db.readView('m')!);
+    expect(m.search({ vector: [1, 0] })).toBeNull();
+    expect(m.declined).toBe('shape');
+    m.close();
     expect(db.readView('absent')).toBeNull();
     const plain = await openDb({ sharedReads: false });
     await plain.createCollection({ name: 'c', dim: 2, metric: 'l2' });

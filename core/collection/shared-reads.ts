@@ -1,7 +1,7 @@
 import { Bitset } from '../base/bitset.js';
 import { growShared, growableShared } from '../base/growable.js';
 import type { Limits } from '../base/limits.js';
-import type { Hit, HybridQuery, Payload, SearchQuery } from '../base/model.js';
+import type { Hit, HybridQuery, MultiVectorQuery, Payload, SearchQuery } from '../base/model.js';
 import { BODIES, bodyKeys } from '../base/bodies.js';
 import type { SearchResult } from '../index/flat.js';
 import { Hnsw, type HnswData } from '../index/hnsw/hnsw.js';
@@ -10,7 +10,8 @@ import { ScalarCodes } from '../index/scalar-codes.js';
 import { VectorStore, type VectorStoreHandle } from '../index/vector-store.js';
 import { SharedLiveView, type LiveSetHandle } from './live-set.js';
 import type { CollectionSpec } from './params.js';
-import { parseVector } from './points.js';
+import { parseTokens, parseVector } from './points.js';
+import { searchMulti, TokenSpans, type MultiReadable } from './multi-search.js';
 import {
   checkObject, fusionDepth, parseBool, parseConsistency, parseDepth, parseEf, parseK, parseQueryTerms, parseRrfK0,
 } from './queries.js';
@@ -20,7 +21,7 @@ import { compileFilter, evaluate, type CompiledFilter } from '../query/filter.js
 import { filterKey } from '../query/payload-index.js';
 import { planFilteredSearch } from '../query/planner.js';
 import { ExactScanRefused, runDensePlan, type DensePlan } from './search-pool-plan.js';
-import { tieAtCut, tiesById, widenTiesNow } from './ties.js';
+import { multiTiesById, tieAtCut, tiesById, widenTiesNow } from './ties.js';
 
 /**
  * A collection read from another thread (issue 20): a request loop of a multi-loop server answers a plain
@@ -222,6 +223,8 @@ export interface ReadViewHandle {
   readonly journal: SharedArrayBuffer;
   /** The BM25 and sparse-vector index (Collection.sparse, in shared memory). */
   readonly sparse: SparseHandle;
+  /** A multi-vector collection's live documents (their heads) and each token's document (TokenSpans). */
+  readonly multi: { readonly heads: LiveSetHandle; readonly spans: SharedArrayBuffer } | null;
   /** The graph epoch when the handle was made. */
   readonly graph: ReadGraph;
 }
@@ -409,17 +412,20 @@ export class SharedReadState {
     Atomics.store(this.header, H.RETIRED, 1);
   }
 
-  handle(uid: string, spec: CollectionSpec, limits: Limits, store: VectorStoreHandle, live: LiveSetHandle, sparse: SparseHandle): ReadViewHandle | null {
+  handle(
+    uid: string, spec: CollectionSpec, limits: Limits, store: VectorStoreHandle, live: LiveSetHandle, sparse: SparseHandle, multi: ReadViewHandle['multi'],
+  ): ReadViewHandle | null {
     if (this.broken) return null;
     return {
       uid, spec, limits, store, live, ids: this.ids.handle(), payloads: this.payloads.handle(), header: this.header.buffer as SharedArrayBuffer,
-      journal: this.journal.buffer as SharedArrayBuffer, sparse, graph: this.currentGraph(),
+      journal: this.journal.buffer as SharedArrayBuffer, sparse, multi, graph: this.currentGraph(),
     };
   }
 }
 
 const SEARCH_KEYS = bodyKeys(BODIES.search);
 const HYBRID_KEYS = bodyKeys(BODIES.hybridSearch);
+const MULTI_KEYS = bodyKeys(BODIES.searchMultiVector);
 const RANKINGS_KEYS = bodyKeys(BODIES.rankings);
 const EMPTY: SearchResult = { slots: new Int32Array(0), dists: new Float32Array(0) };
 /** Scores (best first) as a SearchResult, whose tie rule reads equal values alike. */
@@ -456,6 +462,8 @@ export class ReadView {
   private readonly payloads: SharedRecords;
   private readonly header: Int32Array;
   private readonly sparse: SparseReader;
+  /** A multi-vector collection's live documents and token spans; null for a point collection. */
+  private readonly multi: { readonly heads: SharedLiveView; readonly spans: TokenSpans } | null;
   private graph: Hnsw | null = null;
   private graphEpoch = -1;
   private readonly journal: Int32Array;
@@ -502,6 +510,7 @@ export class ReadView {
     this.header = new Int32Array(h.header);
     this.journal = new Int32Array(h.journal);
     this.sparse = new SparseReader(h.sparse);
+    this.multi = h.multi === null ? null : { heads: new SharedLiveView(h.multi.heads), spans: new TokenSpans(h.multi.spans) };
     try {
       this.adoptGraph(h.graph);
     } catch (e) {
@@ -767,6 +776,89 @@ export class ReadView {
     // Filtered: no write began since the bits were computed, so every hit matched throughout, with the
     // payload read (a payload changed meanwhile might no longer match).
     if (match !== null && this.writesSettled() !== token) return this.decline('moved');
+    return { hits };
+  }
+
+  /**
+   * Database.searchMultiVector's answer (a multi-vector collection: MaxSim over token rows,
+   * multi-search.ts, the engine's code), or null. Read between two writes, as a hybrid is (`rank`).
+   */
+  searchMultiVector(query: MultiVectorQuery): { hits: Hit[] } | null {
+    this.declined = null;
+    this.wantBits = null;
+    if (this.retired) return this.decline('retired');
+    const multi = this.multi;
+    if (multi === null) return this.decline('shape');
+    let k: number;
+    let ef: number;
+    let tokens: Float32Array[];
+    let filter: CompiledFilter | undefined;
+    let rawFilter: unknown;
+    let withPayload: boolean;
+    let withVector: boolean;
+    try {
+      const q = checkObject(query, 'multi-vector query', MULTI_KEYS);
+      k = parseK(q.k, this.limits);
+      ef = parseEf(q.ef_search, this.limits, this.spec.index_params.ef_search);
+      tokens = parseTokens(q.vectors, this.spec, this.limits, 'vectors');
+      if (q.filter !== undefined && q.filter !== null) filter = compileFilter(rawFilter = q.filter, this.spec.filterable);
+      withPayload = parseBool(q.with_payload, 'with_payload', true);
+      withVector = parseBool(q.with_vector, 'with_vector', false);
+      if (parseConsistency(q.consistency) !== 'eventual') return this.decline('shape');
+    } catch {
+      return this.decline('shape');
+    }
+    let matching: { bits: Bitset; count: number };
+    let token: number;
+    if (filter !== undefined) {
+      const held = this.heldMatch(filter, rawFilter);
+      if (held === null) return null;
+      token = held.token;
+      matching = { bits: new Bitset(held.match.capacity, held.match.words), count: held.match.count };
+    } else {
+      const settled = this.writesSettled();
+      if (settled === null) return this.decline('moved');
+      token = settled;
+      const words = multi.heads.copy();
+      matching = { bits: new Bitset(Math.min(this.store.count, words.length * 32), words), count: multi.heads.count };
+    }
+    const top = this.readTop();
+    if (top === 'busy') return this.decline('moved');
+    if (top === null) return this.decline('epoch');
+    const graph = this.graph;
+    const count = this.store.count;
+    const indexedUpTo = Math.min(top.indexedUpTo, count);
+    // Every matching document scored exactly, or a tail of tokens scanned: past the bound, the engine thread.
+    const exact = graph === null || matching.count <= 2000 || this.spec.index === 'flat';
+    if ((exact ? matching.count : count - indexedUpTo) > this.scanMax) return this.decline('scan');
+    if (graph !== null) graph.adoptTop(top.entry, top.maxLevel, top.size);
+    const src: MultiReadable = {
+      graph, store: this.store, kind: this.kind, dim: this.spec.dim, flat: this.spec.index === 'flat', maxEfSearch: this.limits.maxEfSearch,
+      tokenLive: (slot) => this.live.has(slot),
+      tail: () => {
+        const out: number[] = [];
+        for (let s = indexedUpTo; s < count; s++) if (this.live.has(s)) out.push(s);
+        return Int32Array.from(out);
+      },
+      headOf: (slot) => multi.spans.headOf(slot),
+      tokens: (head) => multi.spans.tokens(head),
+      idOf: (head) => this.idOf(head),
+    };
+    // Database.searchMultiVector's tie rule: one more than k, doubled while the cut falls in a tie.
+    const liveCount = this.live.count;
+    let found = searchMulti(src, matching, tokens, k + 1, Math.max(ef, k + 1));
+    for (let n = 2 * (k + 1); tieAtCut(found.scores, k, n / 2) && n / 2 <= liveCount; n *= 2) found = searchMulti(src, matching, tokens, n, Math.max(ef, n));
+    const heads = new Map(found.ids.map((id, i) => [id, found.heads[i]]));
+    const r = multiTiesById(found, k);
+    const hits: Hit[] = r.ids.map((id, rank) => {
+      const head = heads.get(id)!;
+      const h: Hit = { id, rank, score: r.scores[rank] };
+      if (withPayload) h.payload = this.payloadOf(head) ?? {};
+      if (withVector) h.vectors = Array.from(multi.spans.tokens(head), (slot) => Array.from(this.store.view(slot)));
+      return h;
+    });
+    if (this.retired) return this.decline('retired');
+    if (this.writesSettled() !== token) return this.decline('moved');
     return { hits };
   }
 

@@ -48,3 +48,9 @@ export function widenTiesNow(r: SearchResult, k: number, n: number, most: number
   }
   return r;
 }
+
+/** A multi-vector ranking's equal scores in id order, cut to k. */
+export function multiTiesById(r: { ids: string[]; scores: number[] }, k: number): { ids: string[]; scores: number[] } {
+  const order = r.ids.map((_, i) => i).sort((a, b) => r.scores[b] - r.scores[a] || compareIdsUtf8(r.ids[a], r.ids[b])).slice(0, k);
+  return { ids: order.map((i) => r.ids[i]), scores: order.map((i) => r.scores[i]) };
+}

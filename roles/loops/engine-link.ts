@@ -76,10 +76,15 @@ export function engineOverLink(link: Link, reads: LocalReads | null = null): Eng
     const local = tryLocal(() => reads?.search(c, q) ?? null);
     return local !== null ? Promise.resolve(local) : link.call('engine', 'search', [c, withPackedVector(q)]);
   };
-  // So are a hybrid search (dense, sparse and BM25 rankings fused) and a shard's rankings (a router's ask).
+  // So are a hybrid search (dense, sparse and BM25 rankings fused), a shard's rankings (a router's ask)
+  // and a multi-vector search.
   engine.hybridSearch = (c: unknown, q: unknown) => {
     const local = tryLocal(() => reads?.hybrid(c, q) ?? null);
     return local !== null ? Promise.resolve(local) : link.call('engine', 'hybridSearch', [c, withPackedVector(q)]);
+  };
+  engine.searchMultiVector = (c: unknown, q: unknown) => {
+    const local = tryLocal(() => reads?.multiVector(c, q) ?? null);
+    return local !== null ? Promise.resolve(local) : link.call('engine', 'searchMultiVector', [c, q]);
   };
   engine.rankings = (c: unknown, b: unknown) => {
     const local = tryLocal(() => reads?.rankings(c, b) ?? null);

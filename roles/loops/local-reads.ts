@@ -51,8 +51,10 @@ export class LocalReads {
   private readonly views = new Map<string, Entry>();
   /** Plain dense searches answered here (local) and handed on, by why. */
   readonly counts: Counts = counts();
-  /** Hybrid searches and shard rankings, the same way. */
-  readonly rankingCounts: { readonly hybrid: Counts; readonly rankings: Counts } = { hybrid: counts(), rankings: counts() };
+  /** Hybrid searches, shard rankings and multi-vector searches, the same way. */
+  readonly queryCounts: { readonly hybrid: Counts; readonly rankings: Counts; readonly multi_vector: Counts } = {
+    hybrid: counts(), rankings: counts(), multi_vector: counts(),
+  };
 
   private readonly sweeper: NodeJS.Timeout;
   private closed = false;
@@ -94,12 +96,17 @@ export class LocalReads {
 
   /** A hybrid search's answer from this loop's view (ReadView.hybrid), or null. */
   hybrid(name: unknown, query: unknown): { hits: Hit[] } | null {
-    return this.answer(name, this.rankingCounts.hybrid, (v) => v.hybrid(query as never));
+    return this.answer(name, this.queryCounts.hybrid, (v) => v.hybrid(query as never));
   }
 
   /** A shard's rankings from this loop's view (ReadView.rankings), or null. */
   rankings(name: unknown, body: unknown): Rankings | null {
-    return this.answer(name, this.rankingCounts.rankings, (v) => v.rankings(body as never));
+    return this.answer(name, this.queryCounts.rankings, (v) => v.rankings(body as never));
+  }
+
+  /** A multi-vector search's answer from this loop's view (ReadView.searchMultiVector), or null. */
+  multiVector(name: unknown, query: unknown): { hits: Hit[] } | null {
+    return this.answer(name, this.queryCounts.multi_vector, (v) => v.searchMultiVector(query as never));
   }
 
   private answer<T>(name: unknown, c: Counts, read: (v: ReadView) => T | null): T | null {

@@ -84,12 +84,12 @@ const setup = (async (): Promise<void> => {
       },
     });
     new Counter({
-      name: 'svc_loop_rankings_total',
-      help: 'Hybrid searches (op="hybrid") and shard rankings (op="rankings") a request loop answered itself (answered="loop"), or handed to the engine thread (answered="engine", with the reason)',
+      name: 'svc_loop_queries_total',
+      help: 'Hybrid searches (op="hybrid"), shard rankings (op="rankings") and multi-vector searches (op="multi_vector") a request loop answered itself (answered="loop"), or handed to the engine thread (answered="engine", with the reason)',
       labelNames: ['op', 'answered', 'reason'], registers: [metrics.registry],
       collect() {
         this.reset();
-        for (const [op, c] of Object.entries(own.rankingCounts)) {
+        for (const [op, c] of Object.entries(own.queryCounts)) {
           this.inc({ op, answered: 'loop', reason: '' }, c.local);
           for (const [reason, n] of c.declined) this.inc({ op, answered: 'engine', reason }, n);
         }

@@ -208,8 +208,8 @@ describe.runIf(support.ok)(`two request loops on Node ${process.versions.node}`,
   });
 
   it('a loop answers hybrid searches and shard rankings itself (dense, sparse and BM25 over shared memory), and sees every write', async () => {
-    const hybridLoop = () => metricValue(base, 'svc_loop_rankings_total{op="hybrid",answered="loop",reason=""}').catch(() => 0);
-    const rankingsLoop = () => metricValue(base, 'svc_loop_rankings_total{op="rankings",answered="loop",reason=""}').catch(() => 0);
+    const hybridLoop = () => metricValue(base, 'svc_loop_queries_total{op="hybrid",answered="loop",reason=""}').catch(() => 0);
+    const rankingsLoop = () => metricValue(base, 'svc_loop_queries_total{op="rankings",answered="loop",reason=""}').catch(() => 0);
     expect((await fresh(base, 'POST', '/v1/collections', { name: 'h', dim: 3, metric: 'cosine', filterable: [{ path: 'tag', field_type: 'keyword' }] })).status).toBe(201);
     const words = ['shock', 'wave', 'boundary', 'layer', 'heat', 'plate'];
     const points = Array.from({ length: 50 }, (_, i) => ({
@@ -258,6 +258,35 @@ describe.runIf(support.ok)(`two request loops on Node ${process.versions.node}`,
       }
     }
     expect((await fresh(base, 'DELETE', '/v1/collections/h')).status).toBe(200);
+  });
+
+  it('a loop answers multi-vector searches itself, and sees every document written, replaced and deleted', async () => {
+    const multiLoop = () => metricValue(base, 'svc_loop_queries_total{op="multi_vector",answered="loop",reason=""}').catch(() => 0);
+    expect((await fresh(base, 'POST', '/v1/collections', { name: 'mv', dim: 3, metric: 'cosine', multivector: true })).status).toBe(201);
+    const documents = Array.from({ length: 40 }, (_, i) => ({ id: `m${i}`, vectors: [[1 + (i % 5), 1, 0], [0, 1 + (i % 3), 1]], payload: { n: i } }));
+    expect((await fresh(base, 'PUT', '/v1/collections/mv/documents', { documents })).status).toBe(200);
+    const q = { vectors: [[3, 1, 0], [0, 2, 1]], k: 5, with_vector: true };
+    const reference = (await fresh(base, 'POST', '/v1/collections/mv/query/multi', { ...q, consistency: 'strong' })).body;
+    expect((reference as { hits: unknown[] }).hits.length, JSON.stringify(reference)).toBe(5);
+    const before = await multiLoop();
+    for (let i = 0; i < 3; i++) {
+      for (const a of (await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/mv/query/multi', q)).values()) expect(a.body).toEqual(reference);
+    }
+    expect(await multiLoop()).toBeGreaterThan(before);
+    const near = { vectors: [[-5, -5, 9]], k: 1 };
+    expect((await fresh(base, 'PUT', '/v1/collections/mv/documents', { documents: [{ id: 'x', vectors: [[-5, -5, 9]], payload: { v: 1 } }] })).status).toBe(200);
+    for (const a of (await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/mv/query/multi', near)).values()) {
+      expect((a.body as { hits: { id: string; payload: unknown }[] }).hits.map((h) => [h.id, h.payload])).toEqual([['x', { v: 1 }]]);
+    }
+    expect((await fresh(base, 'PUT', '/v1/collections/mv/documents', { documents: [{ id: 'x', vectors: [[1, 0, 0]], payload: { v: 2 } }] })).status).toBe(200);
+    for (const a of (await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/mv/query/multi', near)).values()) {
+      expect((a.body as { hits: { id: string }[] }).hits.map((h) => h.id)).not.toContain('x');
+    }
+    expect((await fresh(base, 'DELETE', '/v1/collections/mv/documents/x')).status).toBe(200);
+    for (const a of (await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/mv/query/multi', { vectors: [[1, 0, 0]], k: 50 })).values()) {
+      expect((a.body as { hits: { id: string }[] }).hits.map((h) => h.id)).not.toContain('x');
+    }
+    expect((await fresh(base, 'DELETE', '/v1/collections/mv')).status).toBe(200);
   });
 
   it('the audit chain and /metrics are the process\'s, not each loop\'s', async () => {
