@@ -90,7 +90,8 @@ describe('ConsensusMember (the Proposer seam)', () => {
     await won;
     g.cut.clear();
     await g.tickUntil('the old leader catches up', () => g.applied.get(old)!.includes('won'));
-    expect(String(await lost)).toMatch(/another entry took its place/);
+    // Answered when it stopped leading, before the entry that took its place arrived.
+    expect(await lost).toMatchObject({ code: 'unavailable', detail: { reason: 'leader_changed', leaderId: now } });
     expect(g.applied.get(old)).not.toContain('lost');
     expect(g.members.get(old)!.waiting).toBe(0);
   });
@@ -124,8 +125,34 @@ describe('ConsensusMember (the Proposer seam)', () => {
       Promise.all(old),
       new Promise<never>((_, reject) => setTimeout(() => reject(new Error('an old write was never answered')), 2000)),
     ]);
-    for (const o of outcomes) expect(o).toMatch(/another entry took its place/);
+    // Answered when it stopped leading (leader_changed), or, had it led again within one Ready, when
+    // another entry took its index: never left waiting, never acknowledged.
+    for (const o of outcomes) expect(o).toMatch(/stopped leading|another entry took its place/);
     expect(m.waiting).toBe(0);
+  });
+
+  it('answers a cut-off leader\'s waiting writes as soon as it stops leading (CheckQuorum), not at their deadline', async () => {
+    const g = group();
+    await g.tickUntil('a leader', () => g.leader() !== undefined);
+    const old = g.leader()!;
+    g.cut.add(old);
+    const m = g.members.get(old)!;
+    const started = performance.now();
+    const waiting = Array.from({ length: 3 }, (_, i) => m.propose(Buffer.from(`w${i}`), { timeoutMs: 60_000 }).then(() => 'acked', (e: unknown) => e));
+    // Ticked alone: it finds no quorum within an election timeout and steps down.
+    await g.tickUntil('it stops leading', () => m.status().role !== 'leader', [old]);
+    await g.settle();
+    const outcomes = await Promise.race([
+      Promise.all(waiting),
+      new Promise<never>((_, reject) => setTimeout(() => reject(new Error('still waiting after it stopped leading')), 1000)),
+    ]);
+    for (const o of outcomes) expect(o).toMatchObject({ code: 'unavailable', detail: { reason: 'leader_changed' } });
+    expect(performance.now() - started).toBeLessThan(30_000);
+    expect(m.waiting).toBe(0);
+    // Its writes were never applied anywhere; the others elect a leader and go on.
+    const rest = g.ids.filter((id) => id !== old);
+    await g.tickUntil('a new leader', () => g.leader() !== undefined && g.leader() !== old, rest);
+    for (const id of g.ids) expect(g.applied.get(id)).not.toContain('w0');
   });
 
   it('stops waiting for a write whose time is up, at the first tick after it', async () => {

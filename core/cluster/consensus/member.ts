@@ -389,6 +389,14 @@ export class ConsensusMember implements Proposer {
           continue;
         }
         const rd = this.node.ready();
+        // Leadership lost (a higher term, or CheckQuorum when cut off from the quorum): this member's
+        // proposals can no longer be committed by it. They are answered now rather than at their deadline
+        // (a later leader may still commit them: not acknowledged, not refused).
+        if (rd.softState !== null && rd.softState.role !== 'leader' && this.pending.size > 0) {
+          const e = leaderChanged(rd.softState.leaderId);
+          for (const p of this.pending.values()) p.reject(e);
+          this.pending.clear();
+        }
         // Without mustSync the Ready holds no entry, no snapshot and no new term or vote: at most the
         // commit index moved, which Raft need not keep (a restart learns it again, and the state machine
         // may be ahead of it: RaftLog's constructor). Nothing it sends or applies waits for its write:
@@ -646,6 +654,12 @@ const APPLY_BATCHES_AHEAD_MAX = 4;
 
 function overwritten(): SvcError {
   return new SvcError('unavailable', 'the write was not committed: leadership changed and another entry took its place', { reason: 'overwritten' });
+}
+
+function leaderChanged(leaderId: string | null): SvcError {
+  return new SvcError('unavailable', `the write is not acknowledged: this member stopped leading before a quorum acknowledged it (leader now: ${leaderId ?? 'none known'}); it may still be applied`, {
+    reason: 'leader_changed', leaderId,
+  });
 }
 
 function notAcknowledged(why: string): SvcError {
