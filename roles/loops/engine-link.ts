@@ -1,5 +1,9 @@
 import { SvcError } from '../../core/base/errors.js';
 import { collectionExisted, markCollectionExisted, type CollectionInfo } from '../../core/base/model.js';
+import type { Limits } from '../../core/base/limits.js';
+import type { Embedder, Reranker } from '../../core/base/model.js';
+import { Engine } from '../../core/engine/engine.js';
+import type { DataShard } from '../../core/engine/shard.js';
 import type { EngineApi, OperationName } from '../../core/service/api.js';
 import type { Link } from './link.js';
 import type { LocalReads } from './local-reads.js';
@@ -68,7 +72,17 @@ function tryLocal<T>(read: () => T | null): T | null {
   }
 }
 
-export function engineOverLink(link: Link, reads: LocalReads | null = null): EngineApi {
+/**
+ * What a loop needs to answer text queries itself: the providers of the config (its own adapters, built
+ * as the engine thread builds them) and the limits.
+ */
+export interface LoopText {
+  readonly limits: Limits;
+  readonly embedders: ReadonlyMap<string, Embedder>;
+  readonly rerankers: ReadonlyMap<string, Reranker>;
+}
+
+export function engineOverLink(link: Link, reads: LocalReads | null = null, text: LoopText | null = null): EngineApi {
   const engine: Record<string, unknown> = {};
   for (const op of CALLS) engine[op] = (...args: unknown[]) => link.call('engine', op, args);
   // A plain dense search this loop can answer over shared memory never crosses the link.
@@ -90,6 +104,20 @@ export function engineOverLink(link: Link, reads: LocalReads | null = null): Eng
     const local = tryLocal(() => reads?.rankings(c, b) ?? null);
     return local !== null ? Promise.resolve(local) : link.call('engine', 'rankings', [c, withPackedVector(b)]);
   };
+  if (reads !== null && text !== null && text.embedders.size > 0) {
+    // A text query (embedded here, then its rankings: this loop's own, or the engine thread's, then fused
+    // and reranked here) runs the Engine's code over this node as its one shard, so its answers and
+    // errors are the engine thread's. A loop without a current view of the collection hands it on whole.
+    const own = new Engine({
+      shards: () => [{ id: 0, name: 'this node', shard: { rankings: engine.rankings } as unknown as DataShard }],
+      limits: text.limits, embedders: text.embedders, rerankers: text.rerankers,
+      specOf: (name) => reads.specOf(name)!,
+      monotonicMs: () => performance.now(),
+    });
+    engine.searchText = (c: unknown, q: unknown) => (reads.specOf(c) !== null
+      ? own.searchText(c as string, q as never)
+      : link.call('engine', 'searchText', [c, q]));
+  }
   engine.upsert = (c: unknown, b: unknown) => link.call('engine', 'upsert', [c, withPackedPoints(b)]);
   engine.bulkUpsert = (c: unknown, b: unknown) => link.call('engine', 'bulkUpsert', [c, withPackedPoints(b)]);
   // exist_ok's answer is marked with a symbol, which a structured clone drops: it travels beside it.

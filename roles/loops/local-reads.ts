@@ -1,4 +1,5 @@
 import type { Hit } from '../../core/base/model.js';
+import type { CollectionSpec } from '../../core/collection/params.js';
 import type { Rankings } from '../../core/query/ranking.js';
 import { ReadView, type Declined, type MatchBits, type ReadGraph, type ReadViewHandle } from '../../core/collection/shared-reads.js';
 import type { Link } from './link.js';
@@ -107,6 +108,23 @@ export class LocalReads {
   /** A multi-vector search's answer from this loop's view (ReadView.searchMultiVector), or null. */
   multiVector(name: unknown, query: unknown): { hits: Hit[] } | null {
     return this.answer(name, this.queryCounts.multi_vector, (v) => v.searchMultiVector(query as never));
+  }
+
+  /**
+   * The parameters of collection `name` as this loop's view holds them, while its database is the one
+   * served and the view is current; null otherwise (a text query then goes to the engine thread whole).
+   */
+  specOf(name: unknown): CollectionSpec | null {
+    if (typeof name !== 'string') return null;
+    const e = this.views.get(name);
+    if (e === undefined || (e.state === 'none' && this.now() - e.at >= ASK_AGAIN_MS)) {
+      // Asked for now: the next text query of this name is answered here.
+      if (e !== undefined || this.views.size < ENTRIES_MAX) this.ask(name);
+      return null;
+    }
+    if (e.state !== 'view' || e.view.retired) return null;
+    const open = this.gate.enter(e.generation);
+    return open === null ? null : e.view.spec;
   }
 
   private answer<T>(name: unknown, c: Counts, read: (v: ReadView) => T | null): T | null {

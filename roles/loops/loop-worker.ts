@@ -10,6 +10,7 @@ import { parentPort, workerData } from 'node:worker_threads';
 import { Counter } from 'prom-client';
 import type { AddressInfo } from 'node:net';
 import { readFileSync } from 'node:fs';
+import type { Embedder, Reranker } from '../../core/base/model.js';
 import type { AuditRecord } from '../../core/service/audit.js';
 import { createService, type Service } from '../../core/service/service.js';
 import { SharedTokenBuckets } from '../../core/service/rate-limit.js';
@@ -30,6 +31,12 @@ import type { LoopData, LoopListening } from './loop-data.js';
 
 
 const data = workerData as LoopData;
+
+/** The providers of the config, built as the engine thread builds them (core/open-storage.ts). */
+async function loopProviders(): Promise<{ embedders: Map<string, Embedder>; rerankers: Map<string, Reranker> }> {
+  const [{ buildProviders }, { providersFromConfig }] = await Promise.all([import('../../core/open-storage.js'), import('../providers.js')]);
+  return buildProviders(providersFromConfig(data.config, process.env));
+}
 // Before any server is made: SVC_MAX_CONNECTIONS and SVC_GRPC_MAX_CONNECTIONS are the process's.
 shareConnectionCounts(data.connections, data.index);
 const link = new Link(parentPort as unknown as LinkPort);
@@ -71,7 +78,11 @@ const setup = (async (): Promise<void> => {
   tracer = parts.tracer;
   const own = data.readGate !== null ? new LocalReads(link, new ReadGateView(data.readGate)) : null;
   reads = own;
-  service = createService(engineOverLink(link, own), { ...parts.options, rateLimiter });
+  // The config's providers, for this loop's own text queries (engine-link.ts): adapters of its own.
+  const text = own !== null && Object.keys(config.embedding).length > 0
+    ? { limits: config.limits, ...await loopProviders() }
+    : null;
+  service = createService(engineOverLink(link, own, text), { ...parts.options, rateLimiter });
   if (own !== null) {
     new Counter({
       name: 'svc_loop_searches_total',

@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { connect, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -78,7 +78,10 @@ describe.runIf(support.ok)(`two request loops on Node ${process.versions.node}`,
 
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'svc-loops-'));
+    // A provider for text queries (the fake one: a hash of the text, the same in every thread).
+    writeFileSync(join(dir, 'svc.toml'), ['[embedding.txt]', 'provider = "fake"', 'model = "hash"', 'dim = 8', '', '[rerank.txt]', 'provider = "fake"', 'model = "r"', ''].join('\n'));
     server = await startServer(config(dir, {
+      SVC_CONFIG: join(dir, 'svc.toml'),
       SVC_HTTP_LOOPS: String(LOOPS), SVC_AUDIT_LOG: join(dir, 'audit.jsonl'),
       SVC_RATE_LIMIT_REQUESTS_PER_SECOND: '0.01', SVC_RATE_LIMIT_BURST: '100000',
     }), logs);
@@ -258,6 +261,35 @@ describe.runIf(support.ok)(`two request loops on Node ${process.versions.node}`,
       }
     }
     expect((await fresh(base, 'DELETE', '/v1/collections/h')).status).toBe(200);
+  });
+
+  it('a loop answers text queries itself (its own provider adapter, its own rankings), reranked too, as the engine thread does', async () => {
+    const rankingsLoop = () => metricValue(base, 'svc_loop_queries_total{op="rankings",answered="loop",reason=""}').catch(() => 0);
+    expect((await fresh(base, 'POST', '/v1/collections', { name: 'txt', dim: 8, metric: 'cosine', filterable: [{ path: 'tag', field_type: 'keyword' }] })).status).toBe(201);
+    const words = ['shock', 'wave', 'boundary', 'layer', 'heat', 'plate', 'wing'];
+    const points = Array.from({ length: 30 }, (_, i) => ({ id: `t${i}`, text: `${words[i % 7]} ${words[(i * 3) % 7]} ${words[(i * 5) % 7]}`, payload: { tag: ['x', 'y'][i % 2] } }));
+    expect((await fresh(base, 'POST', '/v1/collections/txt/points:text', { points })).status).toBe(200);
+    const queries = [
+      { text: 'shock wave', k: 5 }, { text: 'boundary layer heat', k: 4, with_vector: true }, { text: 'wing', k: 6, filter: { eq: { field: 'tag', value: 'x' } } },
+      { text: 'plate heat', k: 3, rerank: true, rerank_pool: 10 },
+    ];
+    const before = await rankingsLoop();
+    for (const q of queries) {
+      const reference = (await fresh(base, 'POST', '/v1/collections/txt/query/text', { ...q, consistency: 'strong' })).body;
+      expect((reference as { hits: unknown[] }).hits.length, JSON.stringify(reference)).toBeGreaterThan(0);
+      for (let i = 0; i < 3; i++) {
+        for (const a of (await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/txt/query/text', q)).values()) expect(a.body).toEqual(reference);
+      }
+    }
+    // The rankings came from the loops' own views: the engine thread only stored the points.
+    expect(await rankingsLoop()).toBeGreaterThan(before);
+    // Errors are the engine's: a collection without a provider, an empty text, a rerank without a reranker.
+    expect((await fresh(base, 'POST', '/v1/collections', { name: 'nop', dim: 8, metric: 'cosine' })).status).toBe(201);
+    for (const [name, q, code] of [['nop', { text: 'x' }, 400], ['txt', { text: '' }, 400], ['txt', { text: 'x', k: 0 }, 400], ['absent', { text: 'x' }, 404]] as const) {
+      const answers = [...(await onEveryLoop(base, LOOPS, 'POST', `/v1/collections/${name}/query/text`, q)).values()];
+      for (const a of answers) expect([a.status, a.body]).toEqual([code, answers[0].body]);
+    }
+    for (const name of ['txt', 'nop']) expect((await fresh(base, 'DELETE', `/v1/collections/${name}`)).status).toBe(200);
   });
 
   it('a loop answers multi-vector searches itself, and sees every document written, replaced and deleted', async () => {
