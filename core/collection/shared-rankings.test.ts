@@ -123,6 +123,13 @@ describe('hybrid searches and rankings read from shared memory (request loops, i
           }
         }
       }
+      // Counts, with and without a filter, as the engine counts.
+      for (const name of ['c', 'f']) {
+        const view = views.get(name)!;
+        for (const q of [undefined, {}, { filter: filters[round % 2] }]) {
+          expect(viewAnswer(db, view, () => view.count(q as never), q?.filter), `count ${JSON.stringify(q)}`).toEqual(await db.count(name, q));
+        }
+      }
       if (round % 7 === 6) for (const name of ['c', 'f']) await db.search(name, { vector: vec(), consistency: 'strong' });
     }
     expect(hybrids).toBeGreaterThan(100);
@@ -150,6 +157,10 @@ describe('hybrid searches and rankings read from shared memory (request loops, i
       expect(v.rankings(b as RankingsBody), JSON.stringify(b)).toBeNull();
       expect(v.declined).toBe('shape');
     }
+    for (const q of [null, [], { filter: 7 }, { filter: { eq: { field: 'nope', value: 1 } } }, { extra: 1 }]) {
+      expect(v.count(q as never), JSON.stringify(q)).toBeNull();
+      expect(v.declined).toBe('shape');
+    }
     const filter = { gte: { field: 'r', value: 2 } };
     expect(v.hybrid({ query_text: 'shock', filter })).toBeNull();
     expect([v.declined, v.wantBits?.filter]).toEqual(['filter', filter]);
@@ -162,7 +173,10 @@ describe('hybrid searches and rankings read from shared memory (request loops, i
     expect(v.declined).toBe('moved');
     expect(v.rankings({ query_text: 'shock', filter })).toBeNull();
     expect(v.declined).toBe('moved');
+    expect(v.count({})).toBeNull();
+    expect(v.declined).toBe('moved');
     reads.writeEnd();
+    expect(v.count({})).toEqual({ count: 2 });
     expect(v.hybrid({ query_text: 'shock' })?.hits.map((h) => h.id)).toEqual(['a', 'b']);
     // A dropped collection answers nothing from its view.
     await db.deleteCollection('c');

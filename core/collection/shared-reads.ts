@@ -1,7 +1,7 @@
 import { Bitset } from '../base/bitset.js';
 import { growShared, growableShared } from '../base/growable.js';
 import type { Limits } from '../base/limits.js';
-import type { Hit, HybridQuery, MultiVectorQuery, Payload, SearchQuery } from '../base/model.js';
+import type { CountQuery, Hit, HybridQuery, MultiVectorQuery, Payload, SearchQuery } from '../base/model.js';
 import { BODIES, bodyKeys } from '../base/bodies.js';
 import type { SearchResult } from '../index/flat.js';
 import { Hnsw, type HnswData } from '../index/hnsw/hnsw.js';
@@ -426,6 +426,7 @@ export class SharedReadState {
 const SEARCH_KEYS = bodyKeys(BODIES.search);
 const HYBRID_KEYS = bodyKeys(BODIES.hybridSearch);
 const MULTI_KEYS = bodyKeys(BODIES.searchMultiVector);
+const COUNT_KEYS = bodyKeys(BODIES.count);
 const RANKINGS_KEYS = bodyKeys(BODIES.rankings);
 const EMPTY: SearchResult = { slots: new Int32Array(0), dists: new Float32Array(0) };
 /** Scores (best first) as a SearchResult, whose tie rule reads equal values alike. */
@@ -777,6 +778,34 @@ export class ReadView {
     // payload read (a payload changed meanwhile might no longer match).
     if (match !== null && this.writesSettled() !== token) return this.decline('moved');
     return { hits };
+  }
+
+  /**
+   * Database.count's answer: the live points (a multi-vector collection's documents), or those matching
+   * the filter (its match bits' count), between two writes; or null.
+   */
+  count(query: CountQuery): { count: number } | null {
+    this.declined = null;
+    this.wantBits = null;
+    if (this.retired) return this.decline('retired');
+    let filter: CompiledFilter | undefined;
+    let rawFilter: unknown;
+    try {
+      const q = checkObject(query === undefined ? {} : query, 'count body', COUNT_KEYS);
+      if (q.filter !== undefined && q.filter !== null) filter = compileFilter(rawFilter = q.filter, this.spec.filterable);
+    } catch {
+      return this.decline('shape');
+    }
+    if (filter !== undefined) {
+      const held = this.heldMatch(filter, rawFilter);
+      return held === null ? null : { count: held.match.count };
+    }
+    const token = this.writesSettled();
+    if (token === null) return this.decline('moved');
+    const count = this.multi === null ? this.live.count : this.multi.heads.count;
+    if (this.retired) return this.decline('retired');
+    if (this.writesSettled() !== token) return this.decline('moved');
+    return { count };
   }
 
   /**

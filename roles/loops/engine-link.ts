@@ -90,8 +90,8 @@ export function engineOverLink(link: Link, reads: LocalReads | null = null, text
     const local = tryLocal(() => reads?.search(c, q) ?? null);
     return local !== null ? Promise.resolve(local) : link.call('engine', 'search', [c, withPackedVector(q)]);
   };
-  // So are a hybrid search (dense, sparse and BM25 rankings fused), a shard's rankings (a router's ask)
-  // and a multi-vector search.
+  // So are a hybrid search (dense, sparse and BM25 rankings fused), a shard's rankings (a router's ask),
+  // a multi-vector search and a count.
   engine.hybridSearch = (c: unknown, q: unknown) => {
     const local = tryLocal(() => reads?.hybrid(c, q) ?? null);
     return local !== null ? Promise.resolve(local) : link.call('engine', 'hybridSearch', [c, withPackedVector(q)]);
@@ -99,6 +99,10 @@ export function engineOverLink(link: Link, reads: LocalReads | null = null, text
   engine.searchMultiVector = (c: unknown, q: unknown) => {
     const local = tryLocal(() => reads?.multiVector(c, q) ?? null);
     return local !== null ? Promise.resolve(local) : link.call('engine', 'searchMultiVector', [c, q]);
+  };
+  engine.count = (c: unknown, q: unknown) => {
+    const local = tryLocal(() => reads?.count(c, q) ?? null);
+    return local !== null ? Promise.resolve(local) : link.call('engine', 'count', q === undefined ? [c] : [c, q]);
   };
   engine.rankings = (c: unknown, b: unknown) => {
     const local = tryLocal(() => reads?.rankings(c, b) ?? null);

@@ -52,9 +52,9 @@ export class LocalReads {
   private readonly views = new Map<string, Entry>();
   /** Plain dense searches answered here (local) and handed on, by why. */
   readonly counts: Counts = counts();
-  /** Hybrid searches, shard rankings and multi-vector searches, the same way. */
-  readonly queryCounts: { readonly hybrid: Counts; readonly rankings: Counts; readonly multi_vector: Counts } = {
-    hybrid: counts(), rankings: counts(), multi_vector: counts(),
+  /** Hybrid searches, shard rankings, multi-vector searches and counts, the same way. */
+  readonly queryCounts: { readonly hybrid: Counts; readonly rankings: Counts; readonly multi_vector: Counts; readonly count: Counts } = {
+    hybrid: counts(), rankings: counts(), multi_vector: counts(), count: counts(),
   };
 
   private readonly sweeper: NodeJS.Timeout;
@@ -108,6 +108,11 @@ export class LocalReads {
   /** A multi-vector search's answer from this loop's view (ReadView.searchMultiVector), or null. */
   multiVector(name: unknown, query: unknown): { hits: Hit[] } | null {
     return this.answer(name, this.queryCounts.multi_vector, (v) => v.searchMultiVector(query as never));
+  }
+
+  /** A count's answer from this loop's view (ReadView.count), or null. */
+  count(name: unknown, query: unknown): { count: number } | null {
+    return this.answer(name, this.queryCounts.count, (v) => v.count(query as never));
   }
 
   /**

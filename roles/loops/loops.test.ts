@@ -242,6 +242,14 @@ describe.runIf(support.ok)(`two request loops on Node ${process.versions.node}`,
     for (let i = 0; i < 3; i++) {
       for (const a of (await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/h/query/rankings', body)).values()) expect(a.body).toEqual(rankings);
     }
+    const countLoop = () => metricValue(base, 'svc_loop_queries_total{op="count",answered="loop",reason=""}').catch(() => 0);
+    const countsBefore = await countLoop();
+    for (const q of [{}, { filter: { eq: { field: 'tag', value: 'x' } } }]) {
+      for (let i = 0; i < 3; i++) {
+        for (const a of (await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/h/points:count', q)).values()) expect(a.body).toEqual({ count: 'filter' in q ? 20 : 50 });
+      }
+    }
+    expect(await countLoop()).toBeGreaterThan(countsBefore);
     expect(await hybridLoop()).toBeGreaterThan(hybridBefore);
     expect(await rankingsLoop()).toBeGreaterThan(rankingsBefore);
     // A text written through one connection is found through others at once (either loop), and its
