@@ -123,9 +123,17 @@ describe('hybrid searches and rankings read from shared memory (request loops, i
           }
         }
       }
-      // Counts, with and without a filter, as the engine counts.
+      // Counts, with and without a filter, as the engine counts; point reads, present and absent.
       for (const name of ['c', 'f']) {
         const view = views.get(name)!;
+        for (let i = 0; i < 20; i++) {
+          const id = `p${prng.int(1200)}`;
+          const opts = prng.int(3) === 0 ? { with_vector: true } : prng.int(2) === 0 ? {} : undefined;
+          const theirs = await db.get(name, id, opts).catch((e: { code: string }) => e.code);
+          const mine = view.get(id, opts);
+          if (theirs === 'not_found') expect([mine, view.declined]).toEqual([null, 'absent']);
+          else expect(mine).toEqual(theirs);
+        }
         for (const q of [undefined, {}, { filter: filters[round % 2] }]) {
           expect(viewAnswer(db, view, () => view.count(q as never), q?.filter), `count ${JSON.stringify(q)}`).toEqual(await db.count(name, q));
         }
@@ -161,6 +169,11 @@ describe('hybrid searches and rankings read from shared memory (request loops, i
       expect(v.count(q as never), JSON.stringify(q)).toBeNull();
       expect(v.declined).toBe('shape');
     }
+    for (const [id, opts] of [['', undefined], [7, undefined], ['a', null], ['a', { with_vector: 'yes' }]] as const) {
+      expect(v.get(id, opts as never), JSON.stringify([id, opts])).toBeNull();
+      expect(v.declined).toBe('shape');
+    }
+    expect(v.get('a', { with_vector: true })).toEqual({ id: 'a', payload: { r: 1, __svc_text__: 'shock wave' }, vector: [0, 0] });
     const filter = { gte: { field: 'r', value: 2 } };
     expect(v.hybrid({ query_text: 'shock', filter })).toBeNull();
     expect([v.declined, v.wantBits?.filter]).toEqual(['filter', filter]);
@@ -257,6 +270,13 @@ describe('multi-vector searches read from shared memory (request loops, issue 20
           if (v.epoch !== before) continue;
           expect(mine).toEqual(theirs);
           answered++;
+        }
+        // A document read by id, its token vectors too.
+        for (let i = 0; i < 5; i++) {
+          const id = `d${prng.int(300)}`;
+          const theirs = await db.get(name, id, { with_vector: true }).catch((e: { code: string }) => e.code);
+          if (theirs === 'not_found') expect(v.get(id, { with_vector: true })).toBeNull();
+          else expect(v.get(id, { with_vector: true })).toEqual(theirs);
         }
       }
       if (round % 5 === 4) await db.searchMultiVector('m', { vectors: [vec()], consistency: 'strong' });

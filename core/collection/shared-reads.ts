@@ -1,7 +1,9 @@
 import { Bitset } from '../base/bitset.js';
 import { growShared, growableShared } from '../base/growable.js';
 import type { Limits } from '../base/limits.js';
-import type { CountQuery, Hit, HybridQuery, MultiVectorQuery, Payload, SearchQuery } from '../base/model.js';
+import type { CountQuery, GetOptions, Hit, HybridQuery, MultiVectorQuery, Payload, PointOutput, SearchQuery } from '../base/model.js';
+import { checkPointId } from '../base/names.js';
+import { SharedIds, type SharedIdsHandle } from './shared-ids.js';
 import { BODIES, bodyKeys } from '../base/bodies.js';
 import type { SearchResult } from '../index/flat.js';
 import { Hnsw, type HnswData } from '../index/hnsw/hnsw.js';
@@ -223,6 +225,8 @@ export interface ReadViewHandle {
   readonly journal: SharedArrayBuffer;
   /** The BM25 and sparse-vector index (Collection.sparse, in shared memory). */
   readonly sparse: SparseHandle;
+  /** Each point's id to its slot (SharedIds): a loop finds a point by id. */
+  readonly idIndex: SharedIdsHandle;
   /** A multi-vector collection's live documents (their heads) and each token's document (TokenSpans). */
   readonly multi: { readonly heads: LiveSetHandle; readonly spans: SharedArrayBuffer } | null;
   /** The graph epoch when the handle was made. */
@@ -259,6 +263,8 @@ const encodePayload = (p: object | null): Uint8Array | null => (p === null ? nul
 export class SharedReadState {
   private ids = new SharedRecords();
   private payloads = new SharedRecords();
+  /** Ids to slots, comparing ids with the current records (a compaction keeps slots, so the table stays). */
+  private readonly idIndex = new SharedIds((slot) => this.ids.get(slot));
   private header = new Int32Array(new SharedArrayBuffer(HEADER_WORDS * 4));
   private readonly journal = new Int32Array(new SharedArrayBuffer(JOURNAL_SLOTS * 4));
   /** Arena bytes of tombstoned slots' records (their ids and last payloads), which no new reader needs. */
@@ -287,6 +293,8 @@ export class SharedReadState {
   dead(slot: number, live: () => Int32Array): void {
     this.wrote(slot);
     this.guard(() => {
+      const id = this.ids.get(slot);
+      if (id !== null) this.idIndex.remove(id, slot);
       this.deadBytes += this.ids.recordBytes(slot) + this.payloads.recordBytes(slot);
       this.compactIfWorth(live);
     });
@@ -350,8 +358,11 @@ export class SharedReadState {
   put(slot: number, id: string, payload: object | null): void {
     this.wrote(slot);
     this.guard(() => {
-      this.ids.set(slot, encoder.encode(id));
+      const bytes = encoder.encode(id);
+      this.ids.set(slot, bytes);
       this.payloads.set(slot, encodePayload(payload));
+      // After its record: a lookup compares the id with it.
+      this.idIndex.set(bytes, slot);
     });
   }
 
@@ -418,7 +429,7 @@ export class SharedReadState {
     if (this.broken) return null;
     return {
       uid, spec, limits, store, live, ids: this.ids.handle(), payloads: this.payloads.handle(), header: this.header.buffer as SharedArrayBuffer,
-      journal: this.journal.buffer as SharedArrayBuffer, sparse, multi, graph: this.currentGraph(),
+      journal: this.journal.buffer as SharedArrayBuffer, sparse, idIndex: this.idIndex.h, multi, graph: this.currentGraph(),
     };
   }
 }
@@ -434,7 +445,7 @@ const scored = (r: { slots: Int32Array; scores: Float32Array }): SearchResult =>
 const decoder = new TextDecoder();
 
 /** Why a view passed a search to the engine thread (a metric: what the loops could not answer). */
-export type Declined = 'shape' | 'retired' | 'epoch' | 'moved' | 'scan' | 'filter';
+export type Declined = 'shape' | 'retired' | 'epoch' | 'moved' | 'scan' | 'filter' | 'absent';
 
 /** Filters whose match bits a view keeps, and their bytes at most (least recently used goes first). */
 const MATCHES_MAX = 64;
@@ -463,6 +474,7 @@ export class ReadView {
   private readonly payloads: SharedRecords;
   private readonly header: Int32Array;
   private readonly sparse: SparseReader;
+  private readonly idIndex: SharedIds;
   /** A multi-vector collection's live documents and token spans; null for a point collection. */
   private readonly multi: { readonly heads: SharedLiveView; readonly spans: TokenSpans } | null;
   private graph: Hnsw | null = null;
@@ -511,6 +523,7 @@ export class ReadView {
     this.header = new Int32Array(h.header);
     this.journal = new Int32Array(h.journal);
     this.sparse = new SparseReader(h.sparse);
+    this.idIndex = new SharedIds((slot) => this.ids.get(slot), h.idIndex);
     this.multi = h.multi === null ? null : { heads: new SharedLiveView(h.multi.heads), spans: new TokenSpans(h.multi.spans) };
     try {
       this.adoptGraph(h.graph);
@@ -778,6 +791,39 @@ export class ReadView {
     // payload read (a payload changed meanwhile might no longer match).
     if (match !== null && this.writesSettled() !== token) return this.decline('moved');
     return { hits };
+  }
+
+  /**
+   * Database.get's answer for a point that is here (its id found in the shared id table, its slot live),
+   * between two writes; null otherwise ('absent': the engine thread answers not_found, or `moved` for an
+   * id a rebalance took).
+   */
+  get(id: unknown, opts: GetOptions | undefined): PointOutput | null {
+    this.declined = null;
+    this.wantBits = null;
+    if (this.retired) return this.decline('retired');
+    let pid: string;
+    let withVector: boolean;
+    try {
+      pid = checkPointId(id);
+      // As Database.get reads its options (a null one throws there: the engine thread answers it).
+      if (opts === null) return this.decline('shape');
+      withVector = parseBool(opts?.with_vector, 'with_vector', false);
+    } catch {
+      return this.decline('shape');
+    }
+    const token = this.writesSettled();
+    if (token === null) return this.decline('moved');
+    const slot = this.idIndex.find(encoder.encode(pid));
+    if (slot < 0 || !this.live.has(slot)) return this.decline('absent');
+    const out: PointOutput = { id: pid, payload: this.payloadOf(slot) ?? {} };
+    if (withVector) {
+      if (this.multi !== null) out.vectors = Array.from(this.multi.spans.tokens(slot), (s) => Array.from(this.store.view(s)));
+      else out.vector = Array.from(this.store.view(slot));
+    }
+    if (this.retired) return this.decline('retired');
+    if (this.writesSettled() !== token) return this.decline('moved');
+    return out;
   }
 
   /**

@@ -91,7 +91,7 @@ export function engineOverLink(link: Link, reads: LocalReads | null = null, text
     return local !== null ? Promise.resolve(local) : link.call('engine', 'search', [c, withPackedVector(q)]);
   };
   // So are a hybrid search (dense, sparse and BM25 rankings fused), a shard's rankings (a router's ask),
-  // a multi-vector search and a count.
+  // a multi-vector search, a count and a point read (of a point that is here).
   engine.hybridSearch = (c: unknown, q: unknown) => {
     const local = tryLocal(() => reads?.hybrid(c, q) ?? null);
     return local !== null ? Promise.resolve(local) : link.call('engine', 'hybridSearch', [c, withPackedVector(q)]);
@@ -99,6 +99,10 @@ export function engineOverLink(link: Link, reads: LocalReads | null = null, text
   engine.searchMultiVector = (c: unknown, q: unknown) => {
     const local = tryLocal(() => reads?.multiVector(c, q) ?? null);
     return local !== null ? Promise.resolve(local) : link.call('engine', 'searchMultiVector', [c, q]);
+  };
+  engine.get = (c: unknown, id: unknown, opts: unknown) => {
+    const local = tryLocal(() => reads?.get(c, id, opts) ?? null);
+    return local !== null ? Promise.resolve(local) : link.call('engine', 'get', opts === undefined ? [c, id] : [c, id, opts]);
   };
   engine.count = (c: unknown, q: unknown) => {
     const local = tryLocal(() => reads?.count(c, q) ?? null);

@@ -1,4 +1,4 @@
-import type { Hit } from '../../core/base/model.js';
+import type { Hit, PointOutput } from '../../core/base/model.js';
 import type { CollectionSpec } from '../../core/collection/params.js';
 import type { Rankings } from '../../core/query/ranking.js';
 import { ReadView, type Declined, type MatchBits, type ReadGraph, type ReadViewHandle } from '../../core/collection/shared-reads.js';
@@ -52,9 +52,9 @@ export class LocalReads {
   private readonly views = new Map<string, Entry>();
   /** Plain dense searches answered here (local) and handed on, by why. */
   readonly counts: Counts = counts();
-  /** Hybrid searches, shard rankings, multi-vector searches and counts, the same way. */
-  readonly queryCounts: { readonly hybrid: Counts; readonly rankings: Counts; readonly multi_vector: Counts; readonly count: Counts } = {
-    hybrid: counts(), rankings: counts(), multi_vector: counts(), count: counts(),
+  /** Hybrid searches, shard rankings, multi-vector searches, counts and point reads, the same way. */
+  readonly queryCounts: { readonly hybrid: Counts; readonly rankings: Counts; readonly multi_vector: Counts; readonly count: Counts; readonly get: Counts } = {
+    hybrid: counts(), rankings: counts(), multi_vector: counts(), count: counts(), get: counts(),
   };
 
   private readonly sweeper: NodeJS.Timeout;
@@ -108,6 +108,11 @@ export class LocalReads {
   /** A multi-vector search's answer from this loop's view (ReadView.searchMultiVector), or null. */
   multiVector(name: unknown, query: unknown): { hits: Hit[] } | null {
     return this.answer(name, this.queryCounts.multi_vector, (v) => v.searchMultiVector(query as never));
+  }
+
+  /** A point read's answer from this loop's view (ReadView.get): a point that is here, or null. */
+  get(name: unknown, id: unknown, opts: unknown): PointOutput | null {
+    return this.answer(name, this.queryCounts.get, (v) => v.get(id, opts as never));
   }
 
   /** A count's answer from this loop's view (ReadView.count), or null. */

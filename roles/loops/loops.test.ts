@@ -250,6 +250,16 @@ describe.runIf(support.ok)(`two request loops on Node ${process.versions.node}`,
       }
     }
     expect(await countLoop()).toBeGreaterThan(countsBefore);
+    // Point reads: a point that is here is read by the loop itself; one that is not is the engine's 404.
+    const getLoop = () => metricValue(base, 'svc_loop_queries_total{op="get",answered="loop",reason=""}').catch(() => 0);
+    const getsBefore = await getLoop();
+    const one = (await fresh(base, 'GET', '/v1/collections/h/points/h7?with_vector=true')).body;
+    expect(one).toMatchObject({ id: 'h7', vector: expect.any(Array) as unknown });
+    for (let i = 0; i < 3; i++) {
+      for (const a of (await onEveryLoop(base, LOOPS, 'GET', '/v1/collections/h/points/h7?with_vector=true')).values()) expect(a.body).toEqual(one);
+      for (const a of (await onEveryLoop(base, LOOPS, 'GET', '/v1/collections/h/points/nope')).values()) expect(a.status).toBe(404);
+    }
+    expect(await getLoop()).toBeGreaterThan(getsBefore);
     expect(await hybridLoop()).toBeGreaterThan(hybridBefore);
     expect(await rankingsLoop()).toBeGreaterThan(rankingsBefore);
     // A text written through one connection is found through others at once (either loop), and its
