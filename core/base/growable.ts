@@ -18,5 +18,7 @@ export function growableShared(bytes: number, maxBytes: number): SharedArrayBuff
 export function growShared(sab: SharedArrayBuffer, need: number): void {
   if (need <= sab.byteLength) return;
   const g = sab as unknown as Growable;
+  // Never less than asked: writes past a typed array's end would be dropped without a word.
+  if (need > g.maxByteLength) throw new RangeError(`a shared buffer cannot grow to ${need} bytes (its maximum is ${g.maxByteLength})`);
   g.grow(Math.min(g.maxByteLength, Math.max(need, sab.byteLength * 2)));
 }

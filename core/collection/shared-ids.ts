@@ -20,7 +20,8 @@ export interface SharedIdsHandle {
 }
 
 const TABLE_MIN = 64;
-const MAX_BYTES = 2 ** 32;
+/** The table may reach 2 GiB (2^28 entries: 2^27 ids at its load bound); reserved address space. */
+const MAX_BYTES = 2 ** 31;
 const GONE = -1;
 
 export function idHash(bytes: Uint8Array): number {

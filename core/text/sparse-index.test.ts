@@ -299,11 +299,13 @@ describe('SparseIndex in shared memory (a request loop reads it, issue 20)', () 
   for (const shared of [true, false]) {
     it(`a reader over its handle answers as the index does, through table growth and arena compactions (${shared ? 'shared' : 'this thread\'s'} memory)`, () => {
       const idx = new SparseIndex({ shared, arenaGarbageMin: 64 });
-      const reader = new SparseReader(idx.handle());
+      // A shared index's reader follows its growth; one over this thread's own buffers holds those of its moment.
+      let reader = new SparseReader(idx.handle());
       const docs = new Map<number, Doc>();
       const rng = new Prng(99);
       for (let round = 0; round < 8; round++) {
         churn(idx, docs, 1000 + round, 500);
+        if (!shared) reader = new SparseReader(idx.handle());
         const want = statsFromScratch(docs);
         expect(reader.stats().n).toBe(want.n);
         expect(reader.stats().avgdl).toBeCloseTo(want.avgdl, 9);
@@ -322,6 +324,41 @@ describe('SparseIndex in shared memory (a request loop reads it, issue 20)', () 
       expect(idx.handle().header instanceof SharedArrayBuffer).toBe(shared);
     });
   }
+
+  it('a reader that met a torn read answers in full afterwards (the slots it had touched are not skipped)', () => {
+    const idx = new SparseIndex({ shared: true });
+    for (let s = 0; s < 50; s++) idx.set(s, Uint32Array.of(1, 2), Float32Array.of(1, 1 + (s % 3)));
+    const h = idx.handle();
+    const reader = new SparseReader(h);
+    const table = new Int32Array(h.table);
+    const slots = new Int32Array(h.slots);
+    const cap = new Int32Array(h.header)[0];
+    const entryOf = (term: number) => { for (let i = 0; i < cap * 5; i += 5) if (table[i + 1] !== 0 && table[i] === term) return i; return -1; };
+    for (const [term, read] of [[1, () => reader.bm25(Uint32Array.of(1, 2), 100)], [2, () => reader.dot(Uint32Array.of(1, 2), Float32Array.of(1, 1), 100)]] as const) {
+      // Term `term`'s last posting names a slot out of range: the read throws after touching others.
+      const e = entryOf(term);
+      const last = table[e + 1] - 1 + table[e + 3] - 1;
+      const slot = slots[last];
+      slots[last] = 1 << 29;
+      expect(read).toThrow(SparseTorn);
+      slots[last] = slot;
+      expect(read().slots.length).toBe(50);
+      expect(Array.from(read().slots)).toEqual(Array.from(term === 1 ? idx.bm25(Uint32Array.of(1, 2), 100).slots : idx.dot(Uint32Array.of(1, 2), Float32Array.of(1, 1), 100).slots));
+    }
+  });
+
+  it('leaves out of the index, and counts, a document that would take it past its buffers\' maxima: nothing else changes', () => {
+    const idx = new SparseIndex({ shared: true });
+    idx.set(0, Uint32Array.of(1), Float32Array.of(1));
+    // A slot past the 2^29 the per-slot arrays cover: not indexed, and an earlier document of it goes.
+    idx.set(2 ** 29, Uint32Array.of(1), Float32Array.of(1));
+    expect(idx.unindexed).toBe(1);
+    expect(idx.has(2 ** 29)).toBe(false);
+    expect(idx.stats().n).toBe(1);
+    expect(Array.from(idx.bm25(Uint32Array.of(1), 5).slots)).toEqual([0]);
+    idx.set(3, Uint32Array.of(1, 2), Float32Array.of(1, 1));
+    expect(idx.stats().n).toBe(2);
+  });
 
   it('a reader that finds the arrays inconsistent throws SparseTorn instead of reading past them or looping', () => {
     const idx = new SparseIndex({ shared: true });

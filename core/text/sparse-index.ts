@@ -119,21 +119,24 @@ const TABLE_MIN = 16;
 const BLOCK_MIN = 4;
 /** Posting arena garbage (entries of moved blocks) under this is never compacted. */
 const ARENA_GARBAGE_MIN = 1 << 16;
-/** Every buffer may reach 4 GiB (the most a growable buffer takes on Node 20). */
-const MAX_BYTES = 2 ** 32;
+/**
+ * Bytes each buffer may reach (a growable shared buffer reserves that much address space up front, and
+ * takes 4 GiB at most on Node 20): postings 2^30 entries (12 bytes each over three arrays), slots 2^29.
+ */
+const MAX_BYTES = {
+  table: 2 ** 31, slots: 2 ** 32, versions: 2 ** 32, weights: 2 ** 32, docVersions: 2 ** 31, docLengths: 2 ** 32,
+} as const;
+type Grown = keyof typeof MAX_BYTES;
+/** Postings the arena holds at most, and slots the per-slot arrays cover at most. */
+const ARENA_MAX = MAX_BYTES.slots / 4;
+const SLOTS_MAX = MAX_BYTES.docVersions / 4;
 
-/** A buffer that grows in place: shared (other threads read it) or this thread's. */
-function growable(bytes: number, shared: boolean): SharedArrayBuffer {
-  if (shared) return growableShared(bytes, MAX_BYTES);
-  const Ctor = ArrayBuffer as unknown as new (n: number, o: { maxByteLength: number }) => ArrayBuffer;
-  return new Ctor(bytes, { maxByteLength: MAX_BYTES }) as unknown as SharedArrayBuffer;
-}
-
-function growTo(buf: SharedArrayBuffer, need: number): void {
-  if (need <= buf.byteLength) return;
-  if (buf instanceof SharedArrayBuffer) return growShared(buf, need);
-  const b = buf as unknown as { resize(n: number): void; maxByteLength: number; byteLength: number };
-  b.resize(Math.min(b.maxByteLength, Math.max(need, b.byteLength * 2)));
+/**
+ * A buffer of `bytes`: growable shared memory (other threads read it, so it grows in place, up to
+ * `max`), or this thread's own, which grows by copy (no address space reserved).
+ */
+function buffer(bytes: number, max: number, shared: boolean): SharedArrayBuffer {
+  return shared ? growableShared(bytes, max) : new ArrayBuffer(bytes) as unknown as SharedArrayBuffer;
 }
 
 const hashOf = (term: number, mask: number): number => (Math.imul(term | 0, 0x9e3779b1) >>> 0) & mask;
@@ -142,8 +145,10 @@ const isPow2 = (n: number): boolean => n > 0 && (n & (n - 1)) === 0;
 
 /**
  * The index's arrays and everything that only reads them: BM25, sparse dot products and statistics. The
- * engine thread's SparseIndex is one; a request loop opens one over a SparseHandle. All arrays track
- * their buffers' growth (growable buffers are never moved).
+ * engine thread's SparseIndex is one; a request loop opens one over a SparseHandle of a shared index,
+ * whose arrays track their buffers' growth (growable shared buffers are never moved). An index that is
+ * not shared grows by copying into larger buffers of its own, so it reserves no address space; a
+ * reader over its handle holds the buffers of that moment.
  *
  * Layout: an open-addressing term table (ENTRY_WORDS per entry) pointing into three parallel posting
  * arrays (slot, the slot's version at insertion, weight), one block per term, a block moved (doubled) to
@@ -153,15 +158,18 @@ const isPow2 = (n: number): boolean => n > 0 && (n & (n - 1)) === 0;
  * collection began meanwhile (shared-reads.ts).
  */
 export class SparseReader {
-  protected readonly h: SparseHandle;
+  /** The buffers; this thread's own are replaced when they grow (shared ones grow in place). */
+  protected readonly h: { -readonly [K in keyof SparseHandle]: SparseHandle[K] };
   protected readonly header: Int32Array;
   protected readonly total: Float64Array;
-  protected readonly table: Int32Array;
-  protected readonly pSlots: Int32Array;
-  protected readonly pVersions: Int32Array;
-  protected readonly pWeights: Float32Array;
-  protected readonly dVersions: Int32Array;
-  protected readonly dLengths: Float64Array;
+  // Views over the buffers: length-tracking over shared ones (grown in place); over this thread's own,
+  // made again when a buffer is replaced by a larger one (SparseIndex.grow).
+  protected table: Int32Array;
+  protected pSlots: Int32Array;
+  protected pVersions: Int32Array;
+  protected pWeights: Float32Array;
+  protected dVersions: Int32Array;
+  protected dLengths: Float64Array;
   private scratch = new Float64Array(0);
   private touchedMark = new Uint8Array(0);
 
@@ -175,6 +183,16 @@ export class SparseReader {
     this.pWeights = new Float32Array(h.weights);
     this.dVersions = new Int32Array(h.docVersions);
     this.dLengths = new Float64Array(h.docLengths);
+  }
+
+  /** The views over `h`'s buffers made again (after this thread's own buffer was replaced). */
+  protected rebind(): void {
+    this.table = new Int32Array(this.h.table);
+    this.pSlots = new Int32Array(this.h.slots);
+    this.pVersions = new Int32Array(this.h.versions);
+    this.pWeights = new Float32Array(this.h.weights);
+    this.dVersions = new Int32Array(this.h.docVersions);
+    this.dLengths = new Float64Array(this.h.docLengths);
   }
 
   /** Documents with at least one term. */
@@ -235,12 +253,25 @@ export class SparseReader {
     const n = corpus?.n ?? docs;
     if (n === 0) return empty();
     const avgdl = (corpus?.totalLength ?? this.totalLength) / n;
-    const { k1, b } = params;
     const qtf = new Map<number, number>();
     for (const t of queryTerms) qtf.set(t, (qtf.get(t) ?? 0) + 1);
     const touched: number[] = [];
     const bound = this.prepareScratch();
     const t = this.table;
+    try {
+      this.scoreBm25(qtf, n, avgdl, params, corpus, bound, touched, t);
+    } catch (e) {
+      // A torn read: the marks of what was touched go, or this reader would skip those slots from now on.
+      for (const slot of touched) this.touchedMark[slot] = 0;
+      throw e;
+    }
+    return this.collect(touched, k, accept, ties);
+  }
+
+  private scoreBm25(
+    qtf: Map<number, number>, n: number, avgdl: number, params: Bm25Params, corpus: Bm25Corpus | undefined, bound: number, touched: number[], t: Int32Array,
+  ): void {
+    const { k1, b } = params;
     for (const [term, count] of qtf) {
       const e = this.find(term);
       if (e < 0) continue;
@@ -258,7 +289,6 @@ export class SparseReader {
         this.accumulate(slot, s, touched);
       }
     }
-    return this.collect(touched, k, accept, ties);
   }
 
   /** Sparse dot product of the query with each stored vector; repeated query indices add up. */
@@ -267,17 +297,22 @@ export class SparseReader {
     if (this.docs === 0 || k <= 0) return empty();
     const touched: number[] = [];
     const bound = this.prepareScratch();
-    for (let q = 0; q < indices.length; q++) {
-      const e = this.find(indices[q]);
-      if (e < 0) continue;
-      const v = values[q];
-      const [from, to] = this.block(e);
-      for (let i = from; i < to; i++) {
-        const slot = this.pSlots[i];
-        if (slot >>> 0 >= bound) throw new SparseTorn();
-        if (this.pVersions[i] !== this.dVersions[slot]) continue;
-        this.accumulate(slot, v * this.pWeights[i], touched);
+    try {
+      for (let q = 0; q < indices.length; q++) {
+        const e = this.find(indices[q]);
+        if (e < 0) continue;
+        const v = values[q];
+        const [from, to] = this.block(e);
+        for (let i = from; i < to; i++) {
+          const slot = this.pSlots[i];
+          if (slot >>> 0 >= bound) throw new SparseTorn();
+          if (this.pVersions[i] !== this.dVersions[slot]) continue;
+          this.accumulate(slot, v * this.pWeights[i], touched);
+        }
       }
+    } catch (e) {
+      for (const slot of touched) this.touchedMark[slot] = 0;
+      throw e;
     }
     return this.collect(touched, k, accept, ties);
   }
@@ -356,21 +391,68 @@ export class SparseIndex extends SparseReader {
   compactions = 0;
   private readonly garbageMin: number;
 
+  /**
+   * Documents left out of the index because they would take its buffers past their maxima (2^30
+   * postings, 2^29 slots): stored, and found by vector and filter, but not by text.
+   */
+  unindexed = 0;
+  private readonly shared: boolean;
+
   /** `arenaGarbageMin`: moved-away postings below it are never compacted (ARENA_GARBAGE_MIN; tests use less). */
   constructor(opts: { shared?: boolean; arenaGarbageMin?: number } = {}) {
     const shared = opts.shared === true;
-    const header = growable(HEADER_BYTES, shared);
     super({
-      header,
-      table: growable(TABLE_MIN * ENTRY_WORDS * 4, shared),
-      slots: growable(1024, shared),
-      versions: growable(1024, shared),
-      weights: growable(1024, shared),
-      docVersions: growable(1024, shared),
-      docLengths: growable(2048, shared),
+      header: shared ? new SharedArrayBuffer(HEADER_BYTES) : new ArrayBuffer(HEADER_BYTES) as unknown as SharedArrayBuffer,
+      table: buffer(TABLE_MIN * ENTRY_WORDS * 4, MAX_BYTES.table, shared),
+      slots: buffer(1024, MAX_BYTES.slots, shared),
+      versions: buffer(1024, MAX_BYTES.versions, shared),
+      weights: buffer(1024, MAX_BYTES.weights, shared),
+      docVersions: buffer(1024, MAX_BYTES.docVersions, shared),
+      docLengths: buffer(2048, MAX_BYTES.docLengths, shared),
     });
+    this.shared = shared;
     this.header[HW.TABLE_CAP] = TABLE_MIN;
     this.garbageMin = opts.arenaGarbageMin ?? ARENA_GARBAGE_MIN;
+  }
+
+  /** Buffer `key` holds at least `need` bytes: grown in place (shared), or replaced by a larger copy. */
+  private grow(key: Grown, need: number): void {
+    const buf = this.h[key];
+    if (need <= buf.byteLength) return;
+    assert(need <= MAX_BYTES[key], 'the sparse index stays within its buffers (checked before a document is indexed)');
+    if (this.shared) {
+      growShared(buf, need);
+      return;
+    }
+    const next = new ArrayBuffer(Math.min(MAX_BYTES[key], Math.max(need, buf.byteLength * 2)));
+    new Uint8Array(next).set(new Uint8Array(buf));
+    this.h[key] = next as unknown as SharedArrayBuffer;
+    this.rebind();
+  }
+
+  /**
+   * Whether indexing these terms at `slot` keeps every buffer within its maximum, counting the most it
+   * may take: a new block per new term, a doubled block per full one, the table rebuilt for them all.
+   */
+  private fits(slot: number, terms: Uint32Array): boolean {
+    if (slot >= SLOTS_MAX) return false;
+    const t = this.table;
+    let need = this.arenaEnd;
+    let fresh = 0;
+    for (const term of terms) {
+      const e = this.find(term);
+      if (e < 0) {
+        need += BLOCK_MIN;
+        fresh++;
+      } else if (t[e + E_USED] === t[e + E_CAP]) need += 2 * t[e + E_CAP];
+    }
+    if (need > ARENA_MAX) return false;
+    let cap = this.header[HW.TABLE_CAP];
+    if ((this.header[HW.TABLE_USED] + fresh) * 2 > cap) {
+      cap = TABLE_MIN;
+      while (cap < 4 * (this.header[HW.TABLE_USED] + fresh + 1)) cap *= 2;
+    }
+    return cap * ENTRY_WORDS * 4 <= MAX_BYTES.table;
   }
 
   /** Buffers for a reader on another thread (meaningful when made `shared`). */
@@ -384,6 +466,10 @@ export class SparseIndex extends SparseReader {
     assert(terms.length === weights.length, 'terms and weights are parallel');
     this.remove(slot);
     if (terms.length === 0) return;
+    if (!this.fits(slot, terms)) {
+      this.unindexed++;
+      return;
+    }
     this.coverSlot(slot);
     const version = (this.dVersions[slot] + 1) | 0;
     let length = 0;
@@ -426,9 +512,9 @@ export class SparseIndex extends SparseReader {
 
   private coverSlot(slot: number): void {
     if (slot < this.header[HW.SLOTS]) return;
-    const n = Math.max(slot + 1, this.header[HW.SLOTS] * 2, 256);
-    growTo(this.h.docVersions, n * 4);
-    growTo(this.h.docLengths, n * 8);
+    const n = Math.min(SLOTS_MAX, Math.max(slot + 1, this.header[HW.SLOTS] * 2, 256));
+    this.grow('docVersions', n * 4);
+    this.grow('docLengths', n * 8);
     this.header[HW.SLOTS] = Math.min(this.dVersions.length, this.dLengths.length);
   }
 
@@ -486,7 +572,7 @@ export class SparseIndex extends SparseReader {
       while (next[i * ENTRY_WORDS + E_AT] !== 0) i = (i + 1) & mask;
       next.set(old.subarray(e, e + ENTRY_WORDS), i * ENTRY_WORDS);
     }
-    growTo(this.h.table, next.byteLength);
+    this.grow('table', next.byteLength);
     this.table.set(next);
     this.table.fill(0, next.length);
     this.header[HW.TABLE_CAP] = cap;
@@ -497,9 +583,9 @@ export class SparseIndex extends SparseReader {
   private allocate(n: number): number {
     const at = this.arenaEnd;
     const end = at + n;
-    growTo(this.h.slots, end * 4);
-    growTo(this.h.versions, end * 4);
-    growTo(this.h.weights, end * 4);
+    this.grow('slots', end * 4);
+    this.grow('versions', end * 4);
+    this.grow('weights', end * 4);
     this.arenaEnd = end;
     return at;
   }
