@@ -2,6 +2,7 @@ import { SvcError } from '../../core/base/errors.js';
 import { collectionExisted, markCollectionExisted, type CollectionInfo } from '../../core/base/model.js';
 import type { Limits } from '../../core/base/limits.js';
 import type { Embedder, Reranker } from '../../core/base/model.js';
+import type { CollectionSpec } from '../../core/collection/params.js';
 import { Engine } from '../../core/engine/engine.js';
 import type { DataShard } from '../../core/engine/shard.js';
 import type { EngineApi, OperationName } from '../../core/service/api.js';
@@ -116,15 +117,22 @@ export function engineOverLink(link: Link, reads: LocalReads | null = null, text
     // A text query (embedded here, then its rankings: this loop's own, or the engine thread's, then fused
     // and reranked here) runs the Engine's code over this node as its one shard, so its answers and
     // errors are the engine thread's. A loop without a current view of the collection hands it on whole.
-    const own = new Engine({
-      shards: () => [{ id: 0, name: 'this node', shard: { rankings: engine.rankings } as unknown as DataShard }],
-      limits: text.limits, embedders: text.embedders, rerankers: text.rerankers,
-      specOf: (name) => reads.specOf(name)!,
-      monotonicMs: () => performance.now(),
-    });
-    engine.searchText = (c: unknown, q: unknown) => (reads.specOf(c) !== null
-      ? own.searchText(c as string, q as never)
-      : link.call('engine', 'searchText', [c, q]));
+    // The spec is looked up once, when the query starts (the view may go while the provider answers:
+    // its rankings are then the engine thread's, which checks the collection again): an Engine per query
+    // (a few fields) that holds it.
+    const shards = [{ id: 0, name: 'this node', shard: { rankings: engine.rankings } as unknown as DataShard }];
+    engine.searchText = (c: unknown, q: unknown) => {
+      const consistency = q !== null && typeof q === 'object' ? (q as { consistency?: unknown }).consistency : undefined;
+      // A strong read goes whole to the engine thread, whose read rules (a consensus member's barrier
+      // first, before any check or embedding) are the reference; so does anything without a current view.
+      const spec = consistency === undefined || consistency === null || consistency === 'eventual' ? reads.specOf(c) : null;
+      if (spec === null) return link.call('engine', 'searchText', [c, q]);
+      const own = new Engine({
+        shards: () => shards, limits: text.limits, embedders: text.embedders, rerankers: text.rerankers,
+        specOf: () => spec, monotonicMs: () => performance.now(),
+      });
+      return own.searchText(c as string, q as never);
+    };
   }
   engine.upsert = (c: unknown, b: unknown) => link.call('engine', 'upsert', [c, withPackedPoints(b)]);
   engine.bulkUpsert = (c: unknown, b: unknown) => link.call('engine', 'bulkUpsert', [c, withPackedPoints(b)]);

@@ -131,6 +131,34 @@ describe('ConsensusMember (the Proposer seam)', () => {
     expect(m.waiting).toBe(0);
   });
 
+  it('still acknowledges a write a quorum committed before its leader stepped down, whose apply on the leader was slow', async () => {
+    let holdOn: string | null = null;
+    let release!: () => void;
+    const held = new Promise<void>((r) => { release = r; });
+    const g = group((id, applied) => ({
+      apply: (e: Entry) => {
+        if (e.data.length === 0) return undefined;
+        const s = Buffer.from(e.data).toString();
+        // The leader's apply of w is slow: the followers apply it (it is committed) before the leader does.
+        if (id === holdOn && s === 'w') return held.then(() => { applied.push(s); });
+        applied.push(s);
+        return undefined;
+      },
+    }));
+    await g.tickUntil('a leader', () => g.leader() !== undefined);
+    const l = g.leader()!;
+    holdOn = l;
+    const outcome = g.members.get(l)!.propose(Buffer.from('w')).then(() => 'acked', (e: unknown) => e);
+    const rest = g.ids.filter((id) => id !== l);
+    await g.tickUntil('the followers apply w', () => rest.every((id) => g.applied.get(id)!.includes('w')));
+    g.cut.add(l);
+    await g.tickUntil('it stops leading', () => g.members.get(l)!.status().role !== 'leader', [l]);
+    await g.settle();
+    release();
+    await g.tickUntil('the old leader applied w', () => g.applied.get(l)!.includes('w'), [l]);
+    expect(await outcome).toBe('acked');
+  });
+
   it('answers a cut-off leader\'s waiting writes as soon as it stops leading (CheckQuorum), not at their deadline', async () => {
     const g = group();
     await g.tickUntil('a leader', () => g.leader() !== undefined);

@@ -390,12 +390,18 @@ export class ConsensusMember implements Proposer {
         }
         const rd = this.node.ready();
         // Leadership lost (a higher term, or CheckQuorum when cut off from the quorum): this member's
-        // proposals can no longer be committed by it. They are answered now rather than at their deadline
-        // (a later leader may still commit them: not acknowledged, not refused).
+        // proposals it has not seen committed can no longer be committed by it. They are answered now
+        // rather than at their deadline (a later leader may still commit them: not acknowledged, not
+        // refused). Those committed already (applied behind this loop, or in this Ready) are answered
+        // when applied, as ever.
         if (rd.softState !== null && rd.softState.role !== 'leader' && this.pending.size > 0) {
           const e = leaderChanged(rd.softState.leaderId);
-          for (const p of this.pending.values()) p.reject(e);
-          this.pending.clear();
+          const commit = this.node.status().commit;
+          for (const [index, p] of this.pending) {
+            if (index <= commit) continue;
+            this.pending.delete(index);
+            p.reject(e);
+          }
         }
         // Without mustSync the Ready holds no entry, no snapshot and no new term or vote: at most the
         // commit index moved, which Raft need not keep (a restart learns it again, and the state machine
