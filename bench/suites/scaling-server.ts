@@ -5,7 +5,8 @@
  * 32 connections, plain searches and then searches each with a keyword filter matching a tenth of the
  * points (10 distinct filters, as tenants or categories repeat), then the same filtered searches while
  * this process rewrites 10 points' tags every 20 ms (500 point updates/s, a collection being ingested
- * into: the loops patch their match bits from the writes). Per loop count and kind: QPS, p50/p99, and the server's CPU per request split by thread: the
+ * into: the loops patch their match bits from the writes), then hybrid searches (the query's vector and two
+ * words of text: dense and BM25 rankings fused, over a seeded text of eight words per point). Per loop count and kind: QPS, p50/p99, and the server's CPU per request split by thread: the
  * main thread (the engine, the search pool's hand-offs), the request loops together, and the rest
  * (search workers, GC helpers, libuv). Rounds alternate the order of the loop counts; compare within a
  * run. On a 2-core machine the client, the loops, the engine thread and a search worker share two
@@ -22,10 +23,22 @@ import { BENCH_API_KEY, startSvc } from '../lib/server-proc.js';
 
 /**
  * Plain searches, or each with a keyword filter matching a tenth of the points (10 distinct filters),
- * or those while points are written (`filtered-writes`).
+ * or those while points are written (`filtered-writes`), or hybrid searches (vector and text).
  */
-export type LoopsKind = 'plain' | 'filtered' | 'filtered-writes';
-export const LOOPS_KINDS: readonly LoopsKind[] = ['plain', 'filtered', 'filtered-writes'];
+export type LoopsKind = 'plain' | 'filtered' | 'filtered-writes' | 'hybrid';
+export const LOOPS_KINDS: readonly LoopsKind[] = ['plain', 'filtered', 'filtered-writes', 'hybrid'];
+/** The texts' vocabulary: word i is drawn with weight 1 / (i + 1) (a Zipf law, as words in text are). */
+const VOCABULARY = 2000;
+const DOC_WORDS = 8;
+const QUERY_WORDS = 2;
+
+/** Seeded words of the vocabulary, Zipf-distributed. */
+function words(seed: number, n: number): string {
+  let s = seed >>> 0 || 1;
+  const rnd = () => ((s = (s * 1103515245 + 12345) >>> 0) / 2 ** 32);
+  // Inverse of the Zipf CDF, approximately: rank = V^u - 1.
+  return Array.from({ length: n }, () => `w${Math.min(VOCABULARY - 1, Math.floor(VOCABULARY ** rnd()) - 1)}`).join(' ');
+}
 /** The writer of `filtered-writes`: this many points' tags rewritten every WRITE_EVERY_MS. */
 const WRITE_POINTS = 10;
 const WRITE_EVERY_MS = 20;
@@ -87,19 +100,23 @@ async function one(node: string, loops: number, round: number, z: (typeof SIZES)
     });
     for (let i = 0; i < d.n; i += 500) {
       const points = [];
-      for (let j = i; j < Math.min(d.n, i + 500); j++) points.push({ id: `p${j}`, vector: Array.from(row(d.base, d.dim, j)), payload: { tag: `g${j % TAGS}` } });
+      for (let j = i; j < Math.min(d.n, i + 500); j++) {
+        points.push({ id: `p${j}`, vector: Array.from(row(d.base, d.dim, j)), payload: { tag: `g${j % TAGS}`, __svc_text__: words(j + 1, DOC_WORDS) } });
+      }
       await srv.call('PUT', '/v1/collections/m/points', { points });
     }
     // A strong read waits for the index to hold every point: the load then measures searches, not a build.
     await srv.call('POST', '/v1/collections/m/query', { vector: Array.from(row(d.queries, d.dim, 0)), k: 10, consistency: 'strong' });
     const out: LoopsRun[] = [];
     for (const kind of LOOPS_KINDS) {
+      const filtered = kind === 'filtered' || kind === 'filtered-writes';
       const bodies = Array.from({ length: d.nq }, (_, q) => JSON.stringify({
-        vector: Array.from(row(d.queries, d.dim, q)), k: 10, with_payload: false, ...(kind !== 'plain' ? { filter: { eq: { field: 'tag', value: `g${q % TAGS}` } } } : {}),
+        vector: Array.from(row(d.queries, d.dim, q)), k: 10, with_payload: false, ...(filtered ? { filter: { eq: { field: 'tag', value: `g${q % TAGS}` } } } : {}),
+        ...(kind === 'hybrid' ? { query_text: words(1_000_003 + q, QUERY_WORDS) } : {}),
       }));
       const writer = kind === 'filtered-writes' ? startWriter(srv, d) : null;
       try {
-        out.push(await measure(srv, loops, kind, round, z, bodies));
+        out.push(await measure(srv, loops, kind, round, z, bodies, kind === 'hybrid' ? 'query/hybrid' : 'query'));
       } finally {
         await writer?.stop();
       }
@@ -120,7 +137,7 @@ function startWriter(srv: Awaited<ReturnType<typeof startSvc>>, d: ReturnType<ty
       const t = performance.now();
       const points = Array.from({ length: WRITE_POINTS }, () => {
         const j = next();
-        return { id: `p${j}`, vector: Array.from(row(d.base, d.dim, j)), payload: { tag: `g${next() % TAGS}` } };
+        return { id: `p${j}`, vector: Array.from(row(d.base, d.dim, j)), payload: { tag: `g${next() % TAGS}`, __svc_text__: words(j + 1, DOC_WORDS) } };
       });
       await srv.call('PUT', '/v1/collections/m/points', { points });
       await new Promise((r) => setTimeout(r, Math.max(0, WRITE_EVERY_MS - (performance.now() - t))));
@@ -130,11 +147,13 @@ function startWriter(srv: Awaited<ReturnType<typeof startSvc>>, d: ReturnType<ty
 }
 
 /** wrk over `bodies` against a loaded server, and its CPU per request by thread. */
-async function measure(srv: Awaited<ReturnType<typeof startSvc>>, loops: number, kind: LoopsKind, round: number, z: (typeof SIZES)[keyof typeof SIZES], bodies: string[]): Promise<LoopsRun> {
+async function measure(
+  srv: Awaited<ReturnType<typeof startSvc>>, loops: number, kind: LoopsKind, round: number, z: (typeof SIZES)[keyof typeof SIZES], bodies: string[], route: string,
+): Promise<LoopsRun> {
   const before = threadCpu(srv.pid);
   const t0 = performance.now();
   const w = await wrk({
-    url: `${srv.rest}/v1/collections/m/query`, bodies, clients: CLIENTS, seconds: z.secs,
+    url: `${srv.rest}/v1/collections/m/${route}`, bodies, clients: CLIENTS, seconds: z.secs,
     headers: { authorization: `Bearer ${BENCH_API_KEY}`, 'content-type': 'application/json' },
   });
   const wall = (performance.now() - t0) / 1000;
