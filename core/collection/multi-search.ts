@@ -96,8 +96,8 @@ function maxSim(src: MultiReadable, queries: Float32Array[], tokens: ArrayLike<n
   return total;
 }
 
-/** Bytes a TokenSpans may reach (2^30 token slots); reserved address space, committed as it grows. */
-const SPANS_MAX_BYTES = 2 ** 32;
+/** Bytes a TokenSpans may reach (2^29 token slots); reserved address space, committed as it grows. */
+const SPANS_MAX_BYTES = 2 ** 31;
 
 /**
  * Per token slot, its document's shape, in shared memory for request loops (a multi-vector collection

@@ -85,7 +85,7 @@ export async function startServer(
     restPort = (rest.server.address() as AddressInfo).port;
   } else {
     loops = await startLoops({
-      role: 'node', config, count: loopCount, logs, metrics, engine: () => refs.engine, reads: gate,
+      role: 'node', config, providers, count: loopCount, logs, metrics, engine: () => refs.engine, reads: gate,
       busy: () => (state.service === null ? null : state.busy?.() ?? null) as string | null,
       raftView: raft === null ? null : () => consensus?.view() ?? null,
       audit: config.auditLog === null ? null : (r) => refs.audit?.append(r),

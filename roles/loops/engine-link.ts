@@ -2,7 +2,6 @@ import { SvcError } from '../../core/base/errors.js';
 import { collectionExisted, markCollectionExisted, type CollectionInfo } from '../../core/base/model.js';
 import type { Limits } from '../../core/base/limits.js';
 import type { Embedder, Reranker } from '../../core/base/model.js';
-import type { CollectionSpec } from '../../core/collection/params.js';
 import { Engine } from '../../core/engine/engine.js';
 import type { DataShard } from '../../core/engine/shard.js';
 import type { EngineApi, OperationName } from '../../core/service/api.js';

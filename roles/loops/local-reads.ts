@@ -112,12 +112,12 @@ export class LocalReads {
 
   /** A point read's answer from this loop's view (ReadView.get): a point that is here, or null. */
   get(name: unknown, id: unknown, opts: unknown): PointOutput | null {
-    return this.answer(name, this.queryCounts.get, (v) => v.get(id, opts as never));
+    return this.answer(name, this.queryCounts.get, (v) => v.get(id, opts as never), false);
   }
 
   /** A count's answer from this loop's view (ReadView.count), or null. */
   count(name: unknown, query: unknown): { count: number } | null {
-    return this.answer(name, this.queryCounts.count, (v) => v.count(query as never));
+    return this.answer(name, this.queryCounts.count, (v) => v.count(query as never), false);
   }
 
   /**
@@ -137,7 +137,12 @@ export class LocalReads {
     return open === null ? null : e.view.spec;
   }
 
-  private answer<T>(name: unknown, c: Counts, read: (v: ReadView) => T | null): T | null {
+  /**
+   * `read` over the view of `name`, counted in `c`. `noted`: the engine thread is told the collection was
+   * searched (what a read starts there: an absorb or a rebuild of a graph that is behind); a count or a
+   * point read reads no graph.
+   */
+  private answer<T>(name: unknown, c: Counts, read: (v: ReadView) => T | null, noted = true): T | null {
     if (typeof name !== 'string') return null;
     const e = this.views.get(name);
     if (e === undefined || (e.state === 'none' && this.now() - e.at >= ASK_AGAIN_MS)) {
@@ -157,7 +162,7 @@ export class LocalReads {
     if (r !== null) {
       c.local++;
       const t = this.now();
-      if (t - e.notedAt >= NOTE_READ_MS) {
+      if (noted && t - e.notedAt >= NOTE_READ_MS) {
         e.notedAt = t;
         this.link.notify('noteRead', v.uid, e.generation);
       }

@@ -1,3 +1,4 @@
+import type { ProvidersOptions } from '../../core/embedded.js';
 import type { SvcConfig } from '../config.js';
 
 /** What a request loop (loop-worker.ts) is started with, and what it answers once listening. */
@@ -26,6 +27,11 @@ export interface LoopData {
    * while this gate is open (read-gate.ts); null: none is.
    */
   readGate: SharedArrayBuffer | null;
+  /**
+   * The config's provider tables with their API keys resolved (the main thread's, resolved once at
+   * startup), for a loop's own text queries: in this thread's memory only, never logged.
+   */
+  providers: ProvidersOptions | null;
 }
 
 export interface LoopListening { restPort: number; grpcPort: number }

@@ -32,10 +32,10 @@ import type { LoopData, LoopListening } from './loop-data.js';
 
 const data = workerData as LoopData;
 
-/** The providers of the config, built as the engine thread builds them (core/open-storage.ts). */
+/** The providers the main thread resolved, built as it builds them (core/open-storage.ts), for this loop. */
 async function loopProviders(): Promise<{ embedders: Map<string, Embedder>; rerankers: Map<string, Reranker> }> {
-  const [{ buildProviders }, { providersFromConfig }] = await Promise.all([import('../../core/open-storage.js'), import('../providers.js')]);
-  return buildProviders(providersFromConfig(data.config, process.env));
+  const { buildProviders } = await import('../../core/open-storage.js');
+  return buildProviders(data.providers ?? undefined);
 }
 // Before any server is made: SVC_MAX_CONNECTIONS and SVC_GRPC_MAX_CONNECTIONS are the process's.
 shareConnectionCounts(data.connections, data.index);
@@ -79,7 +79,7 @@ const setup = (async (): Promise<void> => {
   const own = data.readGate !== null ? new LocalReads(link, new ReadGateView(data.readGate)) : null;
   reads = own;
   // The config's providers, for this loop's own text queries (engine-link.ts): adapters of its own.
-  const text = own !== null && Object.keys(config.embedding).length > 0
+  const text = own !== null && Object.keys(data.providers?.embedding ?? {}).length > 0
     ? { limits: config.limits, ...await loopProviders() }
     : null;
   service = createService(engineOverLink(link, own, text), { ...parts.options, rateLimiter });

@@ -6,6 +6,7 @@ import { AggregatorRegistry, Counter, Gauge } from 'prom-client';
 import { workerEntry } from '../../core/index/worker-url.js';
 import { SharedTokenBuckets, type RateLimiter } from '../../core/service/rate-limit.js';
 import type { EngineApi } from '../../core/service/api.js';
+import type { ProvidersOptions } from '../../core/embedded.js';
 import type { AuditRecord } from '../../core/service/audit.js';
 import { INSECURE_PRINCIPAL } from '../../core/service/service.js';
 import { ConfigError, type SvcConfig } from '../config.js';
@@ -51,6 +52,8 @@ export interface LoopsOptions {
   /** `node`: loops over this thread's engine. `router`: each loop routes on its own (loop-worker.ts). */
   role: 'node' | 'router';
   config: SvcConfig;
+  /** The provider tables, keys resolved (startServer's), for the loops' own text queries. */
+  providers?: ProvidersOptions | null;
   count: number;
   logs: Logs;
   /** The main thread's registry (the engine's gauges); /metrics is it plus every loop's, added up. */
@@ -151,7 +154,7 @@ export async function startLoops(o: LoopsOptions): Promise<Loops> {
   const spawn = async (index: number): Promise<LoopHandle> => {
     const entry = workerEntry(import.meta.url, 'loop-worker');
     const data: LoopData = {
-      index, role: o.role, config: o.config, restPort, grpcPort, buckets, bucketKeys: keys, connections, auditFile: o.audit !== null, raft: o.raftView !== null, readGate: o.reads?.buffer ?? null,
+      index, role: o.role, config: o.config, restPort, grpcPort, buckets, bucketKeys: keys, connections, auditFile: o.audit !== null, raft: o.raftView !== null, readGate: o.reads?.buffer ?? null, providers: o.providers ?? null,
     };
     const worker = new Worker(entry.filename, { eval: entry.eval, workerData: data, name: `svc-loop-${index}` });
     // Read now: a thread that has ended answers -1.
