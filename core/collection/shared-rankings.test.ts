@@ -1,11 +1,11 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Worker } from 'node:worker_threads';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Prng } from '../base/prng.js';
 import type { HybridQuery } from '../base/model.js';
 import { NodeEngine } from '../engine/node.js';
+import { readerThread } from '../testing/reader-thread.js';
 import type { RankingsBody } from '../query/ranking.js';
 import { Database } from './database.js';
 import { buildIndexInline } from './rebuild.js';
@@ -207,15 +207,7 @@ describe('hybrid searches and rankings read from shared memory (request loops, i
     // (the term table grows, posting blocks move, the arena is compacted).
     const doc = (id: string, on: boolean, v: number) => ({ id, vector: vec(), payload: { id, __svc_text__: `${on ? 'shock' : 'calm'} term${v} word${prng.int(50)} ${id}` } });
     await db.upsert('c', { points: Array.from({ length: 300 }, (_, i) => doc(`p${i}`, i % 2 === 0, 0)) });
-    const handle = db.readView('c')!;
-    const stop = new Int32Array(new SharedArrayBuffer(4));
-    const worker = new Worker(RANKING_READER, { eval: true, workerData: {
-      handle, stop: stop.buffer, url: new URL('./shared-reads.ts', import.meta.url).href, tsx: import.meta.resolve('tsx/esm/api'),
-    } });
-    const next = (): Promise<unknown> => new Promise((resolve, reject) => {
-      worker.once('message', resolve);
-      worker.once('error', reject);
-    });
+    const { worker, next, stop } = readerThread(RANKING_READER, db.readView('c')!);
     expect(await next()).toBe('ready');
     const result = next() as Promise<{ answered: number; declined: number; bad: string[] }>;
     for (let v = 1; v <= 500; v++) {
@@ -225,7 +217,7 @@ describe('hybrid searches and rankings read from shared memory (request loops, i
       if (v % 7 === 0) await db.deletePoints('c', { ids: [ids[1]] });
       if (v % 3 === 0) await new Promise((r) => setTimeout(r, 1));
     }
-    Atomics.store(stop, 0, 1);
+    stop();
     const r = await result;
     await worker.terminate();
     expect(r.bad).toEqual([]);

@@ -8,6 +8,7 @@ import type { SearchQuery } from '../base/model.js';
 import { Database } from './database.js';
 import { ENGINE_LANES, LANES_PER_MEMORY } from '../index/vector-store.js';
 import { buildIndexInline } from './rebuild.js';
+import { readerThread } from '../testing/reader-thread.js';
 import { ReadView, SharedReadState, SharedRecords } from './shared-reads.js';
 
 const KEY = Buffer.alloc(32, 7);
@@ -370,10 +371,7 @@ describe('a collection read from shared memory (request loops, issue 20)', () =>
     const vec = (): number[] => Array.from({ length: dim }, () => prng.gaussian());
     await db.upsert('c', { points: Array.from({ length: 400 }, (_, i) => ({ id: `p${i}`, vector: vec(), payload: { tag: i % 2 === 0 ? 'on' : 'off' } })) });
     const handle = db.readView('c')!;
-    const stop = new Int32Array(new SharedArrayBuffer(4));
-    const worker = new Worker(FILTERED_READER, { eval: true, workerData: {
-      handle, stop: stop.buffer, url: new URL('./shared-reads.ts', import.meta.url).href, tsx: import.meta.resolve('tsx/esm/api'),
-    } });
+    const { worker, stop } = readerThread(FILTERED_READER, handle);
     const filter = { eq: { field: 'tag', value: 'on' } };
     let ready!: () => void;
     const started = new Promise<void>((r) => { ready = r; });
@@ -394,7 +392,7 @@ describe('a collection read from shared memory (request loops, issue 20)', () =>
       // Room for the reader to search between writes (its bits hold only then).
       if (v % 4 === 0) await new Promise((r) => setTimeout(r, 1));
     }
-    Atomics.store(stop, 0, 1);
+    stop();
     const r = await result;
     await worker.terminate();
     expect(r.bad).toEqual([]);
@@ -483,14 +481,7 @@ describe('a collection read from shared memory (request loops, issue 20)', () =>
     const far = [50, 50, 50, 50];
     await db.upsert('c', { points: [{ id: 'X', vector: far, payload: { id: 'X', v: 0 } }] });
     const handle = db.readView('c')!;
-    const stop = new Int32Array(new SharedArrayBuffer(4));
-    const worker = new Worker(READER, { eval: true, workerData: {
-      handle, stop: stop.buffer, url: new URL('./shared-reads.ts', import.meta.url).href, tsx: import.meta.resolve('tsx/esm/api'),
-    } });
-    const next = (): Promise<unknown> => new Promise((resolve, reject) => {
-      worker.once('message', resolve);
-      worker.once('error', reject);
-    });
+    const { worker, next, stop } = readerThread(READER, handle);
     expect(await next()).toBe('ready');
     const result = next() as Promise<{ answered: number; declined: number; bad: string[] }>;
     for (let v = 1; v <= 600; v++) {
@@ -502,7 +493,7 @@ describe('a collection read from shared memory (request loops, issue 20)', () =>
       // The graph the reader should take now (a loop asks for it when it finds its own old).
       worker.postMessage(db.readGraph(handle.uid));
     }
-    Atomics.store(stop, 0, 1);
+    stop();
     const r = await result;
     await worker.terminate();
 
