@@ -20,7 +20,7 @@ export interface SharedIdsHandle {
 }
 
 const TABLE_MIN = 64;
-/** The table may reach 2 GiB (2^28 entries: 2^27 ids at its load bound); reserved address space. */
+/** The table may reach 2 GiB (2^28 entries: 2^27 ids at its load bound of a half); reserved address space. */
 const MAX_BYTES = 2 ** 31;
 const GONE = -1;
 
@@ -51,9 +51,13 @@ export class SharedIds {
 
   /** The slot of the point whose id is `id` (its UTF-8 bytes), or -1. */
   find(id: Uint8Array): number {
-    const e = this.entryOf(id, idHash(id));
-    return e < 0 ? -1 : this.table[e + 1] - 1;
+    const hash = idHash(id);
+    const e = this.entryOf(id, hash);
+    return e < 0 ? -1 : this.slotAt;
   }
+
+  /** The slot `entryOf` compared its id record at (the word read once, not again after the compare). */
+  private slotAt = -1;
 
   /** The entry (its first word) holding `id`, or -1; bounded however the table changes under it. */
   private entryOf(id: Uint8Array, hash: number): number {
@@ -66,7 +70,10 @@ export class SharedIds {
       if (at === 0) return -1;
       if (at > 0 && t[i * 2] === hash) {
         const rec = this.idOf(at - 1);
-        if (rec !== null && equalBytes(rec, id)) return i * 2;
+        if (rec !== null && equalBytes(rec, id)) {
+          this.slotAt = at - 1;
+          return i * 2;
+        }
       }
     }
     return -1;
@@ -83,7 +90,7 @@ export class SharedIds {
     if ((this.header[1] + 1) * 2 > this.header[0]) this.rehash();
     const mask = this.header[0] - 1;
     let i = hash & mask;
-    // A gone entry is reused only at the end of the probe: the id is not further along (checked above).
+    // The first empty or gone entry of the probe: the id is nowhere along it (checked above).
     while (this.table[i * 2 + 1] > 0) i = (i + 1) & mask;
     if (this.table[i * 2 + 1] === 0) this.header[1]++;
     this.table[i * 2] = hash;
@@ -102,8 +109,9 @@ export class SharedIds {
     const old = this.table.slice(0, cap * 2);
     let live = 0;
     for (let i = 0; i < cap; i++) if (old[i * 2 + 1] > 0) live++;
+    // Room for twice as many (a load of a quarter), or as much as the buffer takes.
     let next = TABLE_MIN;
-    while (next < 4 * (live + 1)) next *= 2;
+    while (next < 4 * (live + 1) && next * 8 * 2 <= MAX_BYTES) next *= 2;
     const fresh = new Int32Array(next * 2);
     const mask = next - 1;
     for (let i = 0; i < cap; i++) {
