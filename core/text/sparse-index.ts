@@ -164,12 +164,12 @@ export class SparseReader {
   protected readonly total: Float64Array;
   // Views over the buffers: length-tracking over shared ones (grown in place); over this thread's own,
   // made again when a buffer is replaced by a larger one (SparseIndex.grow).
-  protected table: Int32Array;
-  protected pSlots: Int32Array;
-  protected pVersions: Int32Array;
-  protected pWeights: Float32Array;
-  protected dVersions: Int32Array;
-  protected dLengths: Float64Array;
+  protected table!: Int32Array;
+  protected pSlots!: Int32Array;
+  protected pVersions!: Int32Array;
+  protected pWeights!: Float32Array;
+  protected dVersions!: Int32Array;
+  protected dLengths!: Float64Array;
   private scratch = new Float64Array(0);
   private touchedMark = new Uint8Array(0);
 
@@ -177,15 +177,10 @@ export class SparseReader {
     this.h = h;
     this.header = new Int32Array(h.header, 0, HEADER_BYTES / 4);
     this.total = new Float64Array(h.header, 0, HEADER_BYTES / 8);
-    this.table = new Int32Array(h.table);
-    this.pSlots = new Int32Array(h.slots);
-    this.pVersions = new Int32Array(h.versions);
-    this.pWeights = new Float32Array(h.weights);
-    this.dVersions = new Int32Array(h.docVersions);
-    this.dLengths = new Float64Array(h.docLengths);
+    this.rebind();
   }
 
-  /** The views over `h`'s buffers made again (after this thread's own buffer was replaced). */
+  /** The views over `h`'s buffers (made again after this thread's own buffer was replaced). */
   protected rebind(): void {
     this.table = new Int32Array(this.h.table);
     this.pSlots = new Int32Array(this.h.slots);
