@@ -35,6 +35,8 @@ import { SearchPool, type SearchPoolStats } from './search-pool.js';
 import { multiTiesById, tieAtCut, tiesById, widenTies } from './ties.js';
 import type { MatchBits, ReadGraph, ReadViewHandle } from './shared-reads.js';
 import { replicationStream, type ReplicationView } from './replication.js';
+import { consensusStreamHistory } from '../cluster/consensus/replication-source.js';
+import type { CommitLog } from '../storage/commit-log.js';
 import { owner } from '../cluster/routing/hrw.js';
 import { COMMAND_VERSION_MOVE_OUT, COMMAND_VERSION_MOVES, commandVersion, decodeCommand, encodeCommand, isDeterministicRefusal, isMoveCommand, type ShardCommand } from '../cluster/consensus/command.js';
 import {
@@ -233,6 +235,8 @@ export class Database {
   private givenThrough = 0;
   /** This directory is a consensus member's (consensusApplied took it as one): its points are in memory only. */
   private member = false;
+  /** A consensus member's replication source (useConsensusLog). */
+  private consensusLog: CommitLog | null = null;
   /** The last syncApplied, settled: each runs after the one before. */
   private syncing: Promise<void> = Promise.resolve();
   /** The highest position written or being written (writePosition): a position never moves back. */
@@ -1775,7 +1779,8 @@ export class Database {
         return { name: c.spec.name, count: c.count, index: c.spec.index, index_state: c.indexState, vector_bytes: bytes.vectors, graph_bytes: bytes.graph };
       }),
       snapshot_status: { manifest_version: s.manifest_version, disk_bytes: s.disk_bytes },
-      replication: { role: 'leader', commit_seq: this.dir.lastSeq },
+      // A consensus member's replicas count in its log's indexes (replicate).
+      replication: { role: 'leader', commit_seq: this.member && this.consensusLog !== null ? this.consensusLog.lastSeq : this.dir.lastSeq },
     };
   }
 
@@ -1793,14 +1798,29 @@ export class Database {
     return { name, path, manifest_version: s.manifest_version, disk_bytes: s.disk_bytes };
   }
 
-  /** The replication stream (core/collection/replication.ts): a logical snapshot, then the WAL commit tail. */
+  /**
+   * The replication stream (core/collection/replication.ts): a logical snapshot, then the WAL commit
+   * tail; on a consensus member, the consensus log's entries this member applied instead
+   * (core/cluster/consensus/replication-source.ts: its WAL holds no point writes).
+   */
   replicate(body?: ReplicateRequest, signal?: AbortSignal): AsyncIterable<ReplicationEvent> {
     this.checkOpen();
-    if (this.member) {
-      // Its WAL holds no point writes (applyPoints): a stream from it would leave a replica without them.
-      throw invalidArgument('a consensus member serves no read replicas: its writes are in its group\'s consensus log, not in a replication stream. Read from any member of the group instead (every member answers reads; consistency "strong" for linearizable ones)');
+    if (!this.member) return replicationStream(this.replicationView(), body, signal);
+    if (this.consensusLog === null) {
+      // A member without its log's source (none is given outside a server's member host).
+      throw invalidArgument('this consensus member serves no read replicas here: read from any member of the group instead');
     }
-    return replicationStream(this.replicationView(), body, signal);
+    return replicationStream({ ...this.replicationView(), log: this.consensusLog, history: consensusStreamHistory(this.dir.history) }, body, signal);
+  }
+
+  /** A consensus member's replication source: the log entries it applied (its member host gives it). */
+  useConsensusLog(log: CommitLog): void {
+    this.consensusLog = log;
+  }
+
+  /** Whether a collection of this uid is here now. */
+  holdsCollection(uid: string): boolean {
+    return this.byUid.has(uid);
   }
 
   /** Read-only access for replication: the commit log and the live collections. */

@@ -49,3 +49,28 @@ export interface CommitLog {
    */
   hold(floorSeq: number, onLost?: (reason: SvcError) => void): RetentionHold;
 }
+
+/** A RetentionHold in its log's set of holds (the Wal's, a consensus member's replication source). */
+export class LogHold implements RetentionHold {
+  floorSeq: number;
+  lost: SvcError | null = null;
+
+  constructor(private readonly holds: Set<LogHold>, floorSeq: number, private readonly onLost?: (reason: SvcError) => void) {
+    this.floorSeq = floorSeq;
+  }
+
+  advance(seq: number): void {
+    if (seq > this.floorSeq) this.floorSeq = seq;
+  }
+
+  release(): void {
+    this.holds.delete(this);
+  }
+
+  /** The log no longer holds what this hold needs: it ends, and its reader is told why. */
+  lose(reason: SvcError): void {
+    this.holds.delete(this);
+    this.lost = reason;
+    this.onLost?.(reason);
+  }
+}

@@ -1,7 +1,7 @@
 import { assert } from '../base/assert.js';
 import { SvcError } from '../base/errors.js';
 import type { Sealer } from '../crypto/sealer.js';
-import type { CommitLog, LogRecord, RetentionHold } from './commit-log.js';
+import { LogHold, type CommitLog, type LogRecord, type RetentionHold } from './commit-log.js';
 import { StorageCorruption } from './errors.js';
 import { ChunkReader, FILE_HEADER_BYTES, aad, crc, fileHeader } from './format.js';
 import { joinPath, mkdirDurable, type FileHandle, type FileSystem } from './fs.js';
@@ -235,30 +235,6 @@ interface Waiter {
   settle: (error?: unknown) => void;
 }
 
-class Hold implements RetentionHold {
-  floorSeq: number;
-  lost: SvcError | null = null;
-
-  constructor(private readonly holds: Set<Hold>, floorSeq: number, private readonly onLost?: (reason: SvcError) => void) {
-    this.floorSeq = floorSeq;
-  }
-
-  advance(seq: number): void {
-    if (seq > this.floorSeq) this.floorSeq = seq;
-  }
-
-  release(): void {
-    this.holds.delete(this);
-  }
-
-  /** Truncation takes the files under this hold: it ends, and its reader is told why. */
-  lose(reason: SvcError): void {
-    this.holds.delete(this);
-    this.lost = reason;
-    this.onLost?.(reason);
-  }
-}
-
 interface Pending {
   seq: number;
   keyId: string;
@@ -290,7 +266,7 @@ export class Wal implements CommitLog {
   private readonly segmentBytesMax: number;
   private readonly retainBytesMax: number;
   private readonly waiters = new Set<Waiter>();
-  private readonly holds = new Set<Hold>();
+  private readonly holds = new Set<LogHold>();
   /**
    * The last durable records, in seq order and without gaps, while some reader holds the log (a
    * follower's stream): a caught-up reader takes them from here instead of reopening, reading and
@@ -648,7 +624,7 @@ export class Wal implements CommitLog {
       throw new SvcError('not_found', `seq ${floorSeq} is no longer retained (first retained seq is ${first})`, { firstRetainedSeq: first });
     }
     if (this.holds.size >= HOLDS_MAX) throw new SvcError('unavailable', `too many readers hold the commit log (${HOLDS_MAX})`);
-    const h = new Hold(this.holds, floorSeq, onLost);
+    const h = new LogHold(this.holds, floorSeq, onLost);
     this.holds.add(h);
     return h;
   }

@@ -7,6 +7,7 @@ import { WriteForwarder } from '../../core/cluster/consensus/forward.js';
 import { ConsensusMember, type DurableRaftStorage } from '../../core/cluster/consensus/member.js';
 import { EMPTY_SNAPSHOT, type Snapshot, type Transport } from '../../core/cluster/raft/index.js';
 import { type ChunkSink, decodeImageRef, isStreamRequest, KEPT_IMAGE_MS, SNAPSHOT_STREAM_VERSION, SnapshotInbox, SnapshotStreams, STREAM_REQUEST } from '../../core/cluster/consensus/snapshot-stream.js';
+import { ConsensusReplicationLog } from '../../core/cluster/consensus/replication-source.js';
 import { GroupVersions, UNVERSIONED, type Advertised } from '../../core/cluster/consensus/versions.js';
 import { raftEngine, type RaftEngine } from '../../core/cluster/consensus/raft-engine.js';
 import { deriveKey, parseMasterKeyHex } from '../../core/crypto/keys.js';
@@ -72,6 +73,14 @@ export interface ConsensusHost {
   /** What the svc_raft_* series show. */
   metrics(): ConsensusMetricsSource;
 }
+
+/**
+ * What a read replica's stream may keep of this member's log past where the member compacts it, in
+ * entries (per SVC_RAFT_SNAPSHOT_ENTRIES) and bytes (the log holds them in memory): a replica further
+ * behind starts over from a snapshot.
+ */
+const REPLICA_HOLD_ENTRIES_PER_SNAPSHOT = 4;
+const REPLICA_HOLD_BYTES_MAX = 256 << 20;
 
 /** An image streamed to this member, in `<data dir>/raft/image-<stream id>.img` until a newer snapshot replaces it. */
 const IMAGE_SUFFIX = '.img';
@@ -286,6 +295,13 @@ export async function startConsensusMember(
       if (rest.length > 0) transport.send(rest);
     },
   };
+  // Read replicas of this member (SVC_LEADER_URL naming it) follow the entries it applied.
+  const replication = new ConsensusReplicationLog({
+    entries: (lo, hi, max) => raftLog.entries(lo, hi, max),
+    firstIndex: () => raftLog.firstIndex(),
+    holdsCollection: (uid) => db.holdsCollection(uid),
+  }, applied, { holdEntriesMax: REPLICA_HOLD_ENTRIES_PER_SNAPSHOT * timing.snapshotEntries, holdBytesMax: REPLICA_HOLD_BYTES_MAX });
+  db.useConsensusLog(replication);
   const storage: DurableRaftStorage = {
     hardState: () => raftLog.hardState(),
     entries: (lo, hi, max) => raftLog.entries(lo, hi, max),
@@ -300,8 +316,9 @@ export async function startConsensusMember(
       await removeStaleImages();
       return made;
     },
-    // A member being sent an image applies the log from the image's index on: keep it.
-    compact: (i) => raftLog.compact(Math.min(i, streams.floor ?? i)),
+    // A member being sent an image applies the log from the image's index on: keep it. So does a read
+    // replica's stream, within its bounds (ConsensusReplicationLog.compactTo).
+    compact: (i) => raftLog.compact(replication.compactTo(Math.min(i, streams.floor ?? i))),
   };
   // Files kept from before this start that no leader asked for are removed once their time is up.
   const keptTimer = keptAtStart.length === 0 ? null : setTimeout(() => {
@@ -322,12 +339,18 @@ export async function startConsensusMember(
     stateMachine: {
       apply: (e) => (e.data.length === 0 ? undefined : db.applyCommand(decodeCommand(e.data), e.index)),
       // Positions unsynced (the log is the durable record), made durable before a marker compacts the log.
-      appliedThrough: (index) => db.appliedThrough(index),
+      appliedThrough: (index) => {
+        db.appliedThrough(index);
+        // Settled in memory: read replicas' streams may send them.
+        replication.appliedThrough(index);
+      },
       syncApplied: () => db.syncApplied(),
       restore: async (s, signal) => {
         log('info', 'consensus: restoring a snapshot from the leader', { index: s.meta.index });
+        replication.loseAll('this member is restoring a snapshot from its leader');
         // A close cuts it short (it runs again at the next start, as after a kill -9).
         await db.restoreConsensusImage(imageOf(s), s.meta.index, signal);
+        replication.appliedThrough(s.meta.index);
         await removeStaleImages();
       },
     },
@@ -390,6 +413,7 @@ export async function startConsensusMember(
       if (keptTimer !== null) clearTimeout(keptTimer);
       forwarder?.close();
       streams.close();
+      replication.close();
       await transport.close();
       await m.close();
       await raftLog.close();

@@ -190,8 +190,15 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
     // leader's (Database.nextBatch, commitBatch; a target's applied points are proposed writes).
     else engine[op] = (...args: unknown[]) => move(op, args, true);
   }
-  // The replication stream is an async iterable, not a promise.
-  engine.replicate = (...args: unknown[]) => (db.replicate as (...a: unknown[]) => unknown)(...args);
+  // The replication stream is an async iterable, not a promise. A read replica's stream begins only
+  // where this member's state is that of its applied index (its snapshot would show older values, or
+  // a half-restored database, to every reader of the replica); one running when a restore begins ends
+  // (the member host's replication source loses its hold), and the replica asks again.
+  engine.replicate = (...args: unknown[]) => {
+    if (member.restoring) throw new SvcError('unavailable', 'this member is restoring a snapshot from its leader: it serves no replication stream until it is done; retry', { reason: 'restoring' });
+    if (member.replaying) throw new SvcError('unavailable', 'this member is applying its log again after a restart: it serves no replication stream until it is done; retry', { reason: 'replaying' });
+    return (db.replicate as (...a: unknown[]) => unknown)(...args);
+  };
   engine.forwarded = (w: ForwardedWrite) => {
     const kind = OPERATION_KINDS[w.op as OperationName];
     if (kind === 'move') return move(w.op, w.args, false);

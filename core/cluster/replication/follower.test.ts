@@ -5,6 +5,7 @@ import { Prng } from '../../base/prng.js';
 import { Database } from '../../collection/database.js';
 import { buildIndexInline } from '../../collection/rebuild.js';
 import { FaultyFileSystem } from '../../testing/faulty-fs.js';
+import { pointsOf } from '../../testing/points-of.js';
 import { Follower, type ReplicationSource } from './follower.js';
 
 /**
@@ -42,22 +43,6 @@ function faultySource(leader: Database, prng: Prng, faults: Fault[]): Replicatio
       yield ev;
     }
   };
-}
-
-async function pointsOf(db: Database): Promise<Record<string, string[]>> {
-  const out: Record<string, string[]> = {};
-  for (const c of (await db.listCollections()).collections) {
-    const rows: string[] = [];
-    let cursor: string | null = null;
-    do {
-      const page: { points: { id: string; vector?: number[]; payload?: unknown }[]; next_cursor: string | null } =
-        await db.fetch(c.name, { limit: 500, cursor, with_vector: true });
-      rows.push(...page.points.map((p) => JSON.stringify([p.id, p.vector, p.payload])));
-      cursor = page.next_cursor;
-    } while (cursor !== null);
-    out[c.name] = rows.sort();
-  }
-  return out;
 }
 
 async function runSeed(seed: number): Promise<{ faults: Fault[]; crashes: number; bootstraps: number }> {
