@@ -505,7 +505,10 @@ export class Database {
       // the name when the tail replays an older one's create: that one was dropped on the leader before
       // the newer was made, and its records are not sent (the leader no longer has it). Otherwise the one
       // here is the older, dropped on the leader since.
-      if (createdSeq > 0 && (this.createdSeqs.get(same.uid) ?? 0) > createdSeq) return;
+      // A collection from before this bootstrap (unconfirmed) is always replaced: its create seq may be
+      // another history's (a replica pointed at another leader, or at a consensus member, whose seqs are
+      // log indexes), and comparing the two would keep it and refuse the snapshot's points for ever.
+      if (createdSeq > 0 && this.unconfirmed?.has(same.uid) !== true && (this.createdSeqs.get(same.uid) ?? 0) > createdSeq) return;
       await this.replicaDrop(same.uid);
     }
     await this.createWithUid(uid, spec, createdSeq);

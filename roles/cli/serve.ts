@@ -179,7 +179,7 @@ async function openAndServe(
     const rlog = logs.target('svc::raft');
     try {
       const { startConsensusMember } = await import('../raft/member-host.js');
-      consensus = await startConsensusMember(raft, leaderDb!, engineOf(leaderDb!), config.dataDir, config.encryptionKey, (level, message, detail) => rlog[level](detail ?? {}, message));
+      consensus = await startConsensusMember(raft, leaderDb!, engineOf(leaderDb!), config.dataDir, config.encryptionKey, (level, message, detail) => rlog[level](detail ?? {}, message), { replicaHoldBytes: config.replicationRetainBytes });
     } catch (e) {
       await leaderDb!.close().catch(() => undefined);
       throw e;

@@ -19,6 +19,7 @@ import { StorageCorruption } from '../../core/storage/errors.js';
 import { RaftLog, type RaftLogOptions } from '../../core/storage/raft-log.js';
 import { readSealedChunks, SealedChunkWriter } from '../../core/storage/sealed-chunks.js';
 import type { RaftNetConfig } from './config.js';
+import { REPLICATION_RETAIN_BYTES_DEFAULT } from '../config.js';
 import type { ConsensusMetricsSource } from '../rest/metrics.js';
 import { RaftTransport } from './transport.js';
 
@@ -76,11 +77,10 @@ export interface ConsensusHost {
 
 /**
  * What a read replica's stream may keep of this member's log past where the member compacts it, in
- * entries (per SVC_RAFT_SNAPSHOT_ENTRIES) and bytes (the log holds them in memory): a replica further
- * behind starts over from a snapshot.
+ * entries (per SVC_RAFT_SNAPSHOT_ENTRIES; the bytes are SVC_REPLICATION_RETAIN_BYTES, held in memory):
+ * a replica further behind starts over from a snapshot.
  */
 const REPLICA_HOLD_ENTRIES_PER_SNAPSHOT = 4;
-const REPLICA_HOLD_BYTES_MAX = 256 << 20;
 
 /** An image streamed to this member, in `<data dir>/raft/image-<stream id>.img` until a newer snapshot replaces it. */
 const IMAGE_SUFFIX = '.img';
@@ -127,8 +127,12 @@ export async function openMemberLog(
 export async function startConsensusMember(
   rc: RaftNetConfig, db: Database, nodeEngine: EngineApi, dataDir: string, encryptionKey: string | null,
   log: (level: 'info' | 'warn' | 'error', message: string, detail?: Record<string, unknown>) => void,
-  /** `versions`: what this member advertises instead of this build's (tests stand in for an older build; null sends none). */
-  testing: { versions?: Advertised | null } = {},
+  /**
+   * `replicaHoldBytes`: what a read replica's stream may keep of the log past the member's compaction
+   * (SVC_REPLICATION_RETAIN_BYTES). `versions`: what this member advertises instead of this build's
+   * (tests stand in for an older build; null sends none).
+   */
+  testing: { replicaHoldBytes?: number; versions?: Advertised | null } = {},
 ): Promise<ConsensusHost> {
   const applied = await db.consensusApplied();
   const sealer = encryptionKey === null ? new InsecureSealer() : new XChaChaSealer(deriveKey(parseMasterKeyHex(encryptionKey), 'raft'));
@@ -300,7 +304,7 @@ export async function startConsensusMember(
     entries: (lo, hi, max) => raftLog.entries(lo, hi, max),
     firstIndex: () => raftLog.firstIndex(),
     holdsCollection: (uid) => db.holdsCollection(uid),
-  }, applied, { holdEntriesMax: REPLICA_HOLD_ENTRIES_PER_SNAPSHOT * timing.snapshotEntries, holdBytesMax: REPLICA_HOLD_BYTES_MAX });
+  }, applied, { holdEntriesMax: REPLICA_HOLD_ENTRIES_PER_SNAPSHOT * timing.snapshotEntries, holdBytesMax: testing.replicaHoldBytes ?? REPLICATION_RETAIN_BYTES_DEFAULT });
   db.useConsensusLog(replication);
   const storage: DurableRaftStorage = {
     hardState: () => raftLog.hardState(),

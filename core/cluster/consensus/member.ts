@@ -362,6 +362,11 @@ export class ConsensusMember implements Proposer {
     this.failAll(notAcknowledged('the consensus member closed before the write committed'));
   }
 
+  /** Neither closed nor stopped by a failure (its state may then hold part of an entry it could not apply). */
+  get healthy(): boolean {
+    return this.usable();
+  }
+
   private usable(): boolean {
     return !this.closed && this.failed === null;
   }

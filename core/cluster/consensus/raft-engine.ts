@@ -195,6 +195,7 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
   // a half-restored database, to every reader of the replica); one running when a restore begins ends
   // (the member host's replication source loses its hold), and the replica asks again.
   engine.replicate = (...args: unknown[]) => {
+    if (!member.healthy) throw new SvcError('unavailable', 'this consensus member has stopped (closed, or an entry failed to apply here): it serves no replication stream; follow another member', { reason: 'stopped' });
     if (member.restoring) throw new SvcError('unavailable', 'this member is restoring a snapshot from its leader: it serves no replication stream until it is done; retry', { reason: 'restoring' });
     if (member.replaying) throw new SvcError('unavailable', 'this member is applying its log again after a restart: it serves no replication stream until it is done; retry', { reason: 'replaying' });
     return (db.replicate as (...a: unknown[]) => unknown)(...args);

@@ -237,6 +237,83 @@ describe('a read replica of a consensus member', () => {
     await db.close();
   });
 
+  it('ends every stream when the source closes (a caught-up one would spin on waitFor)', async () => {
+    const member = await openMember(5, 100);
+    const db = member.db;
+    await member.commit([create('a'.repeat(16), 'x')]);
+    const it = db.replicate({})[Symbol.asyncIterator]();
+    for (;;) if (decodeRecord(((await it.next()).value as ReplicationEvent).record).kind === 'heartbeat') break;
+    const next = it.next();
+    member.source.close();
+    await expect(next).rejects.toMatchObject({ code: 'unavailable', detail: { reason: 'retention_exceeded' } });
+    expect(member.source.holdCount).toBe(0);
+    await db.close();
+  });
+
+  it('turns the event loop between batches of entries a stream skips (a dropped collection\'s writes)', async () => {
+    const member = await openMember(6, 1e9);
+    const db = member.db;
+    const A = 'a'.repeat(16);
+    await member.commit([create(A, 'x')]);
+    for (let i = 0; i < 20; i++) await member.commit(Array.from({ length: 100 }, (_, j): ShardCommand => ({ uid: A, bulk: false, op: { t: 'delete', ids: [`p${i * 100 + j}`] } })));
+    await member.commit([drop(A)]);
+    const history = consensusStreamHistory((db as unknown as { dir: { history: string } }).dir.history);
+    let turned = false;
+    setImmediate(() => { turned = true; });
+    // From 0: the create and 2,000 deletes are skipped (A is gone), the drop is the first record sent.
+    const it = db.replicate({ after_seq: 0, history })[Symbol.asyncIterator]();
+    for (;;) {
+      const ev = (await it.next()).value as ReplicationEvent;
+      if (decodeRecord(ev.record).kind === 'commit') {
+        expect(ev.seq).toBe(member.last);
+        break;
+      }
+    }
+    // Only microtasks in between, before: the event loop had not turned when the drop came.
+    expect(turned).toBe(true);
+    await it.return?.();
+    member.source.close();
+    await db.close();
+  });
+
+  it('a replica that followed a single node, pointed at a member, takes the member\'s collections (create seqs of two histories)', async () => {
+    const fs = new FaultyFileSystem(7);
+    fs.yieldEachOp = false;
+    const prng = new Prng(7);
+    const single = await Database.open({ dataDir: '/s', masterKey: new Uint8Array(32).fill(4), fs, buildIndex: buildIndexInline });
+    // The single node's 'x' is created at a WAL seq past 1.
+    await single.createCollection({ name: 'pad', dim: 3 });
+    for (let i = 0; i < 20; i++) await single.upsert('pad', { points: [{ id: `q${i}`, vector: [1, 2, i] }] });
+    await single.deleteCollection('pad');
+    await single.createCollection({ name: 'x', dim: 3 });
+    await single.upsert('x', { points: [{ id: 'old', vector: [1, 2, 3] }] });
+    const replica = await Database.open({ dataDir: '/r', masterKey: REPLICA_KEY, fs, buildIndex: buildIndexInline });
+    const logs: string[] = [];
+    const follow = (from: Database) => new Follower({
+      source: (resume, signal) => from.replicate(resume === undefined ? {} : { after_seq: resume.seq, history: resume.history }, signal),
+      target: replica, clock: systemClock, random: () => prng.next(), sleep: (ms) => sleep(Math.min(ms, 2)),
+      log: (_l, m, d) => { logs.push(`${m} ${JSON.stringify(d ?? {})}`); }, backoffMs: { base: 1, max: 2 },
+    });
+    const f1 = follow(single);
+    f1.start();
+    while (f1.stats().state !== 'streaming') await sleep(2);
+    await f1.stop();
+    expect(await pointsOf(replica)).toEqual(await pointsOf(single));
+    // The member's 'x' (another uid) is created at index 1.
+    const member = await openMember(8, 100);
+    await member.commit([create('b'.repeat(16), 'x'), { uid: 'b'.repeat(16), bulk: false, op: { t: 'upsert', points: [point('new', prng)] } }]);
+    const f2 = follow(member.db);
+    f2.start();
+    await waitCaughtUp(f2, member, logs, 'the replica pointed at the member');
+    expect(await pointsOf(replica)).toEqual(await pointsOf(member.db));
+    // One bootstrap: before, the replica kept its own 'x' (created "later", at seq 23 against index 1),
+    // refused every point of the member's, and bootstrapped again and again.
+    expect(f2.stats().bootstraps).toBe(1);
+    await f2.stop();
+    member.source.close();
+    await Promise.all([replica.close(), member.db.close(), single.close()]);
+  });
+
   it('holds the log for a stream within its bounds, and ends it (retention_exceeded) past them', async () => {
     const member = await openMember(3, 10);
     const db = member.db;

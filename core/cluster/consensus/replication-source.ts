@@ -36,7 +36,7 @@ import { LogHold, type CommitLog, type LogRecord, type RetentionHold } from '../
 const WAITERS_MAX = 1 << 12;
 /** Holds; each replica's stream has one. */
 const HOLDS_MAX = 1 << 10;
-/** Entries read from the log at once (they are in memory: this bounds a stretch without a yield). */
+/** Entries read from the log at once (in memory), with a turn of the event loop between batches. */
 const READ_BATCH = 256;
 
 /** The member's log and database as the source reads them. */
@@ -106,6 +106,9 @@ export class ConsensusReplicationLog implements CommitLog {
         // The log may have been compacted (or replaced by a restore) while this reader was suspended:
         // the next batch's read checks it.
       }
+      // The entries are in memory and a consumer may skip every record (a dropped collection's): without
+      // a turn of the event loop between batches, a long stretch of them would hold the member's loop.
+      if (next <= end) await new Promise<void>((r) => setImmediate(r));
     }
   }
 
@@ -197,8 +200,10 @@ export class ConsensusReplicationLog implements CommitLog {
     for (const h of [...this.holds]) h.lose(reason);
   }
 
+  /** Every stream ends (its hold is lost): a caught-up one would otherwise find waitFor answering at once, for ever. */
   close(): void {
     this.closed = true;
+    this.loseAll('this member is closing');
     for (const w of [...this.waiters]) w.settle();
   }
 }
