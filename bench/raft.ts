@@ -25,7 +25,9 @@
 //    Then the leader is SIGSTOPped --pauses times instead (SIGCONT once a survivor leads): a hung process
 //    is noticed by the election timeout alone, where a killed one's refused address is noticed at once.
 // Run: npm run bench:raft [-- --quick] [--kills 50] [--pauses 20] [--secs 5] [--rounds 3] [--no-pin] [--catchup-mb 160]
-//      [--only throughput|failover|catchup]
+//      [--only throughput|failover|catchup] [--replica]
+// --replica: a read replica follows member n1 through the SIGKILLs (n1 is killed whenever it leads); at
+// the end it has caught up with n1 and holds every acknowledged write (read_replica in the results).
 // Pinning (Linux, 2+ cores, unless --no-pin): for the throughput arms, the server written to (the
 // leader, or the single node) and this load generator share core 0, the followers have core 1, as if
 // they were other machines (through a follower: that follower stays on core 1 with the other, the leader
@@ -52,6 +54,8 @@ const PAUSES = arg('pauses', quick ? 2 : 20);
 const SECS = arg('secs', quick ? 1 : 5);
 const ROUNDS = arg('rounds', quick ? 1 : 3);
 const PIN = !process.argv.includes('--no-pin') && process.platform === 'linux' && cpus().length >= 2;
+/** --replica: a read replica follows member n1 through the kills (killed and restarted with the others). */
+const REPLICA = process.argv.includes('--replica');
 const onlyAt = process.argv.indexOf('--only');
 /** --only throughput|failover|catchup: one part (a diagnosis); the results files are written only for all. */
 const ONLY = onlyAt < 0 ? null : process.argv[onlyAt + 1];
@@ -307,6 +311,9 @@ async function allIds(s: SvcServer): Promise<Set<string>> {
 async function failover(members: Member[], start: (m: Member) => Promise<void>, mode: 'kill' | 'pause', count: number): Promise<Record<string, unknown>> {
   let leader = await createColl(members, 'failover', DIM);
   const followers = () => members.filter((m) => m !== leader);
+  // A read replica of n1 (its gRPC address is fixed across restarts), through the SIGKILLs only.
+  const followed = members[0];
+  const replica = REPLICA && mode === 'kill' ? await startSvc({ SVC_LEADER_URL: `http://${followed.env.SVC_GRPC_ADDR}`, SVC_LEADER_API_KEY: BENCH_API_KEY }) : null;
   const a = writer('A (waits for every answer)', CLIENT_GIVE_UP_MS, followers()[0], 'failover');
   const b = writer(`B (gives up on a request after ${CLIENT_TIMEOUT_MS} ms)`, CLIENT_TIMEOUT_MS, followers()[1], 'failover');
   const kills: Record<string, unknown>[] = [];
@@ -367,6 +374,30 @@ async function failover(members: Member[], start: (m: Member) => Promise<void>, 
     const held = await allIds(m.server!);
     lost[m.id] = acked.filter((id) => !held.has(id)).length;
   }
+  // The replica: caught up with the member it follows, every acknowledged write on it too.
+  let onReplica: Record<string, unknown> | null = null;
+  if (replica !== null) {
+    try {
+      type Stats = { replication: { commit_seq?: number; applied_seq?: number | null; state?: string } };
+      const caughtAt = performance.now();
+      await until('the replica catches up with n1', async () => {
+        const [l, f] = await Promise.all([followed.server!.call<Stats>('GET', '/v1/stats'), replica.call<Stats>('GET', '/v1/stats')]);
+        return f.replication.state === 'streaming' && f.replication.applied_seq === l.replication.commit_seq ? true : null;
+      }, 120_000);
+      const held = await allIds(replica);
+      const metrics = await (await fetch(`${replica.rest}/metrics`)).text();
+      const counter = (name: string): number => Number(metrics.split('\n').find((x) => x.startsWith(`${name} `))?.split(' ')[1] ?? NaN);
+      onReplica = {
+        follows: followed.id,
+        acknowledged_lost: acked.filter((id) => !held.has(id)).length,
+        caught_up_after_ms: Math.round(performance.now() - caughtAt),
+        bootstraps: counter('svc_replication_bootstraps_total'),
+        reconnects: counter('svc_replication_reconnects_total'),
+      };
+    } finally {
+      await replica.stop();
+    }
+  }
   const stats = (xs: number[]) => {
     const s = sorted(xs);
     return { p50: Math.round(percentile(s, 50)), p99: Math.round(percentile(s, 99)), max: Math.round(s[s.length - 1]), mean: Math.round(s.reduce((x, y) => x + y, 0) / s.length) };
@@ -383,6 +414,7 @@ async function failover(members: Member[], start: (m: Member) => Promise<void>, 
     whole_again_ms: stats(col('whole_again_ms')),
     acknowledged_writes: acked.length,
     acknowledged_lost_per_member: lost,
+    ...(onReplica === null ? {} : { read_replica: onReplica }),
     client_errors: Object.fromEntries([a, b].map((c) => [c.name, Object.fromEntries([...c.errors].map(([s, n]) => [s === 0 ? 'no answer' : String(s), n]))])),
     per_kill: kills,
   };
@@ -599,6 +631,7 @@ const members: Member[] = IDS.map((id) => ({
   id, server: null,
   env: { SVC_RAFT_MEMBERS: memberList, SVC_RAFT_NODE_ID: id, SVC_RAFT_SECRET: SECRET, SVC_DATA_DIR: join(work, id) },
 }));
+if (REPLICA) members[0].env.SVC_GRPC_ADDR = `127.0.0.1:${await freePort()}`;
 const start = async (m: Member): Promise<void> => { m.server = await startSvc(m.env); };
 let single: SvcServer | null = null;
 const t0 = performance.now();
