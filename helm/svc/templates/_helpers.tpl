@@ -80,6 +80,14 @@ and the routers' Services. */}}
 {{- printf "%s-replica-%v.%s.%s.svc.%s" $group (index . 2) $group $.Release.Namespace $.Values.clusterDomain -}}
 {{- end -}}
 
+{{/* A consensus group's read replica: the StatefulSet <group>-replica-m<member it follows>, under the group's
+Service. Call with (list $ group member ordinal). */}}
+{{- define "svc.memberReplicaHost" -}}
+{{- $ := index . 0 -}}
+{{- $group := printf "%s-%s" (include "svc.fullname" $) (index . 1) -}}
+{{- printf "%s-replica-m%v-%v.%s.%s.svc.%s" $group (index . 2) (index . 3) $group $.Release.Namespace $.Values.clusterDomain -}}
+{{- end -}}
+
 {{/* SVC_CLUSTER_SHARDS: in the order of .Values.shards (shard ids 0, 1, ...), a leader group's leader, or a
 consensus group's Service over its members (<fullname>-<group>-any), by REST URL. */}}
 {{- define "svc.shardUrls" -}}
@@ -100,8 +108,13 @@ consensus group's Service over its members (<fullname>-<group>-any), by REST URL
 {{- $ := . -}}
 {{- $pairs := list -}}
 {{- range $i, $s := .Values.shards -}}
+{{- $members := int ($s.members | default 0) -}}
 {{- range $r := until (int ($s.replicas | default 0)) -}}
+{{- if gt $members 0 -}}
+{{- $pairs = append $pairs (printf "%d=%s://%s:6333" $i (include "svc.scheme" $) (include "svc.memberReplicaHost" (list $ $s.name (mod $r $members) (div $r $members)))) -}}
+{{- else -}}
 {{- $pairs = append $pairs (printf "%d=%s://%s:6333" $i (include "svc.scheme" $) (include "svc.replicaHost" (list $ $s.name $r))) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{ join "," $pairs }}

@@ -4,7 +4,8 @@ standby nodes), each pod with its own PersistentVolumeClaim at /var/lib/svc, und
 Service.
 Call with (dict "root" $ "name" <statefulset> "service" <headless service> "group" <group name>
 "role" leader|replica|member|standby "replicas" <n> "env" <extra env as YAML, or "">, and for a member
-"initEnv": SVC_RAFT_MEMBERS and SVC_RAFT_NODE_ID as YAML).
+"initEnv": SVC_RAFT_MEMBERS and SVC_RAFT_NODE_ID as YAML; for a read replica of a consensus group,
+"follows" <member ordinal>, a label of its own so that each such StatefulSet selects only its pods).
 A member (role member) also listens for its group on the consensus port, and waits before it starts
 until its own name in SVC_RAFT_MEMBERS resolves (see svc.waitForName).
 */}}
@@ -18,6 +19,9 @@ metadata:
     {{- include "svc.labels" $ | nindent 4 }}
     app.kubernetes.io/component: {{ .role }}
     svc-group: {{ .group }}
+    {{- if hasKey . "follows" }}
+    svc-follows: {{ .follows | quote }}
+    {{- end }}
 spec:
   serviceName: {{ .service }}
   replicas: {{ .replicas }}
@@ -28,12 +32,18 @@ spec:
       {{- include "svc.selector" $ | nindent 6 }}
       app.kubernetes.io/component: {{ .role }}
       svc-group: {{ .group }}
+      {{- if hasKey . "follows" }}
+      svc-follows: {{ .follows | quote }}
+      {{- end }}
   template:
     metadata:
       labels:
         {{- include "svc.labels" $ | nindent 8 }}
         app.kubernetes.io/component: {{ .role }}
         svc-group: {{ .group }}
+        {{- if hasKey . "follows" }}
+        svc-follows: {{ .follows | quote }}
+        {{- end }}
     spec:
       automountServiceAccountToken: false
       securityContext:
