@@ -48,7 +48,8 @@ describe('sealed chunk files', () => {
     const b = readFileSync(path);
     b[20] ^= 1;
     writeFileSync(path, b);
-    await expect(read(path, 4)).rejects.toThrow();
+    // Storage corruption, with the file and the chunk's offset.
+    await expect(read(path, 4)).rejects.toMatchObject({ name: 'StorageCorruption', file: path, offset: 0, what: 'chunk 0 fails authentication (damaged, or not this stream\'s)' });
     const cut = await write(chunks);
     truncateSync(cut, readFileSync(cut).length - 3);
     await expect(read(cut, 4)).rejects.toThrow(/past the end/);

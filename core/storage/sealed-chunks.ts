@@ -1,4 +1,4 @@
-import { SvcError } from '../base/errors.js';
+import { StorageCorruption } from './errors.js';
 import type { Sealer } from '../crypto/sealer.js';
 import type { FileHandle, FileSystem } from './fs.js';
 
@@ -91,7 +91,10 @@ export class SealedChunkWriter {
   }
 }
 
-/** The chunks of a file SealedChunkWriter wrote, in order; throws if it holds other than `chunks` of them. */
+/**
+ * The chunks of a file SealedChunkWriter wrote, in order. Throws StorageCorruption (with the offset) if
+ * it holds other than `chunks` of them, or one fails to open (damaged, or another file's).
+ */
 export async function* readSealedChunks(fs: FileSystem, path: string, sealer: Sealer, tag: string, chunks: number): AsyncGenerator<Uint8Array> {
   const h = await fs.open(path, 'read');
   try {
@@ -99,14 +102,20 @@ export async function* readSealedChunks(fs: FileSystem, path: string, sealer: Se
     let at = 0;
     for (let i = 0; i < chunks; i++) {
       const head = await h.read(at, 4);
-      if (head.length < 4) throw new SvcError('internal', `${path} ends after ${i} of its ${chunks} chunks`);
+      if (head.length < 4) throw new StorageCorruption(path, at, `the file ends after ${i} of its ${chunks} chunks`);
       const n = Buffer.from(head.buffer, head.byteOffset, 4).readUInt32LE(0);
-      if (n > RECORD_BYTES_MAX || at + 4 + n > size) throw new SvcError('internal', `${path}: chunk ${i} at byte ${at} runs past the end of the file`);
+      if (n > RECORD_BYTES_MAX || at + 4 + n > size) throw new StorageCorruption(path, at, `chunk ${i} runs past the end of the file`);
       const sealed = await h.read(at + 4, n);
+      let chunk: Uint8Array;
+      try {
+        chunk = sealer.open(sealed, aad(tag, i));
+      } catch {
+        throw new StorageCorruption(path, at, `chunk ${i} fails authentication (damaged, or not this stream's)`);
+      }
       at += 4 + n;
-      yield sealer.open(sealed, aad(tag, i));
+      yield chunk;
     }
-    if (at !== size) throw new SvcError('internal', `${path} holds ${size - at} bytes after its ${chunks} chunks`);
+    if (at !== size) throw new StorageCorruption(path, at, `${size - at} bytes after its ${chunks} chunks`);
   } finally {
     await h.close();
   }

@@ -11,7 +11,7 @@ import { ConsensusReplicationLog } from '../../core/cluster/consensus/replicatio
 import { GroupVersions, UNVERSIONED, type Advertised } from '../../core/cluster/consensus/versions.js';
 import { raftEngine, type RaftEngine } from '../../core/cluster/consensus/raft-engine.js';
 import { deriveKey, parseMasterKeyHex } from '../../core/crypto/keys.js';
-import { InsecureSealer, XChaChaSealer } from '../../core/crypto/sealer.js';
+import { InsecureSealer, XChaChaSealer, type Sealer } from '../../core/crypto/sealer.js';
 import type { Database } from '../../core/collection/database.js';
 import type { EngineApi } from '../../core/service/api.js';
 import { NodeFileSystem } from '../../core/storage/fs.js';
@@ -124,6 +124,37 @@ export async function openMemberLog(
   }
 }
 
+/**
+ * A snapshot's data as the database restores it: an image file streamed here, or (older logs) an image
+ * in the log. A streamed image's chunks were authenticated as they arrived, so one that fails to read now
+ * (damaged, cut, or gone) was damaged on this disk since: the member cannot restore it, and no newer
+ * snapshot replaces it unless the leader sends one. The error and the log say so, and name the remedy
+ * (damagedLogFix: an empty data directory, as for a damaged log).
+ */
+export async function* snapshotImage(
+  fs: NodeFileSystem, imagePath: (id: string) => string, sealer: Sealer, s: Snapshot, dataDir: string,
+  log: (level: 'error', message: string, detail: Record<string, unknown>) => void,
+): AsyncGenerator<Uint8Array> {
+  const ref = decodeImageRef(s.data);
+  if (ref === null) {
+    yield s.data;
+    return;
+  }
+  const path = imagePath(ref.id);
+  try {
+    yield* readSealedChunks(fs, path, sealer, ref.id, ref.chunks);
+  } catch (e) {
+    const gone = (e as NodeJS.ErrnoException | null)?.code === 'ENOENT';
+    if (!(e instanceof StorageCorruption) && !gone) throw e;
+    const at = e instanceof StorageCorruption ? { file: e.file, offset: e.offset, what: e.what } : { file: path, offset: 0, what: 'the image file is missing' };
+    const fix = damagedLogFix(dataDir);
+    log('error', 'consensus: the snapshot image is damaged and this member cannot restore it', { file: at.file, offset: at.offset, damage: at.what, index: s.meta.index, dataDir, fix });
+    throw new StorageCorruption(at.file, at.offset,
+      `${at.what}; the image of the snapshot at index ${s.meta.index} was authenticated chunk by chunk as it arrived, so it was damaged on this disk since: `
+      + 'this member cannot restore it, stays restoring (it answers no reads) and fails the restore at every start', fix);
+  }
+}
+
 export async function startConsensusMember(
   rc: RaftNetConfig, db: Database, nodeEngine: EngineApi, dataDir: string, encryptionKey: string | null,
   log: (level: 'info' | 'warn' | 'error', message: string, detail?: Record<string, unknown>) => void,
@@ -140,12 +171,7 @@ export async function startConsensusMember(
   const raftDir = join(dataDir, 'raft');
   const raftLog = await openMemberLog(fs, dataDir, { sealer, log: (m, d) => log('warn', m, d) }, log);
   const imagePath = (id: string): string => join(raftDir, `image-${id}${IMAGE_SUFFIX}`);
-  /** A snapshot's data as the database restores it: an image file streamed here, or (older logs) an image in the log. */
-  const imageOf = (s: Snapshot): AsyncIterable<Uint8Array> => {
-    const ref = decodeImageRef(s.data);
-    if (ref === null) return (async function* () { yield s.data; })();
-    return readSealedChunks(fs, imagePath(ref.id), sealer, ref.id, ref.chunks);
-  };
+  const imageOf = (s: Snapshot): AsyncIterable<Uint8Array> => snapshotImage(fs, imagePath, sealer, s, dataDir, log);
   /**
    * Image files no snapshot names any more, nor a stream being received, nor one kept from before this
    * start for its leader to resume (SnapshotInbox: until a probe or a chunk names another stream, or
