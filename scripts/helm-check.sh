@@ -123,6 +123,8 @@ refuse "a master key that is not 64 hex" "64 hex characters" --set secrets.apiKe
 refuse "TLS without its Secret" "tls.secretName is required" --set secrets.existingSecret=k,tls.enabled=true
 refuse "a shard name that cannot name objects" "lower-case letters" --set secrets.existingSecret=k,shards[0].name=Shard_1,shards[0].replicas=0
 # Consensus groups (shards[0] is one by default).
+refuse "a group named as another group's read replicas" "ends as the chart names a group's read replicas" --set secrets.existingSecret=k,shards[0].name=g,shards[0].members=3,shards[1].name=g-replica-m0,shards[1].replicas=0
+refuse "a StatefulSet name its pods' labels cannot hold" "more than 52" --set secrets.existingSecret=k,shards[0].name=a-consensus-group-with-a-rather-long-name,shards[0].members=3,shards[0].replicas=1
 refuse "a consensus group of an even size" "3, 5 or 7 members" --set secrets.existingSecret=k,shards[0].name=g,shards[0].members=4
 refuse "a chart-made Secret without the consensus secret" "secrets.raftSecret" --set secrets.apiKeys=a,secrets.shardKey=b,secrets.encryptionKey=0000000000000000000000000000000000000000000000000000000000000000
 refuse "SVC_RAFT_TLS_CA in extraEnv" "the chart sets it on consensus members itself" --set secrets.existingSecret=k,extraEnv[0].name=SVC_RAFT_TLS_CA,extraEnv[0].value=/x

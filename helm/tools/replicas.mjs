@@ -3,8 +3,11 @@
 // - Every read replica (a container with SVC_LEADER_URL) follows a pod that the manifests make: a
 //   leader group's leader, or a member of a consensus group (one of its StatefulSet's pods, on gRPC 6334).
 // - A consensus group's replicas are spread over its members: the counts per member differ by at most one.
-// - Every replica pod is named once in the routers' and the coordinator's SVC_CLUSTER_REPLICAS, under
-//   the shard id of the group it follows, and nothing else is.
+// - Every replica pod is named once in the coordinator's SVC_CLUSTER_REPLICAS (and the routers', where
+//   they have it), under the shard id of the group it follows, and nothing else is.
+// - A replica's StatefulSet names a headless Service that selects its pods (their DNS names); no
+//   consensus group's -any Service (the writes' address) selects a replica.
+// - Under TLS (an https SVC_LEADER_URL) a replica verifies its leader (SVC_LEADER_CA).
 // - No two StatefulSets select each other's pods, and no pod is under two PodDisruptionBudgets (an
 //   eviction refuses such a pod).
 import { readFileSync } from 'node:fs';
@@ -55,6 +58,14 @@ for (const d of sets) {
   else if (followed.metadata.labels['svc-group'] !== group) errors.push(`${where}: follows ${u.hostname}, of another group`);
   else if (!['leader', 'member'].includes(followed.metadata.labels['app.kubernetes.io/component'])) errors.push(`${where}: follows a ${followed.metadata.labels['app.kubernetes.io/component']}`);
   if (u.port !== '6334') errors.push(`${where}: SVC_LEADER_URL ${leader} is not the gRPC port 6334`);
+  if (u.protocol === 'https:' && envValue(c, 'SVC_LEADER_CA') === undefined) errors.push(`${where}: an https SVC_LEADER_URL without SVC_LEADER_CA`);
+  const labels = d.spec.template.metadata.labels;
+  const headless = docs.find((x) => x.kind === 'Service' && x.metadata.name === d.spec.serviceName);
+  if (headless === undefined || headless.spec.clusterIP !== 'None') errors.push(`${where}: its serviceName ${d.spec.serviceName} is no headless Service here`);
+  else if (!Object.entries(headless.spec.selector ?? {}).every(([k, v]) => labels[k] === v)) errors.push(`${where}: the headless Service ${d.spec.serviceName} does not select its pods (no DNS names)`);
+  for (const svc of docs.filter((x) => x.kind === 'Service' && x.metadata.name.endsWith('-any'))) {
+    if (Object.entries(svc.spec.selector ?? {}).every(([k, v]) => labels[k] === v)) errors.push(`${where}: the Service ${svc.metadata.name} (a group's writes) selects its pods`);
+  }
   if (followed?.metadata.labels['app.kubernetes.io/component'] === 'member') {
     const counts = perMember.get(group) ?? new Map();
     counts.set(u.hostname, (counts.get(u.hostname) ?? 0) + d.spec.replicas);
@@ -69,11 +80,18 @@ for (const [group, counts] of perMember) {
   if (Math.max(...all) - Math.min(...all) > 1) errors.push(`group ${group}: replicas per member ${all.join(', ')}, not spread evenly`);
 }
 
-// SVC_CLUSTER_REPLICAS on the routers and the coordinator: each replica pod once, under its group's shard.
+// SVC_CLUSTER_REPLICAS on the routers and the coordinator: each replica pod once, under its group's
+// shard. The coordinator must have it (the routers get the map from it).
+let lists = 0;
+const coordinator = docs.find((x) => x.kind === 'Deployment' && x.metadata.name.endsWith('-coordinator'));
+if (coordinator === undefined || !coordinator.spec.template.spec.containers.some((c) => envValue(c, 'SVC_CLUSTER_REPLICAS') !== undefined)) {
+  errors.push('the coordinator has no SVC_CLUSTER_REPLICAS');
+}
 for (const d of docs.filter((x) => x.kind === 'Deployment' || x.kind === 'StatefulSet')) {
   for (const c of d.spec.template.spec.containers) {
     const list = envValue(c, 'SVC_CLUSTER_REPLICAS');
     if (list === undefined) continue;
+    lists++;
     const named = new Map();
     for (const item of String(list).split(',').filter((x) => x !== '')) {
       const [shard, url] = [Number(item.slice(0, item.indexOf('='))), item.slice(item.indexOf('=') + 1)];
@@ -104,4 +122,4 @@ if (errors.length > 0) {
   console.error(errors.join('\n'));
   process.exit(1);
 }
-console.log(`${replicas} read replicas (${[...perMember.keys()].length} consensus groups with replicas) follow pods of their groups and are each named once to the routers; selectors and budgets do not overlap`);
+console.log(`${replicas} read replicas (${[...perMember.keys()].length} consensus groups with replicas) follow pods of their groups, have DNS names and no write traffic, and are each named once in ${lists} SVC_CLUSTER_REPLICAS; selectors and budgets do not overlap`);

@@ -77,10 +77,12 @@ export interface ConsensusHost {
 
 /**
  * What a read replica's stream may keep of this member's log past where the member compacts it, in
- * entries (per SVC_RAFT_SNAPSHOT_ENTRIES; the bytes are SVC_REPLICATION_RETAIN_BYTES, held in memory):
- * a replica further behind starts over from a snapshot.
+ * entries (per SVC_RAFT_SNAPSHOT_ENTRIES) and bytes (SVC_REPLICATION_RETAIN_BYTES, at most
+ * REPLICA_HOLD_BYTES_MAX: the log is in memory, and a node pod's memory is a few GiB): a replica further
+ * behind starts over from a snapshot.
  */
 const REPLICA_HOLD_ENTRIES_PER_SNAPSHOT = 4;
+const REPLICA_HOLD_BYTES_MAX = 256 << 20;
 
 /** An image streamed to this member, in `<data dir>/raft/image-<stream id>.img` until a newer snapshot replaces it. */
 const IMAGE_SUFFIX = '.img';
@@ -330,7 +332,7 @@ export async function startConsensusMember(
     entries: (lo, hi, max) => raftLog.entries(lo, hi, max),
     firstIndex: () => raftLog.firstIndex(),
     holdsCollection: (uid) => db.holdsCollection(uid),
-  }, applied, { holdEntriesMax: REPLICA_HOLD_ENTRIES_PER_SNAPSHOT * timing.snapshotEntries, holdBytesMax: testing.replicaHoldBytes ?? REPLICATION_RETAIN_BYTES_DEFAULT });
+  }, applied, { holdEntriesMax: REPLICA_HOLD_ENTRIES_PER_SNAPSHOT * timing.snapshotEntries, holdBytesMax: Math.min(testing.replicaHoldBytes ?? REPLICATION_RETAIN_BYTES_DEFAULT, REPLICA_HOLD_BYTES_MAX) });
   db.useConsensusLog(replication);
   const storage: DurableRaftStorage = {
     hardState: () => raftLog.hardState(),

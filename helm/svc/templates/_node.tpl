@@ -11,6 +11,10 @@ until its own name in SVC_RAFT_MEMBERS resolves (see svc.waitForName).
 */}}
 {{- define "svc.nodeStatefulSet" -}}
 {{- $ := .root -}}
+{{- /* Each pod's controller-revision-hash label is <statefulset>-<10-character hash>, at most 63. */}}
+{{- if gt (len .name) 52 }}
+{{- fail (printf "the StatefulSet name %q is %d characters, more than 52 (its pods' controller-revision-hash label would pass 63 and no pod would start): shorten the release name, nameOverride or the shard name" .name (len .name)) }}
+{{- end }}
 apiVersion: apps/v1
 kind: StatefulSet
 metadata:
