@@ -7,8 +7,9 @@ import { tempDir, type Server } from './harness.js';
 /**
  * A read replica of a consensus member (issues 7 and 17): `svc serve` with SVC_LEADER_URL naming a
  * member's gRPC address follows the group's log as that member applies it (its database's WAL holds no
- * point writes). Real processes: three members and a replica, writes through the leader, the member the
- * replica follows killed and restarted while writes go on. The replica ends with exactly the group's
+ * point writes). Real processes: three members (each link through a fault proxy) and a replica, writes
+ * through the leader, the member the replica follows killed and restarted while writes go on, then cut
+ * off from its group (the replica's lag grows) and back. The replica ends with exactly the group's
  * collections and points.
  */
 const root = tempDir('svc-consensus-replica-');
@@ -44,8 +45,8 @@ async function sameAs(replica: Server, m: Server): Promise<void> {
 }
 
 describe('a read replica of a consensus member', () => {
-  it('holds the group\'s data: bootstrap, tail (payloads, deletes, a drop and a create), across the member\'s SIGKILL and restart', async () => {
-    const { members, links } = await startRaftGroup(['r1', 'r2', 'r3'], (id) => join(root, id), TIMING, { direct: true });
+  it('holds the group\'s data: bootstrap, tail (payloads, deletes, a drop and a create), across the member\'s SIGKILL and restart; its lag grows while the member is cut off', async () => {
+    const { members, links } = await startRaftGroup(['r1', 'r2', 'r3'], (id) => join(root, id), TIMING);
     let replica: Server | null = null;
     try {
       const leader = await raftLeader(members);
@@ -88,6 +89,38 @@ describe('a read replica of a consensus member', () => {
       await sameAs(replica, followed.server);
       expect(await allPoints(replica, 'docs')).toEqual(group);
       expect((await allPoints(replica, 'docs')).filter((p) => p.id.startsWith('k')).length).toBe(80);
+
+      // The member it follows is cut off from its group: it soon knows no leader and stops vouching for
+      // what it applied (no heartbeats), so the replica's lag grows, and a router would stop reading it.
+      // Once the member is back the lag is 0 again and the group's writes of meanwhile arrive.
+      const lag = async (): Promise<number> => {
+        const m = await (await fetch(`${replica!.base}/metrics`)).text();
+        return Number(/^svc_replication_lag_seconds (\S+)$/m.exec(m)?.[1] ?? NaN);
+      };
+      expect(await lag()).toBe(0);
+      const cut = [...links].filter(([name]) => name.includes(followed.id)).map(([, l]) => l);
+      for (const l of cut) {
+        l.refuse(true);
+        l.cut();
+      }
+      await eventually('the replica of a cut-off member reports a growing lag', async () => {
+        const s = await lag();
+        return s > 2 ? true : `lag ${s} s`;
+      });
+      const others = members.filter((m) => m !== followed);
+      for (let i = 0; i < 5; i++) await write(others, 'PUT', '/v1/collections/docs/points', { points: [{ id: `cut${i}`, vector: vec(2000 + i) }] });
+      for (const l of cut) l.refuse(false);
+      await eventually('the lag is 0 again', async () => {
+        const s = await lag();
+        return s === 0 ? true : `lag ${s} s`;
+      });
+      await eventually('the writes made while it was cut off reach the replica', async () => {
+        const ids = (await allPoints(replica!, 'docs')).map((p) => p.id);
+        return ids.includes('cut4') ? true : 'not yet';
+      });
+      const now = await raftLeader(members);
+      await eventually('the replica holds the group\'s points', async () => (
+        JSON.stringify(await allPoints(replica!, 'docs')) === JSON.stringify(await allPoints(now.server, 'docs')) ? true : 'not yet'));
       for (const l of links.values()) await l.close();
     } finally {
       await replica?.stop('SIGKILL');

@@ -237,6 +237,7 @@ export class Database {
   private member = false;
   /** A consensus member's replication source (useConsensusLog). */
   private consensusLog: CommitLog | null = null;
+  private consensusCurrent: () => boolean = () => true;
   /** The last syncApplied, settled: each runs after the one before. */
   private syncing: Promise<void> = Promise.resolve();
   /** The highest position written or being written (writePosition): a position never moves back. */
@@ -1813,12 +1814,18 @@ export class Database {
       // A member without its log's source (none is given outside a server's member host).
       throw invalidArgument('this consensus member serves no read replicas here: read from any member of the group instead');
     }
-    return replicationStream({ ...this.replicationView(), log: this.consensusLog, history: consensusStreamHistory(this.dir.history) }, body, signal);
+    const current = this.consensusCurrent;
+    return replicationStream({ ...this.replicationView(), log: this.consensusLog, history: consensusStreamHistory(this.dir.history), current }, body, signal);
   }
 
-  /** A consensus member's replication source: the log entries it applied (its member host gives it). */
-  useConsensusLog(log: CommitLog): void {
+  /**
+   * A consensus member's replication source: the log entries it applied (its member host gives it), and
+   * whether the member can vouch for being current (it knows a leader): its streams send no heartbeats
+   * while it cannot, so its replicas' lag grows.
+   */
+  useConsensusLog(log: CommitLog, current: () => boolean = () => true): void {
     this.consensusLog = log;
+    this.consensusCurrent = current;
   }
 
   /** Whether a collection of this uid is here now. */

@@ -24,7 +24,9 @@ import type { CollectionSpec } from './params.js';
  * is another answers with a full snapshot, never a tail that would silently diverge.
  *
  * Heartbeats: at the start of the tail and every HEARTBEAT_MS after (between records, or while waiting
- * for one), so a follower knows what the leader holds and how stale it is (svc_replication_lag_seconds).
+ * for one), so a follower knows what the leader holds and how stale it is (svc_replication_lag_seconds);
+ * none while the source cannot vouch for being current (ReplicationView.current), whose follower's lag
+ * then grows.
  *
  * Consistency: the snapshot is "fuzzy" (writes go on while it is read), so the tail starts right after
  * the seq sampled before reading it. Every op is a whole-point upsert, a delete, a create/drop by uid,
@@ -63,6 +65,11 @@ export interface ReplicationView {
   /** The live collections now, each with a check that it is still live (not dropped since). */
   collections(): { uid: string; spec: CollectionSpec; createdSeq: number; captureAll(): Iterable<Op>; live(): boolean }[];
   isClosed(): boolean;
+  /**
+   * Whether this source can vouch that it is current (absent: always). A consensus member that knows no
+   * leader cannot: it sends no heartbeats meanwhile (below).
+   */
+  current?(): boolean;
 }
 
 export function encodeRecord(kind: number, keyId: string, body: Uint8Array = new Uint8Array(0)): Uint8Array {
@@ -243,15 +250,19 @@ async function* streamFrom(view: ReplicationView, resumeAfter: number | undefine
   }
   let next = after + 1;
   let beatAt = view.monotonicMs();
-  const beat = (): ReplicationEvent => {
+  const beat = (): ReplicationEvent | null => {
     beatAt = view.monotonicMs();
+    // A source that cannot vouch for being current (a consensus member that knows no leader: cut off
+    // from its group) sends none, so that its replica's lag grows and a router stops reading it.
+    if (view.current?.() === false) return null;
     const last = Buffer.alloc(8);
     last.writeUInt32LE(log.lastSeq % 2 ** 32, 0);
     last.writeUInt32LE(Math.floor(log.lastSeq / 2 ** 32), 4);
     return { seq: next - 1, record: encodeRecord(ReplicationKind.heartbeat, 'db', last) };
   };
   if (signal.aborted || view.isClosed()) return;
-  yield beat();
+  let b = beat();
+  if (b !== null) yield b;
   while (!signal.aborted && !view.isClosed()) {
     if (log.lastSeq < next) {
       // Woken by the next commit, or by the heartbeat's timer: a caught-up follower still hears from us.
@@ -265,13 +276,13 @@ async function* streamFrom(view: ReplicationView, resumeAfter: number | undefine
         wait.abort();
         signal.removeEventListener('abort', stopWait);
       }
-      if (log.lastSeq < next && !signal.aborted && view.monotonicMs() - beatAt >= HEARTBEAT_MS) yield beat();
+      if (log.lastSeq < next && !signal.aborted && view.monotonicMs() - beatAt >= HEARTBEAT_MS && (b = beat()) !== null) yield b;
       continue;
     }
     // readFrom stops at the last durable seq at the time of the call; loop for the rest.
     for await (const r of log.readFrom(next)) {
       if (signal.aborted) return;
-      if (view.monotonicMs() - beatAt >= HEARTBEAT_MS) yield beat();
+      if (view.monotonicMs() - beatAt >= HEARTBEAT_MS && (b = beat()) !== null) yield b;
       next = r.seq + 1;
       if (r.body === null) continue; // a dropped collection's record: its key is destroyed
       if (r.keyId === 'db') {

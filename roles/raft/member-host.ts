@@ -333,7 +333,9 @@ export async function startConsensusMember(
     firstIndex: () => raftLog.firstIndex(),
     holdsCollection: (uid) => db.holdsCollection(uid),
   }, applied, { holdEntriesMax: REPLICA_HOLD_ENTRIES_PER_SNAPSHOT * timing.snapshotEntries, holdBytesMax: Math.min(testing.replicaHoldBytes ?? REPLICATION_RETAIN_BYTES_DEFAULT, REPLICA_HOLD_BYTES_MAX) });
-  db.useConsensusLog(replication);
+  // A member that knows no leader (cut off from its group, or electing one) cannot vouch that what it
+  // applied is current: its replicas hear no heartbeats meanwhile, and their lag grows.
+  db.useConsensusLog(replication, () => member !== null && member.healthy && member.status().leaderId !== null);
   const storage: DurableRaftStorage = {
     hardState: () => raftLog.hardState(),
     entries: (lo, hi, max) => raftLog.entries(lo, hi, max),

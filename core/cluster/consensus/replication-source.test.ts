@@ -16,14 +16,14 @@ import { ConsensusReplicationLog, consensusStreamHistory } from './replication-s
  * A read replica of a consensus member (replication-source.ts): a member's database applies commands
  * from a log, as a member's loop does, and a follower replicates it through the member's replication
  * source while the log is compacted under it and its stream is cut. The replica ends with exactly the
- * member's collections and points, refused creates included (never applied there). SVC_CONSENSUS_REPLICA_SEEDS
+ * member's collections and points, refused creates included (never applied there). CONSENSUS_REPLICA_SEEDS
  * runs more seeds.
  */
 
 const MEMBER_KEY = new Uint8Array(32).fill(5);
 const REPLICA_KEY = new Uint8Array(32).fill(6);
-const SEEDS = Number(process.env.SVC_CONSENSUS_REPLICA_SEEDS ?? 4);
-const FIRST_SEED = Number(process.env.SVC_CONSENSUS_REPLICA_SEED ?? 1);
+const SEEDS = Number(process.env.CONSENSUS_REPLICA_SEEDS ?? 4);
+const FIRST_SEED = Number(process.env.CONSENSUS_REPLICA_SEED ?? 1);
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** A member's log and its apply, in memory: entries appended, applied in order, compacted on demand. */
@@ -42,8 +42,11 @@ class Member {
       firstIndex: () => this.first,
       holdsCollection: (uid) => db.holdsCollection(uid),
     }, 0, { holdEntriesMax: holds.entries, holdBytesMax: holds.bytes });
-    db.useConsensusLog(this.source);
+    db.useConsensusLog(this.source, () => this.current);
   }
+
+  /** Whether the member knows a leader (ReplicationView.current). */
+  current = true;
 
   /** One Ready's committed entries (null: a leader's empty first entry of its term), applied together. */
   async commit(cmds: (ShardCommand | null)[]): Promise<unknown[]> {
@@ -184,7 +187,7 @@ describe('a read replica of a consensus member', () => {
     const seen = { cuts: 0, lost: 0, refused: 0, bootstraps: 0 };
     for (let seed = FIRST_SEED; seed < FIRST_SEED + SEEDS; seed++) {
       const r = await runSeed(seed).catch((e: unknown) => {
-        throw new Error(`seed ${seed} (SVC_CONSENSUS_REPLICA_SEED=${seed} SVC_CONSENSUS_REPLICA_SEEDS=1 to replay): ${e instanceof Error ? e.stack : String(e)}`);
+        throw new Error(`seed ${seed} (CONSENSUS_REPLICA_SEED=${seed} CONSENSUS_REPLICA_SEEDS=1 to replay): ${e instanceof Error ? e.stack : String(e)}`);
       });
       for (const k of Object.keys(seen) as (keyof typeof seen)[]) seen[k] += r[k];
     }
@@ -312,6 +315,35 @@ describe('a read replica of a consensus member', () => {
     await f2.stop();
     member.source.close();
     await Promise.all([replica.close(), member.db.close(), single.close()]);
+  });
+
+  it('sends no heartbeats while the member knows no leader: its replica\'s lag grows, and is 0 again once it does', async () => {
+    const member = await openMember(9, 100);
+    const prng = new Prng(9);
+    const A = 'a'.repeat(16);
+    await member.commit([create(A, 'x'), { uid: A, bulk: false, op: { t: 'upsert', points: [point('p', prng)] } }]);
+    const replica = await Database.open({ dataDir: '/r9', masterKey: REPLICA_KEY, fs: new FaultyFileSystem(10), buildIndex: buildIndexInline });
+    const logs: string[] = [];
+    const f = new Follower({
+      source: (resume, signal) => member.db.replicate(resume === undefined ? {} : { after_seq: resume.seq, history: resume.history }, signal),
+      target: replica, clock: systemClock, random: () => 0.5, sleep: (ms) => sleep(Math.min(ms, 2)), log: (_l, m) => { logs.push(m); }, backoffMs: { base: 1, max: 2 },
+    });
+    f.start();
+    await waitCaughtUp(f, member, logs, 'the replica');
+    await sleep(600);
+    expect(f.stats().lagMs).toBe(0);
+    // Cut off from its group: what it applied may be old, and it says nothing to vouch for it.
+    member.current = false;
+    await sleep(1600);
+    expect(f.stats().lagMs).toBeGreaterThan(1000);
+    expect(f.stats().state).toBe('streaming');
+    member.current = true;
+    const until = Date.now() + 5000;
+    while (f.stats().lagMs !== 0 && Date.now() < until) await sleep(10);
+    expect(f.stats().lagMs).toBe(0);
+    await f.stop();
+    member.source.close();
+    await Promise.all([replica.close(), member.db.close()]);
   });
 
   it('holds the log for a stream within its bounds, and ends it (retention_exceeded) past them', async () => {

@@ -90,6 +90,8 @@ export interface FollowerStats {
 
 const DEFAULT_BACKOFF = { base: 100, max: 10_000 };
 const IN_FLIGHT_MAX = 256;
+/** A caught-up replica that heard no heartbeat for longer counts the silence as its lag (four heartbeats). */
+const HEARD_WITHIN_MS = 1_000;
 
 export class Follower {
   private readonly opts: FollowerOptions;
@@ -103,6 +105,8 @@ export class Follower {
   private failure: unknown = null;
   /** The last moment this replica held everything its leader had (start: the process's own start). */
   private caughtUpAt: number;
+  /** When the last heartbeat came (start: the process's own start). */
+  private heardAt: number;
   /** Counts streams: a heartbeat's completion applies only to the stream that sent it. */
   private generation = 0;
   /** The leader history of the snapshot being applied (from its begin record). */
@@ -120,16 +124,28 @@ export class Follower {
       bootstrapped: applied !== null,
     };
     this.caughtUpAt = opts.clock.monotonicMs();
+    this.heardAt = this.caughtUpAt;
   }
 
   stats(): FollowerStats {
     return { ...this.st, oldestPendingMs: this.pending.find((p) => !p.settled)?.at ?? null, lagMs: this.lagMs() };
   }
 
+  /**
+   * How stale this replica may be: while streaming with everything the leader last said it had, 0 if
+   * a heartbeat came within HEARD_WITHIN_MS (they come every 250 ms), else the time since the last one;
+   * otherwise the time since it last held everything its leader had. A leader that stops sending
+   * heartbeats (hung, or a consensus member cut off from its group, which sends none) so shows as a
+   * growing lag, not as 0 for ever.
+   */
   private lagMs(): number {
     const applied = this.st.appliedSeq ?? -1;
-    if (this.st.state === 'streaming' && this.st.leaderSeq !== null && applied >= this.st.leaderSeq) return 0;
-    return Math.max(0, this.opts.clock.monotonicMs() - this.caughtUpAt);
+    const now = this.opts.clock.monotonicMs();
+    if (this.st.state === 'streaming' && this.st.leaderSeq !== null && applied >= this.st.leaderSeq) {
+      const quiet = now - this.heardAt;
+      return quiet <= HEARD_WITHIN_MS ? 0 : quiet;
+    }
+    return Math.max(0, now - this.caughtUpAt);
   }
 
   /**
@@ -304,6 +320,7 @@ export class Follower {
     this.st.leaderSeq = Math.max(this.st.leaderSeq ?? 0, leaderSeq);
     if (this.st.appliedSeq !== null || this.st.bootstrapped) this.streaming();
     const at = this.opts.clock.monotonicMs();
+    this.heardAt = at;
     const generation = this.generation;
     const covered = (): void => {
       // Only for the stream that sent it: a later one may be bootstrapping from scratch.
