@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Prng } from '../base/prng.js';
+import { SvcError } from '../base/errors.js';
 import type { ShardCommand } from '../cluster/consensus/command.js';
 import type { FileSystem } from '../storage/fs.js';
 import { FaultyFileSystem, SimulatedCrash } from '../testing/faulty-fs.js';
@@ -410,6 +411,64 @@ describe('Database as a consensus state machine', () => {
     const db = await open(dir);
     await db.createCollection({ name: 'mine', dim: 2 });
     await expect(db.consensusApplied()).rejects.toThrow(/not a consensus member's/);
+    await db.close();
+  });
+});
+
+describe('a consensus leader answering a write from its state without a proposal', () => {
+  /**
+   * A leader's writes that find nothing to do (a delete of a point not here, a delete whose ids or filter
+   * match nothing, an exist_ok create of a collection here) answered from its state at once: a leader
+   * cut off from its group, not yet stepped down, answered "nothing deleted" for a point the group had
+   * written meanwhile (seen by the linearizability run: a delete acknowledged, then a strong read still
+   * saw the point). Such an answer now waits for confirm() (a ReadIndex round), then looks again.
+   */
+  it('looks again after confirming its state current: the writes committed meanwhile count', async () => {
+    const db = await open(tmp());
+    await db.consensusApplied();
+    let index = 0;
+    const rnd = new Prng(11);
+    /** Commands the group committed that this member has not applied yet (it applies them at confirm). */
+    const behind: ShardCommand[] = [];
+    let confirms = 0;
+    db.useProposer({
+      propose: async (cmd) => db.applyCommand(cmd, ++index),
+      confirm: async () => {
+        confirms++;
+        for (const c of behind.splice(0)) await db.applyCommand(c, ++index);
+      },
+    });
+    await db.createCollection({ name: 'c', dim: 3, metric: 'l2', filterable: [{ path: 'i', field_type: 'numeric' }] });
+    const uid = [...(db as unknown as { byUid: Map<string, unknown> }).byUid.keys()][0];
+    const put = (id: string): ShardCommand => ({ uid, bulk: false, op: { t: 'upsert', points: [{ id, vector: new Float32Array([rnd.next(), rnd.next(), 1]), payload: { i: 1 } }] } });
+    // A point the group wrote that this leader has not applied: its delete finds it after confirming.
+    behind.push(put('k'));
+    expect(await db.delete('c', 'k')).toEqual({ deleted: true });
+    expect(await ids(db, 'c')).toEqual([]);
+    // The same for deletes by ids and by filter.
+    behind.push(put('a'), put('b'));
+    expect(await db.deletePoints('c', { ids: ['a', 'b', 'zz'] })).toEqual({ deleted: 2 });
+    behind.push(put('f'));
+    expect(await db.deletePoints('c', { filter: { eq: { field: 'i', value: 1 } } })).toEqual({ deleted: 1 });
+    // Nothing there even then: nothing deleted, after one confirm each.
+    const before = confirms;
+    expect(await db.delete('c', 'k')).toEqual({ deleted: false });
+    expect(await db.deletePoints('c', { ids: ['k'] })).toEqual({ deleted: 0 });
+    expect(confirms).toBe(before + 2);
+    // A write that finds what it deletes proposes without a confirm (its commit shows the leadership).
+    await db.upsert('c', { points: [{ id: 'p', vector: [1, 2, 3] }] });
+    const n = confirms;
+    expect(await db.delete('c', 'p')).toEqual({ deleted: true });
+    expect(confirms).toBe(n);
+    // An exist_ok create of a collection this leader holds: confirmed; dropped by the group meanwhile,
+    // it is created anew (another uid) rather than answered from the old one.
+    behind.push({ uid: '', bulk: false, op: { t: 'drop_collection', uid } });
+    const again = await db.createCollection({ name: 'c', dim: 3, metric: 'l2', filterable: [{ path: 'i', field_type: 'numeric' }], exist_ok: true } as never);
+    expect(again.count).toBe(0);
+    expect((db as unknown as { byUid: Map<string, unknown> }).byUid.has(uid)).toBe(false);
+    // A confirm that fails (a leader that cannot reach its quorum) fails the write: no answer from its state.
+    db.useProposer({ propose: async (cmd) => db.applyCommand(cmd, ++index), confirm: () => Promise.reject(new SvcError('unavailable', 'the leader did not confirm the strong read in time')) });
+    await expect(db.delete('c', 'nothing')).rejects.toMatchObject({ code: 'unavailable' });
     await db.close();
   });
 });

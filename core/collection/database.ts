@@ -182,6 +182,14 @@ const BULK_RECORD_BYTES_MAX = 256 << 20;
 /** A consensus member as the database's writes see it: resolves to the command's applied result. */
 export interface CommandProposer {
   propose(cmd: ShardCommand): Promise<unknown>;
+  /**
+   * Resolves once this node's state holds every write committed before the call (a ReadIndex round:
+   * its leadership confirmed by a quorum, then applied through it); rejects when that cannot be shown
+   * in time. A write answered from the state without a proposal (nothing to delete, an exist_ok create
+   * of a collection here) waits for it: a leader cut off from its group must not answer from what it
+   * held before.
+   */
+  confirm?(): Promise<void>;
 }
 
 /**
@@ -410,7 +418,12 @@ export class Database {
     const { existOk, rest } = splitExistOk(params);
     const spec = parseCollectionParams(rest, this.limits);
     const existing = this.existingFor(spec, existOk);
-    if (existing !== null) return existing;
+    if (existing !== null) {
+      // A consensus member answers from its state only once that state is shown current.
+      if (this.proposer === null || !(await this.confirmedCurrent())) return existing;
+      const still = this.existingFor(spec, existOk);
+      if (still !== null) return still;
+    }
     if (this.proposer !== null) return this.proposeCreate(spec, existOk);
     let made: { uid: string; createdSeq: number };
     try {
@@ -986,7 +999,8 @@ export class Database {
     const col = this.collection(name);
     const pid = checkPointId(id);
     return this.gated(col, [pid], async () => {
-      if (!col.has(pid)) return { deleted: false };
+      // Nothing to delete: on a consensus member, so only once its state is shown current.
+      if (!col.has(pid) && (!(await this.confirmedCurrent()) || !col.has(pid))) return { deleted: false };
       await this.write(col, { t: 'delete', ids: [pid] }, false);
       return { deleted: true };
     });
@@ -1037,14 +1051,16 @@ export class Database {
 
   /** The delete of deletePoints, inside the gate: the matches are resolved there. */
   private async deleteResolved(col: Collection, given: string[] | null, filter: CompiledFilter | undefined): Promise<{ deleted: number }> {
-    let ids: string[];
-    if (given !== null) {
-      ids = given.filter((id) => col.has(id));
-    } else {
+    const resolve = (): string[] => {
+      if (given !== null) return given.filter((id) => col.has(id));
       const { bits } = col.matching(filter);
-      ids = [];
-      for (const slot of bits) ids.push(col.idOf(slot));
-    }
+      const out: string[] = [];
+      for (const slot of bits) out.push(col.idOf(slot));
+      return out;
+    };
+    let ids = resolve();
+    // Nothing to delete: on a consensus member, so only once its state is shown current.
+    if (ids.length === 0 && await this.confirmedCurrent()) ids = resolve();
     if (ids.length === 0) return { deleted: 0 };
     // One WAL record (so one all-or-nothing write) unless it would pass BULK_RECORD_BYTES_MAX.
     const writes: Promise<number>[] = [];
@@ -1095,6 +1111,16 @@ export class Database {
    * Durable first (the WAL fsync), then applied to memory: an acknowledged write survives any crash.
    * Resolves to the points the op wrote (Collection.apply); 0 when the collection was dropped meanwhile.
    */
+  /**
+   * On a consensus member, waits until its state holds every write committed before the call
+   * (CommandProposer.confirm) and resolves true: the caller looks again. False at once elsewhere.
+   */
+  private async confirmedCurrent(): Promise<boolean> {
+    if (this.proposer?.confirm === undefined) return false;
+    await this.proposer.confirm();
+    return true;
+  }
+
   private async write(col: Collection, op: Op, bulk: boolean): Promise<number> {
     if (this.proposer !== null) return (await this.proposer.propose({ uid: col.uid, bulk, op })) as number;
     return this.writeHere(col, op, bulk);
@@ -1488,7 +1514,8 @@ export class Database {
     const col = this.multiCollection(name);
     const pid = checkPointId(id);
     return this.gated(col, [pid], async () => {
-      if (!col.has(pid)) return { deleted: false };
+      // Nothing to delete: on a consensus member, so only once its state is shown current.
+      if (!col.has(pid) && (!(await this.confirmedCurrent()) || !col.has(pid))) return { deleted: false };
       await this.write(col, { t: 'delete', ids: [pid] }, false);
       return { deleted: true };
     });

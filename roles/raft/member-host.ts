@@ -408,6 +408,8 @@ export async function startConsensusMember(
       // A time, not an AbortSignal.timeout: the member checks it at each tick (a signal per write costs).
       return m.propose(encodeCommand(cmd), { timeoutMs: timing.writeTimeoutMs }).then((ack) => ack.result);
     },
+    // A ReadIndex round, as a strong read's: a write answered without a proposal waits for it.
+    confirm: () => m.readBarrier(AbortSignal.timeout(timing.writeTimeoutMs)).then(() => undefined),
   });
   let knownLeader: string | null = null;
   // Election timeouts are wall-clock times: a follower whose timer fired late (its event loop was busy

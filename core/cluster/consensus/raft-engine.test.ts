@@ -186,3 +186,39 @@ describe('raftEngine and rebalancing moves', () => {
     await engine.close();
   });
 });
+
+describe('raftEngine: a refusal made from the leader\'s state', () => {
+  it('is given only after a ReadIndex round confirms the state, the write running again over it', async () => {
+    const m: FakeMember = { leaderReady: true, leaderId: 'n1', applied: [] };
+    const events: string[] = [];
+    let caught = false;
+    const member = { ...fakeMember(m), get leaderReady() { return true; }, readBarrier: async () => { events.push('barrier'); caught = true; return 7; } } as unknown as ConsensusMember;
+    // A collection this leader had not applied yet: not_found until the barrier brought it up to date.
+    const db = {
+      upsert: async () => {
+        events.push('upsert');
+        if (!caught) throw new SvcError('not_found', 'collection \'c\' does not exist');
+        return { upserted: 1 };
+      },
+      delete: async () => {
+        events.push('delete');
+        throw new SvcError('not_found', 'collection \'gone\' does not exist');
+      },
+      count: async () => { throw new SvcError('invalid_argument', 'not a write'); },
+    } as unknown as EngineApi;
+    const leader = raftEngine({ ...opts, db, member, selfId: 'n1', forward: async () => { throw new Error('the leader never forwards'); } }) as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
+    expect(await leader.upsert('c', {})).toEqual({ upserted: 1 });
+    expect(events).toEqual(['upsert', 'barrier', 'upsert']);
+    // Still refused after one confirmation: that is the answer (once, not a loop).
+    events.length = 0;
+    await expect(leader.delete('gone', 'p')).rejects.toMatchObject({ code: 'not_found' });
+    expect(events).toEqual(['delete', 'barrier', 'delete']);
+    // A leader that cannot confirm (cut off from its quorum) answers unavailable, not its stale not_found.
+    events.length = 0;
+    const cutOff = raftEngine({
+      ...opts, db, selfId: 'n1', forward: async () => { throw new Error('never'); },
+      member: { ...fakeMember(m), get leaderReady() { return true; }, readBarrier: async () => { throw new SvcError('unavailable', 'the leader did not confirm the strong read in time', { reason: 'read_timeout' }); } } as unknown as ConsensusMember,
+    }) as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
+    await expect(cutOff.delete('gone', 'p')).rejects.toMatchObject({ code: 'unavailable', detail: { reason: 'read_timeout' } });
+  });
+});

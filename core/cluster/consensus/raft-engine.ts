@@ -32,6 +32,9 @@ import type { ConsensusMember } from './member.js';
  *   proposed; the coordinator asks again later. A step as a target proposes plain writes: never gated.
  */
 
+/** Refusals a write makes from the leader's state before proposing anything (raftEngine's write). */
+const STATE_REFUSALS = new Set(['not_found', 'already_exists']);
+
 /** The command version each move step may propose on the source (moveApply, the target's, only version 1). */
 const MOVE_STEP_VERSION: Readonly<Record<string, number>> = { moveBatch: COMMAND_VERSION_MOVE_OUT, moveCommit: COMMAND_VERSION_MOVES };
 
@@ -86,6 +89,11 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
       timeout ??= left > 0 ? AbortSignal.timeout(Math.ceil(left)) : AbortSignal.abort(new DOMException('the write\'s deadline passed', 'TimeoutError'));
       return timeout;
     };
+    // A refusal made from this leader's state (a collection or point missing, a name taken) is a read
+    // of that state: given only once a ReadIndex round shows the state current, and the write then
+    // runs again over it. A leader cut off from its group (not yet stepped down) must not answer from
+    // what it held before: it cannot confirm, and the write is `unavailable`.
+    let confirmed = false;
     for (;;) {
       if (member.leaderReady) {
         const version = MOVE_STEP_VERSION[op];
@@ -93,6 +101,11 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
         try {
           return await run(op, args);
         } catch (e) {
+          if (!confirmed && e instanceof SvcError && STATE_REFUSALS.has(e.code) && !late()) {
+            confirmed = true;
+            await member.readBarrier(signal());
+            continue;
+          }
           // Leadership went before the write was proposed: nothing of it is in the log, so it may go again.
           if (!(e instanceof SvcError && e.detail.reason === 'not_leader') || late()) throw e;
           continue;
