@@ -466,6 +466,16 @@ describe('a consensus leader answering a write from its state without a proposal
     const again = await db.createCollection({ name: 'c', dim: 3, metric: 'l2', filterable: [{ path: 'i', field_type: 'numeric' }], exist_ok: true } as never);
     expect(again.count).toBe(0);
     expect((db as unknown as { byUid: Map<string, unknown> }).byUid.has(uid)).toBe(false);
+    // A move's batch of deletes alone (a rebalance's target): the points the group wrote count.
+    const uid2 = [...(db as unknown as { byUid: Map<string, unknown> }).byUid.keys()][0];
+    const put2 = (id: string): ShardCommand => ({ uid: uid2, bulk: false, op: { t: 'upsert', points: [{ id, vector: new Float32Array([1, 1, 1]), payload: null }] } });
+    behind.push(put2('m'));
+    const params = { name: 'c', dim: 3, metric: 'l2', filterable: [{ path: 'i', field_type: 'numeric' }] };
+    expect(await db.moveApply({ collection: 'c', params, records: [], deletes: ['m'] })).toEqual({ applied: 0, deleted: 1 });
+    // A drop of a collection the group made meanwhile: it existed.
+    behind.push({ uid: '', bulk: false, op: { t: 'create_collection', uid: 'e'.repeat(16), name: 'made', params: { name: 'made', dim: 2, metric: 'l2' } } });
+    expect(await db.deleteCollection('made')).toEqual({ existed: true });
+    expect((await db.listCollections()).collections.map((c) => c.name)).toEqual(['c']);
     // A confirm that fails (a leader that cannot reach its quorum) fails the write: no answer from its state.
     db.useProposer({ propose: async (cmd) => db.applyCommand(cmd, ++index), confirm: () => Promise.reject(new SvcError('unavailable', 'the leader did not confirm the strong read in time')) });
     await expect(db.delete('c', 'nothing')).rejects.toMatchObject({ code: 'unavailable' });

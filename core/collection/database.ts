@@ -466,7 +466,9 @@ export class Database {
   async deleteCollection(name: string): Promise<{ existed: boolean }> {
     this.checkOpen();
     const n = checkName(name);
-    const col = this.byName.get(n);
+    let col = this.byName.get(n);
+    // Not here: on a consensus member, so only once its state is shown current.
+    if (col === undefined && await this.confirmedCurrent()) col = this.byName.get(n);
     if (col === undefined) return { existed: false };
     if (this.proposer !== null) {
       await this.proposer.propose({ uid: '', bulk: false, op: { t: 'drop_collection', uid: col.uid } });
@@ -1000,7 +1002,7 @@ export class Database {
     const pid = checkPointId(id);
     return this.gated(col, [pid], async () => {
       // Nothing to delete: on a consensus member, so only once its state is shown current.
-      if (!col.has(pid) && (!(await this.confirmedCurrent()) || !col.has(pid))) return { deleted: false };
+      if (!col.has(pid) && (!(await this.confirmedCurrentFor(col)) || !col.has(pid))) return { deleted: false };
       await this.write(col, { t: 'delete', ids: [pid] }, false);
       return { deleted: true };
     });
@@ -1060,7 +1062,7 @@ export class Database {
     };
     let ids = resolve();
     // Nothing to delete: on a consensus member, so only once its state is shown current.
-    if (ids.length === 0 && await this.confirmedCurrent()) ids = resolve();
+    if (ids.length === 0 && await this.confirmedCurrentFor(col)) ids = resolve();
     if (ids.length === 0) return { deleted: 0 };
     // One WAL record (so one all-or-nothing write) unless it would pass BULK_RECORD_BYTES_MAX.
     const writes: Promise<number>[] = [];
@@ -1118,6 +1120,16 @@ export class Database {
   private async confirmedCurrent(): Promise<boolean> {
     if (this.proposer?.confirm === undefined) return false;
     await this.proposer.confirm();
+    return true;
+  }
+
+  /**
+   * confirmedCurrent for a write holding `col`: the collection it looks at again must still be the one
+   * of that name (the confirmation may apply its drop, or a restore: then the write is not taken).
+   */
+  private async confirmedCurrentFor(col: Collection): Promise<boolean> {
+    if (!(await this.confirmedCurrent())) return false;
+    if (this.byUid.get(col.uid) !== col) throw new SvcError('unavailable', `collection '${col.spec.name}' changed while this write confirmed its state: the write was not taken; retry`);
     return true;
   }
 
@@ -1515,7 +1527,7 @@ export class Database {
     const pid = checkPointId(id);
     return this.gated(col, [pid], async () => {
       // Nothing to delete: on a consensus member, so only once its state is shown current.
-      if (!col.has(pid) && (!(await this.confirmedCurrent()) || !col.has(pid))) return { deleted: false };
+      if (!col.has(pid) && (!(await this.confirmedCurrentFor(col)) || !col.has(pid))) return { deleted: false };
       await this.write(col, { t: 'delete', ids: [pid] }, false);
       return { deleted: true };
     });
@@ -1597,7 +1609,9 @@ export class Database {
         // Durable before the answer, on every member of a group: after any restart (this node's, a
         // group's leader change, the coordinator's) the next batch can still name those deleted later.
         const known = mv.out.get(col.uid);
-        if (batch.ids.some((id) => known?.has(id) !== true)) await this.moveOut(mv.move, col.uid, batch.ids);
+        // On a consensus member always, even for ids handed out already: its commit shows this leader's
+        // state current (a cut-off leader behind its group would hand out old points).
+        if (this.proposer !== null || batch.ids.some((id) => known?.has(id) !== true)) await this.moveOut(mv.move, col.uid, batch.ids);
         const token = moveToken(col.uid, batch.cursor);
         const stop = new AbortController();
         this.lease = { token, move: req.move, uid: col.uid, ids: batch.ids, cursor: batch.cursor, stop };
@@ -1761,8 +1775,9 @@ export class Database {
   private async applyBatch(req: Extract<MoveRequest, { step: 'apply' }>): Promise<{ applied: number; deleted: number }> {
     const spec = parseCollectionParams(req.params, this.limits);
     if (spec.name !== req.collection) throw invalidArgument(`params name collection '${spec.name}', not '${req.collection}'`);
-    // Deletes alone never create the collection: there is nothing of it here to delete.
-    if (!this.byName.has(spec.name) && req.records.length === 0) return { applied: 0, deleted: 0 };
+    // Deletes alone never create the collection: there is nothing of it here to delete (on a consensus
+    // member, once its state is shown current).
+    if (!this.byName.has(spec.name) && req.records.length === 0 && (!(await this.confirmedCurrent()) || !this.byName.has(spec.name))) return { applied: 0, deleted: 0 };
     if (!this.byName.has(spec.name)) await this.createCollection({ ...(req.params as CollectionParams), exist_ok: true });
     const col = this.collection(spec.name);
     if (!sameShape(col.spec, spec)) throw new SvcError('already_exists', `collection '${spec.name}' exists here with another shape`);
@@ -1791,7 +1806,11 @@ export class Database {
     });
     let applied = 0;
     for (const op of ops) applied += await this.write(col, op, pointRecords(op) >= 256);
-    const gone = req.deletes.map((id) => checkPointId(id)).filter((id) => col.has(id));
+    const named = req.deletes.map((id) => checkPointId(id));
+    let gone = named.filter((id) => col.has(id));
+    // Nothing written and nothing of the deletes here: on a consensus member, so only once its state is
+    // shown current (a write that proposes shows it by its commit).
+    if (ops.length === 0 && gone.length === 0 && named.length > 0 && await this.confirmedCurrentFor(col)) gone = named.filter((id) => col.has(id));
     const deleted = gone.length === 0 ? 0 : await this.write(col, { t: 'delete', ids: gone }, false);
     return { applied, deleted };
   }

@@ -9,7 +9,7 @@ import { EMPTY_SNAPSHOT, type Snapshot, type Transport } from '../../core/cluste
 import { type ChunkSink, decodeImageRef, isStreamRequest, KEPT_IMAGE_MS, SNAPSHOT_STREAM_VERSION, SnapshotInbox, SnapshotStreams, STREAM_REQUEST } from '../../core/cluster/consensus/snapshot-stream.js';
 import { ConsensusReplicationLog } from '../../core/cluster/consensus/replication-source.js';
 import { GroupVersions, UNVERSIONED, type Advertised } from '../../core/cluster/consensus/versions.js';
-import { raftEngine, type RaftEngine } from '../../core/cluster/consensus/raft-engine.js';
+import { notConfirmed, raftEngine, type RaftEngine } from '../../core/cluster/consensus/raft-engine.js';
 import { deriveKey, parseMasterKeyHex } from '../../core/crypto/keys.js';
 import { InsecureSealer, XChaChaSealer, type Sealer } from '../../core/crypto/sealer.js';
 import type { Database } from '../../core/collection/database.js';
@@ -409,7 +409,7 @@ export async function startConsensusMember(
       return m.propose(encodeCommand(cmd), { timeoutMs: timing.writeTimeoutMs }).then((ack) => ack.result);
     },
     // A ReadIndex round, as a strong read's: a write answered without a proposal waits for it.
-    confirm: () => m.readBarrier(AbortSignal.timeout(timing.writeTimeoutMs)).then(() => undefined),
+    confirm: () => m.readBarrier(AbortSignal.timeout(timing.writeTimeoutMs)).then(() => undefined, (e: unknown) => { throw notConfirmed(e); }),
   });
   let knownLeader: string | null = null;
   // Election timeouts are wall-clock times: a follower whose timer fired late (its event loop was busy

@@ -220,5 +220,11 @@ describe('raftEngine: a refusal made from the leader\'s state', () => {
       member: { ...fakeMember(m), get leaderReady() { return true; }, readBarrier: async () => { throw new SvcError('unavailable', 'the leader did not confirm the strong read in time', { reason: 'read_timeout' }); } } as unknown as ConsensusMember,
     }) as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
     await expect(cutOff.delete('gone', 'p')).rejects.toMatchObject({ code: 'unavailable', detail: { reason: 'read_timeout' } });
+    // A refusal that comes past the write's deadline (it waited at a gate) is not given unconfirmed either.
+    const slow = raftEngine({
+      ...opts, writeTimeoutMs: 5, selfId: 'n1', forward: async () => { throw new Error('never'); }, member,
+      db: { setPayload: async () => { await new Promise((r) => setTimeout(r, 20)); throw new SvcError('not_found', 'point \'p\' does not exist'); } } as unknown as EngineApi,
+    }) as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
+    await expect(slow.setPayload('c', {})).rejects.toMatchObject({ code: 'unavailable' });
   });
 });

@@ -35,6 +35,12 @@ import type { ConsensusMember } from './member.js';
 /** Refusals a write makes from the leader's state before proposing anything (raftEngine's write). */
 const STATE_REFUSALS = new Set(['not_found', 'already_exists']);
 
+/** A write answered from this leader's state that it could not show current in time: not taken. */
+export function notConfirmed(cause?: unknown): SvcError {
+  const reason = cause instanceof SvcError && typeof cause.detail.reason === 'string' ? cause.detail.reason : 'read_timeout';
+  return new SvcError('unavailable', 'this leader could not confirm with its group in time that its state is current (it may be cut off from it): the write was not taken; retry', { reason });
+}
+
 /** The command version each move step may propose on the source (moveApply, the target's, only version 1). */
 const MOVE_STEP_VERSION: Readonly<Record<string, number>> = { moveBatch: COMMAND_VERSION_MOVE_OUT, moveCommit: COMMAND_VERSION_MOVES };
 
@@ -101,9 +107,10 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
         try {
           return await run(op, args);
         } catch (e) {
-          if (!confirmed && e instanceof SvcError && STATE_REFUSALS.has(e.code) && !late()) {
+          if (!confirmed && e instanceof SvcError && STATE_REFUSALS.has(e.code)) {
+            if (late()) throw notConfirmed();
             confirmed = true;
-            await member.readBarrier(signal());
+            await member.readBarrier(signal()).catch((x: unknown) => { throw notConfirmed(x); });
             continue;
           }
           // Leadership went before the write was proposed: nothing of it is in the log, so it may go again.
