@@ -420,7 +420,7 @@ export class Database {
     const existing = this.existingFor(spec, existOk);
     if (existing !== null) {
       // A consensus member answers from its state only once that state is shown current.
-      if (this.proposer === null || !(await this.confirmedCurrent())) return existing;
+      if (!(await this.confirmedCurrent())) return existing;
       const still = this.existingFor(spec, existOk);
       if (still !== null) return still;
     }
@@ -1110,10 +1110,6 @@ export class Database {
   }
 
   /**
-   * Durable first (the WAL fsync), then applied to memory: an acknowledged write survives any crash.
-   * Resolves to the points the op wrote (Collection.apply); 0 when the collection was dropped meanwhile.
-   */
-  /**
    * On a consensus member, waits until its state holds every write committed before the call
    * (CommandProposer.confirm) and resolves true: the caller looks again. False at once elsewhere.
    */
@@ -1133,6 +1129,10 @@ export class Database {
     return true;
   }
 
+  /**
+   * Durable first (the WAL fsync), then applied to memory: an acknowledged write survives any crash.
+   * Resolves to the points the op wrote (Collection.apply); 0 when the collection was dropped meanwhile.
+   */
   private async write(col: Collection, op: Op, bulk: boolean): Promise<number> {
     if (this.proposer !== null) return (await this.proposer.propose({ uid: col.uid, bulk, op })) as number;
     return this.writeHere(col, op, bulk);
@@ -1860,8 +1860,7 @@ export class Database {
       // A member without its log's source (none is given outside a server's member host).
       throw invalidArgument('this consensus member serves no read replicas here: read from any member of the group instead');
     }
-    const current = this.consensusCurrent;
-    return replicationStream({ ...this.replicationView(), log: this.consensusLog, history: consensusStreamHistory(this.dir.history), current }, body, signal);
+    return replicationStream({ ...this.replicationView(), log: this.consensusLog, history: consensusStreamHistory(this.dir.history), current: this.consensusCurrent }, body, signal);
   }
 
   /**

@@ -74,15 +74,24 @@ export function encodeCommand(c: ShardCommand): Uint8Array {
   return b;
 }
 
-/** A command of a committed entry; a malformed one is a bug or a corrupt log, never a client's input. */
-export function decodeCommand(data: Uint8Array): ShardCommand {
+/**
+ * A command's header read, its operation left encoded (codec.ts bytes): the version, the bulk flag, the
+ * collection's uid ('' for a create, drop or move state) and the operation's bytes. Throws as
+ * decodeCommand does for an unknown version or a header cut short.
+ */
+export function commandParts(data: Uint8Array): { version: number; bulk: boolean; uid: string; op: Uint8Array } {
   const b = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
   const version = b[0];
   if (b.length < 5 || (version !== VERSION && version !== VERSION_MOVES && version !== VERSION_MOVE_OUT)) throw new SvcError('internal', `a consensus entry of unknown version ${b[0]} (${b.length} bytes)`);
   const uidBytes = b.readUInt16LE(2);
   if (4 + uidBytes >= b.length) throw new SvcError('internal', 'a consensus entry ends inside its header');
-  const uid = b.toString('utf8', 4, 4 + uidBytes);
-  const op = decodeOp(b.subarray(4 + uidBytes));
+  return { version, bulk: b[1] === 1, uid: b.toString('utf8', 4, 4 + uidBytes), op: data.subarray(4 + uidBytes) };
+}
+
+/** A command of a committed entry; a malformed one is a bug or a corrupt log, never a client's input. */
+export function decodeCommand(data: Uint8Array): ShardCommand {
+  const { version, bulk, uid, op: bytes } = commandParts(data);
+  const op = decodeOp(bytes);
   let cmd: ShardCommand;
   if (uid === '') {
     if (op.t !== 'create_collection' && op.t !== 'drop_collection' && op.t !== 'move_state' && op.t !== 'move_out') throw new SvcError('internal', `a consensus entry's ${op.t} names no collection`);
@@ -91,7 +100,7 @@ export function decodeCommand(data: Uint8Array): ShardCommand {
     if (op.t !== 'upsert' && op.t !== 'delete' && op.t !== 'upsert_docs' && op.t !== 'set_payload') {
       throw new SvcError('internal', `a consensus entry carries a ${op.t} for a collection`);
     }
-    cmd = { uid, bulk: b[1] === 1, op };
+    cmd = { uid, bulk, op };
   }
   // A move's command under version 1, or a plain write under version 2: a bug, never applied as either.
   if (commandVersion(cmd) !== version) throw new SvcError('internal', `a consensus entry of version ${version} carries a ${op.t}${isMoveCommand(cmd) ? ' of a move' : ''}`);

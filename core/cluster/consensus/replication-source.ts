@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { SvcError } from '../../base/errors.js';
-import { decodeCommand } from './command.js';
+import { commandParts, decodeCommand } from './command.js';
 import { LogHold, type CommitLog, type LogRecord, type RetentionHold } from '../../storage/commit-log.js';
 
 /**
@@ -116,12 +116,10 @@ export class ConsensusReplicationLog implements CommitLog {
     // A leader's first entry of its term: a record with no body, as the WAL gives for a record it cannot
     // open, so that a reader's position moves past it (the stream sends none for it).
     if (data.length === 0) return want === undefined || want('db', index) ? { seq: index, keyId: 'db', body: null } : null;
-    const b = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
-    const uidBytes = b.readUInt16LE(2);
-    const uid = b.toString('utf8', 4, 4 + uidBytes);
+    const { uid, op } = commandParts(data);
     const keyId = uid === '' ? 'db' : uid;
     if (want !== undefined && !want(keyId, index)) return null;
-    let body: Uint8Array | null = data.subarray(4 + uidBytes);
+    let body: Uint8Array | null = op;
     if (uid === '') {
       // Rare (a create, a drop, a move's state): decoded whole, to see which.
       const cmd = decodeCommand(data);
