@@ -7,8 +7,9 @@ import { tempDir } from './harness.js';
 /**
  * A leader cut off from its group believes it leads until its quorum check ends it (an election
  * timeout). Meanwhile the others elect a leader and take writes. A write sent to the cut-off leader
- * that it would answer from its own state, without a proposal (a DELETE of a point it does not hold),
- * must not be answered so: the group holds the point. Found by the linearizability run (docs/consensus.md,
+ * that it would answer from its own state, without a proposal (a DELETE of a point it does not hold, a
+ * vector refused for the dimension of a collection the group made anew, an empty batch for a collection
+ * the group dropped), must not be answered so: the group holds the point. Found by the linearizability run (docs/consensus.md,
  * Writes): it answered 200 `{deleted: false}`, and strong reads after that acknowledged delete still saw
  * the point. Now it waits for a ReadIndex round it cannot get, and answers 503.
  */
@@ -25,6 +26,7 @@ describe('a leader cut off from its group', () => {
     try {
       const old = await raftLeader(members);
       expect((await call(old.server)('POST', '/v1/collections', { name: 'c', dim: 2 })).status).toBe(201);
+      for (const name of ['e', 'g']) expect((await call(old.server)('POST', '/v1/collections', { name, dim: 2 })).status).toBe(201);
       for (const [name, l] of links) {
         if (!name.includes(old.id)) continue;
         l.refuse(true);
@@ -42,12 +44,23 @@ describe('a leader cut off from its group', () => {
       });
       const w = await call(fresh.server)('PUT', '/v1/collections/c/points', { points: [{ id: 'k', vector: [1, 2] }] });
       expect(w.status, JSON.stringify(w.json)).toBe(200);
+      // The group also drops e and g, and makes g anew with another dimension.
+      for (const name of ['e', 'g']) expect((await call(fresh.server)('DELETE', `/v1/collections/${name}`)).status).toBe(200);
+      expect((await call(fresh.server)('POST', '/v1/collections', { name: 'g', dim: 3 })).status).toBe(201);
       const oldView = await raftView(old);
-      // The window this test needs: the old leader has not stepped down yet.
+      // The window this test needs: the old leader has not stepped down yet. Each answer below waits for a
+      // confirmation it cannot get (SVC_RAFT_WRITE_TIMEOUT_SECS), so they go at once, inside the window.
       expect(oldView.role).toBe('leader');
-      const d = await call(old.server)('DELETE', '/v1/collections/c/points/k');
+      const [d, dims, empty] = await Promise.all([
+        call(old.server)('DELETE', '/v1/collections/c/points/k'),
+        call(old.server)('PUT', '/v1/collections/g/points', { points: [{ id: 'x', vector: [1, 2, 3] }] }),
+        call(old.server)('PUT', '/v1/collections/e/points', { points: [] }),
+      ]);
       // Before: 200 {deleted: false} at once, from a state without k.
       expect(d.status, JSON.stringify(d.json)).toBe(503);
+      // Before: 400 at once (g's dimension is 2 in the old state), and 200 {upserted: 0} for the e the group dropped.
+      expect(dims.status, JSON.stringify(dims.json)).toBe(503);
+      expect(empty.status, JSON.stringify(empty.json)).toBe(503);
       // The point is the group's still, as a strong read on its leader says.
       const r = await call(fresh.server)('POST', '/v1/collections/c/points:fetch', { consistency: 'strong' });
       expect(r.json.points.map((p: { id: string }) => p.id)).toEqual(['k']);

@@ -476,9 +476,21 @@ describe('a consensus leader answering a write from its state without a proposal
     behind.push({ uid: '', bulk: false, op: { t: 'create_collection', uid: 'e'.repeat(16), name: 'made', params: { name: 'made', dim: 2, metric: 'l2' } } });
     expect(await db.deleteCollection('made')).toEqual({ existed: true });
     expect((await db.listCollections()).collections.map((c) => c.name)).toEqual(['c']);
+    // An empty batch says the collection is there: confirmed first. Still there: the empty answer; dropped
+    // by the group meanwhile (the confirmation applies the drop): not taken, never an answer from the old one.
+    const c = confirms;
+    expect(await db.upsert('c', { points: [] })).toEqual({ upserted: 0 });
+    expect(await db.bulkUpsert('c', { points: [] })).toEqual({ upserted: 0 });
+    expect(await db.setPayload('c', { points: [] } as never)).toEqual({ updated: 0 });
+    expect(confirms).toBe(c + 3);
+    behind.push({ uid: '', bulk: false, op: { t: 'drop_collection', uid: uid2 } });
+    await expect(db.upsert('c', { points: [] })).rejects.toMatchObject({ code: 'unavailable' });
+    await expect(db.upsert('c', { points: [] })).rejects.toMatchObject({ code: 'not_found' });
+    await db.createCollection({ name: 'c', dim: 3, metric: 'l2' });
     // A confirm that fails (a leader that cannot reach its quorum) fails the write: no answer from its state.
     db.useProposer({ propose: async (cmd) => db.applyCommand(cmd, ++index), confirm: () => Promise.reject(new SvcError('unavailable', 'the leader did not confirm the strong read in time')) });
     await expect(db.delete('c', 'nothing')).rejects.toMatchObject({ code: 'unavailable' });
+    await expect(db.upsert('c', { points: [] })).rejects.toMatchObject({ code: 'unavailable' });
     await db.close();
   });
 });

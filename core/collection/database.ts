@@ -963,7 +963,7 @@ export class Database {
     const col = this.pointCollection(name);
     const b = checkObject(body, 'upsert body', bodyKeys(BODIES.upsert));
     const points = parsePoints(b.points, col.spec, this.limits, 'maxBatchSize');
-    if (points.length === 0) return { upserted: 0 };
+    if (points.length === 0) return this.unchanged(col, { upserted: 0 });
     await this.gated(col, points.map((p) => p.id), () => this.write(col, { t: 'upsert', points }, false));
     return { upserted: points.length };
   }
@@ -972,7 +972,7 @@ export class Database {
     const col = this.pointCollection(name);
     const b = checkObject(body, 'bulk body', bodyKeys(BODIES.bulkUpsert));
     const points = parsePoints(b.points, col.spec, this.limits, 'maxBulkBatchSize');
-    if (points.length === 0) return { upserted: 0 };
+    if (points.length === 0) return this.unchanged(col, { upserted: 0 });
     await this.gated(col, points.map((p) => p.id), () => this.bulkWrite(col, points));
     return { upserted: points.length };
   }
@@ -1024,7 +1024,7 @@ export class Database {
         throw notFound(`point '${missing.id}' does not exist in collection '${col.spec.name}'; no payload was changed`);
       }
       checkPayloadResults(points, mode, (id) => col.point(id)!.payload, this.limits);
-      if (points.length === 0) return { updated: 0 };
+      if (points.length === 0) return this.unchanged(col, { updated: 0 });
       return { updated: await this.write(col, { t: 'set_payload', mode, points }, false) };
     });
   }
@@ -1117,6 +1117,16 @@ export class Database {
     if (this.proposer?.confirm === undefined) return false;
     await this.proposer.confirm();
     return true;
+  }
+
+  /**
+   * The answer of a write that changes nothing (an empty batch), which says that `col` is still there:
+   * on a consensus member, given only once its state is shown current (a leader behind its group may hold
+   * a collection the group dropped; the confirmation applies the drop, and the write is not taken).
+   */
+  private async unchanged<T>(col: Collection, answer: T): Promise<T> {
+    await this.confirmedCurrentFor(col);
+    return answer;
   }
 
   /**
@@ -1494,7 +1504,7 @@ export class Database {
   async upsertDocuments(name: string, body: UpsertDocumentsBody): Promise<{ upserted: number }> {
     const col = this.multiCollection(name);
     const docs = parseDocuments(body, col.spec, this.limits);
-    if (docs.length === 0) return { upserted: 0 };
+    if (docs.length === 0) return this.unchanged(col, { upserted: 0 });
     await this.gated(col, docs.map((d) => d.id), () => this.write(col, { t: 'upsert_docs', docs }, false));
     return { upserted: docs.length };
   }

@@ -213,6 +213,17 @@ describe('raftEngine: a refusal made from the leader\'s state', () => {
     events.length = 0;
     await expect(leader.delete('gone', 'p')).rejects.toMatchObject({ code: 'not_found' });
     expect(events).toEqual(['delete', 'barrier', 'delete']);
+    // A body refused against the collection's parameters (a dimension the group's collection of that name
+    // may no longer have): confirmed too, then run again.
+    events.length = 0;
+    let dim = 3;
+    const dims = raftEngine({
+      ...opts, selfId: 'n1', forward: async () => { throw new Error('never'); },
+      member: { ...fakeMember(m), get leaderReady() { return true; }, readBarrier: async () => { events.push('barrier'); dim = 4; return 8; } } as unknown as ConsensusMember,
+      db: { upsert: async (_: string, b: { dim: number }) => { events.push('upsert'); if (b.dim !== dim) throw new SvcError('invalid_argument', `vector dimension ${b.dim}, the collection's is ${dim}`); return { upserted: 1 }; } } as unknown as EngineApi,
+    }) as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
+    expect(await dims.upsert('c', { dim: 4 })).toEqual({ upserted: 1 });
+    expect(events).toEqual(['upsert', 'barrier', 'upsert']);
     // A leader that cannot confirm (cut off from its quorum) answers unavailable, not its stale not_found.
     events.length = 0;
     const cutOff = raftEngine({

@@ -32,8 +32,14 @@ import type { ConsensusMember } from './member.js';
  *   proposed; the coordinator asks again later. A step as a target proposes plain writes: never gated.
  */
 
-/** Refusals a write makes from the leader's state before proposing anything (raftEngine's write). */
-const STATE_REFUSALS = new Set(['not_found', 'already_exists']);
+/**
+ * Refusals a write makes before proposing anything that may come from the leader's state (raftEngine's
+ * write): a collection or point missing, a name taken, and a body checked against the collection's
+ * parameters (a vector of the wrong dimension: `invalid_argument`) or its size (`limit_exceeded`), which a
+ * leader behind its group may hold from a collection the group dropped and made again. A refusal of the
+ * body alone (malformed JSON) costs the same one ReadIndex round: refusals are not the path to make fast.
+ */
+const STATE_REFUSALS = new Set(['not_found', 'already_exists', 'invalid_argument', 'limit_exceeded']);
 
 /** A write answered from this leader's state that it could not show current in time: not taken. */
 export function notConfirmed(cause?: unknown): SvcError {
@@ -95,8 +101,8 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
       timeout ??= left > 0 ? AbortSignal.timeout(Math.ceil(left)) : AbortSignal.abort(new DOMException('the write\'s deadline passed', 'TimeoutError'));
       return timeout;
     };
-    // A refusal made from this leader's state (a collection or point missing, a name taken) is a read
-    // of that state: given only once a ReadIndex round shows the state current, and the write then
+    // A refusal made from this leader's state (a collection or point missing, a name taken, a body that
+    // does not fit the collection: STATE_REFUSALS) is a read of that state: given only once a ReadIndex round shows the state current, and the write then
     // runs again over it. A leader cut off from its group (not yet stepped down) must not answer from
     // what it held before: it cannot confirm, and the write is `unavailable`.
     let confirmed = false;
