@@ -353,7 +353,7 @@ describe('the graph file', () => {
       const fs = new FaultyFileSystem(500 + crashAt);
       const logged: Logged[] = [];
       const open = async () => {
-        const db = await Database.open({ dataDir: '/data', masterKey: KEY, fs, buildIndex: buildIndexInline, log: (level, message, detail) => logged.push({ level, message, detail }) });
+        const db = await Database.open({ dataDir: '/data', masterKey: KEY, fs: fs.processView(), buildIndex: buildIndexInline, log: (level, message, detail) => logged.push({ level, message, detail }) });
         await db.whenIndexed();
         return db;
       };

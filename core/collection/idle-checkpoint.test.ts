@@ -15,7 +15,7 @@ const KEY = new Uint8Array(32).fill(13);
 const WAL_FILE = 64 << 10;
 
 function openOn(fs: FaultyFileSystem): Promise<Database> {
-  return Database.open({ dataDir: '/data', masterKey: KEY, fs, buildIndex: buildIndexInline, walFileBytesMax: WAL_FILE, checkpointPoints: 100 });
+  return Database.open({ dataDir: '/data', masterKey: KEY, fs: fs.processView(), buildIndex: buildIndexInline, walFileBytesMax: WAL_FILE, checkpointPoints: 100 });
 }
 
 const walFiles = (fs: FaultyFileSystem) => fs.listFiles().filter((f) => f.startsWith('/data/wal/'));
@@ -45,7 +45,7 @@ async function powerLoss(fs: FaultyFileSystem, db: Database): Promise<void> {
 
 /** A quiet collection (one point, `first`) and an empty busy one, on a database checkpointing every 100 points. */
 async function quietAndBusy(fs: FaultyFileSystem, quiet: string, first: string) {
-  const open = () => Database.open({ dataDir: '/data', masterKey: KEY, fs, buildIndex: buildIndexInline, checkpointPoints: 100 });
+  const open = () => Database.open({ dataDir: '/data', masterKey: KEY, fs: fs.processView(), buildIndex: buildIndexInline, checkpointPoints: 100 });
   const db = await open();
   await db.createCollection({ name: quiet, dim: 4, metric: 'l2', index: 'flat' });
   await db.upsert(quiet, { points: [{ id: first, vector: [0, 0, 0, 1] }] });

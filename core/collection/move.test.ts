@@ -23,8 +23,9 @@ const N = 300;
 const SELF = 0;
 const TARGETS = [0, 1, 2];
 
+/** Each open is a process with its own view of the disk: a crash ends what the one before still had under way. */
 function openOn(fs: FaultyFileSystem, dataDir = '/data', extra: Partial<Parameters<typeof Database.open>[0]> = {}): Promise<Database> {
-  return Database.open({ dataDir, masterKey: KEY, fs, buildIndex: buildIndexInline, ...extra });
+  return Database.open({ dataDir, masterKey: KEY, fs: fs.processView(), buildIndex: buildIndexInline, ...extra });
 }
 
 async function seeded(fs: FaultyFileSystem, extra: Partial<Parameters<typeof Database.open>[0]> = {}): Promise<Database> {

@@ -13,8 +13,9 @@ import { buildIndexInline } from './rebuild.js';
 const KEY = new Uint8Array(32).fill(11);
 const N = 60;
 
+/** Each open is a process with its own view of the disk: a crash ends what the one before still had under way. */
 function openOn(fs: FaultyFileSystem, extra: Partial<Parameters<typeof Database.open>[0]> = {}): Promise<Database> {
-  return Database.open({ dataDir: '/data', masterKey: KEY, fs, buildIndex: buildIndexInline, ...extra });
+  return Database.open({ dataDir: '/data', masterKey: KEY, fs: fs.processView(), buildIndex: buildIndexInline, ...extra });
 }
 
 async function seeded(fs: FaultyFileSystem): Promise<Database> {
