@@ -398,6 +398,38 @@ describe('the graph file', () => {
     expect(sawOld).toBeGreaterThan(0);
   }, 120_000);
 
+  it('a point whose every link went to a deleted point\'s node is inserted again at open, not left unreachable', async () => {
+    // Seed 37's vectors: p1, moved far from everything, links only to a deleted point's node (kept in the
+    // graph in memory); the file holds live nodes only, so p1 was written with no link in or out, and
+    // every open after loaded it so: a search for its own vector missed it.
+    const fs = new FaultyFileSystem(37);
+    const open = async () => {
+      const db = await Database.open({ dataDir: '/data', masterKey: KEY, fs: fs.processView(), buildIndex: buildIndexInline });
+      await db.whenIndexed();
+      return db;
+    };
+    const prng = new Prng(37);
+    let db = await open();
+    await db.createCollection({ name: 'c', dim: 8, metric: 'l2' });
+    for (let b = 0; b < 1200; b += 600) {
+      await db.upsert('c', { points: Array.from({ length: 600 }, (_, i) => ({ id: `p${b + i}`, vector: Array.from({ length: 8 }, () => prng.gaussian()) })) });
+    }
+    await db.whenIndexed();
+    await db.close();
+    db = await open();
+    await db.deletePoints('c', { ids: Array.from({ length: 40 }, (_, i) => `p${i * 29}`) });
+    const moved = { id: 'p1', vector: Array.from({ length: 8 }, () => 50) };
+    await db.upsert('c', { points: [moved] });
+    await db.close();
+    for (let reopen = 0; reopen < 2; reopen++) {
+      db = await open();
+      expect(states(db)).toMatchObject({ graphLoads: 1, rebuilds: 0 });
+      const hits = (await db.search('c', { vector: moved.vector, k: 5, with_payload: false })).hits.map((h) => h.id);
+      expect(hits[0], `open ${reopen + 1}`).toBe('p1');
+      await db.close();
+    }
+  });
+
   it('is neither written nor read with persistGraphs false', async () => {
     const dir = tempDir();
     const { open } = opener(dir, { persistGraphs: false });
