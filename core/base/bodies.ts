@@ -194,7 +194,10 @@ export const BODIES = {
       .describe("the whole collection's BM25 statistics (the sum of every shard's query/text-stats); absent: this node's own").optional(),
   }),
   /** Internal: the BM25 statistics of a query text's terms. */
-  textStats: z.strictObject({ text: z.string().describe('the query text, analysed as query_text is (not embedded)') }),
+  textStats: z.strictObject({
+    text: z.string().describe('the query text, analysed as query_text is (not embedded)'),
+    consistency: consistency.describe("a strong hybrid search's statistics: on a consensus member, counted once its state is confirmed current").optional(),
+  }),
   upsertText: z.strictObject({ points: z.array(TextPointBody).describe('the batch, at most SVC_MAX_BATCH_SIZE') }),
   searchText: z.strictObject({
     text: z.string().describe('the query text: embedded for dense retrieval and fused with BM25 when the collection has text'),

@@ -70,7 +70,8 @@ describe('Database as a consensus state machine', () => {
     // All issued before any is awaited, as the member does with one Ready's entries.
     const results = cmds.map((c, i) => db.applyCommand(c, i + 1).then((v) => v, (e: Error) => e.message));
     const through = db.appliedThrough(cmds.length);
-    expect(await Promise.all(results)).toEqual([0, 5, 1, 0, 0, 0, "collection 'c' already exists", 4]);
+    // The drop resolves to 1 (it dropped the collection); the upsert after it to 0 (its collection is gone).
+    expect(await Promise.all(results)).toEqual([0, 5, 1, 1, 0, 0, "collection 'c' already exists", 4]);
     await through;
     expect(await ids(db, 'c')).toEqual(['b0', 'b1', 'b2', 'b3']);
     await db.close();
@@ -491,6 +492,50 @@ describe('a consensus leader answering a write from its state without a proposal
     db.useProposer({ propose: async (cmd) => db.applyCommand(cmd, ++index), confirm: () => Promise.reject(new SvcError('unavailable', 'the leader did not confirm the strong read in time')) });
     await expect(db.delete('c', 'nothing')).rejects.toMatchObject({ code: 'unavailable' });
     await expect(db.upsert('c', { points: [] })).rejects.toMatchObject({ code: 'unavailable' });
+    await db.close();
+  });
+});
+
+describe('a consensus member answering a write from what its commit did', () => {
+  /**
+   * Two callers at once may each find a point (or a collection) here and each propose its delete: the
+   * second entry, applied after the first, deletes nothing, and its answer says so (a review found both
+   * answered "deleted"; no order of the two makes that true). A write whose collection a drop committed
+   * first wrote nothing: not_found, never a count from the collection it looked at.
+   */
+  it('two deletes of one point: one deleted it, the other found it gone; two drops: one existed', async () => {
+    const db = await open(tmp());
+    await db.consensusApplied();
+    let index = 0;
+    // Proposals commit in order, each after a turn of the loop (as a quorum's round trip), so that
+    // callers at once all look at the state before any of theirs is applied.
+    let tail: Promise<unknown> = Promise.resolve();
+    db.useProposer({
+      propose: (cmd) => {
+        const run = tail.then(() => new Promise((r) => setImmediate(r))).then(() => db.applyCommand(cmd, ++index));
+        tail = run.catch(() => undefined);
+        return run;
+      },
+      confirm: async () => undefined,
+    });
+    await db.createCollection({ name: 'c', dim: 3, metric: 'l2' });
+    await db.upsert('c', { points: [{ id: 'p', vector: [1, 2, 3] }, { id: 'q', vector: [1, 2, 4] }] });
+    const dels = await Promise.all([db.delete('c', 'p'), db.delete('c', 'p')]);
+    expect(dels.map((d) => d.deleted).sort()).toEqual([false, true]);
+    const byIds = await Promise.all([db.deletePoints('c', { ids: ['q'] }), db.deletePoints('c', { ids: ['q'] })]);
+    expect(byIds.map((d) => d.deleted).sort()).toEqual([0, 1]);
+    await db.upsert('c', { points: [{ id: 'r', vector: [1, 2, 3] }] });
+    // Writes made against c while a drop of it commits first: not_found, nothing answered from c.
+    const [drop1, drop2, put, del, patch] = await Promise.allSettled([
+      db.deleteCollection('c'), db.deleteCollection('c'),
+      db.upsert('c', { points: [{ id: 's', vector: [1, 1, 1] }] }),
+      db.delete('c', 'r'),
+      db.setPayload('c', { points: [{ id: 'r', payload: { a: 1 } }] } as never),
+    ]);
+    const existed = [drop1, drop2].map((d) => (d.status === 'fulfilled' ? d.value.existed : d.reason));
+    expect(existed.sort()).toEqual([false, true]);
+    for (const w of [put, del, patch]) expect(w).toMatchObject({ status: 'rejected', reason: { code: 'not_found' } });
+    expect((await db.listCollections()).collections).toEqual([]);
     await db.close();
   });
 });

@@ -471,8 +471,10 @@ export class Database {
     if (col === undefined && await this.confirmedCurrent()) col = this.byName.get(n);
     if (col === undefined) return { existed: false };
     if (this.proposer !== null) {
-      await this.proposer.propose({ uid: '', bulk: false, op: { t: 'drop_collection', uid: col.uid } });
-      return { existed: true };
+      // Answered from what the drop did when applied: a drop of the same collection committed first
+      // (two callers at once, each finding it here) dropped it, and this one found it gone.
+      const dropped = await this.proposer.propose({ uid: '', bulk: false, op: { t: 'drop_collection', uid: col.uid } });
+      return { existed: dropped === 1 };
     }
     this.forget(col.uid);
     // Queued at once (after any checkpoint of it, which is already queued), so that a create of the same
@@ -632,6 +634,7 @@ export class Database {
    * holds it until a checkpoint does. It resolves to the points it changed, 0 when its collection is
    * gone. A create or drop (or a move's command) runs alone: commands after it start once it is done. A
    * create of a name another collection took meanwhile is refused (already_exists) on every member alike.
+   * A drop resolves to 1 when it dropped the collection, 0 when it was gone already.
    */
   applyCommand(cmd: ShardCommand, index: number): Promise<number> {
     // A move's state or a batch's commit runs alone too (its records go through DataDir's serial queue).
@@ -949,7 +952,7 @@ export class Database {
       await this.checkpointAll();
       await this.writePosition(index - 1);
       await this.replicaDrop(op.uid);
-      return 0;
+      return 1;
     }
     if (this.byUid.has(op.uid)) return 0; // applied before a restart: its create is in the data directory
     if (this.byName.has(op.name)) throw new SvcError('already_exists', `collection '${op.name}' already exists`);
@@ -964,7 +967,7 @@ export class Database {
     const b = checkObject(body, 'upsert body', bodyKeys(BODIES.upsert));
     const points = parsePoints(b.points, col.spec, this.limits, 'maxBatchSize');
     if (points.length === 0) return this.unchanged(col, { upserted: 0 });
-    await this.gated(col, points.map((p) => p.id), () => this.write(col, { t: 'upsert', points }, false));
+    await this.gated(col, points.map((p) => p.id), async () => this.wrote(col, await this.write(col, { t: 'upsert', points }, false)));
     return { upserted: points.length };
   }
 
@@ -994,7 +997,7 @@ export class Database {
       bytes += size;
     }
     writes.push(this.write(col, { t: 'upsert', points: points.slice(start) }, true));
-    await Promise.all(writes);
+    this.wrote(col, (await Promise.all(writes)).reduce((n, c) => n + c, 0));
   }
 
   async delete(name: string, id: string): Promise<{ deleted: boolean }> {
@@ -1003,8 +1006,9 @@ export class Database {
     return this.gated(col, [pid], async () => {
       // Nothing to delete: on a consensus member, so only once its state is shown current.
       if (!col.has(pid) && (!(await this.confirmedCurrentFor(col)) || !col.has(pid))) return { deleted: false };
-      await this.write(col, { t: 'delete', ids: [pid] }, false);
-      return { deleted: true };
+      // What the delete did when applied: another delete of the point (two callers at once, each finding
+      // it here) may have gone first.
+      return { deleted: this.wrote(col, await this.write(col, { t: 'delete', ids: [pid] }, false)) > 0 };
     });
   }
 
@@ -1025,7 +1029,7 @@ export class Database {
       }
       checkPayloadResults(points, mode, (id) => col.point(id)!.payload, this.limits);
       if (points.length === 0) return this.unchanged(col, { updated: 0 });
-      return { updated: await this.write(col, { t: 'set_payload', mode, points }, false) };
+      return { updated: this.wrote(col, await this.write(col, { t: 'set_payload', mode, points }, false)) };
     });
   }
 
@@ -1079,7 +1083,7 @@ export class Database {
     }
     writes.push(this.write(col, { t: 'delete', ids: ids.slice(start) }, false));
     const counts = await Promise.all(writes);
-    return { deleted: counts.reduce((n, c) => n + c, 0) };
+    return { deleted: this.wrote(col, counts.reduce((n, c) => n + c, 0)) };
   }
 
   /** The points matching a filter (every point without one), from the point table: always exact. */
@@ -1137,6 +1141,16 @@ export class Database {
     if (!(await this.confirmedCurrent())) return false;
     if (this.byUid.get(col.uid) !== col) throw new SvcError('unavailable', `collection '${col.spec.name}' changed while this write confirmed its state: the write was not taken; retry`);
     return true;
+  }
+
+  /**
+   * A write's count, checked: 0 because its collection went while it was written (a drop that reached the
+   * log first) is `not_found`, as the write came after the drop; 0 with the collection here is an answer
+   * (the points it deletes or updates were deleted first).
+   */
+  private wrote(col: Collection, n: number): number {
+    if (n === 0 && this.byUid.get(col.uid) !== col) throw notFound(`collection '${col.spec.name}' was dropped while this write was made; nothing was written`);
+    return n;
   }
 
   /**
@@ -1505,7 +1519,7 @@ export class Database {
     const col = this.multiCollection(name);
     const docs = parseDocuments(body, col.spec, this.limits);
     if (docs.length === 0) return this.unchanged(col, { upserted: 0 });
-    await this.gated(col, docs.map((d) => d.id), () => this.write(col, { t: 'upsert_docs', docs }, false));
+    await this.gated(col, docs.map((d) => d.id), async () => this.wrote(col, await this.write(col, { t: 'upsert_docs', docs }, false)));
     return { upserted: docs.length };
   }
 
@@ -1538,8 +1552,9 @@ export class Database {
     return this.gated(col, [pid], async () => {
       // Nothing to delete: on a consensus member, so only once its state is shown current.
       if (!col.has(pid) && (!(await this.confirmedCurrentFor(col)) || !col.has(pid))) return { deleted: false };
-      await this.write(col, { t: 'delete', ids: [pid] }, false);
-      return { deleted: true };
+      // What the delete did when applied: another delete of the point (two callers at once, each finding
+      // it here) may have gone first.
+      return { deleted: this.wrote(col, await this.write(col, { t: 'delete', ids: [pid] }, false)) > 0 };
     });
   }
 

@@ -157,3 +157,22 @@ describe('the engine over shards answers as one node holding everything', () => 
     for (const s of shards) await s.close();
   });
 });
+
+describe('a strong hybrid search over shards', () => {
+  it('asks each shard for its BM25 statistics as strongly as for its rankings (a consensus member confirms both)', async () => {
+    const { engine, shards } = await cluster(2);
+    await engine.createCollection({ name: 'h', dim: 2, metric: 'l2' });
+    await engine.upsert('h', { points: [{ id: 'a', vector: [1, 0], payload: { __svc_text__: 'shock wave' } }, { id: 'b', vector: [0, 1], payload: { __svc_text__: 'heat transfer' } }] });
+    const asked: unknown[] = [];
+    for (const s of shards) {
+      const own = s.textStats.bind(s);
+      s.textStats = async (name, body) => { asked.push(body); return own(name, body); };
+    }
+    const q = { vector: [1, 0], query_text: 'shock', k: 2 };
+    const weak = await engine.hybridSearch('h', q);
+    expect(asked).toEqual([{ text: 'shock' }, { text: 'shock' }]);
+    asked.length = 0;
+    expect(await engine.hybridSearch('h', { ...q, consistency: 'strong' })).toEqual(weak);
+    expect(asked).toEqual([{ text: 'shock', consistency: 'strong' }, { text: 'shock', consistency: 'strong' }]);
+  });
+});

@@ -435,7 +435,9 @@ export class Engine implements EngineApi {
     const spec = await this.pointSpec(name);
     const embedder = this.embedderFor(spec);
     const items = parseTextPoints(body, this.limits);
-    if (items.length === 0) return { upserted: 0 };
+    // Nothing to embed: answered as an empty plain upsert is (on a consensus member, only once the
+    // collection is shown current: Database.unchanged).
+    if (items.length === 0) return this.upsert(name, { points: [] });
     // Embedded once, here, before any shard stores anything: a provider failure stores nothing.
     const vectors = await embedder.embed(items.map((x) => x.text), 'document');
     return this.upsert(name, { points: items.map((x, i) => ({ id: x.id, vector: Array.from(vectors[i]), payload: x.payload })) });
@@ -553,9 +555,10 @@ export class Engine implements EngineApi {
     const shards = this.present();
     let textStats = given;
     if (textStats === undefined && shards.length > 1 && typeof body.query_text === 'string') {
-      const ask = { text: body.query_text };
-      // A strong read's statistics come from the primaries its rankings come from.
+      // A strong read's statistics come from the primaries its rankings come from, each confirmed current
+      // (a consensus member's ReadIndex round) as its rankings are.
       const strong = body.consistency === 'strong';
+      const ask = strong ? { text: body.query_text, consistency: 'strong' } : { text: body.query_text };
       textStats = sumTextStats(await this.each(shards, (s) => (strong ? s.primary ?? s.shard : s.shard).textStats(name, ask)));
     }
     // One body for every shard (its JSON is written once).

@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { SvcError } from '../base/errors.js';
 import type { Embedder } from '../base/model.js';
 import { Database } from '../collection/database.js';
 import { buildIndexInline } from '../collection/rebuild.js';
@@ -120,5 +121,18 @@ describe('the single node on the Engine', () => {
     await node.createCollection({ name: 't', dim: 8 });
     await expect(node.createCollection({ name: 't', dim: 4 })).rejects.toMatchObject({ code: 'already_exists' });
     await node.close();
+  });
+});
+
+describe('NodeEngine on a consensus member', () => {
+  it('an empty text upsert is answered as an empty plain upsert: only once the collection is shown current', async () => {
+    const db = await open();
+    const node = new NodeEngine(db, { embedders: new Map([['t', new FakeEmbedder(8)]]) });
+    await node.createCollection({ name: 't', dim: 8, metric: 'cosine' });
+    // A leader that cannot confirm its state (cut off from its group): no answer from the collection it holds.
+    db.useProposer({ propose: async () => { throw new Error('nothing is proposed'); }, confirm: async () => { throw new SvcError('unavailable', 'not confirmed'); } });
+    await expect(node.upsert('t', { points: [] })).rejects.toMatchObject({ code: 'unavailable' });
+    await expect(node.upsertText('t', { points: [] })).rejects.toMatchObject({ code: 'unavailable' });
+    await db.close();
   });
 });

@@ -68,7 +68,7 @@ export function checkTextStats(v: unknown, termsMax: number): TextStats {
 export type RankingsBody = Record<string, unknown> & { depth?: unknown; text_stats?: TextStats | null };
 
 /** BM25 statistics of a query text's terms: `{text}`. */
-export interface TextStatsBody { text?: unknown }
+export interface TextStatsBody { text?: unknown; consistency?: unknown }
 
 /** The sum of several shards' statistics. */
 export function sumTextStats(parts: readonly TextStats[]): TextStats {

@@ -405,6 +405,13 @@ export async function startConsensusMember(
       } catch (e) {
         return Promise.reject(e);
       }
+      // Only a ready leader's (its term's first entry applied): a write decides what to propose from this
+      // member's state, maybe after waiting (at a move's gate), and a leader elected meanwhile but not yet
+      // ready may not hold what the leader between committed. raftEngine runs it again once ready.
+      if (!m.leaderReady) {
+        const leaderId = m.status().leaderId;
+        return Promise.reject(new SvcError('unavailable', `this member is not the ready consensus leader (leader: ${leaderId ?? 'none known'})`, { reason: 'not_leader', leaderId }));
+      }
       // A time, not an AbortSignal.timeout: the member checks it at each tick (a signal per write costs).
       return m.propose(encodeCommand(cmd), { timeoutMs: timing.writeTimeoutMs }).then((ack) => ack.result);
     },

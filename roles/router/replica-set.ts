@@ -82,7 +82,7 @@ export class ReplicaSet implements DataShard {
   // A fetch or count body that says `consistency: "strong"` (the REST schema lets a fetch say it) reads the primary too.
   fetch: DataShard['fetch'] = (name, q) => (strong(q) ? this.primary.fetch(name, q) : this.read((s) => s.fetch(name, q)));
   count: DataShard['count'] = (name, q) => (strong(q) ? this.primary.count(name, q) : this.read((s) => s.count(name, q)));
-  textStats: DataShard['textStats'] = (name, b) => this.read((s) => s.textStats(name, b));
+  textStats: DataShard['textStats'] = (name, b) => (strong(b) ? this.primary.textStats(name, b) : this.read((s) => s.textStats(name, b)));
   search: DataShard['search'] = (name, q) => (strong(q) ? this.primary.search(name, q) : this.read((s) => s.search(name, q)));
   searchMultiVector: DataShard['searchMultiVector'] = (name, q) => (strong(q) ? this.primary.searchMultiVector(name, q) : this.read((s) => s.searchMultiVector(name, q)));
   rankings: DataShard['rankings'] = (name, b) => (strong(b) ? this.primary.rankings(name, b) : this.read((s) => s.rankings(name, b)));

@@ -160,6 +160,8 @@ export class ConsensusMember implements Proposer {
   private applyBatches = 0;
   /** Snapshot restores queued or running on the state machine (its state is not whole meanwhile). */
   private restores = 0;
+  /** Restores ever queued: a read that began before one and ended after it saw part of it (restoresBegun). */
+  private restoresQueued = 0;
   /** A restore failed or was cut short by close(): the state machine is partial for good (until a restart). */
   private restoreCut = false;
 
@@ -330,6 +332,15 @@ export class ConsensusMember implements Proposer {
     return this.restores > 0 || this.restoreCut;
   }
 
+  /**
+   * How many snapshot restores were ever queued here: a read that waits while it runs (a search settling
+   * its graph) notes it before and looks again after, since a restore may have begun and even ended
+   * meanwhile, replacing the state under it.
+   */
+  get restoresBegun(): number {
+    return this.restoresQueued;
+  }
+
   /** Applying again, after a start, entries the state machine may hold in part (MemberOptions.replayThrough). */
   get replaying(): boolean {
     return this.applied < (this.o.replayThrough ?? 0);
@@ -490,6 +501,7 @@ export class ConsensusMember implements Proposer {
   /** A snapshot restored into the state machine in the chain's order; `restoring` from now until it ends. */
   private queueRestore(snap: Snapshot): void {
     this.restores++;
+    this.restoresQueued++;
     if (this.restores === 1) this.o.onRestoring?.();
     // A leader that cannot apply its term's first entry until a restore ends would stall the group's
     // writes meanwhile: another member leads if it can (this one still votes for it).

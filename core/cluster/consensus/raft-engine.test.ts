@@ -239,3 +239,27 @@ describe('raftEngine: a refusal made from the leader\'s state', () => {
     await expect(slow.setPayload('c', {})).rejects.toMatchObject({ code: 'unavailable' });
   });
 });
+
+describe('raftEngine: a read across a snapshot restore', () => {
+  it('a read that a restore began under (or began and ended under) is refused, not answered from half a state', async () => {
+    const m: FakeMember = { leaderReady: false, leaderId: 'n1', applied: [] };
+    let restoring = false;
+    let begun = 0;
+    const member = { ...fakeMember(m), get restoring() { return restoring; }, get replaying() { return false; }, get restoresBegun() { return begun; } } as unknown as ConsensusMember;
+    let during: (() => void) | null = null;
+    const db = { search: async () => { during?.(); await new Promise((r) => setTimeout(r, 1)); return { hits: [] }; } } as unknown as EngineApi;
+    const f = raftEngine({ ...opts, db, member, selfId: 'n2', forward: async () => { throw new Error('reads are not forwarded'); } }) as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
+    expect(await f.search('c', { vector: [1], k: 1 })).toEqual({ hits: [] });
+    // A restore begins (and ends) while the search waits: its answer may mix the two states.
+    during = () => { begun++; };
+    await expect(f.search('c', { vector: [1], k: 1 })).rejects.toMatchObject({ code: 'unavailable', detail: { reason: 'restoring' } });
+    await expect(f.search('c', { vector: [1], k: 1, consistency: 'strong' })).rejects.toMatchObject({ detail: { reason: 'restoring' } });
+    // One under way when the read begins: refused at once, strong or not.
+    during = null;
+    restoring = true;
+    await expect(f.search('c', { vector: [1], k: 1 })).rejects.toMatchObject({ detail: { reason: 'restoring' } });
+    await expect(f.search('c', { vector: [1], k: 1, consistency: 'strong' })).rejects.toMatchObject({ detail: { reason: 'restoring' } });
+    restoring = false;
+    expect(await f.search('c', { vector: [1], k: 1, consistency: 'strong' })).toEqual({ hits: [] });
+  });
+});

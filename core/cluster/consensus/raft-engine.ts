@@ -47,6 +47,9 @@ export function notConfirmed(cause?: unknown): SvcError {
   return new SvcError('unavailable', 'this leader could not confirm with its group in time that its state is current (it may be cut off from it): the write was not taken; retry', { reason });
 }
 
+const restoringRefusal = (): SvcError =>
+  new SvcError('unavailable', 'this member is restoring a snapshot from its leader; read another member or retry', { reason: 'restoring' });
+
 /** The command version each move step may propose on the source (moveApply, the target's, only version 1). */
 const MOVE_STEP_VERSION: Readonly<Record<string, number>> = { moveBatch: COMMAND_VERSION_MOVE_OUT, moveCommit: COMMAND_VERSION_MOVES };
 
@@ -173,14 +176,18 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
           await new Promise((r) => setTimeout(r, pollMs));
         }
       }
-    } else if (member.restoring) {
-      // Its state is half old, half the snapshot's: no reader sees that (a router reads another replica).
-      throw new SvcError('unavailable', 'this member is restoring a snapshot from its leader; read another member or retry', { reason: 'restoring' });
     } else if (member.replaying) {
       // Its state goes through older values of what it held before it stopped: no reader sees those.
       throw new SvcError('unavailable', 'this member is applying its log again after a restart; read another member or retry', { reason: 'replaying' });
     }
-    return run(op, args);
+    // Its state half old, half the snapshot's: no reader sees that (a router reads another replica). A
+    // read that waits while it runs (a search settling its graph, an embedding) looks again after: a
+    // restore begun meanwhile may have replaced the collections it was reading.
+    if (member.restoring) throw restoringRefusal();
+    const restores = member.restoresBegun;
+    const out = await run(op, args);
+    if (member.restoring || member.restoresBegun !== restores) throw restoringRefusal();
+    return out;
   };
 
   // A move batch's lease lives on the leader that gave it: once this member stops being the ready
