@@ -504,7 +504,7 @@ export class Collection {
           this.persistedNodes = loaded.nodes;
           // Against the file: its dropped nodes, and the points inserted to complete it (what an absorb
           // did meanwhile went into the graph this one replaces).
-          this.graphChanges = loaded.dropped + (slots.length - (loaded.nodes - loaded.dropped));
+          this.graphChanges = loaded.dropped + (slots.length - (loaded.nodes - loaded.dropped - loaded.unreachable));
         } else {
           this.rebuilds++;
           if (this.persistedNodes >= 0) this.graphChanges = Math.max(this.graphChanges, Math.abs(graph.size - this.persistedNodes));
@@ -574,7 +574,7 @@ export class Collection {
    * The graph file read back onto the captured slots, or null (none, damaged, of other parameters, or
    * too far from the points now: then the caller builds, as without a file). Never throws.
    */
-  private async graphFromFile(slots: Int32Array, opts: HnswOptions): Promise<{ graph: Hnsw; nodes: number; dropped: number } | null> {
+  private async graphFromFile(slots: Int32Array, opts: HnswOptions): Promise<{ graph: Hnsw; nodes: number; dropped: number; unreachable: number } | null> {
     const files = this.opts.graphFiles;
     if (files === undefined) return null;
     const warn = (message: string, detail: Record<string, unknown>) => {

@@ -159,51 +159,66 @@ export async function writeGraph(
 }
 
 /**
- * Unmaps (slotOf -1) the nodes a search could not use: those left with no link at level 0 (every one went
- * to a node not written, a deleted point's, or dropped here) and those no node links to at any level (the
- * file's entry aside), again as long as unmapping one leaves another so. The caller inserts their points
- * again, with links both ways. A deleted point's node stays in a graph in memory, and a point inserted
- * next to it may link only to it: the file, which holds live nodes only, kept that point with no link
- * in or out, and searches missed it at every open after (found by a review of the crash tests: seed 37
- * of graph-persist.test.ts's close). Resolves to how many were left out, or null when `stop()` ended it.
+ * The entry a restored graph gets: the file's own when it is mapped and of the top level mapped, else the
+ * first mapped node of that level (-1 when none is mapped).
  */
-async function leaveOutUnlinked(file: GraphContents, slotOf: Int32Array, clock: Clock, sliceMs: number, stop: () => boolean): Promise<number | null> {
+function restoredEntry(file: GraphContents, slotOf: Int32Array): number {
+  let top = -1;
+  for (let i = 0; i < slotOf.length; i++) if (slotOf[i] >= 0 && (top < 0 || file.levels[i] > file.levels[top])) top = i;
+  const own = file.meta.entry;
+  return own >= 0 && own < slotOf.length && slotOf[own] >= 0 && file.levels[own] === file.levels[top] ? own : top;
+}
+
+/**
+ * Unmaps (slotOf -1) the nodes a search from `entry` cannot reach, over the links between mapped nodes
+ * at any level: the caller inserts their points again, with links both ways. A deleted point's node
+ * stays in a graph in memory, and a point inserted next to it may link only to it; the file holds live
+ * nodes only, so it kept that point with no link in or out, and searches missed it at every open after
+ * (found by a review of the crash tests: seed 37 of graph-persist.test.ts's close). One walk, in slices
+ * of the event loop. Resolves to how many were left out, or null when `stop()` ended it.
+ */
+async function leaveOutUnreachable(file: GraphContents, slotOf: Int32Array, entry: number, clock: Clock, sliceMs: number, stop: () => boolean): Promise<number | null> {
   const n = slotOf.length;
-  const out0 = new Int32Array(n);
-  const into = new Int32Array(n);
-  let left = 0;
-  for (;;) {
-    out0.fill(0);
-    into.fill(0);
-    const counted = await sliced(n, clock, sliceMs, stop, (i) => {
-      if (slotOf[i] < 0) return;
-      let at = file.offsets[i];
-      for (let l = 0; l <= file.levels[i]; l++) {
-        const cnt = file.links[at++];
-        for (let j = 0; j < cnt; j++) {
-          const to = file.links[at + j];
-          if (to === i || to < 0 || to >= n || slotOf[to] < 0) continue;
-          if (l === 0) out0[i]++;
-          into[to]++;
-        }
-        at += cnt;
+  if (entry < 0) return 0;
+  const seen = new Uint8Array(n);
+  const queue = new Int32Array(n);
+  let head = 0;
+  let tail = 0;
+  seen[entry] = 1;
+  queue[tail++] = entry;
+  let until = clock.monotonicMs() + sliceMs;
+  while (head < tail) {
+    const i = queue[head++];
+    let at = file.offsets[i];
+    for (let l = 0; l <= file.levels[i]; l++) {
+      const cnt = file.links[at++];
+      for (let j = 0; j < cnt; j++) {
+        const to = file.links[at + j];
+        if (to < 0 || to >= n || seen[to] === 1 || slotOf[to] < 0) continue;
+        seen[to] = 1;
+        queue[tail++] = to;
       }
-    });
-    if (!counted) return null;
-    let more = 0;
-    for (let i = 0; i < n; i++) {
-      if (slotOf[i] >= 0 && (out0[i] === 0 || (into[i] === 0 && i !== file.meta.entry))) {
-        slotOf[i] = -1;
-        more++;
-      }
+      at += cnt;
     }
-    if (more === 0) return left;
-    left += more;
+    if ((head & 1023) === 0 && clock.monotonicMs() >= until) {
+      if (stop()) return null;
+      await new Promise<void>((resolve) => setImmediate(resolve));
+      until = clock.monotonicMs() + sliceMs;
+    }
   }
+  let left = 0;
+  for (let i = 0; i < n; i++) {
+    if (slotOf[i] >= 0 && seen[i] === 0) {
+      slotOf[i] = -1;
+      left++;
+    }
+  }
+  return stop() ? null : left;
 }
 
 export type GraphLoad =
-  | { ok: true; graph: Hnsw; nodes: number; dropped: number }
+  /** `dropped`: nodes with no point now; `unreachable`: nodes kept from the file but left out (leaveOutUnreachable). */
+  | { ok: true; graph: Hnsw; nodes: number; dropped: number; unreachable: number }
   | { ok: false; reason: string };
 
 /**
@@ -244,27 +259,22 @@ export async function loadGraph(
     claimed[s] = 1;
   });
   if (!mapped) return { ok: false, reason: 'closed while loading' };
-  const unlinked = await leaveOutUnlinked(file, slotOf, clock, sliceMs, stop);
-  if (unlinked === null) return { ok: false, reason: 'closed while loading' };
-  dropped += unlinked;
   if (dropped > n * GRAPH_LOAD_DROPPED_SHARE_MAX) return { ok: false, reason: `${dropped} of its ${n} nodes have no point now (more than ${GRAPH_LOAD_DROPPED_SHARE_MAX * 100}%)` };
-  const kept = n - dropped;
+  // Nodes no search reaches are inserted again, not counted as the file's holes: they were as unreachable
+  // in the graph written (a graph of a small m leaves a few percent so).
+  const entryNode = restoredEntry(file, slotOf);
+  const unreachable = await leaveOutUnreachable(file, slotOf, entryNode, clock, sliceMs, stop);
+  if (unreachable === null) return { ok: false, reason: 'closed while loading' };
+  const kept = n - dropped - unreachable;
   // Inserting the live points the file lacks is cheaper than a rebuild only while they are the fewer.
-  if (slots.length - kept > kept) return { ok: false, reason: `it holds ${kept} of ${slots.length} live points` };
+  if (slots.length - kept > kept) return { ok: false, reason: `it holds ${kept} of ${slots.length} live points${unreachable > 0 ? ` (${unreachable} more unreachable)` : ''}` };
   const graph = new Hnsw(points.store, { ...opts, capacity: captured });
-  let entry = -1;
-  let entryLevel = -1;
   const restored = await sliced(n, clock, sliceMs, stop, (i) => {
     const s = slotOf[i];
-    if (s < 0) return;
-    graph.restoreNode(s, file.levels[i], file.links, file.offsets[i], slotOf);
-    if (file.levels[i] > entryLevel) {
-      entry = s;
-      entryLevel = file.levels[i];
-    }
+    if (s >= 0) graph.restoreNode(s, file.levels[i], file.links, file.offsets[i], slotOf);
   });
   if (!restored) return { ok: false, reason: 'closed while loading' };
-  const own = meta.entry >= 0 ? slotOf[meta.entry] : -1;
-  graph.finishRestore(own >= 0 && file.levels[meta.entry] === entryLevel ? own : entry);
-  return { ok: true, graph, nodes: n, dropped };
+  // The walk's start: mapped, of the top level mapped, and everything kept is reached from it.
+  graph.finishRestore(slotOf[entryNode]);
+  return { ok: true, graph, nodes: n, dropped, unreachable };
 }
