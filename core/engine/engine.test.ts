@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { SvcError } from '../base/errors.js';
 import { resolveLimits } from '../base/limits.js';
 import { Prng } from '../base/prng.js';
 import { Database } from '../collection/database.js';
@@ -174,5 +175,14 @@ describe('a strong hybrid search over shards', () => {
     asked.length = 0;
     expect(await engine.hybridSearch('h', { ...q, consistency: 'strong' })).toEqual(weak);
     expect(asked).toEqual([{ text: 'shock', consistency: 'strong' }, { text: 'shock', consistency: 'strong' }]);
+    // A shard of an older build refuses the field (a rolling upgrade, routers first): asked as before.
+    asked.length = 0;
+    const old = shards[1].textStats.bind(shards[1]);
+    shards[1].textStats = async (name, body) => {
+      if ('consistency' in body) throw new SvcError('invalid_argument', "text stats body has an unknown field 'consistency' (known: text)");
+      return old(name, body);
+    };
+    expect(await engine.hybridSearch('h', { ...q, consistency: 'strong' })).toEqual(weak);
+    expect(asked).toEqual([{ text: 'shock', consistency: 'strong' }, { text: 'shock' }]);
   });
 });

@@ -559,7 +559,15 @@ export class Engine implements EngineApi {
       // (a consensus member's ReadIndex round) as its rankings are.
       const strong = body.consistency === 'strong';
       const ask = strong ? { text: body.query_text, consistency: 'strong' } : { text: body.query_text };
-      textStats = sumTextStats(await this.each(shards, (s) => (strong ? s.primary ?? s.shard : s.shard).textStats(name, ask)));
+      textStats = sumTextStats(await this.each(shards, (s) => {
+        const shard = strong ? s.primary ?? s.shard : s.shard;
+        // A shard of an older build knows no consistency here (its body is strict): asked as before, so
+        // that a rolling upgrade (routers first) keeps strong hybrid searches answering meanwhile.
+        return shard.textStats(name, ask).catch((e: unknown) => {
+          if (strong && e instanceof SvcError && e.code === 'invalid_argument' && e.message.includes('consistency')) return shard.textStats(name, { text: body.query_text });
+          throw e;
+        });
+      }));
     }
     // One body for every shard (its JSON is written once).
     const ask = { ...body, depth, ...(textStats === undefined ? {} : { text_stats: textStats }) };

@@ -320,8 +320,9 @@ export class ConsensusMember implements Proposer {
    * (a create of a name, a set_payload of ids) is checked against the whole history.
    */
   get leaderReady(): boolean {
-    const s = this.node.status();
-    return s.role === 'leader' && this.termApplied === s.term;
+    // Asked once or twice per write (raftEngine, the member host's proposer): no status() object built.
+    const term = this.node.leaderTerm();
+    return term >= 0 && this.termApplied === term;
   }
 
   /**

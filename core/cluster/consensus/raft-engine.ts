@@ -122,7 +122,10 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
             await member.readBarrier(signal()).catch((x: unknown) => { throw notConfirmed(x); });
             continue;
           }
-          // Leadership went before the write was proposed: nothing of it is in the log, so it may go again.
+          // Leadership went (or is not ready: the member host's proposer takes only a ready leader's)
+          // before the write was proposed: nothing of it is in the log, so it may go again. A write of
+          // several proposals (a move's nextBatch: its state, then its batch; applyBatch) may have had
+          // its first ones committed: each is made so that running again over them is the same.
           if (!(e instanceof SvcError && e.detail.reason === 'not_leader') || late()) throw e;
           continue;
         }
@@ -186,7 +189,9 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
     if (member.restoring) throw restoringRefusal();
     const restores = member.restoresBegun;
     const out = await run(op, args);
-    if (member.restoring || member.restoresBegun !== restores) throw restoringRefusal();
+    // A snapshot is the exception: its copy is written by then, and one refused would leave its name
+    // taken (a retry is already_exists); the copy is one manifest version of the directory, as always.
+    if (op !== 'snapshot' && (member.restoring || member.restoresBegun !== restores)) throw restoringRefusal();
     return out;
   };
 

@@ -196,6 +196,11 @@ export class RaftNode {
     this.raft.onPersisted();
   }
 
+  /** This node's term while it leads, else -1: what status() says of it, without building the rest. */
+  leaderTerm(): number {
+    return this.raft.role === 'leader' ? this.raft.term : -1;
+  }
+
   status(): RaftStatus {
     const r = this.raft;
     return {
