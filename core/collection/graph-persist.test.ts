@@ -54,6 +54,27 @@ function graphFile(dataDir: string): string {
   return join(dataDir, 'collections', uids[0], 'graph');
 }
 
+/**
+ * 1,200 seeded points written and closed (the graph file written), then opened again: 40 deleted and
+ * p1 moved far from everything. Resolves to the database, still open, with what changed.
+ */
+async function builtThenChanged(open: () => Promise<Database>, seed: number): Promise<{ db: Database; deleted: string[]; moved: { id: string; vector: number[] } }> {
+  const prng = new Prng(seed);
+  let db = await open();
+  await db.createCollection({ name: 'c', dim: 8, metric: 'l2' });
+  for (let b = 0; b < 1200; b += 600) {
+    await db.upsert('c', { points: Array.from({ length: 600 }, (_, i) => ({ id: `p${b + i}`, vector: Array.from({ length: 8 }, () => prng.gaussian()) })) });
+  }
+  await db.whenIndexed();
+  await db.close();
+  db = await open();
+  const deleted = Array.from({ length: 40 }, (_, i) => `p${i * 29}`);
+  await db.deletePoints('c', { ids: deleted });
+  const moved = { id: 'p1', vector: Array.from({ length: 8 }, () => 50) };
+  await db.upsert('c', { points: [moved] });
+  return { db, deleted, moved };
+}
+
 function states(db: Database) {
   return db.indexStates()[0];
 }
@@ -357,19 +378,9 @@ describe('the graph file', () => {
         await db.whenIndexed();
         return db;
       };
-      const prng = new Prng(crashAt);
-      let db = await open();
-      await db.createCollection({ name: 'c', dim: 8, metric: 'l2' });
-      for (let b = 0; b < 1200; b += 600) {
-        await db.upsert('c', { points: Array.from({ length: 600 }, (_, i) => ({ id: `p${b + i}`, vector: Array.from({ length: 8 }, () => prng.gaussian()) })) });
-      }
-      await db.whenIndexed();
-      await db.close();
-      db = await open();
-      const deleted = Array.from({ length: 40 }, (_, i) => `p${i * 29}`);
-      await db.deletePoints('c', { ids: deleted });
-      const moved = { id: 'p1', vector: Array.from({ length: 8 }, () => 50) };
-      await db.upsert('c', { points: [moved] });
+      const changed = await builtThenChanged(open, crashAt);
+      const { deleted, moved } = changed;
+      let db = changed.db;
       fs.crashAfter(crashAt);
       await db.close().catch(() => undefined);
       fs.crash();
@@ -408,18 +419,9 @@ describe('the graph file', () => {
       await db.whenIndexed();
       return db;
     };
-    const prng = new Prng(37);
-    let db = await open();
-    await db.createCollection({ name: 'c', dim: 8, metric: 'l2' });
-    for (let b = 0; b < 1200; b += 600) {
-      await db.upsert('c', { points: Array.from({ length: 600 }, (_, i) => ({ id: `p${b + i}`, vector: Array.from({ length: 8 }, () => prng.gaussian()) })) });
-    }
-    await db.whenIndexed();
-    await db.close();
-    db = await open();
-    await db.deletePoints('c', { ids: Array.from({ length: 40 }, (_, i) => `p${i * 29}`) });
-    const moved = { id: 'p1', vector: Array.from({ length: 8 }, () => 50) };
-    await db.upsert('c', { points: [moved] });
+    const changed = await builtThenChanged(open, 37);
+    const { moved } = changed;
+    let db = changed.db;
     await db.close();
     for (let reopen = 0; reopen < 2; reopen++) {
       db = await open();
