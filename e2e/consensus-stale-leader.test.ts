@@ -18,7 +18,9 @@ afterAll(() => rmSync(root, { recursive: true, force: true }));
 
 // A long election timeout: the cut-off leader keeps believing it leads for a while (its quorum check),
 // while the others, told at once that its address refuses them, elect a leader of their own sooner.
-const TIMING = { SVC_RAFT_HEARTBEAT_MS: '100', SVC_RAFT_ELECTION_MS: '4000', SVC_RAFT_WRITE_TIMEOUT_SECS: '2' };
+// 6 s: the group's writes before the old leader is asked (a point, two drops, a create) fit well inside
+// (the first election takes 6 to 12 s, inside the harness's 20 s wait for a leader).
+const TIMING = { SVC_RAFT_HEARTBEAT_MS: '100', SVC_RAFT_ELECTION_MS: '6000', SVC_RAFT_WRITE_TIMEOUT_SECS: '2' };
 
 describe('a leader cut off from its group', () => {
   it('answers no write from its stale state: a DELETE of a point the group wrote meanwhile is not "nothing deleted"', async () => {

@@ -6,10 +6,13 @@ import { Prng } from '../base/prng.js';
 import { InsecureSealer } from '../crypto/sealer.js';
 import { FaultyFileSystem } from '../testing/faulty-fs.js';
 import { NodeFileSystem } from '../storage/fs.js';
-import { GraphFileWriter, readGraphFile } from '../storage/graph-file.js';
+import { GraphFileWriter, readGraphFile, type GraphContents } from '../storage/graph-file.js';
+import { VectorStore } from '../index/vector-store.js';
+import type { Hnsw } from '../index/hnsw/hnsw.js';
+import { systemClock } from '../base/clock.js';
 import type { Collection } from './collection.js';
 import { Database, type DatabaseOptions } from './database.js';
-import { GRAPH_LOAD_DROPPED_SHARE_MAX } from './graph-persist.js';
+import { GRAPH_LOAD_DROPPED_SHARE_MAX, loadGraph, vectorFingerprint } from './graph-persist.js';
 import { buildIndexInline } from './rebuild.js';
 
 /**
@@ -437,7 +440,7 @@ describe('the graph file', () => {
     const { open } = opener(dir);
     const prng = new Prng(61);
     let db = await open();
-    await db.createCollection({ name: 'c', dim: 64, metric: 'l2', index_params: { m: 2, ef_construction: 16 } });
+    await db.createCollection({ name: 'c', dim: 64, metric: 'l2', index_params: { m: 3, ef_construction: 16 } });
     const vectors = Array.from({ length: 1500 }, () => Array.from({ length: 64 }, () => prng.gaussian()));
     for (let b = 0; b < vectors.length; b += 500) await db.upsert('c', { points: vectors.slice(b, b + 500).map((vector, i) => ({ id: `p${b + i}`, vector })) });
     await db.whenIndexed();
@@ -464,5 +467,44 @@ describe('the graph file', () => {
     await load(db, new Prng(48), 1500);
     await db.close();
     expect(existsSync(graphFile(dir))).toBe(false);
+  });
+});
+
+describe('loadGraph over a hand-made file', () => {
+  it('leaves out the nodes no walk from the entry reaches (an island linked only to itself too), for the caller to insert', async () => {
+    // Six points on a line; nodes 0-1-2-3 a chain from the entry (0), 4 and 5 link only to each other:
+    // each has an in-link and an out-link, and no search from the entry ever gets there.
+    const store = VectorStore.create({ dim: 2 });
+    for (let i = 0; i < 6; i++) store.add([i, 0]);
+    const ids = ['a', 'b', 'c', 'd', 'e', 'f'];
+    const points = {
+      store,
+      slotOfPoint: (id: string) => { const i = ids.indexOf(id); return i < 0 ? undefined : i; },
+      pointOfSlot: (s: number) => ({ id: ids[s], tok: 0 }),
+      isLive: () => true,
+    };
+    const links: number[][] = [[1], [0, 2], [1, 3], [2], [5], [4]];
+    const flat: number[] = [];
+    const offsets: number[] = [];
+    for (const l of links) {
+      offsets.push(flat.length);
+      flat.push(l.length, ...l);
+    }
+    offsets.push(flat.length);
+    const fingerprints = new Uint32Array(12);
+    const fp = new Uint32Array(2);
+    for (let i = 0; i < 6; i++) {
+      vectorFingerprint(store.view(i), fp);
+      fingerprints.set(fp, 2 * i);
+    }
+    const params = { m: 4, efConstruction: 16, kind: 'l2' as const, dim: 2, quantization: 'none' };
+    const file = {
+      meta: { nodes: 6, entry: 0, m: 4, ef_construction: 16, kind: 'l2', dim: 2, quantization: 'none' },
+      ids, toks: new Uint32Array(6), fingerprints, levels: new Uint8Array(6), offsets: Int32Array.from(offsets), links: Int32Array.from(flat),
+    } as unknown as GraphContents;
+    const r = await loadGraph(file, points, params, { m: 4, efConstruction: 16, kind: 'l2', seed: 1 }, Int32Array.from([0, 1, 2, 3, 4, 5]), systemClock, 4, () => false);
+    expect(r).toMatchObject({ ok: true, nodes: 6, dropped: 0, unreachable: 2 });
+    const g = (r as { graph: Hnsw }).graph;
+    expect([0, 1, 2, 3, 4, 5].map((s) => g.has(s))).toEqual([true, true, true, true, false, false]);
   });
 });

@@ -247,13 +247,18 @@ describe('raftEngine: a read across a snapshot restore', () => {
     let begun = 0;
     const member = { ...fakeMember(m), get restoring() { return restoring; }, get replaying() { return false; }, get restoresBegun() { return begun; } } as unknown as ConsensusMember;
     let during: (() => void) | null = null;
-    const db = { search: async () => { during?.(); await new Promise((r) => setTimeout(r, 1)); return { hits: [] }; } } as unknown as EngineApi;
+    const db = {
+      search: async () => { during?.(); await new Promise((r) => setTimeout(r, 1)); return { hits: [] }; },
+      snapshot: async (b: { name: string }) => { during?.(); return { name: b.name }; },
+    } as unknown as EngineApi;
     const f = raftEngine({ ...opts, db, member, selfId: 'n2', forward: async () => { throw new Error('reads are not forwarded'); } }) as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
     expect(await f.search('c', { vector: [1], k: 1 })).toEqual({ hits: [] });
     // A restore begins (and ends) while the search waits: its answer may mix the two states.
     during = () => { begun++; };
     await expect(f.search('c', { vector: [1], k: 1 })).rejects.toMatchObject({ code: 'unavailable', detail: { reason: 'restoring' } });
     await expect(f.search('c', { vector: [1], k: 1, consistency: 'strong' })).rejects.toMatchObject({ detail: { reason: 'restoring' } });
+    // A snapshot's copy written meanwhile may hold part of the restore: refused, naming what to do.
+    await expect(f.snapshot({ name: 's1' })).rejects.toMatchObject({ code: 'unavailable', message: expect.stringMatching(/snapshot 's1'.*delete it/) });
     // One under way when the read begins: refused at once, strong or not.
     during = null;
     restoring = true;

@@ -189,9 +189,14 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
     if (member.restoring) throw restoringRefusal();
     const restores = member.restoresBegun;
     const out = await run(op, args);
-    // A snapshot is the exception: its copy is written by then, and one refused would leave its name
-    // taken (a retry is already_exists); the copy is one manifest version of the directory, as always.
-    if (op !== 'snapshot' && (member.restoring || member.restoresBegun !== restores)) throw restoringRefusal();
+    if (member.restoring || member.restoresBegun !== restores) {
+      // A snapshot's copy is written by then, maybe with part of the restore in it: not answered as one.
+      if (op === 'snapshot') {
+        const name = (args[0] as { name?: unknown } | undefined)?.name;
+        throw new SvcError('unavailable', `snapshot '${String(name)}' was written while this member began restoring a snapshot from its leader, and may hold part of that restore: delete it and take it again (or take it on another member)`, { reason: 'restoring' });
+      }
+      throw restoringRefusal();
+    }
     return out;
   };
 
