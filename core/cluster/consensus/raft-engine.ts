@@ -37,7 +37,8 @@ import type { ConsensusMember } from './member.js';
  * write): a collection or point missing, a name taken, and a body checked against the collection's
  * parameters (a vector of the wrong dimension: `invalid_argument`) or its size (`limit_exceeded`), which a
  * leader behind its group may hold from a collection the group dropped and made again. A refusal of the
- * body alone (malformed JSON) costs the same one ReadIndex round: refusals are not the path to make fast.
+ * body alone (a batch over its limit, an id too long: REST refuses a malformed shape before the engine)
+ * costs the same one ReadIndex round: refusals are not the path to make fast.
  */
 const STATE_REFUSALS = new Set(['not_found', 'already_exists', 'invalid_argument', 'limit_exceeded']);
 
