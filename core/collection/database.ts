@@ -1003,13 +1003,7 @@ export class Database {
   async delete(name: string, id: string): Promise<{ deleted: boolean }> {
     const col = this.collection(name);
     const pid = checkPointId(id);
-    return this.gated(col, [pid], async () => {
-      // Nothing to delete: on a consensus member, so only once its state is shown current.
-      if (!col.has(pid) && (!(await this.confirmedCurrentFor(col)) || !col.has(pid))) return { deleted: false };
-      // What the delete did when applied: another delete of the point (two callers at once, each finding
-      // it here) may have gone first.
-      return { deleted: this.wrote(col, await this.write(col, { t: 'delete', ids: [pid] }, false)) > 0 };
-    });
+    return this.deleteOne(col, pid);
   }
 
   /**
@@ -1121,6 +1115,17 @@ export class Database {
     if (this.proposer?.confirm === undefined) return false;
     await this.proposer.confirm();
     return true;
+  }
+
+  /** A delete of one point or document by id (delete, deleteDocument). */
+  private deleteOne(col: Collection, pid: string): Promise<{ deleted: boolean }> {
+    return this.gated(col, [pid], async () => {
+      // Nothing to delete: on a consensus member, so only once its state is shown current.
+      if (!col.has(pid) && (!(await this.confirmedCurrentFor(col)) || !col.has(pid))) return { deleted: false };
+      // What the delete did when applied: another delete of the point (two callers at once, each finding
+      // it here) may have gone first.
+      return { deleted: this.wrote(col, await this.write(col, { t: 'delete', ids: [pid] }, false)) > 0 };
+    });
   }
 
   /**
@@ -1549,13 +1554,7 @@ export class Database {
   async deleteDocument(name: string, id: string): Promise<{ deleted: boolean }> {
     const col = this.multiCollection(name);
     const pid = checkPointId(id);
-    return this.gated(col, [pid], async () => {
-      // Nothing to delete: on a consensus member, so only once its state is shown current.
-      if (!col.has(pid) && (!(await this.confirmedCurrentFor(col)) || !col.has(pid))) return { deleted: false };
-      // What the delete did when applied: another delete of the point (two callers at once, each finding
-      // it here) may have gone first.
-      return { deleted: this.wrote(col, await this.write(col, { t: 'delete', ids: [pid] }, false)) > 0 };
-    });
+    return this.deleteOne(col, pid);
   }
 
   private multiCollection(name: string): Collection {

@@ -105,10 +105,9 @@ export function raftEngine(o: RaftEngineOptions): RaftEngine {
       timeout ??= left > 0 ? AbortSignal.timeout(Math.ceil(left)) : AbortSignal.abort(new DOMException('the write\'s deadline passed', 'TimeoutError'));
       return timeout;
     };
-    // A refusal made from this leader's state (a collection or point missing, a name taken, a body that
-    // does not fit the collection: STATE_REFUSALS) is a read of that state: given only once a ReadIndex round shows the state current, and the write then
-    // runs again over it. A leader cut off from its group (not yet stepped down) must not answer from
-    // what it held before: it cannot confirm, and the write is `unavailable`.
+    // A refusal made from this leader's state (STATE_REFUSALS) is a read of that state: given only once
+    // a ReadIndex round shows the state current, and the write then runs again over it. A leader cut off
+    // from its group (not yet stepped down) cannot confirm: the write is `unavailable`.
     let confirmed = false;
     for (;;) {
       if (member.leaderReady) {
