@@ -37,9 +37,21 @@ async function write(members: RaftMember[], method: string, path: string, body: 
   throw new Error(`${method} ${path}: ${last}`);
 }
 
-/** Until the replica holds exactly what `m` holds in every collection. */
+/**
+ * Until the replica holds exactly what `m` holds in every collection. `m` is a follower member: it may
+ * still be applying the group's last writes when the replica has caught up with what it had applied, so
+ * the two are compared until they agree (CI once read `m` after it applied a create the replica had not
+ * yet fetched), then once more for the assertion's message.
+ */
 async function sameAs(replica: Server, m: Server): Promise<void> {
-  await caughtUp(m, replica);
+  const state = async (s: Server): Promise<string> => {
+    const names = await collectionNames(s);
+    return JSON.stringify([names, await Promise.all(names.map((n) => allPoints(s, n)))]);
+  };
+  await eventually('the replica holds what the member holds', async () => {
+    await caughtUp(m, replica);
+    return (await state(m)) === (await state(replica)) ? true : 'not yet';
+  });
   expect(await collectionNames(replica)).toEqual(await collectionNames(m));
   for (const name of await collectionNames(m)) expect(await allPoints(replica, name), name).toEqual(await allPoints(m, name));
 }
