@@ -6,7 +6,9 @@
  * points (10 distinct filters, as tenants or categories repeat), then the same filtered searches while
  * this process rewrites 10 points' tags every 20 ms (500 point updates/s, a collection being ingested
  * into: the loops patch their match bits from the writes), then hybrid searches (the query's vector and two
- * words of text: dense and BM25 rankings fused, over a seeded text of eight words per point). Per loop count and kind: QPS, p50/p99, and the server's CPU per request split by thread: the
+ * words of text: dense and BM25 rankings fused, over a seeded text of eight words per point), then pages of
+ * points (`points:fetch`, 20 in id order after a seeded cursor, every other one with a tag filter, payloads
+ * included). Per loop count and kind: QPS, p50/p99, and the server's CPU per request split by thread: the
  * main thread (the engine, the search pool's hand-offs), the request loops together, and the rest
  * (search workers, GC helpers, libuv). Rounds alternate the order of the loop counts; compare within a
  * run. On a 2-core machine the client, the loops, the engine thread and a search worker share two
@@ -15,6 +17,7 @@
 import { execFileSync } from 'node:child_process';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
+import { encodeCursor } from '../../core/collection/queries.js';
 import { mnist, row } from '../lib/data.js';
 import { ROOT_DIR } from '../lib/on-demand.js';
 import { tool, wrk } from '../lib/native-load.js';
@@ -23,10 +26,13 @@ import { BENCH_API_KEY, startSvc } from '../lib/server-proc.js';
 
 /**
  * Plain searches, or each with a keyword filter matching a tenth of the points (10 distinct filters),
- * or those while points are written (`filtered-writes`), or hybrid searches (vector and text).
+ * or those while points are written (`filtered-writes`), or hybrid searches (vector and text), or pages
+ * of points (`fetch`).
  */
-export type LoopsKind = 'plain' | 'filtered' | 'filtered-writes' | 'hybrid';
-export const LOOPS_KINDS: readonly LoopsKind[] = ['plain', 'filtered', 'filtered-writes', 'hybrid'];
+export type LoopsKind = 'plain' | 'filtered' | 'filtered-writes' | 'hybrid' | 'fetch';
+export const LOOPS_KINDS: readonly LoopsKind[] = ['plain', 'filtered', 'filtered-writes', 'hybrid', 'fetch'];
+/** A `fetch` page's points. */
+const PAGE = 20;
 /** The texts' vocabulary: word i is drawn with weight 1 / (i + 1) (a Zipf law, as words in text are). */
 const VOCABULARY = 2000;
 const DOC_WORDS = 8;
@@ -110,13 +116,13 @@ async function one(node: string, loops: number, round: number, z: (typeof SIZES)
     const out: LoopsRun[] = [];
     for (const kind of LOOPS_KINDS) {
       const filtered = kind === 'filtered' || kind === 'filtered-writes';
-      const bodies = Array.from({ length: d.nq }, (_, q) => JSON.stringify({
+      const bodies = kind === 'fetch' ? pages(d.n, d.nq) : Array.from({ length: d.nq }, (_, q) => JSON.stringify({
         vector: Array.from(row(d.queries, d.dim, q)), k: 10, with_payload: false, ...(filtered ? { filter: { eq: { field: 'tag', value: `g${q % TAGS}` } } } : {}),
         ...(kind === 'hybrid' ? { query_text: words(1_000_003 + q, QUERY_WORDS) } : {}),
       }));
       const writer = kind === 'filtered-writes' ? startWriter(srv, d) : null;
       try {
-        out.push(await measure(srv, loops, kind, round, z, bodies, kind === 'hybrid' ? 'query/hybrid' : 'query'));
+        out.push(await measure(srv, loops, kind, round, z, bodies, kind === 'hybrid' ? 'query/hybrid' : kind === 'fetch' ? 'points:fetch' : 'query'));
       } finally {
         await writer?.stop();
       }
@@ -125,6 +131,13 @@ async function one(node: string, loops: number, round: number, z: (typeof SIZES)
   } finally {
     await srv.stop();
   }
+}
+
+/** `n` bodies of `points:fetch`: PAGE points after a seeded point's id, every other one with a tag filter. */
+function pages(points: number, n: number): string[] {
+  return Array.from({ length: n }, (_, q) => JSON.stringify({
+    limit: PAGE, cursor: encodeCursor(`p${(q * 7919) % points}`), ...(q % 2 === 1 ? { filter: { eq: { field: 'tag', value: `g${q % TAGS}` } } } : {}),
+  }));
 }
 
 /** Rewrites WRITE_POINTS points (same vectors, tags drawn anew, seeded) every WRITE_EVERY_MS until stopped. */

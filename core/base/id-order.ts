@@ -17,3 +17,69 @@ export function compareIdsUtf8(a: string, b: string): number {
   }
   return a.length - b.length;
 }
+
+/**
+ * The order of `points:fetch` pages, their cursors and a rebalance move's scan: JavaScript's string order
+ * (UTF-16 units), the same on every shard, router and request loop, so one cursor pages through them all.
+ */
+export function compareFetchIds(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/** First index of `items` (in fetch order of their ids) whose id sorts after `id`; 0 for none. */
+export function after<T = string>(items: readonly T[], id: string | undefined, idOf: (t: T) => string = (t) => t as unknown as string): number {
+  if (id === undefined) return 0;
+  let lo = 0;
+  let hi = items.length;
+  while (lo < hi) {
+    const mid = (lo + hi) >>> 1;
+    if (idOf(items[mid]) <= id) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
+
+/** `a` and `b`, each in fetch order of their ids and with no id in both, merged in that order. */
+export function mergeInFetchOrder<T>(a: readonly T[], b: readonly T[], idOf: (t: T) => string): T[] {
+  const out: T[] = new Array(a.length + b.length);
+  let i = 0;
+  let j = 0;
+  let k = 0;
+  while (i < a.length && j < b.length) out[k++] = idOf(a[i]) < idOf(b[j]) ? a[i++] : b[j++];
+  while (i < a.length) out[k++] = a[i++];
+  while (j < b.length) out[k++] = b[j++];
+  return out;
+}
+
+/**
+ * A set of ids in fetch order, kept up as ids come and go: the order is merged from the last one (the
+ * kept ids, and the new ones sorted) when asked for, O(n + m log m) for m changes, instead of sorting
+ * all n again after each write that adds or removes one.
+ */
+export class FetchOrder {
+  private sorted: string[] = [];
+  /** Ids not in `sorted`, to go in. */
+  private readonly added = new Set<string>();
+  /** Ids in `sorted`, to go out. */
+  private readonly removed = new Set<string>();
+
+  /** An id that was not in the set. */
+  add(id: string): void {
+    if (!this.removed.delete(id)) this.added.add(id);
+  }
+
+  /** An id that was in the set. */
+  remove(id: string): void {
+    if (!this.added.delete(id)) this.removed.add(id);
+  }
+
+  ids(): readonly string[] {
+    if (this.added.size > 0 || this.removed.size > 0) {
+      const kept = this.removed.size === 0 ? this.sorted : this.sorted.filter((id) => !this.removed.has(id));
+      this.sorted = mergeInFetchOrder(kept, [...this.added].sort(compareFetchIds), (id) => id);
+      this.added.clear();
+      this.removed.clear();
+    }
+    return this.sorted;
+  }
+}

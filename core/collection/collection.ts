@@ -1,6 +1,7 @@
 import { assert } from '../base/assert.js';
 import type { Bitset } from '../base/bitset.js';
 import type { Clock } from '../base/clock.js';
+import { FetchOrder } from '../base/id-order.js';
 import type { Limits } from '../base/limits.js';
 import type { Payload } from '../base/model.js';
 import type { SearchResult } from '../index/flat.js';
@@ -143,7 +144,8 @@ export class Collection {
   private dropped = false;
   /** Aborted at drop (a close or a collection drop): a build in flight stops rather than run on unseen. */
   private readonly builds = new AbortController();
-  private sortedIds: string[] | null = null;
+  /** The live ids in fetch order (points:fetch pages, a move's scan). */
+  private readonly fetchOrder = new FetchOrder();
   /** The next rebuild tries the graph file first (set once at open, by recovery). */
   private loadPending = false;
   /** Recovery is applying ops: no absorb (the rebuild at its end, or the graph file, covers them). */
@@ -249,7 +251,7 @@ export class Collection {
         this.tombstone(slot);
         this.tombstoneTokens(id);
         this.idToSlot.delete(id);
-        this.sortedIds = null;
+        this.fetchOrder.remove(id);
         this.dirty.set(id, false);
         this.markUnabsorbable();
         changed++;
@@ -341,7 +343,7 @@ export class Collection {
       this.tombstone(old);
       this.markUnabsorbable();
     } else {
-      this.sortedIds = null;
+      this.fetchOrder.add(p.id);
     }
     this.idToSlot.set(p.id, slot);
     this.payloadIndex.add(slot, p.payload ?? undefined);
@@ -358,7 +360,7 @@ export class Collection {
       this.tombstoneTokens(d.id);
       this.markUnabsorbable();
     } else {
-      this.sortedIds = null;
+      this.fetchOrder.add(d.id);
     }
     const dim = this.spec.dim;
     const slots = new Int32Array(d.count);
@@ -925,10 +927,9 @@ export class Collection {
     return this.kind === 'l2' ? Math.sqrt(Math.max(0, dist)) : -dist;
   }
 
-  /** Ids in ascending order (the fetch cursor's order), cached between id insertions and deletions. */
-  idsSorted(): string[] {
-    if (this.sortedIds === null) this.sortedIds = [...this.idToSlot.keys()].sort(compareIds);
-    return this.sortedIds;
+  /** The live ids in fetch order (the cursor's), kept up through insertions and deletions (FetchOrder). */
+  idsSorted(): readonly string[] {
+    return this.fetchOrder.ids();
   }
 
   slotOf(id: string): number | undefined {
@@ -1010,8 +1011,4 @@ export class Collection {
     this.wake();
     this.store.close();
   }
-}
-
-function compareIds(a: string, b: string): number {
-  return a < b ? -1 : a > b ? 1 : 0;
 }

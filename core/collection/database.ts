@@ -3,6 +3,7 @@ import { availableParallelism } from 'node:os';
 import { BODIES, bodyKeys } from '../base/bodies.js';
 import { sleep, systemClock, type Clock } from '../base/clock.js';
 import { invalidArgument, notFound, SvcError } from '../base/errors.js';
+import { after } from '../base/id-order.js';
 import { checkLimit, resolveLimits, type Limits } from '../base/limits.js';
 import {
   markCollectionExisted,
@@ -40,7 +41,7 @@ import type { CommitLog } from '../storage/commit-log.js';
 import { owner } from '../cluster/routing/hrw.js';
 import { COMMAND_VERSION_MOVE_OUT, COMMAND_VERSION_MOVES, commandVersion, decodeCommand, encodeCommand, isDeterministicRefusal, isMoveCommand, type ShardCommand } from '../cluster/consensus/command.js';
 import {
-  after, MOVE_BATCH_BYTES_MAX, MOVE_BATCH_POINTS_MAX, MOVE_SCAN_IDS_MAX, movedError, movedIds, parseMoveRequest, WriteGate, type MoveBatchAnswer, type MoveRequest,
+  MOVE_BATCH_BYTES_MAX, MOVE_BATCH_POINTS_MAX, MOVE_SCAN_IDS_MAX, movedError, movedIds, parseMoveRequest, WriteGate, type MoveBatchAnswer, type MoveRequest,
 } from './move.js';
 
 export type LogFn = (level: 'debug' | 'info' | 'warn' | 'error', message: string, detail?: Record<string, unknown>) => void;

@@ -162,15 +162,3 @@ export type MoveBatchAnswer =
     count: number; bytes: number; lease_ms: number;
   };
 
-/** First index whose id sorts after `id` (fetch order). */
-export function after(ids: readonly string[], id: string | undefined): number {
-  if (id === undefined) return 0;
-  let lo = 0;
-  let hi = ids.length;
-  while (lo < hi) {
-    const mid = (lo + hi) >>> 1;
-    if (ids[mid] <= id) lo = mid + 1;
-    else hi = mid;
-  }
-  return lo;
-}

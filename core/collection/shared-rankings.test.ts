@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Prng } from '../base/prng.js';
-import type { HybridQuery } from '../base/model.js';
+import type { FetchQuery, HybridQuery } from '../base/model.js';
 import { NodeEngine } from '../engine/node.js';
 import { readerThread } from '../testing/reader-thread.js';
 import type { RankingsBody } from '../query/ranking.js';
@@ -47,6 +47,25 @@ function viewAnswer<T>(db: Database, v: ReadView, ask: () => T | null, filter: u
   return null;
 }
 
+/**
+ * Pages through collection `name` (or those of its points matching a filter) from the view and from the
+ * engine, a random page size each time, and expects the same pages and cursors; the pages compared.
+ */
+async function samePages(db: Database, name: string, v: ReadView, prng: Prng, filters: unknown[]): Promise<number> {
+  const filter = prng.int(3) === 0 ? filters[prng.int(filters.length)] : undefined;
+  const base = { limit: 1 + prng.int(prng.int(4) === 0 ? 400 : 40), ...(filter === undefined ? {} : { filter }), ...(prng.int(4) === 0 ? { with_vector: true } : {}) };
+  let cursor: string | null = null;
+  let n = 0;
+  do {
+    const q: FetchQuery = cursor === null ? base : { ...base, cursor };
+    const theirs = await db.fetch(name, q);
+    expect(viewAnswer(db, v, () => v.fetch(q), filter), `page ${n} of ${JSON.stringify(q)}`).toEqual(theirs);
+    cursor = theirs.next_cursor;
+    n++;
+  } while (cursor !== null);
+  return n;
+}
+
 describe('hybrid searches and rankings read from shared memory (request loops, issue 20)', () => {
   it('answers every hybrid search and shard ranking exactly as the engine thread does, through upserts, updates, deletes and payload changes', async () => {
     const db = await openDb();
@@ -75,6 +94,7 @@ describe('hybrid searches and rankings read from shared memory (request loops, i
     const views = new Map<string, ReadView>();
     let hybrids = 0;
     let rankings = 0;
+    let pages = 0;
     for (let round = 0; round < 24; round++) {
       for (const name of ['c', 'f']) {
         const points = Array.from({ length: 20 + prng.int(100) }, () => {
@@ -137,11 +157,14 @@ describe('hybrid searches and rankings read from shared memory (request loops, i
         for (const q of [undefined, {}, { filter: filters[round % 2] }]) {
           expect(viewAnswer(db, view, () => view.count(q as never), q?.filter), `count ${JSON.stringify(q)}`).toEqual(await db.count(name, q));
         }
+        pages += await samePages(db, name, view, prng, filters);
       }
       if (round % 7 === 6) for (const name of ['c', 'f']) await db.search(name, { vector: vec(), consistency: 'strong' });
     }
     expect(hybrids).toBeGreaterThan(100);
     expect(rankings).toBeGreaterThan(100);
+    // Every round pages through both collections whole: the view's order brought up through the writes.
+    expect(pages).toBeGreaterThan(2000);
     for (const v of views.values()) v.close();
   });
 
@@ -174,6 +197,12 @@ describe('hybrid searches and rankings read from shared memory (request loops, i
       expect(v.declined).toBe('shape');
     }
     expect(v.get('a', { with_vector: true })).toEqual({ id: 'a', payload: { r: 1, __svc_text__: 'shock wave' }, vector: [0, 0] });
+    for (const q of [null, [], { limit: 0 }, { limit: 1e9 }, { cursor: '***' }, { cursor: 7 }, { with_vector: 'yes' }, { consistency: 'strong' }, { filter: { eq: { field: 'nope', value: 1 } } }, { extra: 1 }]) {
+      expect(v.fetch(q as never), JSON.stringify(q)).toBeNull();
+      expect(v.declined).toBe('shape');
+    }
+    expect(v.fetch({ limit: 1 })).toEqual({ points: [{ id: 'a', payload: { r: 1, __svc_text__: 'shock wave' } }], next_cursor: 'YQ' });
+    expect(v.fetch({ cursor: 'YQ', with_vector: true, consistency: 'eventual' })).toEqual({ points: [{ id: 'b', payload: { r: 2, __svc_text__: 'boundary layer shock' }, vector: [1, 0] }], next_cursor: null });
     const filter = { gte: { field: 'r', value: 2 } };
     expect(v.hybrid({ query_text: 'shock', filter })).toBeNull();
     expect([v.declined, v.wantBits?.filter]).toEqual(['filter', filter]);
@@ -188,7 +217,10 @@ describe('hybrid searches and rankings read from shared memory (request loops, i
     expect(v.declined).toBe('moved');
     expect(v.count({})).toBeNull();
     expect(v.declined).toBe('moved');
+    expect(v.fetch({})).toBeNull();
+    expect(v.declined).toBe('moved');
     reads.writeEnd();
+    expect(v.fetch({})?.points.map((p) => p.id)).toEqual(['a', 'b']);
     expect(v.count({})).toEqual({ count: 2 });
     expect(v.hybrid({ query_text: 'shock' })?.hits.map((h) => h.id)).toEqual(['a', 'b']);
     // A dropped collection answers nothing from its view.
@@ -242,6 +274,7 @@ describe('multi-vector searches read from shared memory (request loops, issue 20
     await db.searchMultiVector('m', { vectors: [vec()], consistency: 'strong' });
     const views = new Map<string, ReadView>();
     let answered = 0;
+    let pages = 0;
     for (let round = 0; round < 12; round++) {
       for (const name of ['m', 'l']) {
         await db.upsertDocuments(name, { documents: Array.from({ length: 10 + prng.int(40) }, () => doc(`d${prng.int(name === 'm' ? 2600 : 300)}`)) });
@@ -263,6 +296,7 @@ describe('multi-vector searches read from shared memory (request loops, issue 20
           expect(mine).toEqual(theirs);
           answered++;
         }
+        pages += await samePages(db, name, v, prng, filters);
         // A document read by id, its token vectors too.
         for (let i = 0; i < 5; i++) {
           const id = `d${prng.int(300)}`;
@@ -274,6 +308,7 @@ describe('multi-vector searches read from shared memory (request loops, issue 20
       if (round % 5 === 4) await db.searchMultiVector('m', { vectors: [vec()], consistency: 'strong' });
     }
     expect(answered).toBeGreaterThan(80);
+    expect(pages).toBeGreaterThan(2000);
     // Strong reads, a point collection's view, input the engine refuses: handed on.
     const v = views.get('m')!;
     for (const q of [{ vectors: [vec()], consistency: 'strong' }, { vectors: [[1, 2]] }, { vectors: [] }, { vectors: [vec()], k: 0 }, { vectors: [vec()], extra: 1 }]) {

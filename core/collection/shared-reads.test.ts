@@ -469,7 +469,7 @@ describe('a collection read from shared memory (request loops, issue 20)', () =>
     expect(plain.readView('c')).toBeNull();
   });
 
-  it('never shows another thread a hit whose id and payload disagree, or one point twice, while the writer updates', async () => {
+  it('never shows another thread a hit (or a page entry) whose id and payload disagree, one point twice or a page out of order, while the writer updates', async () => {
     const db = await openDb();
     const dim = 4;
     await db.createCollection({ name: 'c', dim, metric: 'l2' });
@@ -483,7 +483,7 @@ describe('a collection read from shared memory (request loops, issue 20)', () =>
     const handle = db.readView('c')!;
     const { worker, next, stop } = readerThread(READER, handle);
     expect(await next()).toBe('ready');
-    const result = next() as Promise<{ answered: number; declined: number; bad: string[] }>;
+    const result = next() as Promise<{ answered: number; declined: number; pages: number; bad: string[] }>;
     for (let v = 1; v <= 600; v++) {
       const ids = Array.from({ length: 8 }, () => `p${prng.int(400)}`);
       await db.upsert('c', { points: [...ids.map((id) => ({ id, vector: vec(), payload: { id, v } })), { id: 'X', vector: far, payload: { id: 'X', v } }] });
@@ -499,6 +499,7 @@ describe('a collection read from shared memory (request loops, issue 20)', () =>
 
     expect(r.bad).toEqual([]);
     expect(r.answered).toBeGreaterThan(50);
+    expect(r.pages).toBeGreaterThan(10);
   });
 
   it('lets as many loop views as a store has loop lanes take a new graph epoch over the same scalar codes', async () => {
@@ -578,13 +579,31 @@ const READER_START = `const { parentPort, workerData } = require('node:worker_th
 
 /** A reader thread: searches until told to stop, and reports any hit inconsistent in itself. */
 const READER = `
-${READER_START}  let answered = 0, declined = 0, seed = 1;
+${READER_START}  let answered = 0, declined = 0, pages = 0, seed = 1;
   const bad = [];
   parentPort.on('message', (g) => v.adoptGraph(g));
   parentPort.postMessage('ready');
   const rnd = () => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32) * 4 - 2;
   for (let n = 0; Atomics.load(stop, 0) === 0; n++) {
     if (n % 16 === 0) await new Promise((resolve) => setImmediate(resolve));
+    if (n % 4 === 3) {
+      // A page of points in id order after a cursor: X (sorting before every p) first on the first page.
+      const cursor = n % 8 === 3 ? undefined : Buffer.from('p' + Math.floor((rnd() + 2) * 100)).toString('base64url');
+      const r = v.fetch({ limit: 40, cursor });
+      if (r === null) { declined++; if (v.declined !== 'moved') bad.push('page declined ' + v.declined); continue; }
+      answered++;
+      pages++;
+      if (cursor === undefined && r.points[0]?.id !== 'X') bad.push('X missing from the first page: ' + r.points.slice(0, 3).map((p) => p.id).join(','));
+      const after = cursor === undefined ? '' : Buffer.from(cursor, 'base64url').toString();
+      let last = after;
+      for (const p of r.points) {
+        if (!(p.id > last)) bad.push('out of order: ' + p.id + ' after ' + last);
+        last = p.id;
+        if (p.payload.id !== p.id) bad.push('payload of ' + p.payload.id + ' on ' + p.id);
+      }
+      if (r.points.length < 40 && r.next_cursor !== null) bad.push('cursor ' + r.next_cursor + ' after ' + r.points.length);
+      continue;
+    }
     const nearX = n % 2 === 0;
     const r = v.search({ vector: nearX ? [50, 50, 50, 49.5] : [rnd(), rnd(), rnd(), rnd()], k: 20 });
     if (r === null) { declined++; if (v.declined !== 'moved' && v.declined !== 'epoch') bad.push('declined ' + v.declined); continue; }
@@ -598,7 +617,7 @@ ${READER_START}  let answered = 0, declined = 0, seed = 1;
     }
   }
   v.close();
-  parentPort.postMessage({ answered, declined, patched: v.patched.times, bad: bad.slice(0, 20) });
+  parentPort.postMessage({ answered, declined, pages, patched: v.patched.times, bad: bad.slice(0, 20) });
 })();
 `;
 

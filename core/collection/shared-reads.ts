@@ -1,7 +1,8 @@
 import { Bitset } from '../base/bitset.js';
 import { growShared, growableShared } from '../base/growable.js';
 import type { Limits } from '../base/limits.js';
-import type { CountQuery, GetOptions, Hit, HybridQuery, MultiVectorQuery, Payload, PointOutput, SearchQuery } from '../base/model.js';
+import type { CountQuery, FetchQuery, GetOptions, Hit, HybridQuery, MultiVectorQuery, Payload, PointOutput, SearchQuery } from '../base/model.js';
+import { after, compareFetchIds, mergeInFetchOrder } from '../base/id-order.js';
 import { checkPointId } from '../base/names.js';
 import { SharedIds, type SharedIdsHandle } from './shared-ids.js';
 import { BODIES, bodyKeys } from '../base/bodies.js';
@@ -15,7 +16,7 @@ import type { CollectionSpec } from './params.js';
 import { parseTokens, parseVector } from './points.js';
 import { searchMulti, TokenSpans, type MultiReadable } from './multi-search.js';
 import {
-  checkObject, fusionDepth, parseBool, parseConsistency, parseDepth, parseEf, parseK, parseQueryTerms, parseRrfK0,
+  checkObject, decodeCursor, encodeCursor, fusionDepth, parseBool, parseConsistency, parseDepth, parseEf, parseFetchLimit, parseK, parseQueryTerms, parseRrfK0,
 } from './queries.js';
 import { checkTextStats, corpusOf, fuseRankings, type Ranked, type Rankings, type RankingsBody } from '../query/ranking.js';
 import { SparseReader, SparseTorn, validateSparse, type Bm25Corpus, type SparseDoc, type SparseHandle } from '../text/sparse-index.js';
@@ -438,6 +439,7 @@ const SEARCH_KEYS = bodyKeys(BODIES.search);
 const HYBRID_KEYS = bodyKeys(BODIES.hybridSearch);
 const MULTI_KEYS = bodyKeys(BODIES.searchMultiVector);
 const COUNT_KEYS = bodyKeys(BODIES.count);
+const FETCH_KEYS = bodyKeys(BODIES.fetch);
 const RANKINGS_KEYS = bodyKeys(BODIES.rankings);
 const EMPTY: SearchResult = { slots: new Int32Array(0), dists: new Float32Array(0) };
 /** Scores (best first) as a SearchResult, whose tie rule reads equal values alike. */
@@ -445,6 +447,12 @@ const scored = (r: { slots: Int32Array; scores: Float32Array }): SearchResult =>
 const decoder = new TextDecoder();
 
 /** Why a view passed a search to the engine thread (a metric: what the loops could not answer). */
+/** A live point (a document's head) in a view's fetch order. */
+interface OrderEntry {
+  readonly id: string;
+  readonly slot: number;
+}
+
 export type Declined = 'shape' | 'retired' | 'epoch' | 'moved' | 'scan' | 'filter' | 'absent';
 
 /** Filters whose match bits a view keeps, and their bytes at most (least recently used goes first). */
@@ -492,6 +500,13 @@ export class ReadView {
   patched = { times: 0, slots: 0 };
   /** A filtered search ran since the last sweep (sweepBits). */
   private filteredSinceSweep = false;
+  /**
+   * The live points (a multi-vector collection's documents) in fetch order with their slots, as of the
+   * write count `token` and the journal head `journal` (fetchOrder); null until a page is asked for.
+   */
+  private order: { token: number; journal: number; entries: OrderEntry[] } | null = null;
+  /** A page was read since the last sweep: the order is kept. */
+  private fetchedSinceSweep = false;
   /** What the last null answer was for (tests and metrics). */
   declined: Declined | null = null;
   /**
@@ -609,6 +624,9 @@ export class ReadView {
     const patch = this.filteredSinceSweep;
     this.filteredSinceSweep = false;
     this.bitsCurrent(patch);
+    // A view no page was read from since holds no order (an id and a slot per point).
+    if (!this.fetchedSinceSweep) this.order = null;
+    this.fetchedSinceSweep = false;
   }
 
   /**
@@ -824,6 +842,97 @@ export class ReadView {
     if (this.retired) return this.decline('retired');
     if (this.writesSettled() !== token) return this.decline('moved');
     return out;
+  }
+
+  /**
+   * Database.fetch's answer (a page of points in fetch order after the cursor, those matching the filter),
+   * read between two writes; or null. A filter needs its match bits, as a search does.
+   */
+  fetch(query: FetchQuery | undefined): { points: PointOutput[]; next_cursor: string | null } | null {
+    this.declined = null;
+    this.wantBits = null;
+    if (this.retired) return this.decline('retired');
+    let limit: number;
+    let cursor: string | null;
+    let withVector: boolean;
+    let filter: CompiledFilter | undefined;
+    let rawFilter: unknown;
+    try {
+      const q = checkObject(query === undefined ? {} : query, 'fetch body', FETCH_KEYS);
+      // A consensus member's strong read waits for its read barrier, on the engine thread.
+      if (parseConsistency(q.consistency) !== 'eventual') return this.decline('shape');
+      limit = parseFetchLimit(q.limit, this.limits);
+      cursor = decodeCursor(q.cursor);
+      withVector = parseBool(q.with_vector, 'with_vector', false);
+      if (q.filter !== undefined && q.filter !== null) filter = compileFilter(rawFilter = q.filter, this.spec.filterable);
+    } catch {
+      return this.decline('shape');
+    }
+    let token: number | null;
+    let accept: (slot: number) => boolean = () => true;
+    if (filter !== undefined) {
+      const held = this.heldMatch(filter, rawFilter);
+      if (held === null) return null;
+      const m = held.match;
+      token = held.token;
+      accept = (s) => s >>> 5 < m.words.length && (m.words[s >>> 5] & (1 << (s & 31))) !== 0;
+    } else token = this.writesSettled();
+    if (token === null) return this.decline('moved');
+    const entries = this.fetchOrder(token);
+    if (entries === null) return this.decline('moved');
+    this.fetchedSinceSweep = true;
+    const points: PointOutput[] = [];
+    let more = false;
+    for (let i = after(entries, cursor ?? undefined, (e) => e.id); i < entries.length; i++) {
+      const { id, slot } = entries[i];
+      if (!accept(slot)) continue;
+      if (points.length === limit) {
+        more = true;
+        break;
+      }
+      const out: PointOutput = { id, payload: this.payloadOf(slot) ?? {} };
+      if (withVector) {
+        if (this.multi !== null) out.vectors = Array.from(this.multi.spans.tokens(slot), (t) => Array.from(this.store.view(t)));
+        else out.vector = Array.from(this.store.view(slot));
+      }
+      points.push(out);
+    }
+    if (this.retired) return this.decline('retired');
+    if (this.writesSettled() !== token) return this.decline('moved');
+    return { points, next_cursor: more ? encodeCursor(points[points.length - 1].id) : null };
+  }
+
+  /**
+   * The live points' ids and slots in fetch order at write count `token` (no write running), or null
+   * when a write began meanwhile. Kept from the last page: brought up from the journal when it still
+   * holds every slot written since (each written slot's entry goes, and goes back in, in order, if the
+   * slot is live), else sorted whole.
+   */
+  private fetchOrder(token: number): OrderEntry[] | null {
+    const had = this.order;
+    if (had !== null && had.token === token) return had.entries;
+    this.order = null;
+    const heads = this.multi === null ? this.live : this.multi.heads;
+    const head = Atomics.load(this.header, H.JOURNAL_HEAD);
+    const n = had === null ? -1 : (head - had.journal) | 0;
+    let entries: OrderEntry[];
+    if (had !== null && n >= 0 && n <= JOURNAL_SLOTS) {
+      const written = new Set<number>();
+      for (let i = 0; i < n; i++) written.add(Atomics.load(this.journal, (had.journal + i) & (JOURNAL_SLOTS - 1)));
+      const added: OrderEntry[] = [];
+      for (const slot of written) if (heads.has(slot)) added.push({ id: this.idOf(slot), slot });
+      added.sort((a, b) => compareFetchIds(a.id, b.id));
+      entries = mergeInFetchOrder(had.entries.filter((e) => !written.has(e.slot)), added, (e) => e.id);
+    } else {
+      entries = [];
+      const count = this.store.count;
+      for (let slot = 0; slot < count; slot++) if (heads.has(slot)) entries.push({ id: this.idOf(slot), slot });
+      entries.sort((a, b) => compareFetchIds(a.id, b.id));
+    }
+    // Read between the same two writes, and whole: one entry per live point.
+    if (this.writesSettled() !== token || entries.length !== heads.count) return null;
+    this.order = { token, journal: head, entries };
+    return entries;
   }
 
   /**

@@ -1,5 +1,6 @@
 import { BODIES, bodyKeys } from '../base/bodies.js';
 import { invalidArgument, notFound, SvcError } from '../base/errors.js';
+import { compareFetchIds } from '../base/id-order.js';
 import type { Limits } from '../base/limits.js';
 import {
   collectionExisted, markCollectionExisted,
@@ -465,7 +466,7 @@ export class Engine implements EngineApi {
     const limit = parseFetchLimit(q.limit, this.limits);
     const body = { ...query, limit };
     const pages = await this.all((s) => s.shard.fetch(name, body));
-    const sorted = pages.flatMap((p) => p.points).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    const sorted = pages.flatMap((p) => p.points).sort((a, b) => compareFetchIds(a.id, b.id));
     // Mid-move a point may be on its old and its new owner for the length of a batch: once here.
     const merged = sorted.filter((p, i) => i === 0 || p.id !== sorted[i - 1].id);
     const points = merged.slice(0, limit);

@@ -91,7 +91,7 @@ export function engineOverLink(link: Link, reads: LocalReads | null = null, text
     return local !== null ? Promise.resolve(local) : link.call('engine', 'search', [c, withPackedVector(q)]);
   };
   // So are a hybrid search (dense, sparse and BM25 rankings fused), a shard's rankings (a router's ask),
-  // a multi-vector search, a count and a point read (of a point that is here).
+  // a multi-vector search, a count, a point read (of a point that is here) and a page of points.
   engine.hybridSearch = (c: unknown, q: unknown) => {
     const local = tryLocal(() => reads?.hybrid(c, q) ?? null);
     return local !== null ? Promise.resolve(local) : link.call('engine', 'hybridSearch', [c, withPackedVector(q)]);
@@ -103,6 +103,10 @@ export function engineOverLink(link: Link, reads: LocalReads | null = null, text
   engine.get = (c: unknown, id: unknown, opts: unknown) => {
     const local = tryLocal(() => reads?.get(c, id, opts) ?? null);
     return local !== null ? Promise.resolve(local) : link.call('engine', 'get', opts === undefined ? [c, id] : [c, id, opts]);
+  };
+  engine.fetch = (c: unknown, q: unknown) => {
+    const local = tryLocal(() => reads?.fetch(c, q) ?? null);
+    return local !== null ? Promise.resolve(local) : link.call('engine', 'fetch', q === undefined ? [c] : [c, q]);
   };
   engine.count = (c: unknown, q: unknown) => {
     const local = tryLocal(() => reads?.count(c, q) ?? null);

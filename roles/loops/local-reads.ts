@@ -52,9 +52,9 @@ export class LocalReads {
   private readonly views = new Map<string, Entry>();
   /** Plain dense searches answered here (local) and handed on, by why. */
   readonly counts: Counts = counts();
-  /** Hybrid searches, shard rankings, multi-vector searches, counts and point reads, the same way. */
-  readonly queryCounts: { readonly hybrid: Counts; readonly rankings: Counts; readonly multi_vector: Counts; readonly count: Counts; readonly get: Counts } = {
-    hybrid: counts(), rankings: counts(), multi_vector: counts(), count: counts(), get: counts(),
+  /** Hybrid searches, shard rankings, multi-vector searches, counts, point reads and pages, the same way. */
+  readonly queryCounts: { readonly hybrid: Counts; readonly rankings: Counts; readonly multi_vector: Counts; readonly count: Counts; readonly get: Counts; readonly fetch: Counts } = {
+    hybrid: counts(), rankings: counts(), multi_vector: counts(), count: counts(), get: counts(), fetch: counts(),
   };
 
   private readonly sweeper: NodeJS.Timeout;
@@ -113,6 +113,11 @@ export class LocalReads {
   /** A point read's answer from this loop's view (ReadView.get): a point that is here, or null. */
   get(name: unknown, id: unknown, opts: unknown): PointOutput | null {
     return this.answer(name, this.queryCounts.get, (v) => v.get(id, opts as never), false);
+  }
+
+  /** A page of points from this loop's view (ReadView.fetch), or null. */
+  fetch(name: unknown, query: unknown): { points: PointOutput[]; next_cursor: string | null } | null {
+    return this.answer(name, this.queryCounts.fetch, (v) => v.fetch(query as never), false);
   }
 
   /** A count's answer from this loop's view (ReadView.count), or null. */

@@ -96,7 +96,7 @@ const setup = (async (): Promise<void> => {
     });
     new Counter({
       name: 'svc_loop_queries_total',
-      help: 'Hybrid searches (op="hybrid"), shard rankings (op="rankings"), multi-vector searches (op="multi_vector"), counts (op="count") and point reads (op="get") a request loop answered itself (answered="loop"), or handed to the engine thread (answered="engine", with the reason)',
+      help: 'Hybrid searches (op="hybrid"), shard rankings (op="rankings"), multi-vector searches (op="multi_vector"), counts (op="count"), point reads (op="get") and pages of points (op="fetch") a request loop answered itself (answered="loop"), or handed to the engine thread (answered="engine", with the reason)',
       labelNames: ['op', 'answered', 'reason'], registers: [metrics.registry],
       collect() {
         this.reset();

@@ -260,6 +260,25 @@ describe.runIf(support.ok)(`two request loops on Node ${process.versions.node}`,
       for (const a of (await onEveryLoop(base, LOOPS, 'GET', '/v1/collections/h/points/nope')).values()) expect(a.status).toBe(404);
     }
     expect(await getLoop()).toBeGreaterThan(getsBefore);
+    // Pages of points (id order, a filter, vectors): the loop's pages are a strong read's, cursor for cursor.
+    const fetchLoop = () => metricValue(base, 'svc_loop_queries_total{op="fetch",answered="loop",reason=""}').catch(() => 0);
+    const fetchesBefore = await fetchLoop();
+    for (const q of [{ limit: 7 }, { limit: 6, filter: { eq: { field: 'tag', value: 'x' } }, with_vector: true }]) {
+      let cursor: string | null = null;
+      let pages = 0;
+      do {
+        const page: Record<string, unknown> = cursor === null ? q : { ...q, cursor };
+        const reference = (await fresh(base, 'POST', '/v1/collections/h/points:fetch', { ...page, consistency: 'strong' })).body as { points: unknown[]; next_cursor: string | null };
+        for (let i = 0; i < 2; i++) {
+          for (const a of (await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/h/points:fetch', page)).values()) expect(a.body).toEqual(reference);
+        }
+        cursor = reference.next_cursor;
+        pages++;
+      } while (cursor !== null);
+      expect(pages).toBe('filter' in q ? 4 : 8);
+    }
+    for (const a of (await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/h/points:fetch', { limit: 0 })).values()) expect(a.status).toBe(400);
+    expect(await fetchLoop()).toBeGreaterThan(fetchesBefore);
     expect(await hybridLoop()).toBeGreaterThan(hybridBefore);
     expect(await rankingsLoop()).toBeGreaterThan(rankingsBefore);
     // A text written through one connection is found through others at once (either loop), and its
@@ -273,7 +292,13 @@ describe.runIf(support.ok)(`two request loops on Node ${process.versions.node}`,
       }
       expect((await fresh(base, 'POST', '/v1/collections/h/points:payload', { points: [{ id, payload: { __svc_text__: 'blimp' } }], mode: 'replace' })).status).toBe(200);
       for (const a of (await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/h/query/hybrid', q)).values()) expect(a.body).toEqual({ hits: [] });
+      // The page after h9 (new0.. sort after every h): the point is there at once, on every loop.
+      const after = { cursor: Buffer.from('h9').toString('base64url'), limit: 5 };
+      for (const a of (await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/h/points:fetch', after)).values()) {
+        expect((a.body as { points: { id: string }[] }).points.map((p) => p.id)).toEqual([id]);
+      }
       expect((await fresh(base, 'DELETE', `/v1/collections/h/points/${id}`)).status).toBe(200);
+      for (const a of (await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/h/points:fetch', after)).values()) expect(a.body).toEqual({ points: [], next_cursor: null });
       for (const a of (await onEveryLoop(base, LOOPS, 'POST', '/v1/collections/h/query/hybrid', { query_text: 'blimp', k: 3 })).values()) {
         expect(a.body).toEqual({ hits: [] });
       }
