@@ -27,10 +27,10 @@ import { BENCH_API_KEY, startSvc } from '../lib/server-proc.js';
 /**
  * Plain searches, or each with a keyword filter matching a tenth of the points (10 distinct filters),
  * or those while points are written (`filtered-writes`), or hybrid searches (vector and text), or pages
- * of points (`fetch`).
+ * of points (`fetch`), or those while points are written (`fetch-writes`).
  */
-export type LoopsKind = 'plain' | 'filtered' | 'filtered-writes' | 'hybrid' | 'fetch';
-export const LOOPS_KINDS: readonly LoopsKind[] = ['plain', 'filtered', 'filtered-writes', 'hybrid', 'fetch'];
+export type LoopsKind = 'plain' | 'filtered' | 'filtered-writes' | 'hybrid' | 'fetch' | 'fetch-writes';
+export const LOOPS_KINDS: readonly LoopsKind[] = ['plain', 'filtered', 'filtered-writes', 'hybrid', 'fetch', 'fetch-writes'];
 /** A `fetch` page's points. */
 const PAGE = 20;
 /** The texts' vocabulary: word i is drawn with weight 1 / (i + 1) (a Zipf law, as words in text are). */
@@ -116,13 +116,14 @@ async function one(node: string, loops: number, round: number, z: (typeof SIZES)
     const out: LoopsRun[] = [];
     for (const kind of LOOPS_KINDS) {
       const filtered = kind === 'filtered' || kind === 'filtered-writes';
-      const bodies = kind === 'fetch' ? pages(d.n, d.nq) : Array.from({ length: d.nq }, (_, q) => JSON.stringify({
+      const paging = kind === 'fetch' || kind === 'fetch-writes';
+      const bodies = paging ? pages(d.n, d.nq) : Array.from({ length: d.nq }, (_, q) => JSON.stringify({
         vector: Array.from(row(d.queries, d.dim, q)), k: 10, with_payload: false, ...(filtered ? { filter: { eq: { field: 'tag', value: `g${q % TAGS}` } } } : {}),
         ...(kind === 'hybrid' ? { query_text: words(1_000_003 + q, QUERY_WORDS) } : {}),
       }));
-      const writer = kind === 'filtered-writes' ? startWriter(srv, d) : null;
+      const writer = kind === 'filtered-writes' || kind === 'fetch-writes' ? startWriter(srv, d) : null;
       try {
-        out.push(await measure(srv, loops, kind, round, z, bodies, kind === 'hybrid' ? 'query/hybrid' : kind === 'fetch' ? 'points:fetch' : 'query'));
+        out.push(await measure(srv, loops, kind, round, z, bodies, kind === 'hybrid' ? 'query/hybrid' : paging ? 'points:fetch' : 'query'));
       } finally {
         await writer?.stop();
       }
@@ -136,7 +137,7 @@ async function one(node: string, loops: number, round: number, z: (typeof SIZES)
 /** `n` bodies of `points:fetch`: PAGE points after a seeded point's id, every other one with a tag filter. */
 function pages(points: number, n: number): string[] {
   return Array.from({ length: n }, (_, q) => JSON.stringify({
-    limit: PAGE, cursor: encodeCursor(`p${(q * 7919) % points}`), ...(q % 2 === 1 ? { filter: { eq: { field: 'tag', value: `g${q % TAGS}` } } } : {}),
+    limit: PAGE, cursor: encodeCursor(`p${(q * 7919) % points}`), ...(q % 2 === 1 ? { filter: { eq: { field: 'tag', value: `g${(q >>> 1) % TAGS}` } } } : {}),
   }));
 }
 

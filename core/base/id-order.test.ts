@@ -18,8 +18,8 @@ describe('FetchOrder', () => {
     const id = fc.string({ unit: 'grapheme', maxLength: 3 });
     const step = fc.oneof(fc.record({ t: fc.constant('add' as const), id }), fc.record({ t: fc.constant('remove' as const), id }), fc.constant({ t: 'read' as const }));
     fc.assert(fc.property(fc.array(step, { maxLength: 200 }), (steps) => {
-      const order = new FetchOrder();
       const live = new Set<string>();
+      const order = new FetchOrder(() => live);
       for (const s of steps) {
         if (s.t === 'read') expect(order.ids()).toEqual([...live].sort(compareFetchIds));
         // As the collection calls it: add for an id not live, remove for one that is.
@@ -40,5 +40,27 @@ describe('FetchOrder', () => {
       }
       expect(after(ids, undefined)).toBe(0);
     }), { numRuns: 500 });
+  });
+
+  it('holds no id until it is asked for, and none after more changes than half its ids', () => {
+    const live = new Set<string>();
+    const order = new FetchOrder(() => live);
+    const held = () => {
+      const o = order as unknown as { sorted: string[] | null; added: Set<string>; removed: Set<string> };
+      return (o.sorted?.length ?? 0) + o.added.size + o.removed.size;
+    };
+    const add = (id: string) => {
+      live.add(id);
+      order.add(id);
+    };
+    for (let i = 0; i < 5000; i++) add(`p${i}`);
+    expect(held()).toBe(0);
+    expect(order.ids().length).toBe(5000);
+    for (let i = 5000; i < 7000; i++) add(`p${i}`);
+    expect(held()).toBe(7000);
+    // Past half of 5,000: let go, and sorted again when asked.
+    for (let i = 7000; i < 7600; i++) add(`p${i}`);
+    expect(held()).toBe(0);
+    expect(order.ids()).toEqual([...live].sort(compareFetchIds));
   });
 });

@@ -52,34 +52,53 @@ export function mergeInFetchOrder<T>(a: readonly T[], b: readonly T[], idOf: (t:
 }
 
 /**
- * A set of ids in fetch order, kept up as ids come and go: the order is merged from the last one (the
- * kept ids, and the new ones sorted) when asked for, O(n + m log m) for m changes, instead of sorting
- * all n again after each write that adds or removes one.
+ * A set of ids in fetch order, kept up as ids come and go once it has been asked for: the order is merged
+ * from the last one (the kept ids, and the new ones sorted) when asked for again, O(n + m log m) for m
+ * changes, instead of sorting all n again after each write that adds or removes one. Until it is first
+ * asked for, and after more changes than half its ids, it holds nothing and sorts `all()` when asked.
  */
 export class FetchOrder {
-  private sorted: string[] = [];
+  /** The order as last asked for; null: none kept (the changes are not tracked). */
+  private sorted: string[] | null = null;
   /** Ids not in `sorted`, to go in. */
   private readonly added = new Set<string>();
   /** Ids in `sorted`, to go out. */
   private readonly removed = new Set<string>();
 
+  /** `all`: every id in the set now, in any order. */
+  constructor(private readonly all: () => Iterable<string>) {}
+
   /** An id that was not in the set. */
   add(id: string): void {
+    if (this.sorted === null) return;
     if (!this.removed.delete(id)) this.added.add(id);
+    this.bound();
   }
 
   /** An id that was in the set. */
   remove(id: string): void {
+    if (this.sorted === null) return;
     if (!this.added.delete(id)) this.removed.add(id);
+    this.bound();
   }
 
   ids(): readonly string[] {
-    if (this.added.size > 0 || this.removed.size > 0) {
+    if (this.sorted === null) this.sorted = [...this.all()].sort(compareFetchIds);
+    else if (this.added.size > 0 || this.removed.size > 0) {
       const kept = this.removed.size === 0 ? this.sorted : this.sorted.filter((id) => !this.removed.has(id));
       this.sorted = mergeInFetchOrder(kept, [...this.added].sort(compareFetchIds), (id) => id);
+    }
+    this.added.clear();
+    this.removed.clear();
+    return this.sorted;
+  }
+
+  /** More changes than half the order: sorting again when asked is as cheap, and holds nothing meanwhile. */
+  private bound(): void {
+    if (this.added.size + this.removed.size > Math.max(1024, this.sorted!.length >>> 1)) {
+      this.sorted = null;
       this.added.clear();
       this.removed.clear();
     }
-    return this.sorted;
   }
 }

@@ -145,7 +145,7 @@ export class Collection {
   /** Aborted at drop (a close or a collection drop): a build in flight stops rather than run on unseen. */
   private readonly builds = new AbortController();
   /** The live ids in fetch order (points:fetch pages, a move's scan). */
-  private readonly fetchOrder = new FetchOrder();
+  private readonly fetchOrder = new FetchOrder(() => this.idToSlot.keys());
   /** The next rebuild tries the graph file first (set once at open, by recovery). */
   private loadPending = false;
   /** Recovery is applying ops: no absorb (the rebuild at its end, or the graph file, covers them). */
@@ -342,10 +342,9 @@ export class Collection {
     if (old !== undefined) {
       this.tombstone(old);
       this.markUnabsorbable();
-    } else {
-      this.fetchOrder.add(p.id);
     }
     this.idToSlot.set(p.id, slot);
+    if (old === undefined) this.fetchOrder.add(p.id);
     this.payloadIndex.add(slot, p.payload ?? undefined);
     const doc = docFromPayload(p.payload, Number.MAX_SAFE_INTEGER);
     if (doc !== null) this.sparse.set(slot, doc.terms, doc.weights);
@@ -359,8 +358,6 @@ export class Collection {
       this.tombstone(old);
       this.tombstoneTokens(d.id);
       this.markUnabsorbable();
-    } else {
-      this.fetchOrder.add(d.id);
     }
     const dim = this.spec.dim;
     const slots = new Int32Array(d.count);
@@ -381,6 +378,7 @@ export class Collection {
     for (const slot of slots) this.live.add(slot);
     this.heads.add(first);
     this.idToSlot.set(d.id, first);
+    if (old === undefined) this.fetchOrder.add(d.id);
     this.docTokens.set(d.id, slots);
     this.payloadIndex.add(first, d.payload ?? undefined);
     this.dirty.set(d.id, true);

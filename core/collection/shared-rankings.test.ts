@@ -258,6 +258,52 @@ describe('hybrid searches and rankings read from shared memory (request loops, i
 });
 
 describe('multi-vector searches read from shared memory (request loops, issue 20)', () => {
+  it('pages: keeps its order through a write that raced bringing it up, hands on past its bound, lets it go when idle', async () => {
+    const db = await openDb();
+    await db.createCollection({ name: 'c', dim: 2, metric: 'l2', index: 'flat' });
+    for (let b = 0; b < 2; b++) await db.upsert('c', { points: Array.from({ length: 1000 }, (_, i) => ({ id: `p${b * 1000 + i}`, vector: [i, 1], payload: { i } })) });
+    const v = new ReadView(db.readView('c')!, { fetchOrderMax: 2002 });
+    const view = v as unknown as { idOf(s: number): string };
+    const idOf = view.idOf.bind(v);
+    let read = 0;
+    let race: (() => void) | null = null;
+    view.idOf = (s: number) => {
+      read++;
+      race?.();
+      race = null;
+      return idOf(s);
+    };
+    expect(v.fetch({ limit: 3 })?.points.map((p) => p.id)).toEqual(['p0', 'p1', 'p10']);
+    expect(read).toBe(2000);
+    // A write, then another that begins and ends while the loop brings its order up (the first id it reads).
+    const reads = (db as unknown as { byName: Map<string, { reads: { writeBegin(): void; writeEnd(): void } }> }).byName.get('c')!.reads;
+    await db.upsert('c', { points: [{ id: 'new', vector: [0, 0], payload: null }] });
+    race = () => {
+      reads.writeBegin();
+      reads.writeEnd();
+    };
+    expect(v.fetch({ limit: 3 })).toBeNull();
+    expect(v.declined).toBe('moved');
+    // The next page brings the order it kept up: the two slots written since, not every id again.
+    await db.upsert('c', { points: [{ id: 'new2', vector: [0, 0], payload: null }] });
+    read = 0;
+    expect(v.fetch({ limit: 3 })?.points.map((p) => p.id)).toEqual(['new', 'new2', 'p0']);
+    expect(read).toBeLessThan(10);
+    // Idle for 30 sweeps: still kept (a client paging slowly); past them, let go.
+    for (let i = 0; i < 30; i++) v.sweepBits();
+    read = 0;
+    expect(v.fetch({ limit: 1, cursor: 'cDA' })?.points.map((p) => p.id)).toEqual(['p1']);
+    expect(read).toBe(0);
+    for (let i = 0; i < 31; i++) v.sweepBits();
+    expect(v.fetch({ limit: 1 })?.points.map((p) => p.id)).toEqual(['new']);
+    expect(read).toBe(2002);
+    // Past the bound: the engine thread's pages.
+    await db.upsert('c', { points: [{ id: 'one-too-many', vector: [0, 0], payload: null }] });
+    expect(v.fetch({ limit: 1 })).toBeNull();
+    expect(v.declined).toBe('scan');
+    v.close();
+  });
+
   it('answers every multi-vector search exactly as the engine thread does, graph and exact, through writes', async () => {
     const db = await openDb();
     const dim = 4;

@@ -468,6 +468,15 @@ const MATCHES_MAX_BYTES = 8 << 20;
 const LOOP_SCAN_MAX = 20_000;
 
 /**
+ * Most live points (documents) whose fetch order a loop keeps: bringing it up after a write reads every
+ * entry (about 8 ms at 100,000 here), and a view's first page sorts them all (about 60 ms). Past it
+ * pages are the engine thread's, whose one order serves every loop.
+ */
+const FETCH_ORDER_MAX = 100_000;
+/** Sweeps (about a second each) a view keeps its fetch order with no page read: a client paging slowly keeps it. */
+const ORDER_IDLE_SWEEPS = 30;
+
+/**
  * The reader's side, in a request loop: answers `search` as Database.search would for what it can
  * answer exactly (see the file's comment), or null.
  */
@@ -505,8 +514,8 @@ export class ReadView {
    * write count `token` and the journal head `journal` (fetchOrder); null until a page is asked for.
    */
   private order: { token: number; journal: number; entries: OrderEntry[] } | null = null;
-  /** A page was read since the last sweep: the order is kept. */
-  private fetchedSinceSweep = false;
+  /** Sweeps since a page was last read: past ORDER_IDLE_SWEEPS the order goes. */
+  private sweepsSincePage = 0;
   /** What the last null answer was for (tests and metrics). */
   declined: Declined | null = null;
   /**
@@ -517,14 +526,17 @@ export class ReadView {
 
   /** Most accepted slots one search of this view scans exactly (LOOP_SCAN_MAX; tests set fewer). */
   private readonly scanMax: number;
+  /** Most live points this view pages through itself (FETCH_ORDER_MAX; tests set fewer). */
+  private readonly fetchOrderMax: number;
   /** A patch's time bound, ms (PATCH_BUDGET_MS; tests that count patches set none, one sets 0). */
   private readonly patchBudgetMs: number;
   /** The clock a patch's bound is measured on (performance.now; tests step it). */
   private readonly now: () => number;
 
   /** Throws when the store has no scratch lane left for this thread (the caller then keeps no view). */
-  constructor(h: ReadViewHandle, opts: { scanMax?: number; patchBudgetMs?: number; now?: () => number } = {}) {
+  constructor(h: ReadViewHandle, opts: { scanMax?: number; fetchOrderMax?: number; patchBudgetMs?: number; now?: () => number } = {}) {
     this.scanMax = opts.scanMax ?? LOOP_SCAN_MAX;
+    this.fetchOrderMax = opts.fetchOrderMax ?? FETCH_ORDER_MAX;
     this.patchBudgetMs = opts.patchBudgetMs ?? PATCH_BUDGET_MS;
     this.now = opts.now ?? (() => performance.now());
     this.uid = h.uid;
@@ -624,9 +636,8 @@ export class ReadView {
     const patch = this.filteredSinceSweep;
     this.filteredSinceSweep = false;
     this.bitsCurrent(patch);
-    // A view no page was read from since holds no order (an id and a slot per point).
-    if (!this.fetchedSinceSweep) this.order = null;
-    this.fetchedSinceSweep = false;
+    // A view no page was read from for a while holds no order (an id and a slot per point).
+    if (++this.sweepsSincePage > ORDER_IDLE_SWEEPS) this.order = null;
   }
 
   /**
@@ -868,6 +879,8 @@ export class ReadView {
     } catch {
       return this.decline('shape');
     }
+    // Past the bound the engine thread's order answers (one for every loop, kept up the same way).
+    if ((this.multi === null ? this.live : this.multi.heads).count > this.fetchOrderMax) return this.decline('scan');
     let token: number | null;
     let accept: (slot: number) => boolean = () => true;
     if (filter !== undefined) {
@@ -878,9 +891,9 @@ export class ReadView {
       accept = (s) => s >>> 5 < m.words.length && (m.words[s >>> 5] & (1 << (s & 31))) !== 0;
     } else token = this.writesSettled();
     if (token === null) return this.decline('moved');
+    this.sweepsSincePage = 0;
     const entries = this.fetchOrder(token);
     if (entries === null) return this.decline('moved');
-    this.fetchedSinceSweep = true;
     const points: PointOutput[] = [];
     let more = false;
     for (let i = after(entries, cursor ?? undefined, (e) => e.id); i < entries.length; i++) {
@@ -911,7 +924,6 @@ export class ReadView {
   private fetchOrder(token: number): OrderEntry[] | null {
     const had = this.order;
     if (had !== null && had.token === token) return had.entries;
-    this.order = null;
     const heads = this.multi === null ? this.live : this.multi.heads;
     const head = Atomics.load(this.header, H.JOURNAL_HEAD);
     const n = had === null ? -1 : (head - had.journal) | 0;
@@ -929,7 +941,8 @@ export class ReadView {
       for (let slot = 0; slot < count; slot++) if (heads.has(slot)) entries.push({ id: this.idOf(slot), slot });
       entries.sort((a, b) => compareFetchIds(a.id, b.id));
     }
-    // Read between the same two writes, and whole: one entry per live point.
+    // Read between the same two writes, and whole: one entry per live point. Otherwise the order held
+    // stays, for the next page to bring up (a write that races a patch costs no whole sort).
     if (this.writesSettled() !== token || entries.length !== heads.count) return null;
     this.order = { token, journal: head, entries };
     return entries;
