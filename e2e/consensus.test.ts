@@ -157,22 +157,27 @@ describe('a consensus group of three svc processes', () => {
       });
       await restartMember(leader);
       const want = acked.map((i) => `p${i}`).sort();
-      for (const m of members) expect(await strongIds(m)).toEqual(want);
+      // The restarted member has a snapshot to receive first (its link back, then the image): a strong
+      // read meanwhile may time out with 503, and a client retries it.
+      for (const m of members) expect(await retried(() => strongIds(m))).toEqual(want);
       await eventually('every member holds the same points', async () => {
         const sets = await Promise.all(members.map((m) => allPoints(m.server, COLL)));
         const same = sets.every((s) => JSON.stringify(s) === JSON.stringify(sets[0]));
         return same && sets[0].length === want.length ? true : `sizes ${sets.map((s) => s.length).join(', ')}`;
       });
-      const views = await Promise.all(members.map(raftView));
-      expect(new Set(views.map((x) => x.leader_id)).size).toBe(1);
+      await eventually('every member knows the same leader', async () => {
+        const leaders = new Set((await Promise.all(members.map(raftView))).map((x) => x.leader_id));
+        return leaders.size === 1 ? true : `leaders ${[...leaders].join(', ')}`;
+      });
       // It came back by a database image streamed from the leader: received whole, kept sealed in its
       // raft folder until a newer snapshot replaces it.
       const series = (text: string, outcome: string): number => Number(new RegExp(`^svc_raft_snapshot_streams_total\\{outcome="${outcome}"\\} (\\d+)`, 'm').exec(text)?.[1]);
       const backMetrics = await (await fetch(`${leader.server.base}/metrics`)).text();
       expect(series(backMetrics, 'received')).toBeGreaterThanOrEqual(1);
-      const sentBy = await (await fetch(`${second.server.base}/metrics`)).text();
-      expect(series(sentBy, 'sent')).toBeGreaterThanOrEqual(1);
-      expect(Number(/^svc_raft_snapshot_bytes_sent_total (\d+)/m.exec(sentBy)?.[1])).toBeGreaterThan(0);
+      // Sent by the leader of the time: `second`, or the other survivor after an election under load.
+      const sentBy = await Promise.all(rest.map(async (m) => (await fetch(`${m.server.base}/metrics`)).text()));
+      expect(sentBy.reduce((n, t) => n + (series(t, 'sent') || 0), 0)).toBeGreaterThanOrEqual(1);
+      expect(sentBy.reduce((n, t) => n + Number(/^svc_raft_snapshot_bytes_sent_total (\d+)/m.exec(t)?.[1] ?? 0), 0)).toBeGreaterThan(0);
       const images = readdirSync(join(leader.dataDir, 'raft')).filter((n) => n.startsWith('image-'));
       expect(images.length).toBeLessThanOrEqual(1);
       for (const f of images) expect(readFileSync(join(leader.dataDir, 'raft', f)).includes(Buffer.from('second'))).toBe(false);
@@ -200,7 +205,9 @@ describe('a consensus group of three svc processes', () => {
       });
       const term = (await raftView(leader)).term;
       // A connection that lasted a second is dialled again at once when it drops (roles/raft/transport.ts).
-      await new Promise((r) => setTimeout(r, 1200));
+      // Each survivor's own dial to the leader may have come up late, after a start-up back-off of up to
+      // 2 s: past that and a second more, both have lasted a second.
+      await new Promise((r) => setTimeout(r, 3200));
       await leader.server.stop('SIGKILL');
       const second = await raftLeader(rest);
       // Both survivors were told (their dials refused); the first in the members' order campaigns first,
