@@ -262,7 +262,7 @@ describe('multi-vector searches read from shared memory (request loops, issue 20
     const db = await openDb();
     await db.createCollection({ name: 'c', dim: 2, metric: 'l2', index: 'flat' });
     for (let b = 0; b < 2; b++) await db.upsert('c', { points: Array.from({ length: 1000 }, (_, i) => ({ id: `p${b * 1000 + i}`, vector: [i, 1], payload: { i } })) });
-    const v = new ReadView(db.readView('c')!, { fetchOrderMax: 2002 });
+    const v = new ReadView(db.readView('c')!, { fetchOrderMax: 2302 });
     const view = v as unknown as { idOf(s: number): string };
     const idOf = view.idOf.bind(v);
     let read = 0;
@@ -289,6 +289,14 @@ describe('multi-vector searches read from shared memory (request loops, issue 20
     read = 0;
     expect(v.fetch({ limit: 3 })?.points.map((p) => p.id)).toEqual(['new', 'new2', 'p0']);
     expect(read).toBeLessThan(10);
+    // More slots written than are spliced in one by one (SPLICE_MAX): merged in one pass, the same pages.
+    await db.upsert('c', { points: Array.from({ length: 300 }, (_, i) => ({ id: `q${(i * 7) % 300}`, vector: [i, 2], payload: { q: i } })) });
+    for (let cursor: string | null = null, n = 0; n === 0 || cursor !== null; n++) {
+      const q: FetchQuery = { limit: 97, ...(cursor === null ? {} : { cursor }) };
+      const theirs = await db.fetch('c', q);
+      expect(v.fetch(q), `page ${n}`).toEqual(theirs);
+      cursor = theirs.next_cursor;
+    }
     // Idle for 30 sweeps: still kept (a client paging slowly); past them, let go.
     for (let i = 0; i < 30; i++) v.sweepBits();
     read = 0;
@@ -296,7 +304,7 @@ describe('multi-vector searches read from shared memory (request loops, issue 20
     expect(read).toBe(0);
     for (let i = 0; i < 31; i++) v.sweepBits();
     expect(v.fetch({ limit: 1 })?.points.map((p) => p.id)).toEqual(['new']);
-    expect(read).toBe(2002);
+    expect(read).toBe(2302);
     // Past the bound: the engine thread's pages.
     await db.upsert('c', { points: [{ id: 'one-too-many', vector: [0, 0], payload: null }] });
     expect(v.fetch({ limit: 1 })).toBeNull();
