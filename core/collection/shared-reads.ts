@@ -446,7 +446,6 @@ const EMPTY: SearchResult = { slots: new Int32Array(0), dists: new Float32Array(
 const scored = (r: { slots: Int32Array; scores: Float32Array }): SearchResult => ({ slots: r.slots, dists: r.scores });
 const decoder = new TextDecoder();
 
-/** Why a view passed a search to the engine thread (a metric: what the loops could not answer). */
 /** A live point (a document's head) in a view's fetch order. */
 interface OrderEntry {
   readonly id: string;
@@ -459,6 +458,7 @@ const byId = (e: OrderEntry): string => e.id;
  */
 const SPLICE_MAX = 256;
 
+/** Why a view passed a search to the engine thread (a metric: what the loops could not answer). */
 export type Declined = 'shape' | 'retired' | 'epoch' | 'moved' | 'scan' | 'filter' | 'absent';
 
 /** Filters whose match bits a view keeps, and their bytes at most (least recently used goes first). */
