@@ -298,11 +298,11 @@ describe('multi-vector searches read from shared memory (request loops, issue 20
       cursor = theirs.next_cursor;
     }
     // Idle for 30 sweeps: still kept (a client paging slowly); past them, let go.
-    for (let i = 0; i < 30; i++) v.sweepBits();
+    for (let i = 0; i < 30; i++) v.sweep();
     read = 0;
     expect(v.fetch({ limit: 1, cursor: 'cDA' })?.points.map((p) => p.id)).toEqual(['p1']);
     expect(read).toBe(0);
-    for (let i = 0; i < 31; i++) v.sweepBits();
+    for (let i = 0; i < 31; i++) v.sweep();
     expect(v.fetch({ limit: 1 })?.points.map((p) => p.id)).toEqual(['new']);
     expect(read).toBe(2302);
     // Past the bound: the engine thread's pages.

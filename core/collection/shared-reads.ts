@@ -513,7 +513,7 @@ export class ReadView {
   private matchesBytes = 0;
   /** Patches after writes that brought at least one filter's bits up (tests): how many, and the slots they read. */
   patched = { times: 0, slots: 0 };
-  /** A filtered search ran since the last sweep (sweepBits). */
+  /** A filtered search ran since the last sweep (sweep). */
   private filteredSinceSweep = false;
   /**
    * The live points (a multi-vector collection's documents) in fetch order with their slots, as of the
@@ -636,9 +636,10 @@ export class ReadView {
 
   /**
    * A loop's sweep (every second): bits from before a write are patched if a filtered search ran since
-   * the last sweep, else let go, so that a view searched no more with a filter holds no bits.
+   * the last sweep, else let go, so that a view searched no more with a filter holds no bits; the fetch
+   * order goes after ORDER_IDLE_SWEEPS with no page read.
    */
-  sweepBits(): void {
+  sweep(): void {
     const patch = this.filteredSinceSweep;
     this.filteredSinceSweep = false;
     this.bitsCurrent(patch);

@@ -84,7 +84,7 @@ export class LocalReads {
           e.view.close();
         } else {
           if (e.view.epoch !== e.view.heldEpoch) this.refresh(name, e);
-          e.view.sweepBits();
+          e.view.sweep();
         }
       }
     }
